@@ -1,0 +1,80 @@
+#pragma once
+// The planner: what a layer configuration and a routing cost on each rank -- traffic, padding,
+// the overlap granularity (DESIGN §2), memory and roofline times. It runs the host twin of the
+// schedule, so its counts are exactly what the GPU schedule will hold.
+#include <cstdint>
+#include <string>
+
+#include "caracal/layer_config.hpp"
+#include "caracal/routing.hpp"
+
+namespace caracal {
+
+struct PlanOptions {
+  int64_t sm_count = 132;     // H200 / H100 SXM
+  int64_t tile_m = 128;       // GEMM tile rows: each expert segment is padded to it
+  int64_t tile_n = 256;       // GEMM tile columns
+  double tflops = 806.0;      // matrix rate: bf16 cuBLAS dense GEMM measured on an H200 (DESIGN §6)
+  double nvlink_gbs = 370.0;  // per direction: what NCCL reaches on NVLink 4 (DESIGN §6)
+  int64_t ring_rows = 0;      // 0 = sized from the balanced step (see Plan::ring_rows)
+  void validate() const;
+};
+
+struct Spread {
+  double min = 0, mean = 0, max = 0;
+};
+
+// Bytes each rank allocates.
+struct MemoryPlan {
+  int64_t symmetric = 0;      // peer-visible: x, topk_idx, scores, combine slots, dy, score grads
+  int64_t ring = 0;           // routed x rows, gate/up and hidden for ring_rows rows
+  int64_t schedule = 0;       // schedule rows (worst-case capacity), offsets, counts, inverse view
+  int64_t saved = 0;          // saved for backward outside the ring (shared expert, gates)
+  int64_t weights = 0;        // local routed experts + shared expert, in the layer's precision
+  int64_t worst_case_receive = 0;  // v1 (no ring): receive buffers for all W*T*k routes on one rank
+  int64_t total() const { return symmetric + ring + schedule + saved + weights; }
+};
+
+struct RooflinePlan {
+  double forward_flops = 0;    // on the busiest rank
+  double backward_flops = 0;   // on the busiest rank, replay of overwritten macrobatches included
+  int64_t forward_nvlink_bytes = 0;   // busiest direction of the busiest rank, cross-rank only
+  int64_t backward_nvlink_bytes = 0;
+  double forward_compute_ms = 0, forward_nvlink_ms = 0;
+  double backward_compute_ms = 0, backward_nvlink_ms = 0;
+  const char* forward_bound() const { return forward_nvlink_ms > forward_compute_ms ? "nvlink" : "compute"; }
+  const char* backward_bound() const { return backward_nvlink_ms > backward_compute_ms ? "nvlink" : "compute"; }
+};
+
+struct Plan {
+  LayerConfig config;
+  PlanOptions options;
+  std::string routing_source;  // "uniform", "zipf:1.2", "trace:path", ...
+
+  // Traffic: routes received per rank and per (global) expert.
+  Spread routes_per_rank;
+  Spread routes_per_expert;
+  double rank_imbalance = 0;    // max / mean routes per rank
+  double expert_imbalance = 0;  // max / mean routes per expert
+  int64_t empty_experts = 0;
+  int64_t empty_slots = 0;      // -1 entries over all ranks
+  int64_t padded_rows_max = 0;  // schedule rows on the busiest rank
+  int64_t padding_rows_total = 0;
+
+  // Overlap granularity (DESIGN §2): a minibatch is the smallest chunk giving two full waves of
+  // up/gate tiles; the ring holds ring_rows rows and the busiest rank needs `macrobatches` passes.
+  int64_t overlap_min_rows = 0;  // 2 * sms * tile_m * tile_n / min(2I, D)
+  int64_t minibatch_rows = 0;    // overlap_min_rows rounded up to tile_m
+  int64_t ring_rows = 0;
+  int64_t macrobatches = 0;
+  int64_t replayed_rows = 0;     // rows backward re-pulls and recomputes on the busiest rank
+
+  MemoryPlan memory;
+  RooflinePlan roofline;
+};
+
+// Throws caracal::Error when the routing does not match the configuration.
+Plan make_plan(const LayerConfig& config, const Routing& routing, const std::string& routing_source,
+               const PlanOptions& options);
+
+}  // namespace caracal

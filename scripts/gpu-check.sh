@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU check, run on the device machine over a build folder made elsewhere:
+#   every test binary (GPU tests run for real there), compute-sanitizer memcheck and racecheck on
+#   the GPU tests, the SASS check (HGMMA present) and register/spill report of the kernels, and a
+#   short summary table last. Usage: scripts/gpu-check.sh [build-dir]   (logs go to $OUT if set)
+set -uo pipefail
+build="${1:-build}"
+logs="${OUT:-/tmp/caracal-gpu-check}"
+mkdir -p "$logs"
+export CARACAL_CLI="$PWD/$build/caracal"
+summary=()
+record() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader \
+  | tee "$logs/gpu.txt"
+
+for t in "$build"/tests/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  if "$t" --gtest_brief=1 >"$logs/$name.log" 2>&1; then
+    passed=$(grep -c '^\[       OK \]' "$logs/$name.log" || true)
+    total=$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$logs/$name.log" | tail -1)
+    skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$logs/$name.log" | grep -o '[0-9]*' | head -1)
+    record "$name" "ok: ${total:-?} run, ${skipped:-0} skipped"
+  else
+    tail -n 30 "$logs/$name.log"
+    record "$name" "FAILED (see $name.log)"
+  fi
+done
+
+for t in "$build"/tests/test_gpu_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  for tool in memcheck racecheck; do
+    if compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --gtest_brief=1 >"$logs/$name.$tool.log" 2>&1; then
+      record "$name $tool" "clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors\?' "$logs/$name.$tool.log" | tail -1))"
+    else
+      tail -n 20 "$logs/$name.$tool.log"
+      record "$name $tool" "ERRORS (see $name.$tool.log)"
+    fi
+  done
+done
+
+lib="$build/libcaracal_kernels.a"
+if [ -f "$lib" ]; then
+  cuobjdump --dump-sass "$lib" >"$logs/kernels.sass" 2>&1
+  record "SASS HGMMA instructions" "$(grep -c HGMMA "$logs/kernels.sass")"
+  cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -E 'Function|REG' >"$logs/kernels.resources" || true
+  record "kernel resources" "$(grep -o 'REG:[0-9]*' "$logs/kernels.resources" | tr '\n' ' ')"
+fi
+
+echo
+echo "==== Caracal GPU check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown) ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything Caracal needs to build and test, idempotently:
+#   - Debian packages: compiler toolchain, CMake, Ninja, ccache, GoogleTest, nlohmann-json, CLI11;
+#   - CUTLASS/CuTe headers from PyPI (nvidia-cutlass, pinned) into .deps/ (git-ignored).
+# The CUDA toolkit (nvcc, cuBLAS, NCCL) must already be installed under /usr/local/cuda.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cutlass_version=4.2.0.0
+cutlass_dir="$root/.deps/nvidia-cutlass-$cutlass_version"
+
+apt_packages=(g++ cmake ninja-build ccache libgtest-dev nlohmann-json3-dev libcli11-dev python3)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: apt-get install ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f "$cutlass_dir/cutlass_library/source/include/cute/tensor.hpp" ]; then
+  echo "install-deps: nvidia-cutlass==$cutlass_version -> ${cutlass_dir#$root/}"
+  rm -rf "$cutlass_dir"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --no-compile \
+    --target "$cutlass_dir" "nvidia-cutlass==$cutlass_version" 2>&1 | grep -v 'Running pip as' || true
+  test -f "$cutlass_dir/cutlass_library/source/include/cute/tensor.hpp"
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install-deps: error: the CUDA toolkit (nvcc) was not found; install CUDA 13.0 first" >&2
+  exit 1
+fi

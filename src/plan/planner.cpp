@@ -1,0 +1,202 @@
+#include "caracal/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "caracal/error.hpp"
+#include "caracal/schedule.hpp"
+
+namespace caracal {
+
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes of one row of `cols` values in the layer's activation format: bf16, or fp8 E4M3 with one
+// fp32 scale per 1x128 block.
+int64_t activation_row_bytes(int64_t cols, Precision precision) {
+  return precision == Precision::kFP8 ? cols + ceil_div(cols, 128) * 4 : cols * 2;
+}
+
+// Bytes of a [rows x cols] weight matrix: bf16, or fp8 with one fp32 scale per 128x128 block.
+int64_t weight_bytes(int64_t rows, int64_t cols, Precision precision) {
+  return precision == Precision::kFP8 ? rows * cols + ceil_div(rows, 128) * ceil_div(cols, 128) * 4
+                                      : rows * cols * 2;
+}
+
+template <typename T>
+Spread spread_of(const std::vector<T>& values) {
+  Spread s;
+  if (values.empty()) return s;
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  double sum = 0;
+  for (const T v : values) sum += static_cast<double>(v);
+  s.min = static_cast<double>(*lo);
+  s.max = static_cast<double>(*hi);
+  s.mean = sum / static_cast<double>(values.size());
+  return s;
+}
+
+double ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
+
+// Per-rank route counts taken from the schedule.
+struct RankTraffic {
+  int64_t received = 0;         // routes this rank's experts process
+  int64_t received_remote = 0;  // ... of which come from other ranks (pulled over NVLink)
+  int64_t sent_remote = 0;      // routes of this rank's tokens processed on other ranks
+  int64_t padded_rows = 0;
+};
+
+std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
+  const int64_t world = schedule.world_size;
+  std::vector<RankTraffic> traffic(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    const RankSchedule& rs = schedule.ranks[static_cast<size_t>(r)];
+    RankTraffic& t = traffic[static_cast<size_t>(r)];
+    t.padded_rows = rs.padded_rows();
+    const int64_t local_experts = static_cast<int64_t>(rs.expert_count.size());
+    for (int64_t e = 0; e < local_experts; ++e) {
+      for (int64_t src = 0; src < world; ++src) {
+        const int64_t n = rs.source_count[static_cast<size_t>(e * world + src)];
+        t.received += n;
+        if (src != r) {
+          t.received_remote += n;
+          traffic[static_cast<size_t>(src)].sent_remote += n;
+        }
+      }
+    }
+  }
+  return traffic;
+}
+
+MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
+  const LayerShape& s = c.shape;
+  const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
+  const int64_t L = c.local_experts(), W = c.ep_size;
+  const int64_t x_row = activation_row_bytes(D, c.precision);
+  // Gate/up stay bf16 (backward needs them); hidden is in the layer's activation format.
+  const int64_t ring_row = x_row + 2 * I * 2 + activation_row_bytes(I, c.precision);
+  const int64_t capacity_rows = W * T * k + L * (tile_m - 1);
+
+  MemoryPlan m;
+  // x, topk_idx, scores, one bf16 row per (token, slot) for combine (reused by the backward
+  // reverse-dispatch), dy, and the per-route score gradient.
+  m.symmetric = T * x_row + T * k * 4 + T * k * 4 + T * k * D * 2 + T * D * 2 + T * k * 4;
+  m.ring = ring_rows * ring_row;
+  m.schedule = capacity_rows * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8;
+  const int64_t Is = s.num_shared_experts * s.shared_intermediate;
+  m.saved = T * 3 * Is * 2 + T * k * 4;
+  m.weights = L * (2 * weight_bytes(I, D, c.precision) + weight_bytes(D, I, c.precision)) +
+              (Is > 0 ? 2 * weight_bytes(Is, D, c.precision) + weight_bytes(D, Is, c.precision) : 0);
+  m.worst_case_receive = capacity_rows * ring_row;
+  return m;
+}
+
+}  // namespace
+
+void PlanOptions::validate() const {
+  CARACAL_CHECK(sm_count >= 1, "sms must be at least 1, got ", sm_count);
+  CARACAL_CHECK(tile_m >= 1 && tile_n >= 1, "tile must be positive (e.g. 128x256), got ", tile_m, "x",
+                tile_n);
+  CARACAL_CHECK(std::isfinite(tflops) && tflops > 0, "tflops must be positive, got ", tflops);
+  CARACAL_CHECK(std::isfinite(nvlink_gbs) && nvlink_gbs > 0, "nvlink GB/s must be positive, got ",
+                nvlink_gbs);
+  CARACAL_CHECK(ring_rows >= 0, "ring_rows must be 0 (automatic) or positive, got ", ring_rows);
+}
+
+Plan make_plan(const LayerConfig& config, const Routing& routing, const std::string& routing_source,
+               const PlanOptions& options) {
+  config.validate();
+  options.validate();
+  const LayerShape& s = config.shape;
+  CARACAL_CHECK(routing.world_size == config.ep_size, "routing: world size ", routing.world_size,
+                " does not match ep_size ", config.ep_size);
+  CARACAL_CHECK(routing.tokens_per_rank == config.tokens_per_rank, "routing: ", routing.tokens_per_rank,
+                " tokens per rank do not match tokens_per_rank ", config.tokens_per_rank);
+  CARACAL_CHECK(routing.top_k == s.top_k, "routing: top-k ", routing.top_k, " does not match top_k ",
+                s.top_k);
+
+  Plan plan;
+  plan.config = config;
+  plan.options = options;
+  plan.routing_source = routing_source;
+
+  const Schedule schedule = build_schedule(routing, s.num_experts, options.tile_m);
+  const std::vector<RankTraffic> traffic = rank_traffic(schedule);
+
+  std::vector<int64_t> per_rank, per_expert;
+  for (const RankSchedule& rs : schedule.ranks) {
+    per_rank.push_back(rs.routes());
+    per_expert.insert(per_expert.end(), rs.expert_count.begin(), rs.expert_count.end());
+    plan.padded_rows_max = std::max(plan.padded_rows_max, rs.padded_rows());
+    plan.padding_rows_total += rs.padded_rows() - rs.routes();
+  }
+  plan.routes_per_rank = spread_of(per_rank);
+  plan.routes_per_expert = spread_of(per_expert);
+  plan.rank_imbalance = ratio(plan.routes_per_rank.max, plan.routes_per_rank.mean);
+  plan.expert_imbalance = ratio(plan.routes_per_expert.max, plan.routes_per_expert.mean);
+  plan.empty_experts = std::count(per_expert.begin(), per_expert.end(), 0);
+  plan.empty_slots = std::count(routing.topk_idx.begin(), routing.topk_idx.end(), -1);
+
+  // Overlap rule (DESIGN §2): two full waves of BM x BN tiles of the up/gate GEMM (N = 2I).
+  const int64_t n_min = std::min(2 * s.intermediate, s.hidden);
+  plan.overlap_min_rows = ceil_div(2 * options.sm_count * options.tile_m * options.tile_n, n_min);
+  plan.minibatch_rows = round_up(plan.overlap_min_rows, options.tile_m);
+  // Default ring: a balanced step (T*k routes per rank, every segment padded) in one macrobatch.
+  const int64_t balanced_rows =
+      config.tokens_per_rank * s.top_k + config.local_experts() * (options.tile_m - 1);
+  if (options.ring_rows > 0) {
+    CARACAL_CHECK(options.ring_rows % plan.minibatch_rows == 0,
+                  "ring_rows must be a multiple of the minibatch (", plan.minibatch_rows,
+                  " rows), got ", options.ring_rows);
+    plan.ring_rows = options.ring_rows;
+  } else {
+    plan.ring_rows = round_up(balanced_rows, plan.minibatch_rows);
+  }
+
+  const double D = static_cast<double>(s.hidden), I = static_cast<double>(s.intermediate);
+  const double Is = static_cast<double>(s.num_shared_experts * s.shared_intermediate);
+  const double T = static_cast<double>(config.tokens_per_rank);
+  const int64_t x_row = activation_row_bytes(s.hidden, config.precision);
+  const int64_t out_row = s.hidden * 2;  // expert outputs, dy and dx rows travel as bf16
+  const double flops_per_tflops_ms = options.tflops * 1e9;  // FLOP per ms
+  const double bytes_per_ms = options.nvlink_gbs * 1e6;
+
+  RooflinePlan& rf = plan.roofline;
+  for (const RankTraffic& t : traffic) {
+    const int64_t macrobatches = std::max<int64_t>(1, ceil_div(t.padded_rows, plan.ring_rows));
+    const int64_t replayed = t.padded_rows - std::min(t.padded_rows, plan.ring_rows);
+    plan.macrobatches = std::max(plan.macrobatches, macrobatches);
+    plan.replayed_rows = std::max(plan.replayed_rows, replayed);
+
+    // Compute runs whole tiles, so padded rows count.
+    const double rows = static_cast<double>(t.padded_rows);
+    const double fwd = 6.0 * rows * D * I + 6.0 * T * D * Is;
+    const double bwd = 2.0 * fwd + 4.0 * static_cast<double>(replayed) * D * I;
+    rf.forward_flops = std::max(rf.forward_flops, fwd);
+    rf.backward_flops = std::max(rf.backward_flops, bwd);
+
+    // Cross-rank bytes in each direction; the busier direction bounds the rank.
+    // Forward: pull x rows in (expert side), push results home (home side receives).
+    const int64_t fwd_in = t.received_remote * x_row + t.sent_remote * out_row;
+    const int64_t fwd_out = t.sent_remote * x_row + t.received_remote * out_row;
+    // Backward: pull dy rows in, push dx rows (+ a 4-byte score gradient) home, and re-pull the
+    // remote share of replayed rows.
+    const int64_t replay_remote =
+        t.received > 0 ? replayed * t.received_remote / std::max<int64_t>(t.padded_rows, 1) : 0;
+    const int64_t bwd_in = t.received_remote * out_row + t.sent_remote * (out_row + 4) + replay_remote * x_row;
+    const int64_t bwd_out = t.sent_remote * out_row + t.received_remote * (out_row + 4);
+    rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
+    rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
+  }
+  rf.forward_compute_ms = rf.forward_flops / flops_per_tflops_ms;
+  rf.backward_compute_ms = rf.backward_flops / flops_per_tflops_ms;
+  rf.forward_nvlink_ms = static_cast<double>(rf.forward_nvlink_bytes) / bytes_per_ms;
+  rf.backward_nvlink_ms = static_cast<double>(rf.backward_nvlink_bytes) / bytes_per_ms;
+
+  plan.memory = plan_memory(config, plan.ring_rows, options.tile_m);
+  return plan;
+}
+
+}  // namespace caracal

@@ -1,0 +1,193 @@
+// Runs the `caracal` binary as a user would and checks its output, exit codes and errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "caracal/routing.hpp"
+
+namespace caracal {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The binary under test: $CARACAL_CLI when set (the build tree moved, e.g. on the GPU machine),
+// else the path CMake compiled in.
+std::string cli_path() {
+  const char* env = std::getenv("CARACAL_CLI");
+  return env && *env ? env : CARACAL_CLI_PATH;
+}
+
+RunResult run_cli(const std::string& args) {
+  // CTest runs tests in parallel processes: name the capture files after this process.
+  static int calls = 0;
+  const std::string stem = ::testing::TempDir() + "/caracal_cli_" + std::to_string(getpid()) + "_" +
+                           std::to_string(calls++);
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string cmd = cli_path() + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+}
+
+// A failing command exits non-zero (not by a signal) with exactly one error line naming `what`.
+void expect_clean_error(const std::string& args, const std::string& what) {
+  SCOPED_TRACE("caracal " + args);
+  const RunResult r = run_cli(args);
+  EXPECT_GT(r.exit_code, 0) << "stderr: " << r.err;
+  EXPECT_LT(r.exit_code, 3) << "stderr: " << r.err;  // 3 = internal error
+  EXPECT_EQ(count_lines(r.err), 1u) << "stderr: " << r.err;
+  EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(what), std::string::npos) << "expected '" << what << "' in: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(Cli, PlanDeepSeekV3PrintsTheTable) {
+  const RunResult r = run_cli("plan --model deepseek-v3 --ep 8 --tokens 4096");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* section : {"DeepSeek-V3", "routes received per rank", "minibatch", "Memory per rank",
+                              "ring", "Roofline", "bound"})
+    EXPECT_NE(r.out.find(section), std::string::npos) << section << "\n" << r.out;
+}
+
+TEST(Cli, PlanJsonParses) {
+  const RunResult r = run_cli("plan --model kimi-k2 --ep 8 --tokens 4096 --routing zipf:1.2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "kimi-k2");
+  EXPECT_EQ(j["world"]["ep"], 8);
+  EXPECT_EQ(j["world"]["routing"].get<std::string>().rfind("zipf:1.2 (seed 1)", 0), 0u) << j["world"]["routing"];
+  EXPECT_EQ(j["overlap"]["overlap_min_rows"], 2112);
+  EXPECT_DOUBLE_EQ(j["traffic"]["routes_per_rank"]["mean"].get<double>(), 4096.0 * 8);
+  EXPECT_GT(j["traffic"]["expert_imbalance"].get<double>(), 1.5);
+  EXPECT_GT(j["memory_bytes"]["total"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["roofline"]["forward"]["bound"] == "compute" || j["roofline"]["forward"]["bound"] == "nvlink");
+}
+
+TEST(Cli, PlanFromTraceFile) {
+  RoutingSpec spec;
+  spec.kind = RoutingKind::kZipf;
+  spec.seed = 3;
+  const Routing routing = make_routing(spec, 4, 256, 8, 256);
+  const std::string path = temp_path("caracal_cli_trace.npy");
+  save_routing_npy(routing, path);
+  const RunResult r = run_cli("plan --model deepseek-v3 --trace " + path + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["world"]["ep"], 4);
+  EXPECT_EQ(j["world"]["tokens_per_rank"], 256);
+  EXPECT_EQ(j["world"]["routing"], "trace:" + path);
+  const RunResult table = run_cli("plan --model deepseek-v3 --trace " + path);
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("trace:"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Cli, PlanExplicitShape) {
+  const RunResult r =
+      run_cli("plan --hidden 1024 --intermediate 512 --experts 32 --top-k 4 --shared-intermediate 0 --ep 4 "
+              "--tokens 1000 --routing all-to-one:5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["model"].is_null());
+  EXPECT_EQ(j["layer"]["shared_experts"], 0);
+  EXPECT_DOUBLE_EQ(j["traffic"]["rank_imbalance"].get<double>(), 4.0);
+}
+
+TEST(Cli, ModelsListsEveryPreset) {
+  const RunResult r = run_cli("models");
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* name : {"deepseek-v3", "kimi-k2", "glm-5", "qwen3.5-397b", "qwen3-235b", "deepseek-v4-pro",
+                           "gpt-oss-120b"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(Cli, HelpExitsZero) {
+  const RunResult r = run_cli("plan --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--trace"), std::string::npos);
+}
+
+TEST(Cli, BadInputGetsOneClearErrorLine) {
+  expect_clean_error("plan --model deepseek-v9 --tokens 16", "unknown preset 'deepseek-v9'");
+  expect_clean_error("plan --model deepseek-v3 --ep abc --tokens 16", "--ep");
+  expect_clean_error("plan --model deepseek-v3 --ep 3 --tokens 16", "divisible");
+  expect_clean_error("plan --model deepseek-v3 --ep 8 --tokens -5", "tokens");
+  expect_clean_error("plan --model deepseek-v3 --ep 8", "--tokens is required");
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --routing zipf:-1", "zipf");
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --routing pareto", "pareto");
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --tile 128", "tile");
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --precision fp16", "--precision");
+  expect_clean_error("plan --hidden 1000 --intermediate 512 --experts 8 --top-k 2 --tokens 8", "hidden");
+  expect_clean_error("plan --intermediate 512 --experts 8 --top-k 2 --tokens 8", "--hidden");
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --no-such-flag", "no-such-flag");
+  expect_clean_error("", "subcommand");
+}
+
+TEST(Cli, BadTraceFilesGetOneClearErrorLine) {
+  const std::string missing = temp_path("caracal_no_such_trace.npy");
+  expect_clean_error("plan --model deepseek-v3 --trace " + missing, missing);
+
+  const std::string not_npy = temp_path("caracal_not_npy.npy");
+  std::ofstream(not_npy) << "hello, this is not a numpy file\n";
+  expect_clean_error("plan --model deepseek-v3 --trace " + not_npy, not_npy);
+
+  // A valid trace whose top-k (4) differs from the model's (8).
+  RoutingSpec spec;
+  const std::string wrong_k = temp_path("caracal_wrong_k.npy");
+  save_routing_npy(make_routing(spec, 2, 16, 4, 256), wrong_k);
+  expect_clean_error("plan --model deepseek-v3 --trace " + wrong_k, "top-k");
+  // ... or whose W disagrees with an explicit --ep.
+  expect_clean_error("plan --model deepseek-v3 --top-k 4 --ep 8 --trace " + wrong_k, "--ep 8");
+
+  // int64 data instead of int32: hand-written .npy v1.0 header.
+  const std::string wrong_dtype = temp_path("caracal_wrong_dtype.npy");
+  {
+    std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 1), }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream f(wrong_dtype, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    const uint16_t len = static_cast<uint16_t>(header.size());
+    f.write(reinterpret_cast<const char*>(&len), 2);
+    f << header;
+    const int64_t data[2] = {0, 1};
+    f.write(reinterpret_cast<const char*>(data), sizeof data);
+  }
+  expect_clean_error("plan --model deepseek-v3 --top-k 1 --trace " + wrong_dtype, "<i8");
+  for (const std::string& p : {not_npy, wrong_k, wrong_dtype}) std::remove(p.c_str());
+}
+
+}  // namespace
+}  // namespace caracal

@@ -1,0 +1,163 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "caracal/error.hpp"
+#include "caracal/plan.hpp"
+#include "caracal/presets.hpp"
+#include "caracal/routing.hpp"
+
+namespace caracal {
+namespace {
+
+LayerConfig config_for(const std::string& model, int64_t ep, int64_t tokens) {
+  const ModelPreset& p = find_model_preset(model);
+  LayerConfig c;
+  c.shape = p.shape;
+  c.router = p.router;
+  c.ep_size = ep;
+  c.tokens_per_rank = tokens;
+  return c;
+}
+
+Plan plan_with(const LayerConfig& c, RoutingKind kind, PlanOptions options = {}) {
+  RoutingSpec spec;
+  spec.kind = kind;
+  spec.seed = 7;
+  const Routing r = make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
+  return make_plan(c, r, to_string(spec), options);
+}
+
+TEST(Planner, OverlapRuleMatchesDesignKimiFigure) {
+  // DESIGN §2: H200, 132 SMs, 128x256 tiles, Kimi K2 shapes -> 2,112 rows.
+  const Plan p = plan_with(config_for("kimi-k2", 8, 512), RoutingKind::kUniform);
+  EXPECT_EQ(p.overlap_min_rows, 2112);
+  EXPECT_EQ(p.minibatch_rows, 2176);  // rounded up to the 128-row tile
+  EXPECT_EQ(p.ring_rows % p.minibatch_rows, 0);
+}
+
+TEST(Planner, BalancedStepFitsOneMacrobatch) {
+  const LayerConfig c = config_for("deepseek-v3", 8, 4096);
+  const Plan p = plan_with(c, RoutingKind::kUniform);
+  EXPECT_DOUBLE_EQ(p.routes_per_rank.mean, 4096.0 * 8);  // every route lands somewhere
+  EXPECT_DOUBLE_EQ(p.routes_per_expert.mean, 4096.0 * 8 * 8 / 256);
+  EXPECT_LT(p.rank_imbalance, 1.1);
+  EXPECT_GE(p.padded_rows_max, static_cast<int64_t>(p.routes_per_rank.max));
+  EXPECT_EQ(p.padded_rows_max % 128, 0);
+  EXPECT_EQ(p.macrobatches, 1);
+  EXPECT_EQ(p.replayed_rows, 0);
+  EXPECT_EQ(p.empty_slots, 0);
+  EXPECT_STREQ(p.roofline.forward_bound(), "compute");
+}
+
+TEST(Planner, AllToOneNeedsSeveralMacrobatchesAndReplays) {
+  const LayerConfig c = config_for("deepseek-v3", 8, 4096);
+  const Plan p = plan_with(c, RoutingKind::kAllToOne);
+  const int64_t all_routes = 8 * 4096 * 8;
+  EXPECT_EQ(p.routes_per_rank.max, all_routes);
+  EXPECT_EQ(p.routes_per_rank.min, 0);
+  EXPECT_DOUBLE_EQ(p.rank_imbalance, 8.0);
+  EXPECT_EQ(p.padded_rows_max, all_routes);  // a multiple of 128 already
+  EXPECT_EQ(p.empty_experts, 255);
+  EXPECT_EQ(p.macrobatches, (all_routes + p.ring_rows - 1) / p.ring_rows);
+  EXPECT_EQ(p.replayed_rows, all_routes - p.ring_rows);
+  // The busiest rank pulls 7/8 of all routes over NVLink.
+  EXPECT_EQ(p.roofline.forward_nvlink_bytes, int64_t{7} * 4096 * 8 * (7168 * 2));
+}
+
+TEST(Planner, SingleRankMovesNothingOverNvlink) {
+  const LayerConfig c = config_for("deepseek-v3", 1, 1000);
+  const Plan p = plan_with(c, RoutingKind::kZipf);
+  EXPECT_EQ(p.roofline.forward_nvlink_bytes, 0);
+  EXPECT_EQ(p.roofline.backward_nvlink_bytes, 0);
+  EXPECT_STREQ(p.roofline.forward_bound(), "compute");
+  // Compute counts padded rows and the shared expert.
+  const double D = 7168, I = 2048, T = 1000;
+  const double expected = 6.0 * static_cast<double>(p.padded_rows_max) * D * I + 6.0 * T * D * I;
+  EXPECT_DOUBLE_EQ(p.roofline.forward_flops, expected);
+  EXPECT_DOUBLE_EQ(p.roofline.forward_compute_ms, expected / (806.0 * 1e9));
+  EXPECT_DOUBLE_EQ(p.roofline.backward_flops, 2 * expected);  // nothing replayed
+}
+
+TEST(Planner, MemoryOfATinyLayerByHand) {
+  LayerConfig c;
+  c.shape = LayerShape{64, 128, 4, 2, 1, 64};
+  c.ep_size = 2;
+  c.tokens_per_rank = 10;
+  PlanOptions o;
+  o.tile_m = 16;
+  o.tile_n = 16;
+  o.sm_count = 2;
+  const Plan p = plan_with(c, RoutingKind::kUniform, o);
+  const int64_t T = 10, k = 2, D = 64, I = 128, L = 2, W = 2, Is = 64;
+  EXPECT_EQ(p.memory.symmetric, T * D * 2 + T * k * 4 * 3 + T * k * D * 2 + T * D * 2);
+  EXPECT_EQ(p.memory.ring, p.ring_rows * (D * 2 + 2 * I * 2 + I * 2));
+  const int64_t capacity = W * T * k + L * (16 - 1);
+  EXPECT_EQ(p.memory.schedule, capacity * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8);
+  EXPECT_EQ(p.memory.saved, T * 3 * Is * 2 + T * k * 4);
+  EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
+  EXPECT_EQ(p.memory.worst_case_receive, capacity * (D * 2 + 3 * I * 2));
+}
+
+TEST(Planner, TraceAndGeneratedRoutingGiveTheSamePlan) {
+  const LayerConfig c = config_for("qwen3.5-397b", 4, 333);
+  RoutingSpec spec;
+  spec.kind = RoutingKind::kZipf;
+  spec.zipf_exponent = 1.3;
+  spec.empty_slot_fraction = 0.1;
+  spec.seed = 11;
+  const Routing r = make_routing(spec, 4, 333, c.shape.top_k, c.shape.num_experts);
+  const std::string path = ::testing::TempDir() + "/caracal_planner_trace.npy";
+  save_routing_npy(r, path);
+  const Plan from_trace = make_plan(c, load_routing_npy(path), "trace", {});
+  const Plan generated = make_plan(c, r, "generated", {});
+  std::remove(path.c_str());
+  EXPECT_EQ(from_trace.padded_rows_max, generated.padded_rows_max);
+  EXPECT_EQ(from_trace.empty_slots, generated.empty_slots);
+  EXPECT_GT(generated.empty_slots, 0);
+  EXPECT_DOUBLE_EQ(from_trace.roofline.forward_flops, generated.roofline.forward_flops);
+  EXPECT_EQ(from_trace.roofline.backward_nvlink_bytes, generated.roofline.backward_nvlink_bytes);
+}
+
+TEST(Planner, RejectsRoutingThatDoesNotMatchTheConfig) {
+  const LayerConfig c = config_for("deepseek-v3", 8, 64);
+  RoutingSpec spec;
+  const Routing r = make_routing(spec, 4, 64, 8, 256);
+  EXPECT_THROW(make_plan(c, r, "x", {}), Error);
+}
+
+TEST(Planner, RejectsRingThatIsNotAMinibatchMultiple) {
+  PlanOptions o;
+  o.ring_rows = 1000;
+  try {
+    plan_with(config_for("kimi-k2", 8, 256), RoutingKind::kUniform, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ring_rows must be a multiple of the minibatch (2176"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Planner, ExplicitRingChangesReplayCount) {
+  PlanOptions o;
+  o.ring_rows = 2176;
+  const Plan p = plan_with(config_for("kimi-k2", 8, 4096), RoutingKind::kUniform, o);
+  EXPECT_EQ(p.ring_rows, 2176);
+  EXPECT_GT(p.macrobatches, 1);
+  EXPECT_EQ(p.replayed_rows, p.padded_rows_max - 2176);
+  EXPECT_GT(p.roofline.backward_flops, 2 * p.roofline.forward_flops);
+}
+
+TEST(Planner, RejectsBadOptions) {
+  PlanOptions o;
+  o.tflops = 0;
+  EXPECT_THROW(plan_with(config_for("kimi-k2", 8, 16), RoutingKind::kUniform, o), Error);
+  o = {};
+  o.tile_m = 0;
+  EXPECT_THROW(plan_with(config_for("kimi-k2", 8, 16), RoutingKind::kUniform, o), Error);
+}
+
+}  // namespace
+}  // namespace caracal
