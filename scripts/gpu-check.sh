@@ -33,7 +33,7 @@ for t in "$build"/tests/test_gpu_*; do
   name=$(basename "$t")
   for tool in memcheck racecheck; do
     if compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --gtest_brief=1 >"$logs/$name.$tool.log" 2>&1; then
-      record "$name $tool" "clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors\?' "$logs/$name.$tool.log" | tail -1))"
+      record "$name $tool" "clean ($(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$logs/$name.$tool.log" | tail -1))"
     else
       tail -n 20 "$logs/$name.$tool.log"
       record "$name $tool" "ERRORS (see $name.$tool.log)"
