@@ -1,0 +1,51 @@
+#pragma once
+// The device-side view of an expert-parallel world, shared by every backend (DESIGN §4).
+//
+// Every rank owns one symmetric heap of the same size; each buffer lives at the same offset in
+// every rank's heap, so a buffer is named by a SymmetricPtr (an offset) and resolved for any
+// rank with DeviceWorld::at(ptr, rank). `heap[r]` is rank r's heap as this process maps it:
+//   * loopback: W virtual ranks on one GPU, heap[r] = base + r * stride, all ranks in one
+//     launch (the grid holds local_ranks * ctas_per_rank CTAs);
+//   * NCCL: one rank per process or thread, heap[r] = the registered window's LSA pointer for r.
+// Kernels are written for one rank: CTA blockIdx.x serves local rank blockIdx.x / ctas_per_rank
+// (a 1-D grid, as launch() makes it), and find their rank and CTA index with rank() and cta().
+//
+// Cross-rank ordering comes only from world_barrier (device_sync.cuh, DESIGN §3). Waits are
+// bounded: a wait that times out records an error (first error wins) and the kernel returns; the
+// host raises it as caracal::Error at its next World::check().
+//
+// A DeviceWorld is made by World::device_view for exactly one launch and passed by value as the
+// kernel's first parameter.
+#include <cstdint>
+
+#include "caracal/comm/device_error.hpp"
+#include "caracal/comm/symmetric_ptr.hpp"
+
+namespace caracal::comm {
+
+struct DeviceWorld {
+  int world_size = 1;
+  int first_local_rank = 0;  // global rank of this process's first rank (loopback: 0)
+  int local_ranks = 1;       // ranks driven by this process (loopback: W, NCCL: 1)
+  int ctas_per_rank = 1;
+  char* const* heap = nullptr;          // [world_size] device array of heap bases
+  DeviceErrorRecord* error = nullptr;   // pinned host record, read by World::check()
+  unsigned* error_claim = nullptr;      // device word: the first failed wait of a period wins
+  uint64_t timeout_ns = 0;              // default bound of every wait (World::set_wait_timeout)
+  uint32_t launch_id = 0;               // names this launch in error messages
+
+  // Index of this CTA's rank among the process's local ranks.
+  __device__ int local_rank() const { return static_cast<int>(blockIdx.x) / ctas_per_rank; }
+  // Global rank served by this CTA.
+  __device__ int rank() const { return first_local_rank + local_rank(); }
+  // Index of this CTA among its rank's ctas_per_rank CTAs.
+  __device__ int cta() const { return static_cast<int>(blockIdx.x) % ctas_per_rank; }
+
+  // Buffer `p` in rank `rank`'s heap (any rank: loads and stores go over NVLink for remote ones).
+  template <typename T>
+  __device__ T* at(SymmetricPtr<T> p, int rank) const {
+    return reinterpret_cast<T*>(__ldg(reinterpret_cast<const uintptr_t*>(heap) + rank) + p.offset);
+  }
+};
+
+}  // namespace caracal::comm

@@ -1,0 +1,24 @@
+#pragma once
+// W virtual ranks on one GPU, driven by one process and one launch (DESIGN §4): every multi-rank
+// path runs on a single GPU. Heaps are one device allocation, rank r's at base + r * stride.
+#include <cstddef>
+
+#include "caracal/comm/cuda_memory.hpp"
+#include "caracal/comm/world.hpp"
+
+namespace caracal::comm {
+
+class LoopbackWorld final : public World {
+ public:
+  // `heap_bytes_per_rank` is rounded up to a multiple of 256. Makes `device` current on the calling
+  // thread. Throws caracal::Error for world_size < 1 (before touching the GPU) or CUDA failures.
+  LoopbackWorld(int world_size, size_t heap_bytes_per_rank, int device = 0);
+
+ private:
+  // All virtual ranks run in one launch on one stream: stream order is already a rendezvous.
+  void rendezvous(cudaStream_t) override {}
+
+  DeviceMemory<char> heaps_;  // world_size heaps of heap_stride() bytes
+};
+
+}  // namespace caracal::comm

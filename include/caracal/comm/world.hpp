@@ -1,0 +1,122 @@
+#pragma once
+// An expert-parallel world (DESIGN §4): `world_size` ranks, each owning a symmetric heap of the same
+// size; buffers are allocated once at setup (the same calls in the same order on every rank) and
+// named by SymmetricPtr. Kernels see the world through DeviceWorld (device_world.cuh) and are
+// launched with caracal::comm::launch (launch.cuh). Backends:
+//   * LoopbackWorld (loopback_world.hpp): all ranks are virtual, on one GPU, in one launch;
+//   * NcclWorld (nccl_world.hpp): one rank per process or thread, NCCL symmetric memory.
+// After construction nothing here synchronizes the device: device_view, check and reset_barrier only
+// touch host memory or enqueue work on a stream, so launches can be captured into CUDA graphs.
+//
+// Threading: a World is used from one host thread at a time, whose current device is device().
+// Not copyable or movable (kernels hold pointers into it); destroy it after its last launch.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "caracal/comm/cuda_memory.hpp"
+#include "caracal/comm/device_error.hpp"
+#include "caracal/comm/heap_allocator.hpp"
+#include "caracal/comm/symmetric_ptr.hpp"
+
+namespace caracal::comm {
+
+struct DeviceWorld;  // device_world.cuh (CUDA code only)
+
+// Which ranks this process drives, on which device.
+struct WorldShape {
+  const char* backend;   // for messages: "LoopbackWorld", "NcclWorld"
+  int world_size;
+  int first_local_rank;  // global rank of the first local rank
+  int local_ranks;       // loopback: world_size; NCCL: 1
+  int device;
+};
+
+class World {
+ public:
+  static constexpr std::chrono::nanoseconds kDefaultWaitTimeout = std::chrono::seconds(5);
+
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  virtual ~World();
+
+  int world_size() const { return shape_.world_size; }
+  int first_local_rank() const { return shape_.first_local_rank; }
+  int local_ranks() const { return shape_.local_ranks; }
+  int device() const { return shape_.device; }
+  int multiprocessors() const { return multiprocessors_; }
+
+  // Allocates `count` elements of T in every rank's heap (256-byte aligned, zero-filled at setup).
+  // Throws caracal::Error("symmetric heap: asked for X bytes, Y of Z left") when the heap is full.
+  template <typename T>
+  SymmetricPtr<T> allocate(size_t count) {
+    return SymmetricPtr<T>{allocator_.allocate(count, sizeof(T))};
+  }
+  size_t heap_bytes_per_rank() const { return allocator_.capacity(); }
+  size_t heap_bytes_left() const { return allocator_.left(); }
+
+  // `ptr` in local rank `local_rank`'s heap, as a device pointer of this process (for host-side
+  // copies and for kernels that do not take a DeviceWorld). It is the same address that
+  // DeviceWorld::at gives for that rank, so both may be mixed.
+  template <typename T>
+  T* local_pointer(SymmetricPtr<T> ptr, int local_rank = 0) const {
+    return reinterpret_cast<T*>(local_heap(local_rank) + ptr.offset);
+  }
+  char* local_heap(int local_rank) const;
+
+  // The view passed to one launch of a backend-agnostic kernel whose grid is local_ranks() *
+  // ctas_per_rank CTAs. Each call is a new launch: it gets the next launch id, under which
+  // check() names `launch_name` (the last 64 names are kept; copy is taken). Host only, no sync.
+  DeviceWorld device_view(int ctas_per_rank, const char* launch_name);
+
+  // How long a device wait may spin before it records an error (default kDefaultWaitTimeout).
+  // Applies to views made afterwards.
+  void set_wait_timeout(std::chrono::nanoseconds timeout);
+  std::chrono::nanoseconds wait_timeout() const { return std::chrono::nanoseconds(timeout_ns_); }
+
+  // Throws caracal::Error describing the first device wait that timed out since the last check
+  // (the wait, the rank, the peer, the launch) and clears it. Reads pinned host memory only: it
+  // does not wait for running kernels, so an error shows up at the first check after it happened.
+  void check();
+
+  // After a timed-out wait the barrier state is inconsistent (some ranks advanced, some did not).
+  // This zeroes it on `stream`, after the failed launch; the NCCL backend brackets the reset with
+  // two cross-rank rendezvous (collective: every rank calls it). Stream-ordered, no host sync.
+  void reset_barrier(cudaStream_t stream);
+
+ protected:
+  World(const WorldShape& shape, size_t heap_bytes_per_rank);
+
+  // Bytes each rank's heap occupies: the barrier state plus the user region, rounded to 256.
+  size_t heap_stride() const { return heap_stride_; }
+  // Records where every rank's heap is mapped in this process (setup only; synchronizes).
+  void publish_heaps(const std::vector<char*>& heaps);
+  // Cross-rank fence on `stream` used by reset_barrier: once it completes on a rank, every rank has
+  // completed all work it enqueued before its own call. Loopback: stream order already does that.
+  virtual void rendezvous(cudaStream_t stream) = 0;
+
+ private:
+  static constexpr size_t kKeptLaunchNames = 64;
+
+  std::string launch_name(uint32_t launch) const;
+
+  WorldShape shape_;
+  SymmetricHeapAllocator allocator_;
+  size_t heap_stride_;
+  int multiprocessors_ = 0;
+  uint64_t timeout_ns_;
+  std::vector<char*> heaps_;                   // [world_size] as mapped in this process
+  DeviceMemory<char*> heap_table_;             // device copy of heaps_
+  PinnedMemory<DeviceErrorRecord> error_host_;  // pinned, host-mapped
+  DeviceErrorRecord* error_device_ = nullptr;  // the same record as the device addresses it
+  DeviceMemory<unsigned> error_claim_;         // device word: first error of a period wins
+  uint32_t next_launch_ = 0;
+  std::array<std::string, kKeptLaunchNames> launch_names_;
+};
+
+}  // namespace caracal::comm

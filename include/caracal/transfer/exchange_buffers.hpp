@@ -1,0 +1,66 @@
+#pragma once
+// The per-rank buffers of a token exchange, all in the world's symmetric heap (the same offset on
+// every rank), named by SymmetricPtr. Shapes use T tokens, k slots, D hidden, L local experts,
+// W ranks, R = row_capacity rows (exchange_shape.hpp). Plain data: valid in host and device code.
+//
+// Who touches what (home = the rank that owns the tokens, expert side = the rank that owns the
+// expert; a rank is both for different routes):
+//   read by peers:    topk_idx, x, dy, gates
+//   written by peers: route_location, combine_slots, dx_slots, dg_slots
+//   everything else is local to its rank.
+#include <cuda_bf16.h>
+#include <vector_types.h>
+
+#include <cstdint>
+
+#include "caracal/comm/symmetric_ptr.hpp"
+
+namespace caracal::transfer {
+
+template <typename T>
+using Sym = comm::SymmetricPtr<T>;
+
+// The schedule table (DESIGN §2), built on the GPU by TokenExchange::build_schedule.
+struct ScheduleBuffers {
+  Sym<int32_t> topk_idx;       // [T*k] input: global expert ids, -1 = empty slot
+  Sym<int2> rows;              // [R] {src_rank, src_route = token*k + slot}; padding rows {-1, -1};
+                               //     rows at and past total_rows are left untouched
+  Sym<int32_t> expert_offset;  // [L+1] first row of each local expert's segment (multiples of tile_m)
+  Sym<int32_t> expert_count;   // [L] routes per local expert
+  Sym<int32_t> source_count;   // [L][W] routes per (local expert, source rank)
+  Sym<int32_t> total_rows;     // [1] padded rows = expert_offset[L]
+  Sym<int2> route_location;    // [T*k] inverse view: {dst_rank, row} processing each home route,
+                               //     {-1, -1} for an empty slot
+  Sym<int32_t> kept_experts;   // workspace [W][T*k]: local expert of each pulled route, or -1
+  Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: routes per (source, chunk, local expert)
+};
+
+// Router weights on the home rank.
+struct RouterBuffers {
+  Sym<float> topk_scores;    // [T*k] input
+  Sym<float> gates;          // [T*k] g (compute_gates); 0 for empty slots
+  Sym<float> d_topk_scores;  // [T*k] output of reverse_dispatch; 0 for empty slots
+};
+
+struct ForwardBuffers {
+  Sym<__nv_bfloat16> x;              // [T][D] input
+  Sym<__nv_bfloat16> expert_x;       // [R][D] dispatch output, schedule order; padding rows zero
+  Sym<__nv_bfloat16> expert_out;     // [R][D] combine input: E_i(x) per row, unweighted
+  Sym<__nv_bfloat16> combine_slots;  // [T*k][D] expert outputs as pushed to their home slots
+  Sym<__nv_bfloat16> shared_out;     // [T][D] optional input: the shared expert's output
+  Sym<__nv_bfloat16> y;              // [T][D] combine output
+};
+
+struct BackwardBuffers {
+  Sym<__nv_bfloat16> dy;         // [T][D] input
+  Sym<__nv_bfloat16> expert_dy;  // [R][D] reverse-combine output (g not applied); padding zero
+  Sym<float> expert_gates;       // [R] g of each row's route; padding rows 0
+  Sym<__nv_bfloat16> expert_dx;  // [R][D] reverse-dispatch input
+  Sym<float> expert_dg;          // [R] reverse-dispatch input: dL/dg of each row's route
+  Sym<__nv_bfloat16> dx_slots;   // [T*k][D] dx rows as pushed to their home slots
+  Sym<float> dg_slots;           // [T*k] dL/dg as pushed to their home slots
+  Sym<__nv_bfloat16> shared_dx;  // [T][D] optional input: the shared expert's dx
+  Sym<__nv_bfloat16> dx;         // [T][D] reverse-dispatch output
+};
+
+}  // namespace caracal::transfer

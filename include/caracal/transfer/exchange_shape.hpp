@@ -1,0 +1,41 @@
+#pragma once
+// The shape of one token exchange (DESIGN §2) and the sizes that follow from it in a world of W
+// ranks. Host only; every device index derived from these sizes fits in 32 bits (checked here).
+#include <cstddef>
+#include <cstdint>
+
+namespace caracal::transfer {
+
+// bf16 values per 16-byte vector: rows move as whole vectors, so `hidden` must be a multiple.
+inline constexpr int64_t kHiddenAlignment = 8;
+// Routes one warp of the schedule builder pulls, counts and places as one chunk.
+inline constexpr int64_t kScheduleChunkRoutes = 1024;
+// Threads of every exchange kernel (8 warps).
+inline constexpr int kExchangeThreads = 256;
+// The largest dynamic shared memory a Hopper CTA may use (227 KiB).
+inline constexpr size_t kMaxSharedBytesPerCta = 227 * 1024;
+
+struct ExchangeShape {
+  int64_t tokens = 0;       // T: tokens per rank
+  int64_t top_k = 0;        // k: slots per token
+  int64_t hidden = 0;       // D: bf16 values per token row, a multiple of kHiddenAlignment
+  int64_t num_experts = 0;  // E: global expert count, divisible by the world size
+  int64_t tile_m = 128;     // every expert segment is padded to a multiple of this (the GEMM's M tile)
+};
+
+struct ExchangeSizes {
+  int64_t world_size = 0;            // W
+  int64_t routes = 0;                // T * k routes per home rank
+  int64_t local_experts = 0;         // L = E / W
+  int64_t row_capacity = 0;          // W*T*k + L*(tile_m - 1): the most rows any rank can receive
+  int64_t chunks = 0;                // schedule chunks per source rank: ceil(T*k / kScheduleChunkRoutes)
+  size_t schedule_shared_bytes = 0;  // dynamic shared memory of the schedule builder's CTAs
+};
+
+// Validates `shape` for `world_size` ranks and derives its sizes. Throws caracal::Error naming the
+// offending argument and the value expected: world_size, tokens, top_k, hidden (multiple of 8),
+// num_experts (divisible by world_size), tile_m, the route count W*T*k and the row capacity
+// (both below 2^31: 32-bit indices), and the schedule builder's shared memory (E + 10*L + 1 ints).
+ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size);
+
+}  // namespace caracal::transfer

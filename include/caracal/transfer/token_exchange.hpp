@@ -1,0 +1,103 @@
+#pragma once
+// The token exchange of an expert-parallel world (DESIGN §2) as standalone launches: the schedule
+// table built on the GPU and the four transfers, over any comm::World (loopback: all ranks in one
+// launch; NCCL: one rank per process or thread). The kernels are thin wrappers around the device
+// blocks in schedule_build.cuh, token_rows.cuh, slot_reduce.cuh and router_math.cuh, which the
+// fused layer kernel calls directly.
+//
+// Every call only enqueues work on `stream`: no host synchronization, outputs stay on the device,
+// the sequence can be captured into a CUDA graph and replayed (inputs are read from the buffers at
+// run time). All buffers live in the world's symmetric heap (exchange_buffers.hpp); write inputs
+// through world.local_pointer(buffers().xxx, local_rank) and read outputs the same way.
+//
+// Protocol (cross-rank ordering comes only from world barriers inside each launch):
+//   build_schedule    reset route_location | barrier | pull topk_idx, count | barrier | place rows,
+//                     push route locations | barrier
+//   compute_gates     g from topk_scores, local (no barrier)
+//   dispatch          barrier | pull x rows
+//   combine           barrier | push expert_out rows to home slots | barrier | y = shared + sum g*slot
+//   reverse_combine   barrier | pull dy rows and g
+//   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
+// Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
+// visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
+// an earlier launch. A buffer that peers read (topk_idx, x, dy, gates) must therefore only be
+// rewritten after a later launch's barrier, as the forward-backward sequence above does.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "caracal/comm/world.hpp"
+#include "caracal/layer_config.hpp"
+#include "caracal/transfer/exchange_buffers.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
+#include "caracal/transfer/routing_fault.hpp"
+
+namespace caracal::transfer {
+
+// Which buffer groups to allocate (the expert-side buffers are R x D each: a benchmark of one
+// direction can leave the other out). Router and schedule buffers are always allocated.
+struct ExchangeOptions {
+  bool forward = true;         // dispatch + combine
+  bool backward = true;        // reverse combine + reverse dispatch
+  bool shared_expert = false;  // shared_out / shared_dx inputs added in combine / reverse dispatch
+};
+
+class TokenExchange {
+ public:
+  // Bytes of symmetric heap per rank the buffers take (validates the shape; throws caracal::Error).
+  static size_t heap_bytes(const ExchangeShape& shape, int world_size, const ExchangeOptions& options = {});
+
+  // Allocates the buffers in `world`'s heap and prepares the kernels (setup: may synchronize).
+  // Throws caracal::Error for an invalid shape (naming the argument) or a heap too small for
+  // heap_bytes(). `world` must outlive the exchange.
+  TokenExchange(comm::World& world, const ExchangeShape& shape, const ExchangeOptions& options = {});
+  ~TokenExchange();
+  TokenExchange(const TokenExchange&) = delete;
+  TokenExchange& operator=(const TokenExchange&) = delete;
+
+  const ExchangeShape& shape() const { return shape_; }
+  const ExchangeSizes& sizes() const { return sizes_; }
+  const ExchangeOptions& options() const { return options_; }
+  comm::World& world() const { return world_; }
+  const ScheduleBuffers& schedule_buffers() const { return schedule_; }
+  const RouterBuffers& router_buffers() const { return router_; }
+  const ForwardBuffers& forward_buffers() const { return forward_; }
+  const BackwardBuffers& backward_buffers() const { return backward_; }
+
+  // The schedule table from every rank's topk_idx, plus the inverse view (route_location).
+  // Out-of-range expert ids are treated as empty slots and raised by check().
+  void build_schedule(cudaStream_t stream);
+  // gates from topk_scores and topk_idx.
+  void compute_gates(const RouterNormalization& router, cudaStream_t stream);
+  // expert_x from x (needs a built schedule; options.forward).
+  void dispatch(cudaStream_t stream);
+  // y from expert_out, gates and shared_out when options.shared_expert (options.forward).
+  void combine(cudaStream_t stream);
+  // expert_dy and expert_gates from dy and gates (options.backward).
+  void reverse_combine(cudaStream_t stream);
+  // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward); `router`
+  // must be the one compute_gates used.
+  void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
+
+  // Throws caracal::Error for the first device failure since the last check: a timed-out wait
+  // (World::check) or an out-of-range expert id. Reads pinned memory only: no synchronization.
+  void check();
+
+ private:
+  struct Kernels;  // launch shapes, fixed at setup
+
+  comm::World& world_;
+  ExchangeShape shape_;
+  ExchangeSizes sizes_;
+  ExchangeOptions options_;
+  ScheduleBuffers schedule_;
+  RouterBuffers router_;
+  ForwardBuffers forward_;
+  BackwardBuffers backward_;
+  RoutingFaultFlag fault_;
+  std::unique_ptr<Kernels> kernels_;
+};
+
+}  // namespace caracal::transfer

@@ -1,0 +1,59 @@
+#pragma once
+// Handing out rows and tokens to warps. The transfers flatten the work of all the process's
+// local ranks into one sequence that every warp of the launch strides through: in loopback a
+// rank that receives most of the rows (skewed routing) is then served by the whole GPU rather
+// than by its own share of the CTAs. With one local rank (NCCL) this is a plain grid-stride loop.
+// Every lane of a warp visits the same items, so visit() may use warp-wide operations.
+#include <cstdint>
+
+#include "caracal/comm/device_world.cuh"
+#include "caracal/comm/symmetric_ptr.hpp"
+
+namespace caracal::transfer {
+
+// A warp's place among the `count` warps that share some work.
+struct WarpWorkers {
+  int index = 0;
+  int count = 1;
+};
+
+// All warps of the launch, in (CTA, warp) order.
+__device__ __forceinline__ WarpWorkers launch_warps() {
+  const int warps_per_cta = static_cast<int>(blockDim.x) / 32;
+  return {static_cast<int>(blockIdx.x) * warps_per_cta + static_cast<int>(threadIdx.x) / 32,
+          static_cast<int>(gridDim.x) * warps_per_cta};
+}
+
+// Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the
+// warps taking turns over the flattened sequence. Only 32-bit divisions: a 64-bit one is a
+// subroutine call, around which ptxas spills.
+template <typename CountOf, typename Visit>
+__device__ void for_each_local_item(const comm::DeviceWorld& world, WarpWorkers workers, CountOf count_of,
+                                    Visit&& visit) {
+  int phase = 0;  // flattened index of the local rank's item 0, modulo workers.count
+  for (int local = 0; local < world.local_ranks; ++local) {
+    const int rank = world.first_local_rank + local;
+    const int items = count_of(rank);
+    const int first = workers.index >= phase ? workers.index - phase : workers.index - phase + workers.count;
+    for (int64_t item = first; item < items; item += workers.count) visit(rank, static_cast<int>(item));
+    phase = (phase + items % workers.count) % workers.count;
+  }
+}
+
+// Rows [0, *total_rows) of every local rank, where total_rows was written before this launch (the
+// schedule's row count on each rank).
+template <typename Visit>
+__device__ void for_each_local_row(const comm::DeviceWorld& world, comm::SymmetricPtr<int32_t> total_rows,
+                                   WarpWorkers workers, Visit&& visit) {
+  for_each_local_item(
+      world, workers, [&](int rank) { return *world.at(total_rows, rank); }, visit);
+}
+
+// Tokens [0, tokens) of every local rank.
+template <typename Visit>
+__device__ void for_each_local_token(const comm::DeviceWorld& world, int tokens, WarpWorkers workers, Visit&& visit) {
+  for_each_local_item(
+      world, workers, [tokens](int) { return tokens; }, visit);
+}
+
+}  // namespace caracal::transfer

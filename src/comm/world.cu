@@ -1,0 +1,160 @@
+// The backend-independent half of World: heap bookkeeping, launch views, the device error record.
+#include "caracal/comm/world.hpp"
+
+#include <atomic>
+#include <climits>
+
+#include "caracal/comm/barrier_layout.hpp"
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/comm/device_world.cuh"
+#include "caracal/comm/launch.cuh"
+#include "caracal/error.hpp"
+
+namespace caracal::comm {
+namespace {
+
+constexpr int kMaxWorldSize = 1024;
+constexpr size_t kMaxHeapBytes = size_t(1) << 40;  // 1 TiB per rank: beyond any GPU
+constexpr std::chrono::nanoseconds kMaxWaitTimeout = std::chrono::hours(1);
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+const WorldShape& validated(const WorldShape& s, size_t heap_bytes_per_rank) {
+  CARACAL_CHECK(s.world_size >= 1, s.backend, ": world_size must be at least 1, got ", s.world_size);
+  CARACAL_CHECK(s.world_size <= kMaxWorldSize, s.backend, ": world_size must be at most ", kMaxWorldSize,
+                ", got ", s.world_size);
+  CARACAL_CHECK(s.local_ranks >= 1 && s.first_local_rank >= 0 && s.first_local_rank + s.local_ranks <= s.world_size,
+                s.backend, ": local ranks [", s.first_local_rank, ", ", s.first_local_rank + s.local_ranks,
+                ") are not within world_size ", s.world_size);
+  CARACAL_CHECK(s.device >= 0, s.backend, ": device must be >= 0, got ", s.device);
+  CARACAL_CHECK(heap_bytes_per_rank <= kMaxHeapBytes, s.backend, ": heap_bytes_per_rank ", heap_bytes_per_rank,
+                " exceeds the limit of ", kMaxHeapBytes, " bytes");
+  return s;
+}
+
+}  // namespace
+
+World::World(const WorldShape& shape, size_t heap_bytes_per_rank)
+    : shape_(validated(shape, heap_bytes_per_rank)),
+      allocator_(barrier_layout::bytes(shape.world_size), round_up(heap_bytes_per_rank, SymmetricHeapAllocator::kAlignment)),
+      heap_stride_(barrier_layout::bytes(shape.world_size) + allocator_.capacity()),
+      timeout_ns_(static_cast<uint64_t>(kDefaultWaitTimeout.count())) {
+  check_cuda(cudaSetDevice(shape_.device), "cudaSetDevice");
+  int cooperative = 0;
+  check_cuda(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, shape_.device),
+             "cudaDeviceGetAttribute(cudaDevAttrCooperativeLaunch)");
+  CARACAL_CHECK(cooperative != 0, shape_.backend, ": device ", shape_.device,
+                " does not support cooperative launches, which world barriers need");
+  check_cuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, shape_.device),
+             "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
+
+  error_host_ = pinned_mapped_alloc<DeviceErrorRecord>(1, "cudaHostAlloc(device error record)");
+  *error_host_ = DeviceErrorRecord{};
+  void* mapped = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&mapped, error_host_.get(), 0), "cudaHostGetDevicePointer(device error record)");
+  error_device_ = static_cast<DeviceErrorRecord*>(mapped);
+  error_claim_ = device_alloc<unsigned>(1, "cudaMalloc(device error claim)");
+  check_cuda(cudaMemset(error_claim_.get(), 0, sizeof(unsigned)), "cudaMemset(device error claim)");
+  heap_table_ = device_alloc<char*>(static_cast<size_t>(shape_.world_size), "cudaMalloc(heap table)");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize(world setup)");
+}
+
+World::~World() = default;
+
+char* World::local_heap(int local_rank) const {
+  CARACAL_CHECK(local_rank >= 0 && local_rank < shape_.local_ranks, shape_.backend, ": local rank ", local_rank,
+                " out of range [0, ", shape_.local_ranks, ")");
+  return heaps_[static_cast<size_t>(shape_.first_local_rank + local_rank)];
+}
+
+void World::publish_heaps(const std::vector<char*>& heaps) {
+  CARACAL_CHECK(heaps.size() == static_cast<size_t>(shape_.world_size), shape_.backend, ": ", heaps.size(),
+                " heaps for a world of ", shape_.world_size);
+  heaps_ = heaps;
+  check_cuda(cudaMemcpy(heap_table_.get(), heaps_.data(), heaps_.size() * sizeof(char*), cudaMemcpyHostToDevice),
+             "cudaMemcpy(heap table)");
+}
+
+DeviceWorld World::device_view(int ctas_per_rank, const char* launch_name) {
+  CARACAL_CHECK(ctas_per_rank >= 1 && ctas_per_rank <= INT_MAX / shape_.local_ranks, shape_.backend,
+                ": ctas_per_rank must be in [1, ", INT_MAX / shape_.local_ranks, "], got ", ctas_per_rank);
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  CARACAL_CHECK(current == shape_.device, shape_.backend, " on device ", shape_.device,
+                " used from a thread whose current device is ", current);
+  DeviceWorld view;
+  view.world_size = shape_.world_size;
+  view.first_local_rank = shape_.first_local_rank;
+  view.local_ranks = shape_.local_ranks;
+  view.ctas_per_rank = ctas_per_rank;
+  view.heap = heap_table_.get();
+  view.error = error_device_;
+  view.error_claim = error_claim_.get();
+  view.timeout_ns = timeout_ns_;
+  view.launch_id = next_launch_;
+  launch_names_[next_launch_ % kKeptLaunchNames] = launch_name != nullptr ? launch_name : "";
+  ++next_launch_;
+  return view;
+}
+
+void World::set_wait_timeout(std::chrono::nanoseconds timeout) {
+  CARACAL_CHECK(timeout.count() > 0 && timeout <= kMaxWaitTimeout, shape_.backend,
+                ": wait timeout must be in (0, 1 h], got ", timeout.count(), " ns");
+  timeout_ns_ = static_cast<uint64_t>(timeout.count());
+}
+
+std::string World::launch_name(uint32_t launch) const {
+  if (next_launch_ - launch > kKeptLaunchNames) return "(name no longer kept)";
+  return launch_names_[launch % kKeptLaunchNames];
+}
+
+void World::check() {
+  // The device writes the fields, then fences, then `wait`; read in the opposite order.
+  volatile DeviceErrorRecord* shared = error_host_.get();
+  const uint32_t wait = shared->wait;
+  if (wait == 0) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  DeviceErrorRecord error{};
+  error.wait = wait;
+  error.rank = shared->rank;
+  error.peer = shared->peer;
+  error.launch = shared->launch;
+  error.seen = shared->seen;
+  error.timeout_ns = shared->timeout_ns;
+  // Clear, then open the next period: a device error that sees the new `cleared` finds the record
+  // empty (see record_wait_timeout).
+  shared->rank = 0;
+  shared->peer = 0;
+  shared->launch = 0;
+  shared->seen = 0;
+  shared->timeout_ns = 0;
+  shared->wait = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  shared->cleared = shared->cleared + 1;
+  throw Error(describe_device_error(error, launch_name(error.launch)));
+}
+
+void World::reset_barrier(cudaStream_t stream) {
+  rendezvous(stream);  // every rank's failed launch is over: no stale announcement is in flight
+  for (int l = 0; l < shape_.local_ranks; ++l) {
+    check_cuda(cudaMemsetAsync(local_heap(l), 0, barrier_layout::bytes(shape_.world_size), stream),
+               "cudaMemsetAsync(barrier state)");
+  }
+  rendezvous(stream);  // every rank has zeroed its state before any rank's next barrier writes to it
+}
+
+namespace detail {
+
+void throw_not_coresident(const World& world, const char* name, const LaunchShape& shape, int ctas_per_sm) {
+  const long long most = static_cast<long long>(ctas_per_sm) * world.multiprocessors();
+  throw Error(caracal::detail::concat(
+      "launch '", name, "': ", static_cast<long long>(world.local_ranks()) * shape.ctas_per_rank, " CTAs (",
+      world.local_ranks(), " local ranks x ", shape.ctas_per_rank, " CTAs per rank, ", shape.threads_per_cta,
+      " threads and ", shape.shared_bytes, " bytes of dynamic shared memory each) cannot all be resident at once on device ",
+      world.device(), ", which holds at most ", ctas_per_sm, " per SM x ", world.multiprocessors(), " SMs = ", most,
+      "; world barriers need every CTA resident, so use at most ", most / world.local_ranks(),
+      " CTAs per rank (max_ctas_per_rank)"));
+}
+
+}  // namespace detail
+}  // namespace caracal::comm

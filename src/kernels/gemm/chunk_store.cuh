@@ -1,0 +1,96 @@
+#pragma once
+// Epilogue store path: a consumer warpgroup turns its accumulators into bf16 64 x 64 chunks,
+// writes each into a 128B-swizzled shared-memory buffer (conflict-free 4-byte stores) and stores
+// it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
+// next chunk be written while the last one's TMA store still reads its buffer; the stores run on
+// while the warpgroup goes on to the next tile's mainloop.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/gemm/gemm_config.cuh"
+
+namespace caracal::kernels::gemm {
+
+// One thread's share of a 64 x 64 chunk, in the accumulator's pattern: words[2*t + h] is the bf16
+// pair at row 16w + l/4 + 8h, columns 8t + 2(l%4) and +1 (warp w, lane l of the warpgroup).
+struct ChunkWords {
+  uint32_t w[16];
+};
+
+// Two floats rounded to bf16 (nearest even), the first in the low half (the lower address).
+__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+class ChunkStoreRing {
+ public:
+  // `warpgroup`: consumer warpgroup index (0-based); `thread`: index within it (0..127).
+  __device__ ChunkStoreRing(Element (&buffers)[kChunkBuffers][kChunkElements], int warpgroup,
+                            int thread)
+      : buffers_(&buffers[0][0]),
+        base_(uint32_t(__cvta_generic_to_shared(&buffers[0][0]))),
+        barrier_id_(uint32_t(warpgroup)),
+        // (row, column) of this thread's first word, as a byte offset; see write().
+        row_offset_(
+            uint32_t((16 * (thread / 32) + (thread % 32) / 4) * kChunkCols * 2 + (thread % 4) * 4)),
+        swizzle_(uint32_t((thread % 32) / 4)),
+        leader_(thread == 0) {}
+
+  // Waits until the next buffer is no longer read by an earlier TMA store.
+  __device__ void acquire() {
+    if (leader_) cute::tma_store_wait<kChunkBuffers - 1>();
+    sync();
+  }
+
+  // Every thread writes its words. Rows are 128 bytes; the 16-byte unit t of row r sits at unit
+  // t ^ (r % 8) (CU_TENSOR_MAP_SWIZZLE_128B). Here r % 8 == l / 4 for both of a thread's rows,
+  // so the 32 lanes of a store hit 32 different banks.
+  __device__ void write(ChunkWords const& words) const {
+    uint32_t const buffer = base_ + uint32_t(index_) * kChunkElements * 2;
+    CUTE_UNROLL
+    for (int t = 0; t < 8; ++t) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint32_t const addr = buffer + row_offset_ + uint32_t(h * 8 * kChunkCols * 2) +
+                              ((uint32_t(t) ^ swizzle_) << 4);
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(words.w[2 * t + h]) : "memory");
+      }
+    }
+  }
+
+  // Publishes the buffer to the TMA unit and stores it at (col, row) of `map`'s tensor.
+  __device__ void store(CUtensorMap const* map, int col, int row) {
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the TMA
+    sync();
+    if (leader_) {
+      cute::SM90_TMA_STORE_2D::copy(map, buffers_ + index_ * kChunkElements, col, row);
+      cute::tma_store_arrive();  // commits the store as one bulk group
+    }
+    index_ = (index_ + 1) % kChunkBuffers;
+  }
+
+  // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
+  __device__ void drain() const {
+    if (leader_) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+
+ private:
+  __device__ void sync() const {
+    cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, barrier_id_);
+  }
+
+  Element const* buffers_;  // generic address of buffer 0, for the TMA store
+  uint32_t base_;           // its shared-memory address, for the stores into it
+  uint32_t barrier_id_;
+  uint32_t row_offset_;
+  uint32_t swizzle_;
+  bool leader_;
+  int index_ = 0;
+};
+
+}  // namespace caracal::kernels::gemm

@@ -1,0 +1,36 @@
+// Forward down projection over expert-contiguous rows: the grouped-GEMM kernel with the plain
+// bf16 epilogue (the only kernel instantiated in this unit).
+#include "caracal/kernels/grouped_gemm.hpp"
+#include "kernels/gemm/bf16_epilogue.cuh"
+#include "kernels/gemm/host_checks.hpp"
+#include "kernels/gemm/launch.cuh"
+#include "kernels/gemm/tensor_map.hpp"
+
+namespace caracal::kernels {
+
+void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
+  using namespace gemm;
+  check_down_proj_args(args);
+  if (args.rows.row_capacity == 0) return;
+
+  uint64_t const rows = uint64_t(args.rows.row_capacity);
+  uint64_t const d = uint64_t(args.hidden);
+  uint64_t const i = uint64_t(args.intermediate);
+  Params p{};
+  p.a = make_tensor_map_2d(args.hidden_in, rows, i, kBlockM, kBlockK, "hidden_in");
+  p.b = make_tensor_map_3d(args.w_down, uint64_t(args.rows.num_experts), d, i, kBlockN, kBlockK,
+                           "w_down");
+  p.out = make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out");
+  p.store_aux = false;
+  p.expert_offset = args.rows.expert_offset;
+  p.expert_count = args.rows.expert_count;
+  p.num_experts = args.rows.num_experts;
+  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  p.n_blocks = int((d + kBlockN - 1) / kBlockN);
+  p.k_tiles = args.intermediate / kBlockK;
+  p.out_cols = args.hidden;
+  p.aux_cols = 0;
+  launch_grouped_gemm<DownProjEpilogue>(p, args.num_ctas, stream, "grouped_down_proj");
+}
+
+}  // namespace caracal::kernels

@@ -1,0 +1,98 @@
+#include "kernels/gemm/host_checks.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "caracal/error.hpp"
+#include "kernels/gemm/tile_shape.hpp"
+
+namespace caracal::kernels::gemm {
+namespace {
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+void check_dim(int value, const char* fn, const char* name) {
+  CARACAL_CHECK(value > 0 && value % kGroupedGemmDimAlignment == 0, fn, ": ", name,
+                " must be a positive multiple of ", kGroupedGemmDimAlignment, ", got ", value);
+}
+
+void check_rows(const ExpertRows& rows, const char* fn) {
+  CARACAL_CHECK(rows.num_experts >= 1, fn, ": rows.num_experts must be >= 1, got ",
+                rows.num_experts);
+  CARACAL_CHECK(rows.row_capacity >= 0 && rows.row_capacity % kGroupedGemmTileM == 0, fn,
+                ": rows.row_capacity must be a non-negative multiple of ", kGroupedGemmTileM,
+                ", got ", rows.row_capacity);
+  CARACAL_CHECK(rows.expert_offset != nullptr && aligned(rows.expert_offset, 4), fn,
+                ": rows.expert_offset must be a 4-byte aligned device pointer to num_experts + 1 "
+                "int32 offsets, got ",
+                static_cast<const void*>(rows.expert_offset));
+  CARACAL_CHECK(aligned(rows.expert_count, 4), fn,
+                ": rows.expert_count must be null or a 4-byte aligned device pointer, got ",
+                static_cast<const void*>(rows.expert_count));
+}
+
+// A matrix operand: non-null and 16-byte aligned (TMA), except row buffers of an empty capacity.
+void check_matrix(const void* p, bool may_be_null, const char* fn, const char* name) {
+  CARACAL_CHECK(may_be_null || p != nullptr, fn, ": ", name,
+                " must be a 16-byte aligned device pointer, got null");
+  CARACAL_CHECK(aligned(p, 16), fn, ": ", name, " must be 16-byte aligned (TMA), got ", p);
+}
+
+void check_num_ctas(int num_ctas, const char* fn) {
+  CARACAL_CHECK(num_ctas >= 0, fn, ": num_ctas must be >= 0 (0: one per SM), got ", num_ctas);
+}
+
+// Tile indices are 32-bit on the device.
+void check_tile_count(const ExpertRows& rows, int64_t n, const char* fn) {
+  int64_t const tiles =
+      int64_t(rows.row_capacity / kGroupedGemmTileM) * ((n + kBlockN - 1) / kBlockN);
+  CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
+                ": rows.row_capacity x N is too large (", tiles, " tiles, must be < 2^31)");
+}
+
+}  // namespace
+
+void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
+  const char* fn = "grouped_up_gate_swiglu";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_matrix(a.x, no_rows, fn, "x");
+  check_matrix(a.w_gate_up, false, fn, "w_gate_up");
+  check_matrix(a.hidden_out, no_rows, fn, "hidden_out");
+  check_matrix(a.gate_up_out, true, fn, "gate_up_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
+}
+
+void check_down_proj_args(const DownProjArgs& a) {
+  const char* fn = "grouped_down_proj";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_matrix(a.hidden_in, no_rows, fn, "hidden_in");
+  check_matrix(a.w_down, false, fn, "w_down");
+  check_matrix(a.y_out, no_rows, fn, "y_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.hidden, fn);
+}
+
+int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn) {
+  int ctas = num_ctas;
+  if (ctas == 0) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device);
+    }
+    CARACAL_CHECK(err == cudaSuccess, fn, ": cannot read the SM count: ", cudaGetErrorString(err));
+  }
+  return int(std::max<int64_t>(1, std::min<int64_t>(ctas, max_tiles)));
+}
+
+}  // namespace caracal::kernels::gemm

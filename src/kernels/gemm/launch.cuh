@@ -1,0 +1,30 @@
+#pragma once
+// Host launch of one grouped-GEMM kernel instantiation.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "caracal/error.hpp"
+#include "kernels/gemm/gemm_config.cuh"
+#include "kernels/gemm/grouped_gemm_kernel.cuh"
+#include "kernels/gemm/host_checks.hpp"
+
+namespace caracal::kernels::gemm {
+
+// Enqueues grouped_gemm_kernel<Epilogue> over p's tiles with num_ctas persistent CTAs (0: one
+// per SM). Throws caracal::Error naming `fn` if CUDA refuses.
+template <class Epilogue>
+void launch_grouped_gemm(Params const& p, int num_ctas, cudaStream_t stream, const char* fn) {
+  auto* kernel = &grouped_gemm_kernel<Epilogue>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  CARACAL_CHECK(err == cudaSuccess, fn, ": cannot raise the shared-memory limit to ", kSmemBytes,
+                " bytes: ", cudaGetErrorString(err));
+  int64_t const max_tiles = int64_t(p.capacity_blocks) * p.n_blocks;
+  int const grid = persistent_grid_size(num_ctas, max_tiles, fn);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  err = cudaGetLastError();
+  CARACAL_CHECK(err == cudaSuccess, fn, ": launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace caracal::kernels::gemm

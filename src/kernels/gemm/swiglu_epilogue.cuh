@@ -1,0 +1,65 @@
+#pragma once
+// The up/gate epilogue: gate and up rounded to bf16 (stored when backward needs them), then
+// hidden = SiLU(gate) * up from the rounded values, rounded to bf16 and stored (contract F1, F2).
+//
+// The weights are interleaved in groups of kGateUpInterleave = 8 rows (gate_up_row), so
+// accumulator column group 2g holds gate columns [8g, 8g + 8) and group 2g + 1 the matching up
+// columns: every thread holds gate_j and up_j of the same j, and a 256-column tile yields 128
+// hidden columns in the same per-thread pattern as a plain 128-column accumulator.
+#include <cute/tensor.hpp>
+
+#include "kernels/gemm/bf16_epilogue.cuh"
+#include "kernels/gemm/chunk_store.cuh"
+#include "kernels/gemm/gemm_config.cuh"
+#include "kernels/gemm/tile_scheduler.cuh"
+
+namespace caracal::kernels::gemm {
+
+static_assert(kGateUpInterleave == 8, "the SwiGLU epilogue pairs 8-column accumulator groups");
+static_assert(kBlockN % (2 * kChunkCols) == 0);
+
+__device__ inline float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// SiLU(g) * u in fp32 (accurate expf and division: 64 values a thread per tile, off the
+// critical path).
+__device__ inline float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Hidden columns [64hc, 64hc + 64) of the tile from accumulator columns [128hc, 128hc + 128).
+template <class Accum>
+__device__ void pack_swiglu_chunk(Accum const& acc, int hc, ChunkWords& out) {
+  CUTE_UNROLL
+  for (int t = 0; t < 8; ++t) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int const gate = 4 * (16 * hc + 2 * t) + 2 * h;  // group 2t of the chunk's 16
+      int const up = gate + 4;                         // group 2t + 1: the same j
+      out.w[2 * t + h] =
+          pack_bf16x2(swiglu(round_to_bf16(acc(gate)), round_to_bf16(acc(up))),
+                      swiglu(round_to_bf16(acc(gate + 1)), round_to_bf16(acc(up + 1))));
+    }
+  }
+}
+
+struct UpGateSwigluEpilogue {
+  template <class Accum>
+  __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
+                               bool active, ChunkStoreRing& ring, int warpgroup) {
+    int const row = tile.row_begin + warpgroup * kWarpgroupRows;
+    if (p.store_aux) {
+      store_accumulator_bf16(acc, active, ring, &p.out_aux, p.aux_cols, tile.n_block * kBlockN,
+                             row);
+    }
+    CUTE_UNROLL
+    for (int hc = 0; hc < kBlockN / (2 * kChunkCols); ++hc) {
+      int const col = tile.n_block * (kBlockN / 2) + hc * kChunkCols;
+      if (col >= p.out_cols) break;
+      ChunkWords words{};  // an inactive slice: SiLU(0) * 0 = 0
+      if (active) pack_swiglu_chunk(acc, hc, words);
+      ring.acquire();
+      ring.write(words);
+      ring.store(&p.out, col, row);
+    }
+  }
+};
+
+}  // namespace caracal::kernels::gemm

@@ -1,0 +1,89 @@
+#pragma once
+// Persistent tile scheduler over expert-contiguous rows whose offsets live in device memory.
+//
+// Every 128-row M block belongs to exactly one expert (segments are padded to the M tile), so the
+// grouped GEMM is one GEMM over all row blocks in which each block uses its expert's weights.
+// Tiles are numbered expert by expert: expert e owns tiles [B_e * nb, B_{e+1} * nb) where
+// B_e = expert_offset[e] / 128 and nb is the number of N blocks; inside an expert, groups of
+// kRasterGroupBlocks M blocks are visited N block by N block (M fastest), so the CTAs working at
+// one time share a few A blocks and a few weight slabs in L2.
+//
+// CTA c takes tiles c, c + gridDim.x, ... while they are below the device-side total. Each role
+// (producer, consumers) runs its own copy and walks the same sequence; tile indices only grow, so
+// the owning expert is found by moving a cursor forward (amortised O(1) per tile).
+#include <cstdint>
+
+#include "kernels/gemm/gemm_config.cuh"
+
+namespace caracal::kernels::gemm {
+
+struct TileCoord {
+  int n_block;
+  int expert;     // local expert owning the M block
+  int row_begin;  // first row of the 128-row M block
+  int real_end;   // end of the expert's real rows (its padded end when counts are not given)
+};
+
+class GroupedTileScheduler {
+ public:
+  __device__ explicit GroupedTileScheduler(Params const& p)
+      : offsets_(p.expert_offset),
+        counts_(p.expert_count),
+        num_experts_(p.num_experts),
+        n_blocks_(p.n_blocks),
+        tile_(int(blockIdx.x)) {
+    // Never past the row buffers, whatever the offsets say.
+    int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.capacity_blocks);
+    num_tiles_ = max(total_blocks, 0) * n_blocks_;
+    begin_block_ = __ldg(offsets_) / kBlockM;
+    end_block_ = __ldg(offsets_ + 1) / kBlockM;
+  }
+
+  __device__ bool has_tile() const { return tile_ < num_tiles_; }
+  __device__ void advance() { tile_ += int(gridDim.x); }
+
+  // The current tile (has_tile() must hold).
+  __device__ TileCoord coord() {
+    while (tile_ >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
+      ++expert_;
+      begin_block_ = end_block_;
+      end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
+    }
+    int const local = tile_ - begin_block_ * n_blocks_;
+    int const blocks = end_block_ - begin_block_;
+    int const grouped_blocks = blocks - blocks % kRasterGroupBlocks;  // in full groups
+    int m, n;
+    if (local < grouped_blocks * n_blocks_) {
+      int const group_tiles = kRasterGroupBlocks * n_blocks_;
+      int const group = local / group_tiles;
+      int const r = local - group * group_tiles;
+      m = group * kRasterGroupBlocks + r % kRasterGroupBlocks;
+      n = r / kRasterGroupBlocks;
+    } else {  // the last, partial group
+      int const r = local - grouped_blocks * n_blocks_;
+      int const width = blocks - grouped_blocks;
+      m = grouped_blocks + r % width;
+      n = r / width;
+    }
+    TileCoord c;
+    c.n_block = n;
+    c.expert = expert_;
+    c.row_begin = (begin_block_ + m) * kBlockM;
+    c.real_end = counts_ != nullptr ? begin_block_ * kBlockM + __ldg(counts_ + expert_)
+                                    : end_block_ * kBlockM;
+    return c;
+  }
+
+ private:
+  const int32_t* offsets_;
+  const int32_t* counts_;
+  int num_experts_;
+  int n_blocks_;
+  int tile_;
+  int num_tiles_;
+  int expert_ = 0;
+  int begin_block_;  // first M block of expert_
+  int end_block_;    // one past its last
+};
+
+}  // namespace caracal::kernels::gemm

@@ -1,0 +1,40 @@
+// Forward up/gate + SwiGLU over expert-contiguous rows: the grouped-GEMM kernel with the SwiGLU
+// epilogue (the only kernel instantiated in this unit).
+#include "caracal/kernels/grouped_gemm.hpp"
+#include "kernels/gemm/host_checks.hpp"
+#include "kernels/gemm/launch.cuh"
+#include "kernels/gemm/swiglu_epilogue.cuh"
+#include "kernels/gemm/tensor_map.hpp"
+
+namespace caracal::kernels {
+
+void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
+  using namespace gemm;
+  check_up_gate_swiglu_args(args);
+  if (args.rows.row_capacity == 0) return;
+
+  uint64_t const rows = uint64_t(args.rows.row_capacity);
+  uint64_t const d = uint64_t(args.hidden);
+  uint64_t const i = uint64_t(args.intermediate);
+  Params p{};
+  p.a = make_tensor_map_2d(args.x, rows, d, kBlockM, kBlockK, "x");
+  p.b = make_tensor_map_3d(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, kBlockN,
+                           kBlockK, "w_gate_up");
+  p.out = make_tensor_map_2d(args.hidden_out, rows, i, kChunkRows, kChunkCols, "hidden_out");
+  p.store_aux = args.gate_up_out != nullptr;
+  if (p.store_aux) {
+    p.out_aux =
+        make_tensor_map_2d(args.gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
+  }
+  p.expert_offset = args.rows.expert_offset;
+  p.expert_count = args.rows.expert_count;
+  p.num_experts = args.rows.num_experts;
+  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  p.n_blocks = int((2 * i + kBlockN - 1) / kBlockN);
+  p.k_tiles = args.hidden / kBlockK;
+  p.out_cols = args.intermediate;
+  p.aux_cols = 2 * args.intermediate;
+  launch_grouped_gemm<UpGateSwigluEpilogue>(p, args.num_ctas, stream, "grouped_up_gate_swiglu");
+}
+
+}  // namespace caracal::kernels

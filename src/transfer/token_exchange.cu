@@ -1,0 +1,185 @@
+// TokenExchange: buffers in the symmetric heap, launch shapes fixed at setup, one launch per call.
+#include <cmath>
+
+#include "caracal/comm/heap_allocator.hpp"
+#include "caracal/error.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+#include "exchange_kernels.hpp"
+
+namespace caracal::transfer {
+
+namespace {
+
+// Takes every buffer from the heap in one fixed order, so that every rank gets the same offsets;
+// without a world it only adds up the bytes (heap_bytes).
+class HeapLayout {
+ public:
+  explicit HeapLayout(comm::World* world) : world_(world) {}
+
+  template <typename T>
+  Sym<T> take(int64_t count) {
+    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+    constexpr size_t kAlignment = comm::SymmetricHeapAllocator::kAlignment;
+    bytes_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    return world_ != nullptr ? world_->allocate<T>(static_cast<size_t>(count)) : Sym<T>{};
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  comm::World* world_;
+  size_t bytes_ = 0;
+};
+
+struct Buffers {
+  ScheduleBuffers schedule;
+  RouterBuffers router;
+  ForwardBuffers forward;
+  BackwardBuffers backward;
+};
+
+Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSizes& sizes,
+                const ExchangeOptions& options) {
+  const int64_t T = shape.tokens;
+  const int64_t D = shape.hidden;
+  const int64_t L = sizes.local_experts;
+  const int64_t W = sizes.world_size;
+  const int64_t routes = sizes.routes;
+  const int64_t rows = sizes.row_capacity;
+  Buffers b;
+  b.schedule.topk_idx = heap.take<int32_t>(routes);
+  b.schedule.rows = heap.take<int2>(rows);
+  b.schedule.expert_offset = heap.take<int32_t>(L + 1);
+  b.schedule.expert_count = heap.take<int32_t>(L);
+  b.schedule.source_count = heap.take<int32_t>(L * W);
+  b.schedule.total_rows = heap.take<int32_t>(1);
+  b.schedule.route_location = heap.take<int2>(routes);
+  b.schedule.kept_experts = heap.take<int32_t>(W * routes);
+  b.schedule.chunk_counts = heap.take<int32_t>(W * sizes.chunks * L);
+  b.router.topk_scores = heap.take<float>(routes);
+  b.router.gates = heap.take<float>(routes);
+  b.router.d_topk_scores = heap.take<float>(routes);
+  if (options.forward) {
+    b.forward.x = heap.take<__nv_bfloat16>(T * D);
+    b.forward.expert_x = heap.take<__nv_bfloat16>(rows * D);
+    b.forward.expert_out = heap.take<__nv_bfloat16>(rows * D);
+    b.forward.combine_slots = heap.take<__nv_bfloat16>(routes * D);
+    if (options.shared_expert) b.forward.shared_out = heap.take<__nv_bfloat16>(T * D);
+    b.forward.y = heap.take<__nv_bfloat16>(T * D);
+  }
+  if (options.backward) {
+    b.backward.dy = heap.take<__nv_bfloat16>(T * D);
+    b.backward.expert_dy = heap.take<__nv_bfloat16>(rows * D);
+    b.backward.expert_gates = heap.take<float>(rows);
+    b.backward.expert_dx = heap.take<__nv_bfloat16>(rows * D);
+    b.backward.expert_dg = heap.take<float>(rows);
+    b.backward.dx_slots = heap.take<__nv_bfloat16>(routes * D);
+    b.backward.dg_slots = heap.take<float>(routes);
+    if (options.shared_expert) b.backward.shared_dx = heap.take<__nv_bfloat16>(T * D);
+    b.backward.dx = heap.take<__nv_bfloat16>(T * D);
+  }
+  return b;
+}
+
+RouterScaling scaling_of(const RouterNormalization& router) {
+  CARACAL_CHECK(std::isfinite(router.scale), "TokenExchange: router scale must be finite, got ", router.scale);
+  return RouterScaling{static_cast<float>(router.scale), router.normalize};
+}
+
+}  // namespace
+
+struct TokenExchange::Kernels {
+  comm::LaunchShape schedule;
+  comm::LaunchShape gates;
+  comm::LaunchShape pull;
+  comm::LaunchShape combine;
+  comm::LaunchShape reverse_dispatch;
+  detail::ExchangeArgs args;  // scaling is filled in per call
+};
+
+size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, const ExchangeOptions& options) {
+  const ExchangeSizes sizes = exchange_sizes(shape, world_size);
+  HeapLayout heap(nullptr);
+  (void)lay_out(heap, shape, sizes, options);
+  return heap.bytes();
+}
+
+TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, const ExchangeOptions& options)
+    : world_(world), shape_(shape), sizes_(exchange_sizes(shape, world.world_size())), options_(options) {
+  const size_t needed = heap_bytes(shape, world.world_size(), options);
+  CARACAL_CHECK(needed <= world.heap_bytes_left(), "TokenExchange: needs ", needed,
+                " bytes of symmetric heap per rank (TokenExchange::heap_bytes), but the world has ",
+                world.heap_bytes_left(), " left");
+  HeapLayout heap(&world);
+  const Buffers b = lay_out(heap, shape, sizes_, options);
+  schedule_ = b.schedule;
+  router_ = b.router;
+  forward_ = b.forward;
+  backward_ = b.backward;
+
+  kernels_ = std::make_unique<Kernels>();
+  kernels_->schedule = detail::schedule_launch_shape(world, sizes_);
+  kernels_->gates = detail::gates_launch_shape(world, shape_);
+  kernels_->pull = detail::pull_launch_shape(world, sizes_);
+  kernels_->combine = detail::combine_launch_shape(world, shape_, sizes_);
+  kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, shape_, sizes_);
+
+  detail::ExchangeArgs& a = kernels_->args;
+  a.tokens = static_cast<int>(shape_.tokens);
+  a.top_k = static_cast<int>(shape_.top_k);
+  a.hidden = static_cast<int>(shape_.hidden);
+  a.num_experts = static_cast<int>(shape_.num_experts);
+  a.schedule.routes = static_cast<int>(sizes_.routes);
+  a.schedule.top_k = a.top_k;
+  a.schedule.num_experts = a.num_experts;
+  a.schedule.local_experts = static_cast<int>(sizes_.local_experts);
+  a.schedule.world_size = static_cast<int>(sizes_.world_size);
+  a.schedule.tile_m = static_cast<int>(shape_.tile_m);
+  a.schedule.chunks = static_cast<int>(sizes_.chunks);
+  a.schedule.buffers = schedule_;
+  a.schedule.fault = fault_.sink();
+  a.router = router_;
+  a.forward = forward_;
+  a.backward = backward_;
+  a.has_shared = options_.shared_expert;
+}
+
+TokenExchange::~TokenExchange() = default;
+
+void TokenExchange::build_schedule(cudaStream_t stream) {
+  detail::launch_schedule(world_, kernels_->schedule, kernels_->args, stream);
+}
+
+void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_t stream) {
+  detail::ExchangeArgs args = kernels_->args;
+  args.scaling = scaling_of(router);
+  detail::launch_gates(world_, kernels_->gates, args, stream);
+}
+
+void TokenExchange::dispatch(cudaStream_t stream) {
+  CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
+  detail::launch_dispatch(world_, kernels_->pull, kernels_->args, stream);
+}
+
+void TokenExchange::combine(cudaStream_t stream) {
+  CARACAL_CHECK(options_.forward, "TokenExchange::combine needs ExchangeOptions::forward = true");
+  detail::launch_combine(world_, kernels_->combine, kernels_->args, stream);
+}
+
+void TokenExchange::reverse_combine(cudaStream_t stream) {
+  CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
+  detail::launch_reverse_combine(world_, kernels_->pull, kernels_->args, stream);
+}
+
+void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {
+  CARACAL_CHECK(options_.backward, "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true");
+  detail::ExchangeArgs args = kernels_->args;
+  args.scaling = scaling_of(router);
+  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream);
+}
+
+void TokenExchange::check() {
+  world_.check();
+  fault_.check();
+}
+
+}  // namespace caracal::transfer

@@ -1,0 +1,142 @@
+// The world barrier and symmetric heap on the loopback backend: W virtual ranks on one GPU.
+#include <chrono>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/error.hpp"
+#include "comm_test_support.hpp"
+#include "gpu_test_util.hpp"
+
+namespace caracal::test {
+namespace {
+
+using comm::LoopbackWorld;
+
+constexpr size_t kHeapBytes = size_t(1) << 20;
+constexpr size_t kWords = 16 * 1024;  // 64 KiB per rank
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The message World::check() throws, or "" when it does not throw.
+std::string check_message(comm::World& world) {
+  try {
+    world.check();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class LoopbackExchange : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoopbackExchange, ManyIterationsInOneLaunchAndAcrossLaunches) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(GetParam(), kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  constexpr int kLaunches = 3;
+  for (int i = 0; i < kLaunches; ++i) launch_exchange(world, exchange.buffers(), 4, 50, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(kLaunches);
+}
+
+TEST_P(LoopbackExchange, GraphReplaysReuseTheBarrierEpochs) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(GetParam(), kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  launch_exchange(world, exchange.buffers(), 2, 5, stream.get());  // before capture: epochs already advanced
+  stream.sync();
+  constexpr int kReplays = 5;
+  replay_graph(stream, kReplays, [&](cudaStream_t s) { launch_exchange(world, exchange.buffers(), 2, 5, s); });
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(1 + kReplays);
+}
+
+// Many CTAs per rank on one counter: one CTA per SM across the world (below the occupancy limit,
+// so that it also fits under compute-sanitizer's instrumentation).
+TEST_P(LoopbackExchange, OneCtaPerSm) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(GetParam(), kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  const int ctas = world.multiprocessors() / world.local_ranks();
+  ASSERT_GE(ctas, 1);
+  launch_exchange(world, exchange.buffers(), ctas, 10, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, LoopbackExchange, ::testing::Values(1, 2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& param) { return "W" + std::to_string(param.param); });
+
+TEST(LoopbackWorld, RankThatNeverArrivesTimesOutAndTheWorldRecovers) {
+  CARACAL_REQUIRE_GPU();
+  constexpr int kAbsent = 2;
+  LoopbackWorld world(4, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second failure is reported too
+    world.set_wait_timeout(std::chrono::milliseconds(50));
+    const auto start = std::chrono::steady_clock::now();
+    launch_barrier_without_rank(world, kAbsent, 2, stream.get());
+    stream.sync();  // returns: the waits are bounded
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+    const std::string message = check_message(world);
+    EXPECT_TRUE(contains(message, "world barrier")) << message;
+    EXPECT_TRUE(contains(message, "waited for rank 2")) << message;
+    EXPECT_TRUE(contains(message, "'barrier_without_rank'")) << message;
+    EXPECT_TRUE(contains(message, "50 ms")) << message;
+    EXPECT_EQ(check_message(world), "") << "check() clears the error";
+
+    world.reset_barrier(stream.get());
+    world.set_wait_timeout(comm::World::kDefaultWaitTimeout);
+    launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
+    stream.sync();
+    EXPECT_NO_THROW(world.check());
+    exchange.expect_clean(static_cast<uint32_t>(attempt + 1));
+  }
+}
+
+TEST(LoopbackWorld, RefusesAGridThatCannotBeCoResident) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(8, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  const int too_many = exchange_max_ctas_per_rank(world) + 1;
+  try {
+    launch_exchange(world, exchange.buffers(), too_many, 1, stream.get());
+    ADD_FAILURE() << "a grid of 8 x " << too_many << " CTAs was launched";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "cannot all be resident")) << e.what();
+  }
+  // Nothing ran and nothing is pending: the world still works.
+  launch_exchange(world, exchange.buffers(), 1, 1, stream.get());
+  stream.sync();
+  exchange.expect_clean(1);
+}
+
+TEST(LoopbackWorld, HeapBookkeeping) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(2, 1000);  // rounded up to 1024
+  EXPECT_EQ(world.heap_bytes_per_rank(), 1024u);
+  const auto a = world.allocate<uint32_t>(10);
+  const auto b = world.allocate<double>(3);
+  EXPECT_EQ(b.offset - a.offset, 256u);
+  EXPECT_EQ(world.heap_bytes_left(), 512u);
+  EXPECT_EQ(reinterpret_cast<char*>(world.local_pointer(b, 1)), world.local_heap(1) + b.offset);
+  try {
+    (void)world.allocate<char>(600);
+    ADD_FAILURE() << "allocation beyond the heap succeeded";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "symmetric heap: asked for 600 bytes, 512 of 1024 left");
+  }
+}
+
+}  // namespace
+}  // namespace caracal::test

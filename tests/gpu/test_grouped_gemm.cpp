@@ -1,0 +1,605 @@
+// Tests of the grouped-GEMM engine's forward kernels (up/gate + SwiGLU, down projection).
+//   GPU: against an fp64 host reference with the bf16-rounding contract (F1-F3 of
+//        caracal/reference.hpp) on fresh random inputs, outputs poisoned (NaN) first; experts with
+//        0, 1, 63/64/65, 127/128/129 rows, partial N tiles, odd token counts, skewed routing;
+//        empty layers; bitwise determinism across runs, grid sizes and the optional counts.
+//   Host: argument validation (no GPU needed) and the interleaved up/gate layout.
+#include "caracal/kernels/grouped_gemm.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <iostream>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "caracal/bf16.hpp"
+#include "caracal/error.hpp"
+#include "caracal/routing.hpp"
+#include "caracal/schedule.hpp"
+#include "gpu/gpu_test_util.hpp"
+
+namespace {
+
+using caracal::kernels::DownProjArgs;
+using caracal::kernels::ExpertRows;
+using caracal::kernels::gate_up_row;
+using caracal::kernels::kGroupedGemmTileM;
+using caracal::kernels::UpGateSwigluArgs;
+
+constexpr uint16_t kPoison = 0xFFFF;  // a bf16 NaN
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) | uint64_t(rd());
+}
+
+// Owns one device allocation.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  void allocate(size_t count) {
+    count_ = count;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)),
+              cudaSuccess);
+  }
+  void upload(const std::vector<T>& host) {
+    allocate(host.size());
+    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void download(std::vector<T>& host) const {
+    host.resize(count_);
+    ASSERT_EQ(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  void poison() { ASSERT_EQ(cudaMemset(ptr_, 0xFF, bytes()), cudaSuccess); }
+  T* get() const { return ptr_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+__nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+
+// ---- Problems -----------------------------------------------------------------------------------
+
+struct Case {
+  std::string name;
+  int hidden = 0;
+  int intermediate = 0;
+  std::vector<int> counts;  // real rows per local expert
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Expert segments padded to 128 rows, plus one spare block at the end that no expert owns.
+struct RowLayout {
+  std::vector<int32_t> offset;  // [L + 1]
+  int capacity = 0;
+};
+
+RowLayout layout_rows(const std::vector<int>& counts) {
+  RowLayout l;
+  l.offset.push_back(0);
+  for (int c : counts) {
+    int const padded = (c + kGroupedGemmTileM - 1) / kGroupedGemmTileM * kGroupedGemmTileM;
+    l.offset.push_back(l.offset.back() + padded);
+  }
+  l.capacity = l.offset.back() + kGroupedGemmTileM;
+  return l;
+}
+
+// Uniform values in [-scale, scale], as bf16 bits.
+std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> dist(-scale, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& b : v) b = caracal::bf16_bits(float(dist(rng)));
+  return v;
+}
+
+std::vector<double> widen(const std::vector<uint16_t>& bits) {
+  return caracal::from_bf16_bits(bits);
+}
+
+// Host inputs and their device copies for one case.
+struct Problem {
+  Case c;
+  RowLayout rows;
+  int num_experts = 0;
+  std::vector<uint16_t> x;             // [capacity][D]; padding and spare rows zero
+  std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
+  std::vector<uint16_t> w_down;        // [L][D][I]
+  DeviceBuffer<uint16_t> d_x, d_w_gate_up, d_w_down;
+  DeviceBuffer<uint16_t> d_hidden, d_gate_up, d_y;
+  DeviceBuffer<int32_t> d_offset, d_count;
+};
+
+void make_problem(Problem& p, const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  p.c = c;
+  p.rows = layout_rows(c.counts);
+  p.num_experts = int(c.counts.size());
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
+  const size_t cap = size_t(p.rows.capacity);
+
+  p.x.assign(cap * D, 0);
+  for (size_t e = 0; e < L; ++e) {
+    auto rows = random_bf16(size_t(c.counts[e]) * D, 1.0, rng);
+    std::copy(rows.begin(), rows.end(), p.x.begin() + ptrdiff_t(size_t(p.rows.offset[e]) * D));
+  }
+  // Scaled so that gate/up and y are O(1).
+  p.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  p.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
+
+  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
+  caracal::kernels::interleave_gate_up_weights_host(
+      p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
+  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.upload(w_gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_down.upload(p.w_down));
+  ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
+  ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
+  ASSERT_NO_FATAL_FAILURE(p.d_hidden.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_y.allocate(cap * D));
+}
+
+struct RunOptions {
+  int num_ctas = 0;
+  bool pass_counts = true;
+  bool store_gate_up = true;
+};
+
+struct Outputs {
+  std::vector<uint16_t> hidden, gate_up, y;
+};
+
+// Poisons the outputs, runs up/gate + SwiGLU then down, downloads everything.
+void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
+  ASSERT_NO_FATAL_FAILURE(p.d_hidden.poison());
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.poison());
+  ASSERT_NO_FATAL_FAILURE(p.d_y.poison());
+  ExpertRows rows;
+  rows.expert_offset = p.d_offset.get();
+  rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
+  rows.num_experts = p.num_experts;
+  rows.row_capacity = p.rows.capacity;
+
+  UpGateSwigluArgs up;
+  up.rows = rows;
+  up.hidden = p.c.hidden;
+  up.intermediate = p.c.intermediate;
+  up.x = as_bf16(p.d_x.get());
+  up.w_gate_up = as_bf16(p.d_w_gate_up.get());
+  up.hidden_out = as_bf16(p.d_hidden.get());
+  up.gate_up_out = o.store_gate_up ? as_bf16(p.d_gate_up.get()) : nullptr;
+  up.num_ctas = o.num_ctas;
+  ASSERT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+
+  DownProjArgs down;
+  down.rows = rows;
+  down.hidden = p.c.hidden;
+  down.intermediate = p.c.intermediate;
+  down.hidden_in = as_bf16(p.d_hidden.get());
+  down.w_down = as_bf16(p.d_w_down.get());
+  down.y_out = as_bf16(p.d_y.get());
+  down.num_ctas = o.num_ctas;
+  ASSERT_NO_THROW(caracal::kernels::grouped_down_proj(down, nullptr));
+
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(p.d_hidden.download(out.hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(out.gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_y.download(out.y));
+}
+
+// fp64 reference of the real rows with the bf16-rounding contract: gate, up (F1), hidden (F2)
+// and y (F3), each rounded (through float) where the kernels store bf16. Indexed like the row
+// buffers; padding rows stay 0.
+struct Reference {
+  std::vector<double> gate, up, hidden, y;
+};
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+Reference reference_forward(const Problem& p) {
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+  const size_t cap = size_t(p.rows.capacity);
+  const std::vector<double> x = widen(p.x), wg = widen(p.w_gate), wu = widen(p.w_up),
+                            wd = widen(p.w_down);
+  Reference r;
+  r.gate.assign(cap * I, 0.0);
+  r.up.assign(cap * I, 0.0);
+  r.hidden.assign(cap * I, 0.0);
+  r.y.assign(cap * D, 0.0);
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      const double* xr = &x[row * D];
+      for (size_t j = 0; j < I; ++j) {
+        const double* g_row = &wg[(e * I + j) * D];
+        const double* u_row = &wu[(e * I + j) * D];
+        double g = 0.0, u = 0.0;
+        for (size_t d = 0; d < D; ++d) {
+          g += xr[d] * g_row[d];
+          u += xr[d] * u_row[d];
+        }
+        g = caracal::round_to_bf16(g);
+        u = caracal::round_to_bf16(u);
+        r.gate[row * I + j] = g;
+        r.up[row * I + j] = u;
+        r.hidden[row * I + j] = caracal::round_to_bf16(silu(g) * u);
+      }
+      const double* hr = &r.hidden[row * I];
+      for (size_t d = 0; d < D; ++d) {
+        const double* w_row = &wd[(e * D + d) * I];
+        double acc = 0.0;
+        for (size_t j = 0; j < I; ++j) acc += hr[j] * w_row[j];
+        r.y[row * D + d] = caracal::round_to_bf16(acc);
+      }
+    }
+  }
+  return r;
+}
+
+// Compares one output over the real rows: every element written (no NaN) and a relative
+// Frobenius error of at most 1e-2. `value(row, col)` reads the kernel's output.
+void expect_close(const char* what, const Problem& p, size_t cols, const std::vector<double>& ref,
+                  const std::function<uint16_t(size_t, size_t)>& value) {
+  size_t nan_count = 0, first_nan_row = 0, first_nan_col = 0;
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      for (size_t col = 0; col < cols; ++col) {
+        const double v = double(caracal::bf16_to_float(value(row, col)));
+        if (std::isnan(v)) {
+          if (nan_count++ == 0) {
+            first_nan_row = row;
+            first_nan_col = col;
+          }
+          continue;
+        }
+        const double d = v - ref[row * cols + col];
+        err2 += d * d;
+        ref2 += ref[row * cols + col] * ref[row * cols + col];
+      }
+    }
+  }
+  EXPECT_EQ(nan_count, 0u) << what << " still holds NaN (e.g. row " << first_nan_row << ", col "
+                           << first_nan_col << ")";
+  if (ref2 == 0.0) return;  // no real rows
+  const double rel = std::sqrt(err2 / ref2);
+  EXPECT_LE(rel, 1e-2) << what << ": relative Frobenius error " << rel;
+  std::cout << "  " << what << ": relative Frobenius error " << rel << "\n";
+}
+
+// Padding rows inside expert segments hold zeros; rows past the last segment keep the poison.
+void expect_padding(const char* what, const Problem& p, size_t cols,
+                    const std::vector<uint16_t>& out) {
+  size_t nonzero = 0, touched = 0;
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    for (size_t row = size_t(p.rows.offset[e]) + size_t(p.c.counts[e]);
+         row < size_t(p.rows.offset[e + 1]); ++row) {
+      for (size_t col = 0; col < cols; ++col) nonzero += (out[row * cols + col] & 0x7FFF) != 0;
+    }
+  }
+  for (size_t row = size_t(p.rows.offset.back()); row < size_t(p.rows.capacity); ++row) {
+    for (size_t col = 0; col < cols; ++col) touched += out[row * cols + col] != kPoison;
+  }
+  EXPECT_EQ(nonzero, 0u) << what << ": padding rows must hold zeros";
+  EXPECT_EQ(touched, 0u) << what << ": rows past expert_offset[L] must be left untouched";
+}
+
+void check_against_reference(Problem& p, const RunOptions& o) {
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, o, out));
+  const Reference ref = reference_forward(p);
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+  expect_close("hidden", p, I, ref.hidden,
+               [&](size_t row, size_t col) { return out.hidden[row * I + col]; });
+  expect_close("y", p, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; });
+  expect_padding("hidden", p, I, out.hidden);
+  expect_padding("y", p, D, out.y);
+  if (o.store_gate_up) {
+    expect_close("gate", p, I, ref.gate, [&](size_t row, size_t j) {
+      return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
+    });
+    expect_close("up", p, I, ref.up, [&](size_t row, size_t j) {
+      return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
+    });
+    expect_padding("gate_up", p, 2 * I, out.gate_up);
+  } else {
+    size_t touched = 0;
+    for (uint16_t b : out.gate_up) touched += b != kPoison;
+    EXPECT_EQ(touched, 0u) << "gate_up was written although gate_up_out was null";
+  }
+}
+
+// Per-expert counts of one receiving rank under a generated routing (host schedule twin).
+std::vector<int> routed_counts(caracal::RoutingKind kind, int64_t world, int64_t tokens,
+                               int64_t top_k, int64_t experts, int64_t rank, uint64_t seed) {
+  caracal::RoutingSpec spec;
+  spec.kind = kind;
+  spec.seed = seed;
+  const caracal::Routing routing = caracal::make_routing(spec, world, tokens, top_k, experts);
+  const caracal::RankSchedule s =
+      caracal::build_rank_schedule(routing, experts, kGroupedGemmTileM, rank);
+  return std::vector<int>(s.expert_count.begin(), s.expert_count.end());
+}
+
+std::vector<Case> reference_cases() {
+  std::vector<Case> cases;
+  // 0, 1, tile-1, tile, tile+1 rows; 64/65 rows put a whole or partial 64-row half in padding.
+  cases.push_back({"edge_counts", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}});
+  // D = 320 and 2I = 384: the last N tile of both GEMMs is partial.
+  cases.push_back({"partial_n_tiles", 320, 192, {200, 0, 77, 129}});
+  // 32 k tiles in the up/gate GEMM: many laps of the stage ring inside one tile.
+  cases.push_back({"long_k", 2048, 128, {130, 60}});
+  // An odd token count routed uniformly over 16 experts, 2 ranks, seen from rank 1 (L = 8).
+  cases.push_back({"routed_odd_tokens", 512, 256,
+                   routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)});
+  // Zipf-skewed routing, one rank, 8 experts.
+  cases.push_back(
+      {"zipf_skewed", 384, 192, routed_counts(caracal::RoutingKind::kZipf, 1, 257, 6, 8, 0, 12)});
+  return cases;
+}
+
+// ---- GPU tests ----------------------------------------------------------------------------------
+
+class GroupedGemmReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GroupedGemmReference, MatchesFp64Reference) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, RunOptions{}));
+}
+
+TEST_P(GroupedGemmReference, MatchesWithoutCountsOrGateUp) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
+  RunOptions o;
+  o.pass_counts = false;
+  o.store_gate_up = false;
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(reference_cases()),
+                         [](const ::testing::TestParamInfo<Case>& param_info) {
+                           return param_info.param.name;
+                         });
+
+bool same_bits(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(uint16_t)) == 0;
+}
+
+// Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
+// run, or whether the optional counts let the kernels skip padding halves.
+TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(
+      make_problem(p, {"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}}, seed));
+  Outputs first;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, first));
+  for (int num_ctas : {1, 7, 0, 0}) {
+    for (bool counts : {true, false}) {
+      SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + (counts ? ", counts" : ", no counts"));
+      RunOptions o;
+      o.num_ctas = num_ctas;
+      o.pass_counts = counts;
+      Outputs again;
+      ASSERT_NO_FATAL_FAILURE(run_forward(p, o, again));
+      EXPECT_TRUE(same_bits(first.hidden, again.hidden)) << "hidden differs";
+      EXPECT_TRUE(same_bits(first.gate_up, again.gate_up)) << "gate_up differs";
+      EXPECT_TRUE(same_bits(first.y, again.y)) << "y differs";
+    }
+  }
+}
+
+// All experts empty: the kernels run over zero tiles and write nothing.
+TEST(GroupedGemmEmpty, EmptyLayerWritesNothing) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"empty", 256, 128, {0, 0, 0, 0}}, fresh_seed()));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, out));
+  for (const auto* v : {&out.hidden, &out.gate_up, &out.y}) {
+    size_t touched = 0;
+    for (uint16_t b : *v) touched += b != kPoison;
+    EXPECT_EQ(touched, 0u);
+  }
+}
+
+// No row buffers at all: nothing is launched (row pointers may be null).
+TEST(GroupedGemmEmpty, ZeroCapacityLaunchesNothing) {
+  CARACAL_REQUIRE_GPU();
+  DeviceBuffer<int32_t> offsets;
+  ASSERT_NO_FATAL_FAILURE(offsets.upload({0, 0}));
+  DeviceBuffer<uint16_t> w;
+  ASSERT_NO_FATAL_FAILURE(w.allocate(size_t(256) * 128));
+  UpGateSwigluArgs up;
+  up.rows = {offsets.get(), nullptr, 1, 0};
+  up.hidden = 128;
+  up.intermediate = 64;
+  up.w_gate_up = as_bf16(w.get());
+  EXPECT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+  DownProjArgs down;
+  down.rows = up.rows;
+  down.hidden = 128;
+  down.intermediate = 64;
+  down.w_down = as_bf16(w.get());
+  EXPECT_NO_THROW(caracal::kernels::grouped_down_proj(down, nullptr));
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+}
+
+TEST(GroupedGemmLayout, DeviceInterleaveMatchesHost) {
+  CARACAL_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int L = 3, I = 192, D = 128;
+  const auto gate = random_bf16(size_t(L) * I * D, 1.0, rng);
+  const auto up = random_bf16(size_t(L) * I * D, 1.0, rng);
+  std::vector<uint16_t> expected(size_t(L) * 2 * I * D);
+  caracal::kernels::interleave_gate_up_weights_host(gate.data(), up.data(), expected.data(), L, I,
+                                                    D);
+  DeviceBuffer<uint16_t> d_gate, d_up, d_out;
+  ASSERT_NO_FATAL_FAILURE(d_gate.upload(gate));
+  ASSERT_NO_FATAL_FAILURE(d_up.upload(up));
+  ASSERT_NO_FATAL_FAILURE(d_out.allocate(expected.size()));
+  ASSERT_NO_THROW(caracal::kernels::interleave_gate_up_weights(
+      as_bf16(d_gate.get()), as_bf16(d_up.get()), as_bf16(d_out.get()), L, I, D, nullptr));
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> got;
+  ASSERT_NO_FATAL_FAILURE(d_out.download(got));
+  EXPECT_TRUE(same_bits(got, expected));
+}
+
+// ---- Host-only tests ----------------------------------------------------------------------------
+
+TEST(GroupedGemmLayout, GateUpRowsAlternateInGroupsOfEight) {
+  EXPECT_EQ(gate_up_row(0, false), 0);
+  EXPECT_EQ(gate_up_row(7, false), 7);
+  EXPECT_EQ(gate_up_row(0, true), 8);
+  EXPECT_EQ(gate_up_row(7, true), 15);
+  EXPECT_EQ(gate_up_row(8, false), 16);
+  EXPECT_EQ(gate_up_row(13, true), 29);
+  // A bijection of [0, 2I).
+  const int64_t I = 64;
+  std::vector<int> hits(2 * I, 0);
+  for (int64_t j = 0; j < I; ++j) {
+    ++hits[size_t(gate_up_row(j, false))];
+    ++hits[size_t(gate_up_row(j, true))];
+  }
+  for (int h : hits) EXPECT_EQ(h, 1);
+
+  const std::vector<uint16_t> gate = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const std::vector<uint16_t> up = {101, 102, 103, 104, 105, 106, 107, 108,
+                                    109, 110, 111, 112, 113, 114, 115, 116};
+  std::vector<uint16_t> out(32);
+  caracal::kernels::interleave_gate_up_weights_host(gate.data(), up.data(), out.data(), 1, 16, 1);
+  const std::vector<uint16_t> expected = {1,   2,   3,   4,   5,   6,   7,   8,   101, 102, 103,
+                                          104, 105, 106, 107, 108, 9,   10,  11,  12,  13,  14,
+                                          15,  16,  109, 110, 111, 112, 113, 114, 115, 116};
+  EXPECT_EQ(out, expected);
+}
+
+// Fake device pointers: validation must reject the arguments before touching them.
+template <typename T = __nv_bfloat16>
+T* fake_ptr(uintptr_t offset_bytes = 0) {
+  return reinterpret_cast<T*>(uintptr_t(1) << 20 | offset_bytes);
+}
+
+UpGateSwigluArgs valid_up_args() {
+  UpGateSwigluArgs a;
+  a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
+  a.hidden = 256;
+  a.intermediate = 128;
+  a.x = fake_ptr();
+  a.w_gate_up = fake_ptr();
+  a.hidden_out = fake_ptr();
+  return a;
+}
+
+DownProjArgs valid_down_args() {
+  DownProjArgs a;
+  a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
+  a.hidden = 256;
+  a.intermediate = 128;
+  a.hidden_in = fake_ptr();
+  a.w_down = fake_ptr();
+  a.y_out = fake_ptr();
+  return a;
+}
+
+// `call` throws caracal::Error whose message holds every one of `parts`.
+void expect_error(const std::function<void()>& call, std::initializer_list<const char*> parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no caracal::Error thrown";
+  } catch (const caracal::Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+}
+
+TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
+  using caracal::kernels::grouped_up_gate_swiglu;
+  auto with = [](const std::function<void(UpGateSwigluArgs&)>& change) {
+    UpGateSwigluArgs a = valid_up_args();
+    change(a);
+    return [a] { grouped_up_gate_swiglu(a, nullptr); };
+  };
+  expect_error(with([](auto& a) { a.hidden = 100; }),
+               {"grouped_up_gate_swiglu", "hidden (D)", "multiple of 64", "100"});
+  expect_error(with([](auto& a) { a.hidden = 0; }), {"hidden (D)", "got 0"});
+  expect_error(with([](auto& a) { a.intermediate = 96; }),
+               {"intermediate (I)", "multiple of 64", "96"});
+  expect_error(with([](auto& a) { a.rows.num_experts = 0; }), {"rows.num_experts", ">= 1"});
+  expect_error(with([](auto& a) { a.rows.row_capacity = 100; }),
+               {"rows.row_capacity", "multiple of 128", "100"});
+  expect_error(with([](auto& a) { a.rows.row_capacity = -128; }), {"rows.row_capacity", "-128"});
+  expect_error(with([](auto& a) { a.rows.expert_offset = nullptr; }), {"rows.expert_offset"});
+  expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
+               {"rows.expert_count", "4-byte aligned"});
+  expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});
+  expect_error(with([](auto& a) { a.x = fake_ptr(2); }), {"x must be 16-byte aligned"});
+  expect_error(with([](auto& a) { a.w_gate_up = nullptr; }), {"w_gate_up"});
+  expect_error(with([](auto& a) { a.hidden_out = fake_ptr(8); }), {"hidden_out", "16-byte"});
+  expect_error(with([](auto& a) { a.gate_up_out = fake_ptr(4); }), {"gate_up_out", "16-byte"});
+  expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", ">= 0", "-1"});
+}
+
+TEST(GroupedGemmArgs, DownRejectsBadArguments) {
+  using caracal::kernels::grouped_down_proj;
+  auto with = [](const std::function<void(DownProjArgs&)>& change) {
+    DownProjArgs a = valid_down_args();
+    change(a);
+    return [a] { grouped_down_proj(a, nullptr); };
+  };
+  expect_error(with([](auto& a) { a.hidden = 7000; }),
+               {"grouped_down_proj", "hidden (D)", "multiple of 64", "7000"});
+  expect_error(with([](auto& a) { a.intermediate = -64; }), {"intermediate (I)", "-64"});
+  expect_error(with([](auto& a) { a.rows.row_capacity = 129; }), {"rows.row_capacity", "129"});
+  expect_error(with([](auto& a) { a.hidden_in = fake_ptr(2); }), {"hidden_in", "16-byte"});
+  expect_error(with([](auto& a) { a.w_down = nullptr; }), {"w_down"});
+  expect_error(with([](auto& a) { a.y_out = nullptr; }), {"y_out"});
+  expect_error(with([](auto& a) { a.num_ctas = -5; }), {"num_ctas", "-5"});
+}
+
+TEST(GroupedGemmArgs, InterleaveRejectsBadArguments) {
+  using caracal::kernels::interleave_gate_up_weights;
+  expect_error(
+      [] { interleave_gate_up_weights(fake_ptr(), fake_ptr(), fake_ptr(), 2, 12, 64, nullptr); },
+      {"interleave_gate_up_weights", "intermediate (I)", "multiple of 8", "12"});
+  expect_error(
+      [] { interleave_gate_up_weights(fake_ptr(), fake_ptr(), fake_ptr(), 0, 16, 64, nullptr); },
+      {"num_experts", ">= 1"});
+  expect_error(
+      [] { interleave_gate_up_weights(fake_ptr(), fake_ptr(2), fake_ptr(), 1, 16, 64, nullptr); },
+      {"w_up", "16-byte"});
+}
+
+}  // namespace
