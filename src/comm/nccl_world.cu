@@ -26,8 +26,20 @@ void require_multicast_off() {
                 nvls != nullptr ? nvls : "unset");
 }
 
+// The device API (nccl_device.h) is compiled into Caracal's kernels, struct layouts included, so
+// the NCCL library loaded at run time must be the release whose headers Caracal was built with.
+void require_matching_nccl_runtime() {
+  int runtime = 0;
+  CARACAL_CHECK(ncclGetVersion(&runtime) == ncclSuccess, "NcclWorld: ncclGetVersion failed");
+  CARACAL_CHECK(runtime == NCCL_VERSION_CODE, "NcclWorld: the loaded NCCL library is ", runtime / 10000, ".",
+                runtime / 100 % 100, ".", runtime % 100, " but Caracal was built with NCCL ", NCCL_MAJOR, ".",
+                NCCL_MINOR, ".", NCCL_PATCH,
+                " headers, whose device API it inlines; put the matching libnccl.so.2 first on LD_LIBRARY_PATH");
+}
+
 WorldShape nccl_shape(ncclComm_t comm) {
   CARACAL_CHECK(comm != nullptr, "NcclWorld: comm must not be null");
+  require_matching_nccl_runtime();
   require_multicast_off();
   int world_size = 0;
   int rank = 0;
