@@ -8,25 +8,7 @@ build="${1:-build}"
 logs="${OUT:-/tmp/caracal-gpu-check}"
 mkdir -p "$logs"
 export CARACAL_CLI="$PWD/$build/caracal"
-export NCCL_NVLS_ENABLE=0  # never NVLink multicast
-# NCCL: the library of the release whose headers the build used (build/NCCL_VERSION): the device
-# API is inlined into our kernels. Candidates: PyTorch's nvidia-nccl-cu13, the toolkit's, the system's.
-nccl_version() {  # prints a libnccl.so.2's version as 2.28.9
-  python3 -c 'import ctypes, sys
-v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
-print(f"{v.value // 10000}.{v.value // 100 % 100}.{v.value % 100}")' "$1" 2>/dev/null
-}
-want_nccl=$(cat "$build/NCCL_VERSION" 2>/dev/null)
-nccl_found="none matching ${want_nccl:-?}"
-for dir in "$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)" \
-           /usr/local/cuda/lib64 /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu; do
-  [ -n "$dir" ] && [ -f "$dir/libnccl.so.2" ] || continue
-  if [ "$(nccl_version "$dir/libnccl.so.2")" = "$want_nccl" ]; then
-    export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
-    nccl_found="$dir/libnccl.so.2 ($want_nccl)"
-    break
-  fi
-done
+source "$(dirname "$0")/lib/nccl-env.sh"
 summary=()
 record() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
 record "libnccl.so.2" "$nccl_found"
