@@ -1,13 +1,19 @@
-// caracal_gemm_bench: the grouped-GEMM forward (up/gate + SwiGLU, down) on model shapes, side by
-// side with cuBLAS dense bf16 GEMMs of the same FLOPs (the practical roofline), in one run.
+// caracal_gemm_bench: the grouped-GEMM engine on model shapes, side by side with cuBLAS dense bf16
+// GEMMs of the same FLOPs (the practical roofline), in one run:
+//   forward   up/gate + SwiGLU, down
+//   backward  dgrad of down + SwiGLU backward + router-score gradient, dx, weight gradients (fp32)
 //
 // Rows: T = 4096 tokens per rank, top-k routed over E experts at W = 8 (caracal::make_routing),
 // the per-expert counts of one receiving rank from the schedule host twin (rank 0 for uniform
 // routing, the busiest rank for Zipf), padded to 128 rows per expert. Random bf16 data (never
-// zeros), padding rows zero as dispatch leaves them. Each timing is the median of --reps runs
-// (CUDA events around each run) after --warmup runs; inputs rotate between copies when one set
-// would fit in L2 four times over. A spot check compares a few rows of every case with an fp64
-// host computation. FLOPs count real rows (useful) and padded rows (what the kernels execute).
+// zeros), padding rows zero as dispatch leaves them, g per row in [0, 1] (0 on padding rows).
+// Each timing is the median of --reps runs (CUDA events around each run) after --warmup runs;
+// inputs rotate between copies when one set would fit in L2 four times over. Spot checks compare
+// a few rows (and a few weight-gradient entries) of every case with an fp64 host computation.
+// FLOPs count real rows (useful) and padded rows (what the kernels execute); the backward's are
+// twice the forward's: dgrad 2·rows·D·I, dx 2·rows·2I·D, weight gradients 2·rows·3·D·I.
+// The cuBLAS rows run each GEMM densely over the real rows with the same operand layouts (the
+// weight gradients with fp32 output, as ours).
 // --json PATH also writes every figure, and each case's per-expert counts for
 // bench/torch_grouped_mm.py.
 #include <cublas_v2.h>
@@ -28,22 +34,23 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "caracal/bf16.hpp"
 #include "caracal/error.hpp"
 #include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/kernels/grouped_gemm_backward.hpp"
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
+#include "gemm_bench_support.hpp"
+#include "gemm_spot_checks.hpp"
 
 namespace {
 
+using caracal::bench::Bf16Array;
+using caracal::bench::Case;
+using caracal::bench::DeviceArray;
+using caracal::bench::InputSet;
 using caracal::kernels::kGroupedGemmTileM;
 
-#define BENCH_CUDA(expr)                                                                   \
-  do {                                                                                     \
-    cudaError_t bench_err_ = (expr);                                                       \
-    CARACAL_CHECK(bench_err_ == cudaSuccess, #expr, ": ", cudaGetErrorString(bench_err_)); \
-  } while (0)
 #define BENCH_CUBLAS(expr)                                                                        \
   do {                                                                                            \
     cublasStatus_t bench_st_ = (expr);                                                            \
@@ -53,34 +60,7 @@ using caracal::kernels::kGroupedGemmTileM;
 constexpr int kWorld = 8;
 constexpr int kTokens = 4096;
 
-// ---- Device buffers and random data -------------------------------------------------------------
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t count = 0) { resize(count); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), count_(o.count_) { o.ptr_ = nullptr; }
-  ~DeviceArray() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  void resize(size_t count) {
-    if (ptr_) BENCH_CUDA(cudaFree(ptr_));
-    ptr_ = nullptr;
-    count_ = count;
-    if (count) BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
-  }
-  T* get() const { return ptr_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
-
-using Bf16Array = DeviceArray<__nv_bfloat16>;
+// ---- Random data ---------------------------------------------------------------------------------
 
 __device__ uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
@@ -106,26 +86,6 @@ void fill_uniform(__nv_bfloat16* out, size_t n, uint64_t seed, float scale) {
 }
 
 // ---- Cases --------------------------------------------------------------------------------------
-
-struct Case {
-  std::string name;  // e.g. "deepseek-v3/uniform"
-  std::string model;
-  std::string routing;  // uniform | zipf:1 | sparse
-  int hidden = 0, intermediate = 0, num_experts = 0, top_k = 0, rank = 0;
-  std::vector<int> counts;  // per local expert
-  int64_t rows() const {
-    int64_t r = 0;
-    for (int c : counts) r += c;
-    return r;
-  }
-  std::vector<int32_t> offsets() const {
-    std::vector<int32_t> o{0};
-    for (int c : counts) {
-      o.push_back(o.back() + (c + kGroupedGemmTileM - 1) / kGroupedGemmTileM * kGroupedGemmTileM);
-    }
-    return o;
-  }
-};
 
 Case routed_case(const std::string& model, caracal::RoutingKind kind, uint64_t seed) {
   const caracal::ModelPreset& preset = caracal::find_model_preset(model);
@@ -221,95 +181,37 @@ Timing make_timing(double ms, double useful_flops, double padded_flops) {
 
 // ---- One case -----------------------------------------------------------------------------------
 
-// One set of inputs (rotated between when a set would sit in L2).
-struct InputSet {
-  Bf16Array x, w_gate_up, w_down;
-};
-
 struct CaseResult {
   std::map<std::string, Timing> timings;
-  double check_rel_err = 0.0;
+  double check_rel_err = 0.0;           // forward spot check
+  double check_rel_err_backward = 0.0;  // backward spot check (worst of its parts)
 };
 
-// C[m][n] = A[m][:] . B[n][:] (row-major, both K-major) with cuBLAS, bf16 in/out, fp32 compute.
-void cublas_gemm_tn(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b,
-                    __nv_bfloat16* c, int m, int n, int k) {
+// C[m][n] (row-major, c_type bf16 or fp32) = sum_k A(m, k) B(k, n) with cuBLAS, bf16 operands,
+// fp32 compute. A is stored [m][k] (a_k_major) or [k][m]; B is stored [n][k] (b_k_major) or
+// [k][n]: the layouts our kernels read.
+void cublas_gemm(cublasHandle_t h, const __nv_bfloat16* a, bool a_k_major, const __nv_bfloat16* b,
+                 bool b_k_major, void* c, cudaDataType c_type, int m, int n, int k) {
   const float alpha = 1.0f, beta = 0.0f;
-  // Column-major view: C^T (n x m) = B (n x k, stored as k x n) ^T * A^T (k x m).
-  BENCH_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, k, a,
-                            CUDA_R_16BF, k, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  // Column-major view: C^T (n x m) = op(B) * op(A), op turning each stored view into B^T / A^T.
+  BENCH_CUBLAS(cublasGemmEx(h, b_k_major ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            a_k_major ? CUBLAS_OP_N : CUBLAS_OP_T, n, m, k, &alpha, b, CUDA_R_16BF,
+                            b_k_major ? k : n, a, CUDA_R_16BF, a_k_major ? k : m, &beta, c, c_type,
+                            n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-std::vector<uint16_t> download_bits(const __nv_bfloat16* p, size_t count) {
-  std::vector<uint16_t> v(count);
-  BENCH_CUDA(cudaMemcpy(v.data(), p, count * 2, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-// fp64 recomputation (bf16-rounding contract) of a few real rows from the device's own inputs;
-// returns the relative Frobenius error of hidden and y over those rows together.
-double spot_check(const Case& c, const std::vector<int32_t>& offsets, const InputSet& in,
-                  const Bf16Array& hidden, const Bf16Array& y) {
-  const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
-  // (expert, row): the first real row, a middle row of the largest expert, the last real row.
-  std::vector<std::pair<int, int64_t>> picks;
-  int largest = 0;
-  for (int e = 0; e < c.num_experts; ++e) {
-    if (c.counts[size_t(e)] > c.counts[size_t(largest)]) largest = e;
-  }
-  for (int e = 0; e < c.num_experts; ++e) {
-    if (c.counts[size_t(e)] > 0) {
-      picks.push_back({e, offsets[size_t(e)]});
-      break;
+// Row gates g in [0, 1] on real rows, 0 on padding rows, as reverse-combine leaves them.
+std::vector<float> make_gates(const Case& c, uint64_t seed) {
+  const std::vector<int32_t> offsets = c.offsets();
+  std::vector<float> g(size_t(offsets.back()), 0.0f);
+  uint64_t state = seed;
+  for (size_t e = 0; e < c.counts.size(); ++e) {
+    for (int i = 0; i < c.counts[e]; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;  // LCG: any spread will do
+      g[size_t(offsets[e]) + size_t(i)] = float(state >> 40) / float(1 << 24);
     }
   }
-  if (c.counts[size_t(largest)] > 0) {
-    picks.push_back({largest, offsets[size_t(largest)] + c.counts[size_t(largest)] / 2});
-  }
-  for (int e = c.num_experts - 1; e >= 0; --e) {
-    if (c.counts[size_t(e)] > 0) {
-      picks.push_back({e, offsets[size_t(e)] + c.counts[size_t(e)] - 1});
-      break;
-    }
-  }
-  double err2 = 0.0, ref2 = 0.0;
-  int cached_expert = -1;
-  std::vector<double> wgu, wd;
-  for (const auto& [e, row] : picks) {
-    if (e != cached_expert) {
-      wgu = caracal::from_bf16_bits(
-          download_bits(in.w_gate_up.get() + size_t(e) * 2 * I * D, 2 * I * D));
-      wd = caracal::from_bf16_bits(download_bits(in.w_down.get() + size_t(e) * D * I, D * I));
-      cached_expert = e;
-    }
-    const auto x = caracal::from_bf16_bits(download_bits(in.x.get() + size_t(row) * D, D));
-    const auto h_dev = caracal::from_bf16_bits(download_bits(hidden.get() + size_t(row) * I, I));
-    const auto y_dev = caracal::from_bf16_bits(download_bits(y.get() + size_t(row) * D, D));
-    std::vector<double> h(I);
-    for (size_t j = 0; j < I; ++j) {
-      double g = 0.0, u = 0.0;
-      const double* g_row = &wgu[size_t(caracal::kernels::gate_up_row(int64_t(j), false)) * D];
-      const double* u_row = &wgu[size_t(caracal::kernels::gate_up_row(int64_t(j), true)) * D];
-      for (size_t d = 0; d < D; ++d) {
-        g += x[d] * g_row[d];
-        u += x[d] * u_row[d];
-      }
-      g = caracal::round_to_bf16(g);
-      u = caracal::round_to_bf16(u);
-      h[j] = caracal::round_to_bf16(g / (1.0 + std::exp(-g)) * u);
-      err2 += (h_dev[j] - h[j]) * (h_dev[j] - h[j]);
-      ref2 += h[j] * h[j];
-    }
-    for (size_t d = 0; d < D; ++d) {
-      double acc = 0.0;
-      for (size_t j = 0; j < I; ++j) acc += h[j] * wd[d * I + j];
-      acc = caracal::round_to_bf16(acc);
-      err2 += (y_dev[d] - acc) * (y_dev[d] - acc);
-      ref2 += acc * acc;
-    }
-  }
-  return ref2 > 0.0 ? std::sqrt(err2 / ref2) : 0.0;  // NaN in the outputs propagates to err2
+  return g;
 }
 
 CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed,
@@ -320,13 +222,14 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   const int rows = int(c.rows());
 
   // Input sets: one, or as many as keep four L2s' worth of distinct inputs in rotation.
-  const size_t set_bytes = 2 * (cap * D + L * 2 * I * D + L * D * I);
+  const size_t set_bytes = 2 * (2 * cap * D + L * 2 * I * D + L * D * I);
   const int sets =
       int(std::min<size_t>(8, std::max<size_t>(1, (4 * l2_bytes + set_bytes - 1) / set_bytes)));
   std::vector<InputSet> in(static_cast<size_t>(sets));
   for (int s = 0; s < sets; ++s) {
     InputSet& set = in[size_t(s)];
     set.x.resize(cap * D);
+    set.dy.resize(cap * D);
     set.w_gate_up.resize(L * 2 * I * D);
     set.w_down.resize(L * D * I);
     fill_uniform(set.x.get(), cap * D, seed + 100 * uint64_t(s) + 1, 1.0f);
@@ -334,19 +237,28 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
                  float(std::sqrt(3.0 / double(D))));
     fill_uniform(set.w_down.get(), L * D * I, seed + 100 * uint64_t(s) + 3,
                  float(std::sqrt(3.0 / double(I))));
-    for (size_t e = 0; e < L; ++e) {  // padding rows hold zeros, as dispatch leaves them
+    fill_uniform(set.dy.get(), cap * D, seed + 100 * uint64_t(s) + 4, 1.0f);
+    for (size_t e = 0; e < L; ++e) {  // padding rows hold zeros, as the transfers leave them
       const size_t first_pad = size_t(offsets[e]) + size_t(c.counts[e]);
-      BENCH_CUDA(
-          cudaMemset(set.x.get() + first_pad * D, 0, (size_t(offsets[e + 1]) - first_pad) * D * 2));
+      const size_t pad_bytes = (size_t(offsets[e + 1]) - first_pad) * D * 2;
+      BENCH_CUDA(cudaMemset(set.x.get() + first_pad * D, 0, pad_bytes));
+      BENCH_CUDA(cudaMemset(set.dy.get() + first_pad * D, 0, pad_bytes));
     }
   }
   Bf16Array hidden(cap * I), gate_up(cap * 2 * I), y(cap * D);
+  Bf16Array d_gate_up(cap * 2 * I), scaled_hidden(cap * I), dx(cap * D);
+  DeviceArray<float> gates(cap), dg(cap);
+  DeviceArray<float> workspace(caracal::kernels::down_dgrad_workspace_floats(int(cap), int(I)));
+  DeviceArray<float> d_w_gate_up(L * 2 * I * D), d_w_down(L * D * I);
   Bf16Array dense_out(std::max<size_t>(1, size_t(rows) * std::max(2 * I, D)));
+  DeviceArray<float> dense_grad(2 * I * D);
   DeviceArray<int32_t> d_offsets(offsets.size()), d_counts(L);
   BENCH_CUDA(
       cudaMemcpy(d_offsets.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> counts32(c.counts.begin(), c.counts.end());
   BENCH_CUDA(cudaMemcpy(d_counts.get(), counts32.data(), L * 4, cudaMemcpyHostToDevice));
+  const std::vector<float> gates_host = make_gates(c, seed);
+  BENCH_CUDA(cudaMemcpy(gates.get(), gates_host.data(), cap * 4, cudaMemcpyHostToDevice));
 
   caracal::kernels::ExpertRows er;
   er.expert_offset = d_offsets.get();
@@ -376,53 +288,123 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     a.y_out = y.get();
     caracal::kernels::grouped_down_proj(a, nullptr);
   };
+  auto dgrad = [&](int iter) {
+    const InputSet& s = in[size_t(iter % sets)];
+    caracal::kernels::DownDgradSwigluArgs a;
+    a.rows = er;
+    a.hidden = c.hidden;
+    a.intermediate = c.intermediate;
+    a.dy = s.dy.get();
+    a.w_down = s.w_down.get();
+    a.gate_up = gate_up.get();
+    a.gates = gates.get();
+    a.d_gate_up_out = d_gate_up.get();
+    a.scaled_hidden_out = scaled_hidden.get();
+    a.d_gates_out = dg.get();
+    a.workspace = workspace.get();
+    caracal::kernels::grouped_down_dgrad_swiglu(a, nullptr);
+  };
+  auto dgrad_x = [&](int iter) {
+    const InputSet& s = in[size_t(iter % sets)];
+    caracal::kernels::GateUpDgradArgs a;
+    a.rows = er;
+    a.hidden = c.hidden;
+    a.intermediate = c.intermediate;
+    a.d_gate_up = d_gate_up.get();
+    a.w_gate_up = s.w_gate_up.get();
+    a.dx_out = dx.get();
+    caracal::kernels::grouped_gate_up_dgrad(a, nullptr);
+  };
+  auto wgrad = [&](int iter) {
+    const InputSet& s = in[size_t(iter % sets)];
+    caracal::kernels::WeightGradArgs a;
+    a.rows = er;
+    a.hidden = c.hidden;
+    a.intermediate = c.intermediate;
+    a.x = s.x.get();
+    a.dy = s.dy.get();
+    a.d_gate_up = d_gate_up.get();
+    a.scaled_hidden = scaled_hidden.get();
+    a.d_w_gate_up = d_w_gate_up.get();
+    a.d_w_down = d_w_down.get();
+    caracal::kernels::grouped_weight_grads(a, nullptr);
+  };
 
   const double up_flops = 2.0 * double(rows) * double(D) * double(2 * I);
   const double down_flops = 2.0 * double(rows) * double(I) * double(D);
+  const double fwd_flops = up_flops + down_flops;
+  const double dgrad_flops = down_flops;   // dy · W_down
+  const double dx_flops = up_flops;        // d_gate_up · W_gate_up
+  const double wgrad_flops = fwd_flops;    // d_gate_up^T x and dy^T hidden
+  const double bwd_flops = dgrad_flops + dx_flops + wgrad_flops;
   const double pad = double(cap) / std::max(1.0, double(rows));
 
   CaseResult r;
-  // One forward first, then the spot check on its outputs.
+  // One forward and one backward first, then the spot checks on their outputs.
   up(0, true);
   down(0);
+  dgrad(0);
+  dgrad_x(0);
+  wgrad(0);
   BENCH_CUDA(cudaDeviceSynchronize());
-  r.check_rel_err = spot_check(c, offsets, in[0], hidden, y);
+  r.check_rel_err = caracal::bench::forward_spot_check(c, in[0], hidden, y);
+  const caracal::bench::BackwardOutputs outs{gate_up.get(), hidden.get(),   gates_host.data(),
+                                             d_gate_up.get(), dx.get(),     dg.get(),
+                                             d_w_gate_up.get(), d_w_down.get()};
+  r.check_rel_err_backward = caracal::bench::backward_spot_check(c, in[0], outs).worst();
 
-  double ms = median_ms([&](int i) { up(i, true); }, warmup, reps);
-  r.timings["up_gate_swiglu"] = make_timing(ms, up_flops, up_flops * pad);
-  ms = median_ms([&](int i) { up(i, false); }, warmup, reps);
-  r.timings["up_gate_swiglu_hidden_only"] = make_timing(ms, up_flops, up_flops * pad);
-  ms = median_ms(down, warmup, reps);
-  r.timings["down"] = make_timing(ms, down_flops, down_flops * pad);
-  ms = median_ms(
-      [&](int i) {
-        up(i, true);
-        down(i);
-      },
-      warmup, reps);
-  r.timings["forward"] = make_timing(ms, up_flops + down_flops, (up_flops + down_flops) * pad);
+  auto time_it = [&](const char* name, const std::function<void(int)>& fn, double flops,
+                  double padded_flops) {
+    r.timings[name] = make_timing(median_ms(fn, warmup, reps), flops, padded_flops);
+  };
+  time_it("up_gate_swiglu", [&](int i) { up(i, true); }, up_flops, up_flops * pad);
+  time_it("up_gate_swiglu_hidden_only", [&](int i) { up(i, false); }, up_flops, up_flops * pad);
+  time_it("down", down, down_flops, down_flops * pad);
+  time_it("forward", [&](int i) { up(i, true); down(i); }, fwd_flops, fwd_flops * pad);
+  // The backward reads the gate_up of the last forward; its inputs do not change its speed.
+  time_it("dgrad_swiglu", dgrad, dgrad_flops, dgrad_flops * pad);
+  time_it("dx", dgrad_x, dx_flops, dx_flops * pad);
+  time_it("wgrad", wgrad, wgrad_flops, wgrad_flops * pad);
+  time_it("backward", [&](int i) { dgrad(i); dgrad_x(i); wgrad(i); }, bwd_flops, bwd_flops * pad);
 
   if (rows > 0) {
+    const int n_i = int(I), n_d = int(D);
     auto dense_up = [&](int i) {
       const InputSet& s = in[size_t(i % sets)];
-      cublas_gemm_tn(cublas, s.x.get(), s.w_gate_up.get(), dense_out.get(), rows, int(2 * I),
-                     int(D));
+      cublas_gemm(cublas, s.x.get(), true, s.w_gate_up.get(), true, dense_out.get(), CUDA_R_16BF,
+                  rows, 2 * n_i, n_d);
     };
     auto dense_down = [&](int i) {
       const InputSet& s = in[size_t(i % sets)];
-      cublas_gemm_tn(cublas, hidden.get(), s.w_down.get(), dense_out.get(), rows, int(D), int(I));
+      cublas_gemm(cublas, hidden.get(), true, s.w_down.get(), true, dense_out.get(), CUDA_R_16BF,
+                  rows, n_d, n_i);
     };
-    ms = median_ms(dense_up, warmup, reps);
-    r.timings["cublas_up"] = make_timing(ms, up_flops, up_flops);
-    ms = median_ms(dense_down, warmup, reps);
-    r.timings["cublas_down"] = make_timing(ms, down_flops, down_flops);
-    ms = median_ms(
-        [&](int i) {
-          dense_up(i);
-          dense_down(i);
-        },
-        warmup, reps);
-    r.timings["cublas_forward"] = make_timing(ms, up_flops + down_flops, up_flops + down_flops);
+    // The backward's GEMMs over the first `rows` rows with one expert's weights.
+    auto dense_dgrad = [&](int i) {
+      const InputSet& s = in[size_t(i % sets)];
+      cublas_gemm(cublas, s.dy.get(), true, s.w_down.get(), false, dense_out.get(), CUDA_R_16BF,
+                  rows, n_i, n_d);
+    };
+    auto dense_dx = [&](int i) {
+      const InputSet& s = in[size_t(i % sets)];
+      cublas_gemm(cublas, d_gate_up.get(), true, s.w_gate_up.get(), false, dense_out.get(),
+                  CUDA_R_16BF, rows, n_d, 2 * n_i);
+    };
+    auto dense_wgrad = [&](int i) {
+      const InputSet& s = in[size_t(i % sets)];
+      cublas_gemm(cublas, d_gate_up.get(), false, s.x.get(), false, dense_grad.get(), CUDA_R_32F,
+                  2 * n_i, n_d, rows);
+      cublas_gemm(cublas, s.dy.get(), false, scaled_hidden.get(), false, dense_grad.get(),
+                  CUDA_R_32F, n_d, n_i, rows);
+    };
+    time_it("cublas_up", dense_up, up_flops, up_flops);
+    time_it("cublas_down", dense_down, down_flops, down_flops);
+    time_it("cublas_forward", [&](int i) { dense_up(i); dense_down(i); }, fwd_flops, fwd_flops);
+    time_it("cublas_dgrad", dense_dgrad, dgrad_flops, dgrad_flops);
+    time_it("cublas_dx", dense_dx, dx_flops, dx_flops);
+    time_it("cublas_wgrad", dense_wgrad, wgrad_flops, wgrad_flops);
+    time_it("cublas_backward", [&](int i) { dense_dgrad(i); dense_dx(i); dense_wgrad(i); },
+         bwd_flops, bwd_flops);
   }
   return r;
 }
@@ -455,7 +437,7 @@ nlohmann::json timing_json(const Timing& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"caracal_gemm_bench: grouped-GEMM forward vs cuBLAS dense GEMM of the same FLOPs"};
+  CLI::App app{"caracal_gemm_bench: grouped-GEMM forward and backward vs cuBLAS dense GEMM of the same FLOPs"};
   int warmup = 5, reps = 30;
   uint64_t seed = 2026;
   std::string json_path;
@@ -515,10 +497,19 @@ int main(int argc, char** argv) {
                 cu("cublas_up"), false);
       print_row(c, offsets, "down", r.timings.at("down"), cu("cublas_down"), false);
       print_row(c, offsets, "forward", r.timings.at("forward"), cu("cublas_forward"), false);
-      const bool ok = std::isfinite(r.check_rel_err) && r.check_rel_err <= 1e-2;
-      check_failed |= !ok;
-      std::printf("%-26s spot check vs fp64: rel err %.2e %s\n", "", r.check_rel_err,
-                  ok ? "ok" : "FAILED");
+      print_row(c, offsets, "dgrad+swiglu bwd", r.timings.at("dgrad_swiglu"), cu("cublas_dgrad"),
+                false);
+      print_row(c, offsets, "dx", r.timings.at("dx"), cu("cublas_dx"), false);
+      print_row(c, offsets, "wgrad (fp32)", r.timings.at("wgrad"), cu("cublas_wgrad"), false);
+      print_row(c, offsets, "backward", r.timings.at("backward"), cu("cublas_backward"), false);
+      auto check = [&](const char* what, double err) {
+        const bool ok = std::isfinite(err) && err <= 1e-2;
+        check_failed |= !ok;
+        std::printf("%-26s %s spot check vs fp64: rel err %.2e %s\n", "", what, err,
+                    ok ? "ok" : "FAILED");
+      };
+      check("forward", r.check_rel_err);
+      check("backward", r.check_rel_err_backward);
 
       nlohmann::json cj = {{"name", c.name},
                            {"model", c.model},
@@ -533,7 +524,8 @@ int main(int argc, char** argv) {
                            {"counts", c.counts},
                            {"rows", c.rows()},
                            {"padded_rows", offsets.back()},
-                           {"check_rel_err", r.check_rel_err}};
+                           {"check_rel_err", r.check_rel_err},
+                           {"check_rel_err_backward", r.check_rel_err_backward}};
       for (const auto& [k, t] : r.timings) cj["results"][k] = timing_json(t);
       cases_json.push_back(cj);
     }

@@ -11,6 +11,9 @@ Timed per case (median of --reps runs, CUDA events, after --warmup runs):
   down        hidden[rows, I] @ W_down[L, D, I]^T                     (grouped_mm only)
   forward     up then down (down reads a ready hidden): the "grouped_mm alone" figure
   fwd+swiglu  up, SiLU(gate) * up (eager), down: the unfused equivalent of our forward
+  backward    autograd through fwd+swiglu times g (a per-row weight, as the router applies it):
+              dx, dW_gate_up, dW_down (bf16, as torch returns them) and dg, for a given dy; twice
+              the forward's FLOPs, like ours
 Usage: python3 bench/torch_grouped_mm.py BENCH.json [--reps 30] [--warmup 5] [--json OUT.json]
 """
 import argparse
@@ -77,14 +80,36 @@ def run_case(case, warmup, reps, seed):
                             ("forward_swiglu", forward_swiglu, up_flops + down_flops)):
         ms = median_ms(fn, warmup, reps)
         results[name] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+
+    # Backward: the graph of one forward, replayed for the gradients of x, g and both weights.
+    try:
+        xg = x.detach().requires_grad_()
+        wgu = w_gate_up.detach().requires_grad_()
+        wd = w_down.detach().requires_grad_()
+        g = (torch.rand(rows, 1, device=dev, generator=gen, dtype=torch.float32)
+             .to(torch.bfloat16).requires_grad_())
+        gu = torch._grouped_mm(xg, wgu.transpose(-2, -1), offs=offs)
+        y = torch._grouped_mm(F.silu(gu[:, :i]) * gu[:, i:], wd.transpose(-2, -1), offs=offs)
+        out = y * g
+        dy = rand(rows, d, scale=1.0)
+        inputs = (xg, g, wgu, wd)
+
+        def backward():
+            torch.autograd.grad(out, inputs, dy, retain_graph=True)
+
+        ms = median_ms(backward, warmup, reps)
+        flops = 2.0 * (up_flops + down_flops)
+        results["backward"] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+    except Exception as e:  # keep the forward figures; report the backward's failure
+        print(f"{case['name']:<26} torch backward failed: {type(e).__name__}: {e}")
     return results
 
 
 # Our kernels' timing that each torch figure is compared with, and cuBLAS's.
 OURS = {"up": "up_gate_swiglu", "down": "down", "forward": "forward",
-        "forward_swiglu": "forward"}
+        "forward_swiglu": "forward", "backward": "backward"}
 CUBLAS = {"up": "cublas_up", "down": "cublas_down", "forward": "cublas_forward",
-          "forward_swiglu": "cublas_forward"}
+          "forward_swiglu": "cublas_forward", "backward": "cublas_backward"}
 
 
 def fmt(value, spec):

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The grouped-GEMM check, run on the device machine from the repo root over a build made elsewhere
 # (carried as build/), in one go:
-#   1. test_gpu_grouped_gemm (its GPU tests run for real there);
-#   2. compute-sanitizer memcheck and racecheck on its small cases;
+#   1. test_gpu_grouped_gemm and test_gpu_grouped_gemm_backward (their GPU tests run for real);
+#   2. compute-sanitizer memcheck and racecheck on their small cases;
 #   3. the SASS: HGMMA present, no local memory (LDL/STL); registers, stack, spills per kernel;
-#   4. caracal_gemm_bench (our forward vs cuBLAS dense GEMM of the same FLOPs) and
-#      bench/torch_grouped_mm.py (torch._grouped_mm on the same rows);
+#   4. caracal_gemm_bench (our forward and backward vs cuBLAS dense GEMM of the same FLOPs) and
+#      bench/torch_grouped_mm.py (torch._grouped_mm on the same rows, forward and autograd backward);
 # then a short summary table last. Usage: scripts/gemm-check.sh [build-dir]
 # Logs go to $OUT if set (at most 8 files: the device tool returns no more), else /tmp. Each step
-# has its own time limit (typical whole run: 3-5 minutes); if the tests time out (a hang), the
+# has its own time limit (typical whole run: 4-6 minutes); if the tests time out (a hang), the
 # other GPU steps are skipped.
 set -uo pipefail
 build="${1:-build}"
@@ -37,43 +37,51 @@ if ldd "$build/caracal_gemm_bench" 2>/dev/null | grep -q 'libcublas.*not found';
 fi
 
 # ---- 1. tests ------------------------------------------------------------------------------------
-t="$build/tests/test_gpu_grouped_gemm"
 { cat "$work/gpu.txt"; echo; } >"$logs/test.log"
 hung=0
-timeout 150 "$t" --gtest_brief=0 >>"$logs/test.log" 2>&1
-status=$?
-if [ "$status" -eq 0 ]; then
-  passed=$(grep -c '^\[       OK \]' "$logs/test.log" || true)
-  skipped=$(grep -c '^\[  SKIPPED \] .*(' "$logs/test.log" || true)
-  record "test_gpu_grouped_gemm" "ok: $passed passed, $skipped skipped"
-else
-  grep -E '^\[  FAILED  \]|Failure|error' "$logs/test.log" | head -n 30
-  if [ "$status" -eq 124 ]; then
-    hung=1
-    record "test_gpu_grouped_gemm" "TIMED OUT after 150 s: skipping the other GPU steps"
+for name in test_gpu_grouped_gemm test_gpu_grouped_gemm_backward; do
+  [ "$hung" -eq 0 ] || break
+  echo "==== $name" >>"$logs/test.log"
+  timeout 150 "$build/tests/$name" --gtest_brief=0 >"$work/$name.log" 2>&1
+  status=$?
+  cat "$work/$name.log" >>"$logs/test.log"
+  if [ "$status" -eq 0 ]; then
+    passed=$(grep -c '^\[       OK \]' "$work/$name.log" || true)
+    skipped=$(grep -c '^\[  SKIPPED \] .*(' "$work/$name.log" || true)
+    record "$name" "ok: $passed passed, $skipped skipped"
   else
-    record "test_gpu_grouped_gemm" "FAILED, exit $status (see test.log)"
+    grep -E '^\[  FAILED  \]|Failure|error' "$work/$name.log" | head -n 30
+    if [ "$status" -eq 124 ]; then
+      hung=1
+      record "$name" "TIMED OUT after 150 s: skipping the other GPU steps"
+    else
+      record "$name" "FAILED, exit $status (see test.log)"
+    fi
   fi
-fi
+done
 worst=$(grep -oE 'relative Frobenius error [0-9.e+-]+' "$logs/test.log" |
   awk '{ if ($NF + 0 > w) w = $NF + 0 } END { if (NR) printf "%.2e", w }')
 record "  worst rel. Frobenius error" "${worst:-none printed} (limit 1e-2)"
 
 # ---- 2. compute-sanitizer on the small cases ------------------------------------------------------
-small='Cases/GroupedGemmReference.*/edge_counts:GroupedGemmEmpty.*:GroupedGemmLayout.*'
 : >"$logs/sanitizer.log"
-for tool in memcheck racecheck; do
-  [ "$hung" -eq 0 ] || break
-  echo "==== compute-sanitizer --tool $tool ($small)" >>"$logs/sanitizer.log"
-  if timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --gtest_filter="$small" \
-       --gtest_brief=1 >"$work/$tool.log" 2>&1; then
-    record "sanitizer $tool" "clean ($(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$work/$tool.log" | tail -n 1))"
-  else
-    tail -n 20 "$work/$tool.log"
-    record "sanitizer $tool" "ERRORS (see sanitizer.log)"
-  fi
-  cat "$work/$tool.log" >>"$logs/sanitizer.log"
-done
+sanitize() {  # binary filter
+  local t="$build/tests/$1"
+  for tool in memcheck racecheck; do
+    [ "$hung" -eq 0 ] || return
+    echo "==== $1: compute-sanitizer --tool $tool ($2)" >>"$logs/sanitizer.log"
+    if timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --gtest_filter="$2" \
+         --gtest_brief=1 >"$work/$tool.log" 2>&1; then
+      record "sanitizer $tool ($1)" "clean ($(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$work/$tool.log" | tail -n 1))"
+    else
+      tail -n 20 "$work/$tool.log"
+      record "sanitizer $tool ($1)" "ERRORS (see sanitizer.log)"
+    fi
+    cat "$work/$tool.log" >>"$logs/sanitizer.log"
+  done
+}
+sanitize test_gpu_grouped_gemm 'Cases/GroupedGemmReference.*/edge_counts:GroupedGemmEmpty.*:GroupedGemmLayout.*'
+sanitize test_gpu_grouped_gemm_backward 'Cases/GroupedGemmBackwardReference.MatchesFp64Reference/edge_counts:GroupedGemmBackwardEmpty.*'
 
 # ---- 3. SASS and resources ---------------------------------------------------------------------
 lib="$build/libcaracal_gemm.a"
@@ -91,8 +99,13 @@ lib="$build/libcaracal_gemm.a"
 record "SASS HGMMA instructions" "$(grep -c HGMMA "$work/gemm.sass")"
 record "SASS LDL/STL (local memory)" "$(grep -cE '\b(LDL|STL)(\.|\s)' "$work/gemm.sass")"
 cuobjdump --dump-resource-usage "$lib" 2>&1 | awk '
-  /Function/ { name = $2; sub(/:$/, "", name)
-               kind = name ~ /UpGateSwiglu/ ? "up_gate_swiglu" : name ~ /DownProj/ ? "down_proj" : "" }
+  /Function/ { name = $2; sub(/:$/, "", name); kind = ""
+               if (name ~ /UpGateSwigluGemm/) kind = "up_gate_swiglu"
+               else if (name ~ /DownProjGemm/) kind = "down_proj"
+               else if (name ~ /DownDgradSwigluGemm/) kind = "down_dgrad_swiglu"
+               else if (name ~ /GateUpDgradGemm/) kind = "gate_up_dgrad"
+               else if (name ~ /WeightGradGemm/) kind = "weight_grad"
+               else if (name ~ /reduce_router_grad/) kind = "reduce_router_grad" }
   /REG:/ && kind != "" { reg = $0; sub(/.*REG:/, "", reg); sub(/ .*/, "", reg)
                           stack = $0; sub(/.*STACK:/, "", stack); sub(/ .*/, "", stack)
                           local = $0; sub(/.*LOCAL:/, "", local); sub(/ .*/, "", local)
@@ -102,7 +115,7 @@ while read -r kernel rest; do record "kernel $kernel" "$rest"; done <"$work/reso
 
 # ---- 4. benchmarks -----------------------------------------------------------------------------
 if [ "$hung" -eq 0 ]; then
-  timeout 150 "$build/caracal_gemm_bench" --json "$logs/gemm_bench.json" >"$logs/gemm_bench.log" 2>&1
+  timeout 240 "$build/caracal_gemm_bench" --json "$logs/gemm_bench.json" >"$logs/gemm_bench.log" 2>&1
   status=$?
   case $status in
     0) record "caracal_gemm_bench" "ok (spot checks passed)" ;;
@@ -112,7 +125,7 @@ if [ "$hung" -eq 0 ]; then
   cat "$logs/gemm_bench.log"
 fi
 if [ "$hung" -eq 0 ] && [ -f "$logs/gemm_bench.json" ]; then
-  if PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_grouped_mm.py "$logs/gemm_bench.json" \
+  if PYTHONUNBUFFERED=1 timeout 240 python3 bench/torch_grouped_mm.py "$logs/gemm_bench.json" \
        --json "$logs/torch_grouped_mm.json" >"$logs/torch_grouped_mm.log" 2>&1; then
     record "torch_grouped_mm.py" "ok"
   else
@@ -150,6 +163,13 @@ for c in bench["cases"]:
     print(f"{c['name']:<24} {f(tf(o, 'up_gate_swiglu'))} {f(tf(o, 'down'))} {f(fwd)} | "
           f"{f(tf(t, 'forward'))}  {f(tf(t, 'forward_swiglu'))} | {f(tf(o, 'cublas_forward'))}    | "
           f"{r(fwd, tf(t, 'forward'))} {r(fwd, tf(o, 'cublas_forward'))}")
+print("TFLOP/s on real rows   dgrad+sw     dx  wgrad backward | torch bwd | cuBLAS bwd | /torch /cuBLAS")
+for c in bench["cases"]:
+    o, t = c["results"], torch.get(c["name"], {})
+    bwd = tf(o, "backward")
+    print(f"{c['name']:<24} {f(tf(o, 'dgrad_swiglu'))} {f(tf(o, 'dx'))} {f(tf(o, 'wgrad'))} {f(bwd)} | "
+          f"  {f(tf(t, 'backward'))} | {f(tf(o, 'cublas_backward'))}    | "
+          f"{r(bwd, tf(t, 'backward'))} {r(bwd, tf(o, 'cublas_backward'))}")
 EOF
 } | tee "$logs/summary.txt"
 rm -rf "$work"

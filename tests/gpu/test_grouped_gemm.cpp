@@ -8,113 +8,29 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <iostream>
-#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "caracal/bf16.hpp"
-#include "caracal/error.hpp"
 #include "caracal/routing.hpp"
-#include "caracal/schedule.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/grouped_gemm_test_support.hpp"
 
 namespace {
 
+using namespace caracal::test::gemm;
 using caracal::kernels::DownProjArgs;
 using caracal::kernels::ExpertRows;
 using caracal::kernels::gate_up_row;
-using caracal::kernels::kGroupedGemmTileM;
 using caracal::kernels::UpGateSwigluArgs;
 
-constexpr uint16_t kPoison = 0xFFFF;  // a bf16 NaN
-
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) | uint64_t(rd());
-}
-
-// Owns one device allocation.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  void allocate(size_t count) {
-    count_ = count;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  void upload(const std::vector<T>& host) {
-    allocate(host.size());
-    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void download(std::vector<T>& host) const {
-    host.resize(count_);
-    ASSERT_EQ(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  void poison() { ASSERT_EQ(cudaMemset(ptr_, 0xFF, bytes()), cudaSuccess); }
-  T* get() const { return ptr_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
-
-__nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
-
 // ---- Problems -----------------------------------------------------------------------------------
-
-struct Case {
-  std::string name;
-  int hidden = 0;
-  int intermediate = 0;
-  std::vector<int> counts;  // real rows per local expert
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-// Expert segments padded to 128 rows, plus one spare block at the end that no expert owns.
-struct RowLayout {
-  std::vector<int32_t> offset;  // [L + 1]
-  int capacity = 0;
-};
-
-RowLayout layout_rows(const std::vector<int>& counts) {
-  RowLayout l;
-  l.offset.push_back(0);
-  for (int c : counts) {
-    int const padded = (c + kGroupedGemmTileM - 1) / kGroupedGemmTileM * kGroupedGemmTileM;
-    l.offset.push_back(l.offset.back() + padded);
-  }
-  l.capacity = l.offset.back() + kGroupedGemmTileM;
-  return l;
-}
-
-// Uniform values in [-scale, scale], as bf16 bits.
-std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> dist(-scale, scale);
-  std::vector<uint16_t> v(n);
-  for (auto& b : v) b = caracal::bf16_bits(float(dist(rng)));
-  return v;
-}
-
-std::vector<double> widen(const std::vector<uint16_t>& bits) {
-  return caracal::from_bf16_bits(bits);
-}
 
 // Host inputs and their device copies for one case.
 struct Problem {
@@ -257,90 +173,29 @@ Reference reference_forward(const Problem& p) {
   return r;
 }
 
-// Compares one output over the real rows: every element written (no NaN) and a relative
-// Frobenius error of at most 1e-2. `value(row, col)` reads the kernel's output.
-void expect_close(const char* what, const Problem& p, size_t cols, const std::vector<double>& ref,
-                  const std::function<uint16_t(size_t, size_t)>& value) {
-  size_t nan_count = 0, first_nan_row = 0, first_nan_col = 0;
-  double err2 = 0.0, ref2 = 0.0;
-  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
-    const size_t begin = size_t(p.rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
-      for (size_t col = 0; col < cols; ++col) {
-        const double v = double(caracal::bf16_to_float(value(row, col)));
-        if (std::isnan(v)) {
-          if (nan_count++ == 0) {
-            first_nan_row = row;
-            first_nan_col = col;
-          }
-          continue;
-        }
-        const double d = v - ref[row * cols + col];
-        err2 += d * d;
-        ref2 += ref[row * cols + col] * ref[row * cols + col];
-      }
-    }
-  }
-  EXPECT_EQ(nan_count, 0u) << what << " still holds NaN (e.g. row " << first_nan_row << ", col "
-                           << first_nan_col << ")";
-  if (ref2 == 0.0) return;  // no real rows
-  const double rel = std::sqrt(err2 / ref2);
-  EXPECT_LE(rel, 1e-2) << what << ": relative Frobenius error " << rel;
-  std::cout << "  " << what << ": relative Frobenius error " << rel << "\n";
-}
-
-// Padding rows inside expert segments hold zeros; rows past the last segment keep the poison.
-void expect_padding(const char* what, const Problem& p, size_t cols,
-                    const std::vector<uint16_t>& out) {
-  size_t nonzero = 0, touched = 0;
-  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
-    for (size_t row = size_t(p.rows.offset[e]) + size_t(p.c.counts[e]);
-         row < size_t(p.rows.offset[e + 1]); ++row) {
-      for (size_t col = 0; col < cols; ++col) nonzero += (out[row * cols + col] & 0x7FFF) != 0;
-    }
-  }
-  for (size_t row = size_t(p.rows.offset.back()); row < size_t(p.rows.capacity); ++row) {
-    for (size_t col = 0; col < cols; ++col) touched += out[row * cols + col] != kPoison;
-  }
-  EXPECT_EQ(nonzero, 0u) << what << ": padding rows must hold zeros";
-  EXPECT_EQ(touched, 0u) << what << ": rows past expert_offset[L] must be left untouched";
-}
-
 void check_against_reference(Problem& p, const RunOptions& o) {
   Outputs out;
   ASSERT_NO_FATAL_FAILURE(run_forward(p, o, out));
   const Reference ref = reference_forward(p);
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-  expect_close("hidden", p, I, ref.hidden,
+  expect_close("hidden", p.rows, p.c.counts, I, ref.hidden,
                [&](size_t row, size_t col) { return out.hidden[row * I + col]; });
-  expect_close("y", p, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; });
-  expect_padding("hidden", p, I, out.hidden);
-  expect_padding("y", p, D, out.y);
+  expect_close("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; });
+  expect_padding("hidden", p.rows, p.c.counts, I, out.hidden);
+  expect_padding("y", p.rows, p.c.counts, D, out.y);
   if (o.store_gate_up) {
-    expect_close("gate", p, I, ref.gate, [&](size_t row, size_t j) {
+    expect_close("gate", p.rows, p.c.counts, I, ref.gate, [&](size_t row, size_t j) {
       return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
     });
-    expect_close("up", p, I, ref.up, [&](size_t row, size_t j) {
+    expect_close("up", p.rows, p.c.counts, I, ref.up, [&](size_t row, size_t j) {
       return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
     });
-    expect_padding("gate_up", p, 2 * I, out.gate_up);
+    expect_padding("gate_up", p.rows, p.c.counts, 2 * I, out.gate_up);
   } else {
     size_t touched = 0;
     for (uint16_t b : out.gate_up) touched += b != kPoison;
     EXPECT_EQ(touched, 0u) << "gate_up was written although gate_up_out was null";
   }
-}
-
-// Per-expert counts of one receiving rank under a generated routing (host schedule twin).
-std::vector<int> routed_counts(caracal::RoutingKind kind, int64_t world, int64_t tokens,
-                               int64_t top_k, int64_t experts, int64_t rank, uint64_t seed) {
-  caracal::RoutingSpec spec;
-  spec.kind = kind;
-  spec.seed = seed;
-  const caracal::Routing routing = caracal::make_routing(spec, world, tokens, top_k, experts);
-  const caracal::RankSchedule s =
-      caracal::build_rank_schedule(routing, experts, kGroupedGemmTileM, rank);
-  return std::vector<int>(s.expert_count.begin(), s.expert_count.end());
 }
 
 std::vector<Case> reference_cases() {
@@ -389,10 +244,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(refere
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            return param_info.param.name;
                          });
-
-bool same_bits(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(uint16_t)) == 0;
-}
 
 // Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
 // run, or whether the optional counts let the kernels skip padding halves.
@@ -506,12 +357,6 @@ TEST(GroupedGemmLayout, GateUpRowsAlternateInGroupsOfEight) {
   EXPECT_EQ(out, expected);
 }
 
-// Fake device pointers: validation must reject the arguments before touching them.
-template <typename T = __nv_bfloat16>
-T* fake_ptr(uintptr_t offset_bytes = 0) {
-  return reinterpret_cast<T*>(uintptr_t(1) << 20 | offset_bytes);
-}
-
 UpGateSwigluArgs valid_up_args() {
   UpGateSwigluArgs a;
   a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
@@ -532,17 +377,6 @@ DownProjArgs valid_down_args() {
   a.w_down = fake_ptr();
   a.y_out = fake_ptr();
   return a;
-}
-
-// `call` throws caracal::Error whose message holds every one of `parts`.
-void expect_error(const std::function<void()>& call, std::initializer_list<const char*> parts) {
-  try {
-    call();
-    ADD_FAILURE() << "no caracal::Error thrown";
-  } catch (const caracal::Error& e) {
-    const std::string msg = e.what();
-    for (const char* part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
-  }
 }
 
 TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {

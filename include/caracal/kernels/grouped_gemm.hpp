@@ -1,6 +1,7 @@
 #pragma once
 // The Hopper grouped-GEMM engine, forward half: the routed experts' SwiGLU feed-forward over the
-// expert-contiguous rows of one rank (DESIGN §2, §3).
+// expert-contiguous rows of one rank (DESIGN §2, §3). The backward half, over the same rows, is in
+// caracal/kernels/grouped_gemm_backward.hpp.
 //
 // Rows. Local expert e owns rows [expert_offset[e], expert_offset[e+1]) of every row buffer; the
 // first expert_count[e] of them are real routes, the rest padding up to a multiple of

@@ -1,11 +1,11 @@
 #pragma once
 // The plain epilogue: a warpgroup's 64 x 256 fp32 accumulator slice rounded once to bf16 and
-// stored (the down projection's y rows; the SwiGLU kernel's gate_up rows).
+// stored (the down projection's y rows, the backward's dx rows; the SwiGLU kernel's gate_up).
 #include <cute/tensor.hpp>
 
 #include "kernels/gemm/chunk_store.cuh"
 #include "kernels/gemm/gemm_config.cuh"
-#include "kernels/gemm/tile_scheduler.cuh"
+#include "kernels/gemm/tile_coord.cuh"
 
 namespace caracal::kernels::gemm {
 
@@ -41,13 +41,13 @@ __device__ void store_accumulator_bf16(Accum const& acc, bool active, ChunkStore
   }
 }
 
-// The down projection: y = bf16(hidden · W_down^T).
-struct DownProjEpilogue {
+// Row outputs rounded once: y = bf16(hidden · W_down^T), dx = bf16(d_gate_up · W_gate_up).
+struct RowsBf16Epilogue {
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
-    store_accumulator_bf16(acc, active, ring, &p.out, p.out_cols, tile.n_block * kBlockN,
-                           tile.row_begin + warpgroup * kWarpgroupRows);
+    store_accumulator_bf16(acc, active, ring, &p.out, p.out_cols, tile.n_begin,
+                           tile.m_begin + warpgroup * kWarpgroupRows);
   }
 };
 

@@ -6,9 +6,10 @@
 //   Warpgroup 0: producer. One thread streams A (128 x 64) and B (256 x 64) tiles with TMA into a
 //                kStages-deep ring of 128B-swizzled buffers (48 KiB a stage).
 //   Warpgroups 1, 2: consumers. Each owns 64 rows of the tile: 64 x 256 x 16 wgmma, both operands
-//                from shared memory, 128 fp32 accumulators a thread; then the epilogue, which
-//                stages bf16 64 x 64 chunks in shared memory and stores them with TMA.
+//                from shared memory, 128 fp32 accumulators a thread; then the epilogue.
+// The operands' majorness (K- or MN-major in memory) is a per-kernel choice: mma_config.cuh.
 #include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -26,6 +27,7 @@ namespace caracal::kernels::gemm {
 
 using Element = cute::bfloat16_t;  // same bits as __nv_bfloat16
 static_assert(sizeof(Element) == 2);
+using cute::GMMA::Major;  // K- or MN-major operands
 
 inline constexpr int kStages = 4;  // 4 x 48 KiB in flight
 
@@ -40,7 +42,7 @@ inline constexpr int kWarpgroupRows = kBlockM / kConsumerWarpgroups;  // 64 = on
 inline constexpr uint32_t kProducerRegisters = 40;
 inline constexpr uint32_t kConsumerRegisters = 232;
 
-// Epilogue: each consumer warpgroup stages 64 x 64 bf16 chunks (one 128-byte swizzled TMA box)
+// Epilogue: each consumer warpgroup stages bf16 64 x 64 chunks (one 128-byte swizzled TMA box)
 // in a ring of kChunkBuffers buffers, so writing one chunk overlaps the TMA store of the last.
 inline constexpr int kChunkRows = kWarpgroupRows;
 inline constexpr int kChunkCols = 64;
@@ -51,30 +53,10 @@ inline constexpr int kChunkElements = kChunkRows * kChunkCols;
 // inner: the CTAs running at one time share a few A blocks and a few weight slabs in L2.
 inline constexpr int kRasterGroupBlocks = 8;
 
-// K-major operand tiles in the 128B-swizzle atom (8 rows x 64 bf16) that both TMA
-// (CU_TENSOR_MAP_SWIZZLE_128B) and the wgmma descriptors understand; stacked (rows, 64, stage).
-using SmemLayoutA = decltype(cute::tile_to_shape(
-    cute::GMMA::Layout_K_SW128_Atom<Element>{},
-    cute::make_shape(cute::Int<kBlockM>{}, cute::Int<kBlockK>{}, cute::Int<kStages>{})));
-using SmemLayoutB = decltype(cute::tile_to_shape(
-    cute::GMMA::Layout_K_SW128_Atom<Element>{},
-    cute::make_shape(cute::Int<kBlockN>{}, cute::Int<kBlockK>{}, cute::Int<kStages>{})));
-
-// Two consumer warpgroups stacked along M, each issuing 64 x kBlockN x 16 wgmma.
-using MmaAtom =
-    decltype(cute::GMMA::ss_op_selector<Element, Element, float,
-                                        cute::Shape<cute::_64, cute::Int<kBlockN>, cute::_16>,
-                                        cute::GMMA::Major::K, cute::GMMA::Major::K>());
-using TiledMma = decltype(cute::make_tiled_mma(
-    MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
-static_assert(cute::size(TiledMma{}) == kConsumerWarpgroups * kWarpgroupThreads);
-
-// The epilogues index the accumulator fragment directly. Pin the layout they assume (CuTe's
-// SM90 64xN fp32 accumulator): value i = v0 + 2*v1 + 4*t of a thread (warp w, lane l of its
-// warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the warpgroup's
-// 64 x kBlockN slice.
-static_assert(
-    std::is_same_v<typename cute::MMA_Traits<MmaAtom>::CLayout, cute::GMMA::CLayout_64xN<kBlockN>>);
+// The epilogues index the accumulator fragment directly; mma_config.cuh pins the layout they
+// assume (CuTe's SM90 64xN fp32 accumulator): value i = v0 + 2*v1 + 4*t of a thread (warp w,
+// lane l of its warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the
+// warpgroup's 64 x kBlockN slice.
 inline constexpr int kAccumulators = kBlockN / 2;  // per thread: 64 * kBlockN / 128
 
 // Bytes the TMA deposits per stage: one A tile and one B tile.
@@ -93,22 +75,35 @@ struct SharedStorage {
 inline constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
 
-// Launch parameters (one struct, passed as a __grid_constant__ so the TMA descriptors stay in
-// parameter space where the TMA unit can read them).
+// Launch parameters of every grouped-GEMM kernel (one struct, passed as a __grid_constant__ so
+// the TMA descriptors stay in parameter space where the TMA unit can read them). A kernel reads
+// only the fields its operands, scheduler and epilogue name.
 struct Params {
-  CUtensorMap a;        // [row_capacity][K] bf16, box 64 x 128
-  CUtensorMap b;        // [L][N][K] bf16, box 64 x 256 x 1
-  CUtensorMap out;      // main output [row_capacity][out_cols], box 64 x 64
-  CUtensorMap out_aux;  // SwiGLU kernel: gate_up [row_capacity][2I], box 64 x 64 (if stored)
+  CUtensorMap a;        // A operand (operand_loads.cuh gives each kind's tensor and box)
+  CUtensorMap b;        // B operand
+  CUtensorMap out;      // main bf16 output [row_capacity][out_cols], box 64 x 64
+  CUtensorMap out_aux;  // second bf16 output [row_capacity][aux_cols], box 64 x 64 (if stored)
+  CUtensorMap source;   // SwiGLU backward: the saved gate_up [row_capacity][2I], box 64 x 128,
+                        // prefetched into L2 ahead of the epilogue
+  int a_mn_extent;      // MN extent of an MN-major A (rows of its output); unused when K-major
+  int b_mn_extent;      // MN extent of an MN-major B (columns of its output); unused when K-major
   const int32_t* expert_offset;
   const int32_t* expert_count;  // may be null
   int num_experts;
   int capacity_blocks;  // row_capacity / kBlockM
+  int m_blocks;         // weight tiles: ceil(out_rows / kBlockM)
   int n_blocks;         // ceil(N / kBlockN)
-  int k_tiles;          // K / kBlockK
-  int out_cols;         // columns of `out`
+  int k_tiles;          // row tiles: K / kBlockK
+  int out_rows;         // weight tiles: rows of one expert's gradient (M)
+  int out_cols;         // columns of `out` / out_f32
   int aux_cols;         // columns of `out_aux`
   bool store_aux;
+  // SwiGLU backward epilogue
+  const __nv_bfloat16* gate_up;  // [row_capacity][2I], interleaved
+  const float* row_gates;        // [row_capacity] g per row
+  float* dg_partials;            // [row_capacity][n_blocks]
+  // Weight-gradient epilogue
+  float* out_f32;  // [num_experts][out_rows][out_cols]
 };
 
 }  // namespace caracal::kernels::gemm

@@ -1,8 +1,13 @@
 #pragma once
 // The persistent, warp-specialized grouped-GEMM kernel: warpgroup 0 produces (TMA), warpgroups
-// 1 and 2 consume (wgmma + `Epilogue`). Each CTA walks its tiles from GroupedTileScheduler;
+// 1 and 2 consume (wgmma + epilogue). Each CTA walks its tiles from the Gemm's scheduler;
 // producer and consumers meet only through the stage ring, so the producer loads the next tile
 // while the consumers run the epilogue of the last.
+//
+// `Gemm` describes one kernel:
+//   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
+//   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows)
+//   Epilogue            apply(p, tile, accum, active, ring, warpgroup) per tile and warpgroup
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -12,15 +17,17 @@
 #include "kernels/gemm/chunk_store.cuh"
 #include "kernels/gemm/gemm_config.cuh"
 #include "kernels/gemm/mainloop.cuh"
-#include "kernels/gemm/tile_scheduler.cuh"
+#include "kernels/gemm/mma_config.cuh"
+#include "kernels/gemm/tile_coord.cuh"
 #include "kernels/gemm/tma_pipeline.cuh"
 
 namespace caracal::kernels::gemm {
 
-template <class Epilogue>
+template <class Gemm>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(CUTE_GRID_CONSTANT Params const p) {
   using namespace cute;
+  using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
@@ -38,7 +45,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  GroupedTileScheduler scheduler(p);
+  typename Gemm::Scheduler scheduler(p);
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load; the rest of the warpgroup retires.
@@ -46,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       PipelineState st;
       for (; scheduler.has_tile(); scheduler.advance()) {
-        load_tile(p, smem, pipe, st, scheduler.coord());
+        load_tile<Gemm>(p, smem, pipe, st, scheduler.coord());
       }
     }
   } else {
@@ -56,10 +63,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const wg_thread = thread % kWarpgroupThreads;
 
     // wgmma operands are shared-memory descriptors: these "fragments" are views of the stages.
-    TiledMma tiled_mma;
+    typename Mma::TiledMma tiled_mma;
     auto thr_mma = tiled_mma.get_thread_slice(thread);
-    Tensor sA = make_tensor(make_smem_ptr(&smem.a[0][0]), SmemLayoutA{});  // (128, 64, stage)
-    Tensor sB = make_tensor(make_smem_ptr(&smem.b[0][0]), SmemLayoutB{});  // (256, 64, stage)
+    Tensor sA = make_tensor(make_smem_ptr(&smem.a[0][0]), typename Mma::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(&smem.b[0][0]), typename Mma::SmemLayoutB{});
     Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, stage)
     Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, stage)
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -69,10 +76,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     PipelineState st;
     for (; scheduler.has_tile(); scheduler.advance()) {
       TileCoord const tile = scheduler.coord();
-      // Skip the tensor-core work of a 64-row half that holds only padding rows.
-      bool const active = tile.row_begin + consumer * kWarpgroupRows < tile.real_end;
-      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, p.k_tiles, active, lane);
-      Epilogue::apply(p, tile, accum, active, ring, consumer);
+      bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
+      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+      Gemm::Epilogue::apply(p, tile, accum, active, ring, consumer);
     }
     ring.drain();
   }

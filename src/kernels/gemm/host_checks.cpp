@@ -34,11 +34,12 @@ void check_rows(const ExpertRows& rows, const char* fn) {
                 static_cast<const void*>(rows.expert_count));
 }
 
-// A matrix operand: non-null and 16-byte aligned (TMA), except row buffers of an empty capacity.
-void check_matrix(const void* p, bool may_be_null, const char* fn, const char* name) {
+// A matrix or fp32 array: non-null and 16-byte aligned (TMA boxes, vector stores), except row
+// buffers of an empty capacity.
+void check_pointer(const void* p, bool may_be_null, const char* fn, const char* name) {
   CARACAL_CHECK(may_be_null || p != nullptr, fn, ": ", name,
                 " must be a 16-byte aligned device pointer, got null");
-  CARACAL_CHECK(aligned(p, 16), fn, ": ", name, " must be 16-byte aligned (TMA), got ", p);
+  CARACAL_CHECK(aligned(p, 16), fn, ": ", name, " must be 16-byte aligned, got ", p);
 }
 
 void check_num_ctas(int num_ctas, const char* fn) {
@@ -53,6 +54,15 @@ void check_tile_count(const ExpertRows& rows, int64_t n, const char* fn) {
                 ": rows.row_capacity x N is too large (", tiles, " tiles, must be < 2^31)");
 }
 
+// Weight-gradient tiles (num_experts x ceil(M / 128) x ceil(N / 256)) too.
+void check_weight_tile_count(int num_experts, int64_t m, int64_t n, const char* fn) {
+  int64_t const tiles = int64_t(num_experts) * ((m + kBlockM - 1) / kBlockM) *
+                        ((n + kBlockN - 1) / kBlockN);
+  CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
+                ": num_experts x M x N is too large (", tiles, " tiles of ", m, " x ", n,
+                ", must be < 2^31)");
+}
+
 }  // namespace
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
@@ -61,10 +71,10 @@ void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   check_dim(a.hidden, fn, "hidden (D)");
   check_dim(a.intermediate, fn, "intermediate (I)");
   bool const no_rows = a.rows.row_capacity == 0;
-  check_matrix(a.x, no_rows, fn, "x");
-  check_matrix(a.w_gate_up, false, fn, "w_gate_up");
-  check_matrix(a.hidden_out, no_rows, fn, "hidden_out");
-  check_matrix(a.gate_up_out, true, fn, "gate_up_out");
+  check_pointer(a.x, no_rows, fn, "x");
+  check_pointer(a.w_gate_up, false, fn, "w_gate_up");
+  check_pointer(a.hidden_out, no_rows, fn, "hidden_out");
+  check_pointer(a.gate_up_out, true, fn, "gate_up_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
 }
@@ -75,11 +85,59 @@ void check_down_proj_args(const DownProjArgs& a) {
   check_dim(a.hidden, fn, "hidden (D)");
   check_dim(a.intermediate, fn, "intermediate (I)");
   bool const no_rows = a.rows.row_capacity == 0;
-  check_matrix(a.hidden_in, no_rows, fn, "hidden_in");
-  check_matrix(a.w_down, false, fn, "w_down");
-  check_matrix(a.y_out, no_rows, fn, "y_out");
+  check_pointer(a.hidden_in, no_rows, fn, "hidden_in");
+  check_pointer(a.w_down, false, fn, "w_down");
+  check_pointer(a.y_out, no_rows, fn, "y_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);
+}
+
+void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
+  const char* fn = "grouped_down_dgrad_swiglu";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.dy, no_rows, fn, "dy");
+  check_pointer(a.w_down, false, fn, "w_down");
+  check_pointer(a.gate_up, no_rows, fn, "gate_up");
+  check_pointer(a.gates, no_rows, fn, "gates");
+  check_pointer(a.d_gate_up_out, no_rows, fn, "d_gate_up_out");
+  check_pointer(a.scaled_hidden_out, no_rows, fn, "scaled_hidden_out");
+  check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
+  check_pointer(a.workspace, no_rows, fn, "workspace");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.intermediate, fn);
+}
+
+void check_gate_up_dgrad_args(const GateUpDgradArgs& a) {
+  const char* fn = "grouped_gate_up_dgrad";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
+  check_pointer(a.w_gate_up, false, fn, "w_gate_up");
+  check_pointer(a.dx_out, no_rows, fn, "dx_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.hidden, fn);
+}
+
+void check_weight_grads_args(const WeightGradArgs& a) {
+  const char* fn = "grouped_weight_grads";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.x, no_rows, fn, "x");
+  check_pointer(a.dy, no_rows, fn, "dy");
+  check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
+  check_pointer(a.scaled_hidden, no_rows, fn, "scaled_hidden");
+  check_pointer(a.d_w_gate_up, false, fn, "d_w_gate_up");
+  check_pointer(a.d_w_down, false, fn, "d_w_down");
+  check_num_ctas(a.num_ctas, fn);
+  check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn);
+  check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn);
 }
 
 int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn) {

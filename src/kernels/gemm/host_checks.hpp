@@ -5,11 +5,15 @@
 #include <cstdint>
 
 #include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/kernels/grouped_gemm_backward.hpp"
 
 namespace caracal::kernels::gemm {
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& args);
 void check_down_proj_args(const DownProjArgs& args);
+void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& args);
+void check_gate_up_dgrad_args(const GateUpDgradArgs& args);
+void check_weight_grads_args(const WeightGradArgs& args);
 
 // Persistent grid size: num_ctas, or one CTA per SM of the current device when 0; never more
 // than the tiles the row capacity can hold, never less than 1.

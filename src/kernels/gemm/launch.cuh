@@ -11,20 +11,23 @@
 
 namespace caracal::kernels::gemm {
 
-// Enqueues grouped_gemm_kernel<Epilogue> over p's tiles with num_ctas persistent CTAs (0: one
-// per SM). Throws caracal::Error naming `fn` if CUDA refuses.
-template <class Epilogue>
-void launch_grouped_gemm(Params const& p, int num_ctas, cudaStream_t stream, const char* fn) {
-  auto* kernel = &grouped_gemm_kernel<Epilogue>;
+// Enqueues grouped_gemm_kernel<Gemm> with num_ctas persistent CTAs (0: one per SM), never more
+// than `max_tiles`, the most tiles p can hold. Throws caracal::Error naming `fn` if CUDA refuses.
+template <class Gemm>
+void launch_grouped_gemm(Params const& p, int64_t max_tiles, int num_ctas, cudaStream_t stream,
+                         const char* fn) {
+  auto* kernel = &grouped_gemm_kernel<Gemm>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   CARACAL_CHECK(err == cudaSuccess, fn, ": cannot raise the shared-memory limit to ", kSmemBytes,
                 " bytes: ", cudaGetErrorString(err));
-  int64_t const max_tiles = int64_t(p.capacity_blocks) * p.n_blocks;
   int const grid = persistent_grid_size(num_ctas, max_tiles, fn);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   err = cudaGetLastError();
   CARACAL_CHECK(err == cudaSuccess, fn, ": launch failed: ", cudaGetErrorString(err));
 }
+
+// The row-tile count bound of a GEMM over the row buffers with N = p.n_blocks blocks.
+inline int64_t max_row_tiles(Params const& p) { return int64_t(p.capacity_blocks) * p.n_blocks; }
 
 }  // namespace caracal::kernels::gemm

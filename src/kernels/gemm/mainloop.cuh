@@ -3,40 +3,57 @@
 // 128 x 256 output tile, K in a fixed order (k tile 0, 1, ...): the result of a tile does not
 // depend on which CTA computes it or when.
 #include <cstdint>
+#include <type_traits>
 
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 
 #include "kernels/gemm/gemm_config.cuh"
-#include "kernels/gemm/tile_scheduler.cuh"
+#include "kernels/gemm/tile_coord.cuh"
 #include "kernels/gemm/tma_pipeline.cuh"
 
 namespace caracal::kernels::gemm {
 
-// Producer (one thread): streams the tile's A rows and its expert's B rows, k tile by k tile.
-// A: rows [row_begin, +128) of the [rows][K] activations; B: rows [n_block * 256, +256) of
-// expert `expert` in the [L][N][K] weights (rows past N are zero-filled by the TMA).
-__device__ inline void load_tile(Params const& p, SharedStorage& smem, TmaPipeline const& pipe,
-                                 PipelineState& st, TileCoord const& tile) {
-  constexpr uint64_t kCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-  int const n_begin = tile.n_block * kBlockN;
-  for (int k = 0; k < p.k_tiles; ++k) {
+// An epilogue that reads a source tensor may declare
+//   static __device__ void prefetch_source(Params const&, TileCoord const&);
+// the producer calls it this many k tiles before the end of the tile's loads (plus the kStages
+// it runs ahead of the consumers), so the source sits in L2 when the epilogue reads it, without
+// being fetched so early that the operand stream evicts it again.
+inline constexpr int kSourcePrefetchLead = 8;
+
+template <class Epilogue, class = void>
+inline constexpr bool kPrefetchesSource = false;
+template <class Epilogue>
+inline constexpr bool
+    kPrefetchesSource<Epilogue, std::void_t<decltype(&Epilogue::prefetch_source)>> = true;
+
+// Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
+// Gemm's operand kind (operand_loads.cuh).
+template <class Gemm>
+__device__ void load_tile(Params const& p, SharedStorage& smem, TmaPipeline const& pipe,
+                          PipelineState& st, TileCoord const& tile) {
+  int const prefetch_at = max(tile.k_tiles - kSourcePrefetchLead, 0);
+  for (int k = 0; k < tile.k_tiles; ++k) {
+    if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
+      if (k == prefetch_at) Gemm::Epilogue::prefetch_source(p, tile);
+    }
     pipe.producer_acquire(st);
     uint64_t* full = pipe.producer_expect(st, kStageBytes);
-    int const k_begin = k * kBlockK;
-    cute::SM90_TMA_LOAD_2D::copy(&p.a, full, kCacheHint, smem.a[st.stage], k_begin, tile.row_begin);
-    cute::SM90_TMA_LOAD_3D::copy(&p.b, full, kCacheHint, smem.b[st.stage], k_begin, n_begin,
-                                 tile.expert);
+    int const k_index = tile.k_begin + k * kBlockK;
+    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_begin,
+                                           p.a_mn_extent, k_index, tile.expert);
+    Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
+                                           p.b_mn_extent, k_index, tile.expert);
     st.advance();
   }
 }
 
 // Consumer warpgroup: accumulates its 64 x 256 slice of the tile in `accum`, keeping one batch of
 // wgmmas in flight while it waits for the next stage. With `active` false (the warpgroup's 64
-// rows are all padding) it only walks the ring in step with the producer and leaves `accum`
-// alone (the epilogue stores zeros instead; defining accumulators outside wgmma here would make
-// the compiler serialize the wgmmas).
-template <class FragA, class FragB, class Accum>
+// rows need no work) it only walks the ring in step with the producer and leaves `accum` alone
+// (the epilogue stores zeros instead; defining accumulators outside wgmma here would make the
+// compiler serialize the wgmmas). With k_tiles == 0 there is nothing to walk: the caller passes
+// active == false.
+template <class TiledMma, class FragA, class FragB, class Accum>
 __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
                          TmaPipeline const& pipe, PipelineState& st, int k_tiles, bool active,
                          int lane) {

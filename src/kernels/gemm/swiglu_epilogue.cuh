@@ -11,18 +11,13 @@
 #include "kernels/gemm/bf16_epilogue.cuh"
 #include "kernels/gemm/chunk_store.cuh"
 #include "kernels/gemm/gemm_config.cuh"
-#include "kernels/gemm/tile_scheduler.cuh"
+#include "kernels/gemm/swiglu_math.cuh"
+#include "kernels/gemm/tile_coord.cuh"
 
 namespace caracal::kernels::gemm {
 
 static_assert(kGateUpInterleave == 8, "the SwiGLU epilogue pairs 8-column accumulator groups");
 static_assert(kBlockN % (2 * kChunkCols) == 0);
-
-__device__ inline float round_to_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-// SiLU(g) * u in fp32 (accurate expf and division: 64 values a thread per tile, off the
-// critical path).
-__device__ inline float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // Hidden columns [64hc, 64hc + 64) of the tile from accumulator columns [128hc, 128hc + 128).
 template <class Accum>
@@ -44,14 +39,13 @@ struct UpGateSwigluEpilogue {
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
-    int const row = tile.row_begin + warpgroup * kWarpgroupRows;
+    int const row = tile.m_begin + warpgroup * kWarpgroupRows;
     if (p.store_aux) {
-      store_accumulator_bf16(acc, active, ring, &p.out_aux, p.aux_cols, tile.n_block * kBlockN,
-                             row);
+      store_accumulator_bf16(acc, active, ring, &p.out_aux, p.aux_cols, tile.n_begin, row);
     }
     CUTE_UNROLL
     for (int hc = 0; hc < kBlockN / (2 * kChunkCols); ++hc) {
-      int const col = tile.n_block * (kBlockN / 2) + hc * kChunkCols;
+      int const col = tile.n_begin / 2 + hc * kChunkCols;
       if (col >= p.out_cols) break;
       ChunkWords words{};  // an inactive slice: SiLU(0) * 0 = 0
       if (active) pack_swiglu_chunk(acc, hc, words);

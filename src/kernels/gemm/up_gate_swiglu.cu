@@ -3,10 +3,23 @@
 #include "caracal/kernels/grouped_gemm.hpp"
 #include "kernels/gemm/host_checks.hpp"
 #include "kernels/gemm/launch.cuh"
+#include "kernels/gemm/operand_loads.cuh"
+#include "kernels/gemm/row_tile_scheduler.cuh"
 #include "kernels/gemm/swiglu_epilogue.cuh"
 #include "kernels/gemm/tensor_map.hpp"
 
 namespace caracal::kernels {
+namespace {
+
+// gate_up = x · W_gate_up[e]^T: rows [row_capacity][D] and weights [L][2I][D], both K-major.
+struct UpGateSwigluGemm {
+  using OperandA = gemm::KMajorRows;
+  using OperandB = gemm::KMajorWeights;
+  using Scheduler = gemm::RowTileScheduler;
+  using Epilogue = gemm::UpGateSwigluEpilogue;
+};
+
+}  // namespace
 
 void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   using namespace gemm;
@@ -17,9 +30,9 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   uint64_t const d = uint64_t(args.hidden);
   uint64_t const i = uint64_t(args.intermediate);
   Params p{};
-  p.a = make_tensor_map_2d(args.x, rows, d, kBlockM, kBlockK, "x");
-  p.b = make_tensor_map_3d(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, kBlockN,
-                           kBlockK, "w_gate_up");
+  p.a = KMajorRows::make_map<kBlockM>(args.x, rows, d, "x");
+  p.b = KMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d,
+                                         "w_gate_up");
   p.out = make_tensor_map_2d(args.hidden_out, rows, i, kChunkRows, kChunkCols, "hidden_out");
   p.store_aux = args.gate_up_out != nullptr;
   if (p.store_aux) {
@@ -34,7 +47,8 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   p.k_tiles = args.hidden / kBlockK;
   p.out_cols = args.intermediate;
   p.aux_cols = 2 * args.intermediate;
-  launch_grouped_gemm<UpGateSwigluEpilogue>(p, args.num_ctas, stream, "grouped_up_gate_swiglu");
+  launch_grouped_gemm<UpGateSwigluGemm>(p, max_row_tiles(p), args.num_ctas, stream,
+                                        "grouped_up_gate_swiglu");
 }
 
 }  // namespace caracal::kernels

@@ -1,5 +1,6 @@
 #pragma once
-// Persistent tile scheduler over expert-contiguous rows whose offsets live in device memory.
+// Persistent tile scheduler over expert-contiguous rows whose offsets live in device memory: the
+// tiles of the GEMMs whose M is the rows (forward, backward dgrad).
 //
 // Every 128-row M block belongs to exactly one expert (segments are padded to the M tile), so the
 // grouped GEMM is one GEMM over all row blocks in which each block uses its expert's weights.
@@ -14,23 +15,18 @@
 #include <cstdint>
 
 #include "kernels/gemm/gemm_config.cuh"
+#include "kernels/gemm/tile_coord.cuh"
 
 namespace caracal::kernels::gemm {
 
-struct TileCoord {
-  int n_block;
-  int expert;     // local expert owning the M block
-  int row_begin;  // first row of the 128-row M block
-  int real_end;   // end of the expert's real rows (its padded end when counts are not given)
-};
-
-class GroupedTileScheduler {
+class RowTileScheduler {
  public:
-  __device__ explicit GroupedTileScheduler(Params const& p)
+  __device__ explicit RowTileScheduler(Params const& p)
       : offsets_(p.expert_offset),
         counts_(p.expert_count),
         num_experts_(p.num_experts),
         n_blocks_(p.n_blocks),
+        k_tiles_(p.k_tiles),
         tile_(int(blockIdx.x)) {
     // Never past the row buffers, whatever the offsets say.
     int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.capacity_blocks);
@@ -66,11 +62,14 @@ class GroupedTileScheduler {
       n = r / width;
     }
     TileCoord c;
-    c.n_block = n;
     c.expert = expert_;
-    c.row_begin = (begin_block_ + m) * kBlockM;
-    c.real_end = counts_ != nullptr ? begin_block_ * kBlockM + __ldg(counts_ + expert_)
-                                    : end_block_ * kBlockM;
+    c.m_begin = (begin_block_ + m) * kBlockM;
+    c.n_begin = n * kBlockN;
+    c.k_begin = 0;
+    c.k_tiles = k_tiles_;
+    // The end of the expert's real rows (its padded end when counts are not given).
+    c.active_end = counts_ != nullptr ? begin_block_ * kBlockM + __ldg(counts_ + expert_)
+                                      : end_block_ * kBlockM;
     return c;
   }
 
@@ -79,6 +78,7 @@ class GroupedTileScheduler {
   const int32_t* counts_;
   int num_experts_;
   int n_blocks_;
+  int k_tiles_;
   int tile_;
   int num_tiles_;
   int expert_ = 0;

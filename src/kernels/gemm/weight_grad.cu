@@ -1,0 +1,77 @@
+// Backward step 3: the experts' weight gradients, dW[e] = sum over e's rows r of lhs[r]^T rhs[r]
+// (the only grouped-GEMM instantiation in this unit, launched once per gradient).
+//
+// Both operands are row buffers whose rows are this GEMM's K, so both are MN-major: TMA loads
+// 64-row x 64-column boxes as they lie in memory and wgmma reads them transposed from shared
+// memory (no transpose pass, no transposing producer). The K loop of a tile runs over the
+// expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the device.
+#include <cuda_runtime.h>
+
+#include "caracal/error.hpp"
+#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "kernels/gemm/host_checks.hpp"
+#include "kernels/gemm/launch.cuh"
+#include "kernels/gemm/operand_loads.cuh"
+#include "kernels/gemm/tensor_map.hpp"
+#include "kernels/gemm/weight_grad_epilogue.cuh"
+#include "kernels/gemm/weight_tile_scheduler.cuh"
+
+namespace caracal::kernels {
+namespace {
+
+struct WeightGradGemm {
+  using OperandA = gemm::MNMajorRows;
+  using OperandB = gemm::MNMajorRows;
+  using Scheduler = gemm::WeightTileScheduler;
+  using Epilogue = gemm::WeightGradEpilogue;
+};
+
+// grad[e] ([L][m][n] fp32) = sum over e's rows of lhs[r]^T rhs[r]; lhs [row_capacity][m],
+// rhs [row_capacity][n].
+void launch_weight_grad(const ExpertRows& rows, const __nv_bfloat16* lhs, int m, const char* lhs_name,
+                        const __nv_bfloat16* rhs, int n, const char* rhs_name, float* grad,
+                        int num_ctas, cudaStream_t stream) {
+  using namespace gemm;
+  uint64_t const capacity = uint64_t(rows.row_capacity);
+  Params p{};
+  p.a = MNMajorRows::make_map<kBlockM>(lhs, capacity, uint64_t(m), lhs_name);
+  p.b = MNMajorRows::make_map<kBlockN>(rhs, capacity, uint64_t(n), rhs_name);
+  p.a_mn_extent = m;
+  p.b_mn_extent = n;
+  p.expert_offset = rows.expert_offset;
+  p.expert_count = rows.expert_count;
+  p.num_experts = rows.num_experts;
+  p.capacity_blocks = rows.row_capacity / kBlockM;
+  p.m_blocks = (m + kBlockM - 1) / kBlockM;
+  p.n_blocks = (n + kBlockN - 1) / kBlockN;
+  p.out_rows = m;
+  p.out_cols = n;
+  p.out_f32 = grad;
+  int64_t const tiles = int64_t(rows.num_experts) * p.m_blocks * p.n_blocks;
+  launch_grouped_gemm<WeightGradGemm>(p, tiles, num_ctas, stream, "grouped_weight_grads");
+}
+
+}  // namespace
+
+void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
+  gemm::check_weight_grads_args(args);
+  size_t const experts = size_t(args.rows.num_experts);
+  size_t const di = size_t(args.hidden) * size_t(args.intermediate);
+  if (args.rows.row_capacity == 0) {  // no rows at all: every gradient is zero
+    cudaError_t err = cudaMemsetAsync(args.d_w_gate_up, 0, experts * 2 * di * sizeof(float), stream);
+    if (err == cudaSuccess) {
+      err = cudaMemsetAsync(args.d_w_down, 0, experts * di * sizeof(float), stream);
+    }
+    CARACAL_CHECK(err == cudaSuccess, "grouped_weight_grads: cannot zero the gradients: ",
+                  cudaGetErrorString(err));
+    return;
+  }
+  // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
+  launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x,
+                     args.hidden, "x", args.d_w_gate_up, args.num_ctas, stream);
+  // dW_down[e] = dy^T (g hidden): [D][I].
+  launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_hidden,
+                     args.intermediate, "scaled_hidden", args.d_w_down, args.num_ctas, stream);
+}
+
+}  // namespace caracal::kernels

@@ -1,0 +1,698 @@
+// Tests of the grouped-GEMM engine's backward kernels (caracal/kernels/grouped_gemm_backward.hpp).
+//   GPU: the forward up/gate kernel saves gate_up and hidden, then the three backward steps run.
+//        Every output is checked against an fp64 host computation with the bf16-rounding contract
+//        (B1-B5 of caracal/reference.hpp) on fresh random inputs, outputs poisoned (NaN) first:
+//        d_gate/d_up, scaled_hidden, dx, the router-score gradient per row (absolute + relative
+//        tolerance, taken before g: right where g = 0) and the fp32 weight gradients per expert.
+//        Experts with 0, 1, 64/65, 127/128/129 rows, partial tiles, odd totals, skewed routing,
+//        rows with g = 0 and g = 1; bitwise determinism across runs and grid sizes; experts
+//        without rows get exact zeros.
+//   Host: argument validation (no GPU needed).
+#include "caracal/kernels/grouped_gemm_backward.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "caracal/bf16.hpp"
+#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/routing.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "gpu/grouped_gemm_test_support.hpp"
+
+namespace {
+
+using namespace caracal::test::gemm;
+using caracal::kernels::DownDgradSwigluArgs;
+using caracal::kernels::ExpertRows;
+using caracal::kernels::gate_up_row;
+using caracal::kernels::GateUpDgradArgs;
+using caracal::kernels::WeightGradArgs;
+
+constexpr uint32_t kPoisonF32 = 0xFFFFFFFFu;  // what poison() leaves in an fp32 buffer: a NaN
+
+uint32_t float_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// ---- Problems -----------------------------------------------------------------------------------
+
+// Host inputs, the forward's saved activations, and the device buffers of one case.
+struct Problem {
+  Case c;
+  RowLayout rows;
+  int num_experts = 0;
+  std::vector<uint16_t> x, dy;         // [capacity][D]; padding and spare rows zero
+  std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
+  std::vector<uint16_t> w_down;        // [L][D][I]
+  std::vector<float> gates;            // [capacity]; 0 on padding and spare rows
+  std::vector<uint16_t> gate_up;       // [capacity][2I] interleaved, as the forward kernel saved it
+  std::vector<uint16_t> hidden;        // [capacity][I], the forward kernel's hidden
+  DeviceBuffer<uint16_t> d_x, d_dy, d_w_gate_up, d_w_down, d_gate_up, d_hidden;
+  DeviceBuffer<float> d_gates;
+  DeviceBuffer<int32_t> d_offset, d_count;
+  DeviceBuffer<uint16_t> d_d_gate_up, d_scaled_hidden, d_dx;
+  DeviceBuffer<float> d_dg, d_workspace, d_dw_gate_up, d_dw_down;
+};
+
+// g of the i-th real row of an expert: 0 on every 5th row (from the 3rd), 1 on every 7th (from
+// the 4th) that is not 0, otherwise uniform in [0.05, 1].
+float row_gate(int i, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(0.05f, 1.0f);
+  float const g = dist(rng);
+  if (i % 5 == 2) return 0.0f;
+  if (i % 7 == 3) return 1.0f;
+  return g;
+}
+
+// Fills the inputs, runs the forward up/gate kernel for gate_up and hidden (as training does).
+void make_problem(Problem& p, const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  p.c = c;
+  p.rows = layout_rows(c.counts);
+  p.num_experts = int(c.counts.size());
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
+  const size_t cap = size_t(p.rows.capacity);
+
+  p.x.assign(cap * D, 0);
+  p.dy.assign(cap * D, 0);
+  p.gates.assign(cap, 0.0f);
+  for (size_t e = 0; e < L; ++e) {
+    const size_t begin = size_t(p.rows.offset[e]), n = size_t(c.counts[e]);
+    const auto x_rows = random_bf16(n * D, 1.0, rng);
+    const auto dy_rows = random_bf16(n * D, 1.0, rng);
+    std::copy(x_rows.begin(), x_rows.end(), p.x.begin() + ptrdiff_t(begin * D));
+    std::copy(dy_rows.begin(), dy_rows.end(), p.dy.begin() + ptrdiff_t(begin * D));
+    for (size_t i = 0; i < n; ++i) p.gates[begin + i] = row_gate(int(i), rng);
+  }
+  p.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  p.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
+  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
+  caracal::kernels::interleave_gate_up_weights_host(
+      p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
+
+  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
+  ASSERT_NO_FATAL_FAILURE(p.d_dy.upload(p.dy));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.upload(w_gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_down.upload(p.w_down));
+  ASSERT_NO_FATAL_FAILURE(p.d_gates.upload(p.gates));
+  ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
+  ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_hidden.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.allocate(cap * 2 * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_scaled_hidden.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_dx.allocate(cap * D));
+  ASSERT_NO_FATAL_FAILURE(p.d_dg.allocate(cap));
+  ASSERT_NO_FATAL_FAILURE(p.d_workspace.allocate(
+      caracal::kernels::down_dgrad_workspace_floats(p.rows.capacity, c.intermediate)));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.allocate(L * 2 * I * D));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_down.allocate(L * D * I));
+
+  caracal::kernels::UpGateSwigluArgs up;
+  up.rows = {p.d_offset.get(), p.d_count.get(), p.num_experts, p.rows.capacity};
+  up.hidden = c.hidden;
+  up.intermediate = c.intermediate;
+  up.x = as_bf16(p.d_x.get());
+  up.w_gate_up = as_bf16(p.d_w_gate_up.get());
+  up.hidden_out = as_bf16(p.d_hidden.get());
+  up.gate_up_out = as_bf16(p.d_gate_up.get());
+  ASSERT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(p.gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_hidden.download(p.hidden));
+}
+
+struct RunOptions {
+  int num_ctas = 0;
+  bool pass_counts = true;
+};
+
+struct Outputs {
+  std::vector<uint16_t> d_gate_up, scaled_hidden, dx;
+  std::vector<float> dg, dw_gate_up, dw_down;
+};
+
+// Poisons every output (and the workspace), runs the three backward steps, downloads the outputs.
+void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
+  for (auto* b : {&p.d_d_gate_up, &p.d_scaled_hidden, &p.d_dx}) ASSERT_NO_FATAL_FAILURE(b->poison());
+  for (auto* b : {&p.d_dg, &p.d_workspace, &p.d_dw_gate_up, &p.d_dw_down}) {
+    ASSERT_NO_FATAL_FAILURE(b->poison());
+  }
+  ExpertRows rows;
+  rows.expert_offset = p.d_offset.get();
+  rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
+  rows.num_experts = p.num_experts;
+  rows.row_capacity = p.rows.capacity;
+
+  DownDgradSwigluArgs dgrad;
+  dgrad.rows = rows;
+  dgrad.hidden = p.c.hidden;
+  dgrad.intermediate = p.c.intermediate;
+  dgrad.dy = as_bf16(p.d_dy.get());
+  dgrad.w_down = as_bf16(p.d_w_down.get());
+  dgrad.gate_up = as_bf16(p.d_gate_up.get());
+  dgrad.gates = p.d_gates.get();
+  dgrad.d_gate_up_out = as_bf16(p.d_d_gate_up.get());
+  dgrad.scaled_hidden_out = as_bf16(p.d_scaled_hidden.get());
+  dgrad.d_gates_out = p.d_dg.get();
+  dgrad.workspace = p.d_workspace.get();
+  dgrad.num_ctas = o.num_ctas;
+  ASSERT_NO_THROW(caracal::kernels::grouped_down_dgrad_swiglu(dgrad, nullptr));
+
+  GateUpDgradArgs dx;
+  dx.rows = rows;
+  dx.hidden = p.c.hidden;
+  dx.intermediate = p.c.intermediate;
+  dx.d_gate_up = as_bf16(p.d_d_gate_up.get());
+  dx.w_gate_up = as_bf16(p.d_w_gate_up.get());
+  dx.dx_out = as_bf16(p.d_dx.get());
+  dx.num_ctas = o.num_ctas;
+  ASSERT_NO_THROW(caracal::kernels::grouped_gate_up_dgrad(dx, nullptr));
+
+  WeightGradArgs w;
+  w.rows = rows;
+  w.hidden = p.c.hidden;
+  w.intermediate = p.c.intermediate;
+  w.x = as_bf16(p.d_x.get());
+  w.dy = as_bf16(p.d_dy.get());
+  w.d_gate_up = as_bf16(p.d_d_gate_up.get());
+  w.scaled_hidden = as_bf16(p.d_scaled_hidden.get());
+  w.d_w_gate_up = p.d_dw_gate_up.get();
+  w.d_w_down = p.d_dw_down.get();
+  w.num_ctas = o.num_ctas;
+  ASSERT_NO_THROW(caracal::kernels::grouped_weight_grads(w, nullptr));
+
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.download(out.d_gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_scaled_hidden.download(out.scaled_hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_dx.download(out.dx));
+  ASSERT_NO_FATAL_FAILURE(p.d_dg.download(out.dg));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(out.dw_gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(out.dw_down));
+}
+
+// ---- fp64 reference ------------------------------------------------------------------------------
+
+// The backward of the real rows with the bf16-rounding contract, from the forward kernel's saved
+// gate/up and hidden (what the contract's backward reads): d_gate, d_up (B2), dx (B3) rounded
+// where the kernels store bf16; dg (B1) and the weight gradients (B5) not rounded. scaled_hidden
+// is bf16(g * hidden), the kernels' own operand for dW_down. Row arrays are indexed like the row
+// buffers; padding rows stay 0.
+struct Reference {
+  std::vector<double> d_gate, d_up, scaled_hidden;  // [capacity][I]
+  std::vector<double> dx;                           // [capacity][D]
+  std::vector<double> dg;                           // [capacity]
+  std::vector<double> dg_scale;                     // [capacity]: sqrt(sum_j (d_h_j hidden_j)^2)
+  std::vector<double> dw_gate, dw_up;               // [L][I][D]
+  std::vector<double> dw_down;                      // [L][D][I]
+};
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+double silu_grad(double g) {
+  const double s = 1.0 / (1.0 + std::exp(-g));
+  return s * (1.0 + g * (1.0 - s));
+}
+
+Reference reference_backward(const Problem& p) {
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate), L = size_t(p.num_experts);
+  const size_t cap = size_t(p.rows.capacity);
+  const std::vector<double> x = widen(p.x), dy = widen(p.dy), wg = widen(p.w_gate),
+                            wu = widen(p.w_up), wd = widen(p.w_down), gu = widen(p.gate_up),
+                            hidden = widen(p.hidden);
+  Reference r;
+  r.d_gate.assign(cap * I, 0.0);
+  r.d_up.assign(cap * I, 0.0);
+  r.scaled_hidden.assign(cap * I, 0.0);
+  r.dx.assign(cap * D, 0.0);
+  r.dg.assign(cap, 0.0);
+  r.dg_scale.assign(cap, 0.0);
+  r.dw_gate.assign(L * I * D, 0.0);
+  r.dw_up.assign(L * I * D, 0.0);
+  r.dw_down.assign(L * D * I, 0.0);
+  std::vector<double> d_h(I), dx_row(D);
+  for (size_t e = 0; e < L; ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      const double g = double(p.gates[row]);
+      const double* dy_row = &dy[row * D];
+      const double* h = &hidden[row * I];
+      std::fill(d_h.begin(), d_h.end(), 0.0);
+      for (size_t d = 0; d < D; ++d) {  // d_h = W_down^T dy, before g
+        const double* w_row = &wd[(e * D + d) * I];
+        for (size_t j = 0; j < I; ++j) d_h[j] += dy_row[d] * w_row[j];
+      }
+      double dg = 0.0, scale2 = 0.0;
+      for (size_t j = 0; j < I; ++j) {
+        dg += d_h[j] * h[j];
+        scale2 += d_h[j] * h[j] * d_h[j] * h[j];
+      }
+      r.dg[row] = dg;
+      r.dg_scale[row] = std::sqrt(scale2);
+
+      std::fill(dx_row.begin(), dx_row.end(), 0.0);
+      for (size_t j = 0; j < I; ++j) {
+        const double gate = gu[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
+        const double up = gu[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
+        const double d_hidden = g * d_h[j];
+        const double d_gate = caracal::round_to_bf16(d_hidden * up * silu_grad(gate));
+        const double d_up = caracal::round_to_bf16(d_hidden * silu(gate));
+        r.d_gate[row * I + j] = d_gate;
+        r.d_up[row * I + j] = d_up;
+        r.scaled_hidden[row * I + j] = caracal::round_to_bf16(g * h[j]);
+        const double* wg_row = &wg[(e * I + j) * D];
+        const double* wu_row = &wu[(e * I + j) * D];
+        double* dwg_row = &r.dw_gate[(e * I + j) * D];
+        double* dwu_row = &r.dw_up[(e * I + j) * D];
+        for (size_t d = 0; d < D; ++d) {
+          dx_row[d] += d_gate * wg_row[d] + d_up * wu_row[d];
+          dwg_row[d] += d_gate * x[row * D + d];
+          dwu_row[d] += d_up * x[row * D + d];
+        }
+      }
+      for (size_t d = 0; d < D; ++d) {
+        r.dx[row * D + d] = caracal::round_to_bf16(dx_row[d]);
+        double* dwd_row = &r.dw_down[(e * D + d) * I];
+        const double gdy = g * dy_row[d];
+        for (size_t j = 0; j < I; ++j) dwd_row[j] += gdy * h[j];
+      }
+    }
+  }
+  return r;
+}
+
+// ---- Checks --------------------------------------------------------------------------------------
+
+// dL/dg per real row: |dg - ref| <= 1e-2 |ref| + 1e-2 scale, scale being the size of the row's
+// terms (a dot product of I terms may cancel to far below them), and a relative Frobenius error of
+// at most 1e-2 over all rows. Padding rows hold 0; rows past expert_offset[L] keep the poison.
+void expect_router_grad(const Problem& p, const Reference& ref, const std::vector<float>& dg) {
+  size_t bad = 0, nan_count = 0, padding_nonzero = 0, touched = 0, first_bad = 0;
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]), real_end = begin + size_t(p.c.counts[e]);
+    for (size_t row = begin; row < size_t(p.rows.offset[e + 1]); ++row) {
+      const double v = double(dg[row]);
+      if (row >= real_end) {
+        padding_nonzero += v != 0.0;
+        continue;
+      }
+      if (std::isnan(v)) {
+        ++nan_count;
+        continue;
+      }
+      const double err = std::abs(v - ref.dg[row]);
+      if (err > 1e-2 * std::abs(ref.dg[row]) + 1e-2 * ref.dg_scale[row] && bad++ == 0) {
+        first_bad = row;
+      }
+      err2 += err * err;
+      ref2 += ref.dg[row] * ref.dg[row];
+    }
+  }
+  for (size_t row = size_t(p.rows.offset.back()); row < size_t(p.rows.capacity); ++row) {
+    touched += float_bits(dg[row]) != kPoisonF32;
+  }
+  EXPECT_EQ(nan_count, 0u) << "dg still holds NaN";
+  EXPECT_EQ(bad, 0u) << "dg out of tolerance on " << bad << " rows, e.g. row " << first_bad << ": "
+                     << dg[first_bad] << " vs " << ref.dg[first_bad] << " (g "
+                     << p.gates[first_bad] << ")";
+  EXPECT_EQ(padding_nonzero, 0u) << "dg: padding rows must hold 0";
+  EXPECT_EQ(touched, 0u) << "dg: rows past expert_offset[L] must be left untouched";
+  if (ref2 == 0.0) return;
+  const double rel = std::sqrt(err2 / ref2);
+  EXPECT_LE(rel, 1e-2) << "dg: relative Frobenius error " << rel;
+  std::cout << "  dg: relative Frobenius error " << rel << "\n";
+}
+
+// Rows with g = 0 get exact zeros in d_gate_up and scaled_hidden (their dg is checked above);
+// rows with g = 1 get scaled_hidden equal to the forward's hidden, bit for bit: the backward
+// recomputes hidden exactly as the forward did.
+void expect_gate_edge_rows(const Problem& p, const Outputs& out) {
+  const size_t I = size_t(p.c.intermediate);
+  size_t zero_rows = 0, one_rows = 0, nonzero = 0, hidden_mismatch = 0;
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      if (p.gates[row] == 0.0f) {
+        ++zero_rows;
+        for (size_t j = 0; j < 2 * I; ++j) nonzero += (out.d_gate_up[row * 2 * I + j] & 0x7FFF) != 0;
+        for (size_t j = 0; j < I; ++j) nonzero += (out.scaled_hidden[row * I + j] & 0x7FFF) != 0;
+      } else if (p.gates[row] == 1.0f) {
+        ++one_rows;
+        for (size_t j = 0; j < I; ++j) {
+          hidden_mismatch += out.scaled_hidden[row * I + j] != p.hidden[row * I + j];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(nonzero, 0u) << "rows with g = 0 must get zero d_gate_up and scaled_hidden";
+  EXPECT_EQ(hidden_mismatch, 0u) << "rows with g = 1: scaled_hidden differs from the forward's hidden";
+  std::cout << "  rows with g = 0: " << zero_rows << ", with g = 1: " << one_rows << "\n";
+}
+
+// One expert's fp32 gradient against the reference: relative Frobenius error <= 1e-2, no NaN;
+// `value(i)` reads element i of the expert's [rows][cols] gradient in the reference's order.
+void expect_gradient_close(const std::string& what, const double* ref, size_t count,
+                           const std::function<float(size_t)>& value, double& worst) {
+  size_t nan_count = 0;
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < count; ++i) {
+    const double v = double(value(i));
+    if (std::isnan(v)) {
+      ++nan_count;
+      continue;
+    }
+    err2 += (v - ref[i]) * (v - ref[i]);
+    ref2 += ref[i] * ref[i];
+  }
+  EXPECT_EQ(nan_count, 0u) << what << " still holds NaN";
+  const double rel = ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LE(rel, 1e-2) << what << ": relative Frobenius error " << rel;
+  worst = std::max(worst, rel);
+}
+
+// Per expert: dW_gate, dW_up (rows interleaved in the kernel's output) and dW_down against the
+// reference; an expert without rows must get exact zeros.
+void expect_weight_grads(const Problem& p, const Reference& ref, const Outputs& out) {
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+  double worst_gate = 0.0, worst_up = 0.0, worst_down = 0.0;
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const float* gu = &out.dw_gate_up[e * 2 * I * D];
+    const float* down = &out.dw_down[e * D * I];
+    const std::string tag = " of expert " + std::to_string(e);
+    if (p.c.counts[e] == 0) {
+      size_t nonzero = 0;
+      for (size_t i = 0; i < 2 * I * D; ++i) nonzero += gu[i] != 0.0f;  // NaN counts too
+      for (size_t i = 0; i < D * I; ++i) nonzero += down[i] != 0.0f;
+      EXPECT_EQ(nonzero, 0u) << "weight gradients" << tag << " (no rows) must be exactly zero";
+      continue;
+    }
+    auto interleaved = [&](bool is_up) {
+      return [=](size_t i) {
+        const size_t j = i / D, d = i % D;
+        return gu[size_t(gate_up_row(int64_t(j), is_up)) * D + d];
+      };
+    };
+    expect_gradient_close("dW_gate" + tag, &ref.dw_gate[e * I * D], I * D, interleaved(false),
+                          worst_gate);
+    expect_gradient_close("dW_up" + tag, &ref.dw_up[e * I * D], I * D, interleaved(true),
+                          worst_up);
+    expect_gradient_close("dW_down" + tag, &ref.dw_down[e * D * I], D * I,
+                          [&](size_t i) { return down[i]; }, worst_down);
+  }
+  std::cout << "  dW_gate: relative Frobenius error " << worst_gate << " (worst expert)\n"
+            << "  dW_up: relative Frobenius error " << worst_up << " (worst expert)\n"
+            << "  dW_down: relative Frobenius error " << worst_down << " (worst expert)\n";
+}
+
+void check_against_reference(Problem& p, const RunOptions& o) {
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+  const Reference ref = reference_backward(p);
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+  const auto& counts = p.c.counts;
+  expect_close("d_gate", p.rows, counts, I, ref.d_gate, [&](size_t row, size_t j) {
+    return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
+  });
+  expect_close("d_up", p.rows, counts, I, ref.d_up, [&](size_t row, size_t j) {
+    return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
+  });
+  expect_padding("d_gate_up", p.rows, counts, 2 * I, out.d_gate_up);
+  expect_close("scaled_hidden", p.rows, counts, I, ref.scaled_hidden,
+               [&](size_t row, size_t j) { return out.scaled_hidden[row * I + j]; });
+  expect_padding("scaled_hidden", p.rows, counts, I, out.scaled_hidden);
+  expect_close("dx", p.rows, counts, D, ref.dx,
+               [&](size_t row, size_t d) { return out.dx[row * D + d]; });
+  expect_padding("dx", p.rows, counts, D, out.dx);
+  expect_router_grad(p, ref, out.dg);
+  expect_gate_edge_rows(p, out);
+  expect_weight_grads(p, ref, out);
+}
+
+std::vector<Case> reference_cases() {
+  std::vector<Case> cases;
+  // 0, 1, tile-1, tile, tile+1 rows; 64/65 rows put a whole or partial 64-row half in padding
+  // (row GEMMs) and end an expert's K in the middle of a 64-row step (weight gradients).
+  cases.push_back({"edge_counts", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}});
+  // D = 320, I = 192: partial N tiles in the row GEMMs (I and D), partial M and N tiles in both
+  // weight gradients (2I = 384 and D = 320 rows; D and I columns).
+  cases.push_back({"partial_tiles", 320, 192, {200, 0, 77, 129}});
+  // 32 k tiles in the dgrad, 11 in the weight gradients of the larger expert.
+  cases.push_back({"long_k", 2048, 128, {700, 60}});
+  // An odd token count routed uniformly over 16 experts, 2 ranks, seen from rank 1 (L = 8).
+  cases.push_back({"routed_odd_tokens", 512, 256,
+                   routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)});
+  // Zipf-skewed routing, one rank, 8 experts.
+  cases.push_back(
+      {"zipf_skewed", 384, 192, routed_counts(caracal::RoutingKind::kZipf, 1, 257, 6, 8, 0, 12)});
+  return cases;
+}
+
+// ---- GPU tests ----------------------------------------------------------------------------------
+
+class GroupedGemmBackwardReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GroupedGemmBackwardReference, MatchesFp64Reference) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, RunOptions{}));
+}
+
+TEST_P(GroupedGemmBackwardReference, MatchesWithoutCounts) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
+  RunOptions o;
+  o.pass_counts = false;
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmBackwardReference, ::testing::ValuesIn(reference_cases()),
+                         [](const ::testing::TestParamInfo<Case>& param_info) {
+                           return param_info.param.name;
+                         });
+
+// Each output tile (and each dg partial) has one owner and a fixed K order, the partials are added
+// in a fixed order: nothing may depend on the run or the grid size.
+TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(
+      make_problem(p, {"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}}, seed));
+  Outputs first;
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, first));
+  for (int num_ctas : {1, 7, 0, 0}) {
+    SCOPED_TRACE("num_ctas " + std::to_string(num_ctas));
+    RunOptions o;
+    o.num_ctas = num_ctas;
+    Outputs again;
+    ASSERT_NO_FATAL_FAILURE(run_backward(p, o, again));
+    EXPECT_TRUE(same_bits(first.d_gate_up, again.d_gate_up)) << "d_gate_up differs";
+    EXPECT_TRUE(same_bits(first.scaled_hidden, again.scaled_hidden)) << "scaled_hidden differs";
+    EXPECT_TRUE(same_bits(first.dx, again.dx)) << "dx differs";
+    EXPECT_TRUE(same_bits(first.dg, again.dg)) << "dg differs";
+    EXPECT_TRUE(same_bits(first.dw_gate_up, again.dw_gate_up)) << "dW_gate_up differs";
+    EXPECT_TRUE(same_bits(first.dw_down, again.dw_down)) << "dW_down differs";
+  }
+}
+
+// All experts empty: the row kernels write nothing, every weight gradient is exactly zero.
+TEST(GroupedGemmBackwardEmpty, EmptyLayerZeroesOnlyTheGradients) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"empty", 256, 128, {0, 0, 0, 0}}, fresh_seed()));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  for (const auto* v : {&out.d_gate_up, &out.scaled_hidden, &out.dx}) {
+    size_t touched = 0;
+    for (uint16_t b : *v) touched += b != kPoison;
+    EXPECT_EQ(touched, 0u);
+  }
+  size_t touched = 0, nonzero = 0;
+  for (float v : out.dg) touched += float_bits(v) != kPoisonF32;
+  for (float v : out.dw_gate_up) nonzero += float_bits(v) != 0u;
+  for (float v : out.dw_down) nonzero += float_bits(v) != 0u;
+  EXPECT_EQ(touched, 0u) << "dg was written";
+  EXPECT_EQ(nonzero, 0u) << "weight gradients must be +0";
+}
+
+// No row buffers at all: the row kernels launch nothing (row pointers may be null), the weight
+// gradients are zeroed.
+TEST(GroupedGemmBackwardEmpty, ZeroCapacityZeroesTheGradients) {
+  CARACAL_REQUIRE_GPU();
+  const int D = 128, I = 64, L = 2;
+  DeviceBuffer<int32_t> offsets;
+  ASSERT_NO_FATAL_FAILURE(offsets.upload({0, 0, 0}));
+  DeviceBuffer<uint16_t> w;
+  ASSERT_NO_FATAL_FAILURE(w.allocate(size_t(L) * 2 * I * D));
+  DeviceBuffer<float> dw_gate_up, dw_down;
+  ASSERT_NO_FATAL_FAILURE(dw_gate_up.allocate(size_t(L) * 2 * I * D));
+  ASSERT_NO_FATAL_FAILURE(dw_down.allocate(size_t(L) * D * I));
+  ASSERT_NO_FATAL_FAILURE(dw_gate_up.poison());
+  ASSERT_NO_FATAL_FAILURE(dw_down.poison());
+  const ExpertRows rows{offsets.get(), nullptr, L, 0};
+
+  DownDgradSwigluArgs dgrad;
+  dgrad.rows = rows;
+  dgrad.hidden = D;
+  dgrad.intermediate = I;
+  dgrad.w_down = as_bf16(w.get());
+  EXPECT_NO_THROW(caracal::kernels::grouped_down_dgrad_swiglu(dgrad, nullptr));
+  GateUpDgradArgs dx;
+  dx.rows = rows;
+  dx.hidden = D;
+  dx.intermediate = I;
+  dx.w_gate_up = as_bf16(w.get());
+  EXPECT_NO_THROW(caracal::kernels::grouped_gate_up_dgrad(dx, nullptr));
+  WeightGradArgs wg;
+  wg.rows = rows;
+  wg.hidden = D;
+  wg.intermediate = I;
+  wg.d_w_gate_up = dw_gate_up.get();
+  wg.d_w_down = dw_down.get();
+  EXPECT_NO_THROW(caracal::kernels::grouped_weight_grads(wg, nullptr));
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+
+  std::vector<float> a, b;
+  ASSERT_NO_FATAL_FAILURE(dw_gate_up.download(a));
+  ASSERT_NO_FATAL_FAILURE(dw_down.download(b));
+  size_t nonzero = 0;
+  for (float v : a) nonzero += float_bits(v) != 0u;
+  for (float v : b) nonzero += float_bits(v) != 0u;
+  EXPECT_EQ(nonzero, 0u);
+}
+
+// ---- Host-only tests ----------------------------------------------------------------------------
+
+ExpertRows fake_rows() { return {fake_ptr<const int32_t>(), nullptr, 4, 1024}; }
+
+DownDgradSwigluArgs valid_dgrad_args() {
+  DownDgradSwigluArgs a;
+  a.rows = fake_rows();
+  a.hidden = 256;
+  a.intermediate = 128;
+  a.dy = fake_ptr();
+  a.w_down = fake_ptr();
+  a.gate_up = fake_ptr();
+  a.gates = fake_ptr<const float>();
+  a.d_gate_up_out = fake_ptr();
+  a.scaled_hidden_out = fake_ptr();
+  a.d_gates_out = fake_ptr<float>();
+  a.workspace = fake_ptr<float>();
+  return a;
+}
+
+GateUpDgradArgs valid_dx_args() {
+  GateUpDgradArgs a;
+  a.rows = fake_rows();
+  a.hidden = 256;
+  a.intermediate = 128;
+  a.d_gate_up = fake_ptr();
+  a.w_gate_up = fake_ptr();
+  a.dx_out = fake_ptr();
+  return a;
+}
+
+WeightGradArgs valid_weight_args() {
+  WeightGradArgs a;
+  a.rows = fake_rows();
+  a.hidden = 256;
+  a.intermediate = 128;
+  a.x = fake_ptr();
+  a.dy = fake_ptr();
+  a.d_gate_up = fake_ptr();
+  a.scaled_hidden = fake_ptr();
+  a.d_w_gate_up = fake_ptr<float>();
+  a.d_w_down = fake_ptr<float>();
+  return a;
+}
+
+template <typename Args>
+std::function<void()> call_with(Args a, const std::function<void(Args&)>& change,
+                                void (*fn)(const Args&, cudaStream_t)) {
+  change(a);
+  return [a, fn] { fn(a, nullptr); };
+}
+
+TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
+  auto with = [](const std::function<void(DownDgradSwigluArgs&)>& change) {
+    return call_with(valid_dgrad_args(), change, &caracal::kernels::grouped_down_dgrad_swiglu);
+  };
+  expect_error(with([](auto& a) { a.hidden = 100; }),
+               {"grouped_down_dgrad_swiglu", "hidden (D)", "multiple of 64", "100"});
+  expect_error(with([](auto& a) { a.intermediate = 96; }), {"intermediate (I)", "96"});
+  expect_error(with([](auto& a) { a.rows.row_capacity = 100; }), {"rows.row_capacity", "100"});
+  expect_error(with([](auto& a) { a.rows.expert_offset = nullptr; }), {"rows.expert_offset"});
+  expect_error(with([](auto& a) { a.dy = nullptr; }), {"dy must be", "null"});
+  expect_error(with([](auto& a) { a.w_down = fake_ptr(2); }), {"w_down", "16-byte"});
+  expect_error(with([](auto& a) { a.gate_up = nullptr; }), {"gate_up"});
+  expect_error(with([](auto& a) { a.gates = nullptr; }), {"gates"});
+  expect_error(with([](auto& a) { a.d_gate_up_out = fake_ptr(8); }), {"d_gate_up_out", "16-byte"});
+  expect_error(with([](auto& a) { a.scaled_hidden_out = nullptr; }), {"scaled_hidden_out"});
+  expect_error(with([](auto& a) { a.d_gates_out = nullptr; }), {"d_gates_out"});
+  expect_error(with([](auto& a) { a.workspace = nullptr; }), {"workspace"});
+  expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
+}
+
+TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
+  auto with = [](const std::function<void(GateUpDgradArgs&)>& change) {
+    return call_with(valid_dx_args(), change, &caracal::kernels::grouped_gate_up_dgrad);
+  };
+  expect_error(with([](auto& a) { a.hidden = 7000; }),
+               {"grouped_gate_up_dgrad", "hidden (D)", "7000"});
+  expect_error(with([](auto& a) { a.intermediate = 0; }), {"intermediate (I)", "got 0"});
+  expect_error(with([](auto& a) { a.rows.num_experts = 0; }), {"rows.num_experts"});
+  expect_error(with([](auto& a) { a.d_gate_up = fake_ptr(2); }), {"d_gate_up", "16-byte"});
+  expect_error(with([](auto& a) { a.w_gate_up = nullptr; }), {"w_gate_up"});
+  expect_error(with([](auto& a) { a.dx_out = nullptr; }), {"dx_out"});
+}
+
+TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
+  auto with = [](const std::function<void(WeightGradArgs&)>& change) {
+    return call_with(valid_weight_args(), change, &caracal::kernels::grouped_weight_grads);
+  };
+  expect_error(with([](auto& a) { a.hidden = -64; }), {"grouped_weight_grads", "hidden (D)", "-64"});
+  expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
+               {"rows.expert_count", "4-byte aligned"});
+  expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});
+  expect_error(with([](auto& a) { a.dy = fake_ptr(4); }), {"dy", "16-byte"});
+  expect_error(with([](auto& a) { a.d_gate_up = nullptr; }), {"d_gate_up"});
+  expect_error(with([](auto& a) { a.scaled_hidden = nullptr; }), {"scaled_hidden"});
+  expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"d_w_gate_up"});
+  expect_error(with([](auto& a) { a.d_w_down = fake_ptr<float>(4); }), {"d_w_down", "16-byte"});
+  // With no rows the row buffers may be null, the gradients may not.
+  expect_error(with([](auto& a) {
+                 a.rows.row_capacity = 0;
+                 a.x = a.dy = a.d_gate_up = a.scaled_hidden = nullptr;
+                 a.d_w_down = nullptr;
+               }),
+               {"d_w_down", "null"});
+}
+
+TEST(GroupedGemmBackwardArgs, WorkspaceHoldsOnePartialPerRowAndNTile) {
+  using caracal::kernels::down_dgrad_workspace_floats;
+  EXPECT_EQ(down_dgrad_workspace_floats(1024, 256), 1024u);
+  EXPECT_EQ(down_dgrad_workspace_floats(1024, 320), 2048u);
+  EXPECT_EQ(down_dgrad_workspace_floats(256, 2048), 2048u);
+  EXPECT_EQ(down_dgrad_workspace_floats(0, 2048), 0u);
+}
+
+}  // namespace
