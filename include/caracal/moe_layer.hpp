@@ -1,0 +1,200 @@
+#pragma once
+// MoELayer: the complete expert-parallel MoE layer (DESIGN §1-§2, issue 5), forward and backward,
+// composed from the token exchange (caracal/transfer/token_exchange.hpp) and the grouped-GEMM
+// engine (caracal/kernels/grouped_gemm*.hpp). v1 runs them as separate launches; the fused
+// megakernel will keep this API.
+//
+// One layer object serves the local ranks of its World: all W virtual ranks of a LoopbackWorld,
+// or the one rank of an NcclWorld. forward/backward take one argument struct per local rank
+// (index = local rank), so the same calling code serves both backends. They are collective:
+// every rank of the world makes the same calls in the same order (the exchange's launches meet in
+// world barriers).
+//
+// No host synchronization after construction: forward, backward and check only enqueue work on
+// `stream` or read pinned memory; the host never learns token counts, so a forward+backward
+// pair can be captured into one CUDA graph and replayed with new routing and inputs (pointers
+// are baked into the graph; the data behind them is read at replay time). Every buffer is
+// allocated at construction from (T, k, D, I, W): receive-side rows for the worst case (all
+// W*T*k routes of all ranks on one rank), so no route is ever dropped.
+//
+// Shapes (per rank): T = tokens_per_rank, k = top_k, D = hidden, I = intermediate,
+// Is = shared_intermediate, L = num_experts / ep_size local experts. Expert e lives on rank e / L.
+//
+// Zero-copy inputs and outputs: buffers(local_rank) names where the layer itself reads x,
+// topk_idx, topk_scores, dy and writes y, dx, d_topk_scores (the world's symmetric heap). Passing
+// exactly those pointers skips the corresponding device-to-device copy; any other device pointer
+// is copied in (inputs) or out (outputs) on `stream`. Inputs written there are part of the saved
+// context: leave x, topk_idx and topk_scores unchanged until backward has been enqueued.
+//
+// Saved context: v1 keeps one forward's activations inside the layer (the schedule, the
+// dispatched rows, gate/up, the gates, the shared expert's rows and scale). backward must be given
+// the context of the layer's latest forward, and the weights passed to that forward must be
+// unchanged until backward has run. Copied inputs (x, topk_idx, topk_scores, shared_scale, dy) may
+// be overwritten by work enqueued on `stream` after the call that read them.
+//
+// Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, with two
+// deviations, each one extra bf16 rounding (~2^-9 relative):
+//   * dW_down uses bf16(g * hidden) (grouped_gemm_backward.hpp);
+//   * with a per-token shared-output scale c_t, the shared expert's row enters combine as
+//     bf16(c_t * E_shared(x_t)) (TokenExchange::combine adds the shared row unscaled).
+// Results are bitwise identical across runs and across MoELayerOptions::gemm_ctas.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "caracal/comm/world.hpp"
+#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/layer_config.hpp"
+
+namespace caracal {
+
+// ---- Weight layout ---------------------------------------------------------------------------
+// Routed and shared experts read their gate and up projections as one interleaved matrix
+// W_gate_up [2I][D] per expert (8 gate rows, 8 up rows, ...: kernels::gate_up_row). Build it from
+// separate W_gate, W_up [experts][I][D] with kernels::interleave_gate_up_weights (device) or
+// kernels::interleave_gate_up_weights_host; the weight gradients come back in the same layout and
+// deinterleave_gate_up_host splits them.
+using kernels::gate_up_row;
+using kernels::interleave_gate_up_weights;
+using kernels::interleave_gate_up_weights_host;
+
+// Inverse of interleave_gate_up_weights_host, for any element type (fp32 gradients, bf16 bits):
+// gate_up [experts][2I][D] -> gate, up [experts][I][D].
+template <typename T>
+void deinterleave_gate_up_host(const T* gate_up, T* gate, T* up, int64_t experts, int64_t intermediate,
+                               int64_t hidden) {
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t j = 0; j < intermediate; ++j) {
+      const T* gate_src = gate_up + (e * 2 * intermediate + gate_up_row(j, false)) * hidden;
+      const T* up_src = gate_up + (e * 2 * intermediate + gate_up_row(j, true)) * hidden;
+      T* gate_dst = gate + (e * intermediate + j) * hidden;
+      T* up_dst = up + (e * intermediate + j) * hidden;
+      for (int64_t d = 0; d < hidden; ++d) {
+        gate_dst[d] = gate_src[d];
+        up_dst[d] = up_src[d];
+      }
+    }
+  }
+}
+
+// ---- Arguments (device pointers on the world's device) ------------------------------------------
+
+// One rank's expert weights, bf16, 16-byte aligned.
+struct MoEWeights {
+  const __nv_bfloat16* w_gate_up = nullptr;         // [L][2I][D], interleaved
+  const __nv_bfloat16* w_down = nullptr;            // [L][D][I]
+  const __nv_bfloat16* shared_w_gate_up = nullptr;  // [2Is][D], interleaved; only with a shared expert
+  const __nv_bfloat16* shared_w_down = nullptr;     // [D][Is]; only with a shared expert
+};
+
+// One local rank's forward.
+struct MoEForwardArgs {
+  const __nv_bfloat16* x = nullptr;     // [T][D], 16-byte aligned
+  const int32_t* topk_idx = nullptr;    // [T][k] global expert ids, -1 = empty slot
+  const float* topk_scores = nullptr;   // [T][k]
+  const float* shared_scale = nullptr;  // optional [T]: y = c_t * E_shared(x_t) + ...; needs a
+                                        // shared expert; null = all ones
+  MoEWeights weights;
+  __nv_bfloat16* y = nullptr;           // output [T][D], 16-byte aligned
+};
+
+// One local rank's backward. Every output is overwritten (not accumulated).
+struct MoEBackwardArgs {
+  const __nv_bfloat16* dy = nullptr;   // [T][D], 16-byte aligned
+  __nv_bfloat16* dx = nullptr;         // output [T][D], 16-byte aligned
+  float* d_topk_scores = nullptr;      // output [T][k]; 0 for empty slots
+  float* d_w_gate_up = nullptr;        // output [L][2I][D] fp32, interleaved like w_gate_up
+  float* d_w_down = nullptr;           // output [L][D][I] fp32
+  float* d_shared_w_gate_up = nullptr; // output [2Is][D] fp32, interleaved; only with a shared expert
+  float* d_shared_w_down = nullptr;    // output [D][Is] fp32; only with a shared expert
+  float* d_shared_scale = nullptr;     // output [T] <dy_t, E_shared(x_t)>: required exactly when
+                                       // the forward was given a shared_scale
+};
+
+// Where the layer reads its inputs and writes its outputs for one local rank (zero-copy path).
+struct MoELayerBuffers {
+  __nv_bfloat16* x = nullptr;        // [T][D]
+  int32_t* topk_idx = nullptr;       // [T][k]
+  float* topk_scores = nullptr;      // [T][k]
+  __nv_bfloat16* y = nullptr;        // [T][D]
+  __nv_bfloat16* dy = nullptr;       // [T][D]
+  __nv_bfloat16* dx = nullptr;       // [T][D]
+  float* d_topk_scores = nullptr;    // [T][k]
+};
+
+struct MoELayerOptions {
+  int gemm_ctas = 0;  // persistent CTAs of every grouped GEMM; 0 = one per SM
+};
+
+// Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),
+// `local` of ordinary device memory per local rank (the experts' activations).
+struct MoELayerMemory {
+  size_t heap = 0;
+  size_t local = 0;
+};
+
+class MoELayer;
+
+// What backward needs from its forward (the activations themselves stay in the layer).
+class MoEContext {
+ public:
+  MoEContext() = default;  // empty: backward refuses it
+
+ private:
+  friend class MoELayer;
+  const MoELayer* layer_ = nullptr;
+  uint64_t forward_id_ = 0;
+  std::vector<MoEWeights> weights_;  // [local ranks]
+  std::vector<bool> shared_scaled_;  // [local ranks]: the forward had a shared_scale
+};
+
+class MoELayer {
+ public:
+  // Memory for `config`. Throws caracal::Error for a configuration the layer cannot run (see the
+  // constructor). Host only.
+  static MoELayerMemory memory(const LayerConfig& config);
+  static size_t heap_bytes(const LayerConfig& config) { return memory(config).heap; }
+
+  // Allocates every buffer (setup: synchronizes). Throws caracal::Error, naming the field and the
+  // value expected, for an invalid config (LayerConfig::validate), precision other than bf16 (v1),
+  // ep_size != world.world_size(), or a world heap smaller than heap_bytes(config). `world` must
+  // outlive the layer; its current device must be world.device() in every call.
+  MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options = {});
+  ~MoELayer();
+  MoELayer(const MoELayer&) = delete;
+  MoELayer& operator=(const MoELayer&) = delete;
+
+  const LayerConfig& config() const { return config_; }
+  comm::World& world() const { return world_; }
+  MoELayerBuffers buffers(int local_rank) const;
+
+  // y = MoE(x) for every local rank (ranks.size() == world.local_ranks()). Enqueues on `stream`;
+  // throws caracal::Error before enqueuing anything for a bad argument (naming ranks[i] and the
+  // field): null or misaligned pointers, pointers not in device memory of world.device(),
+  // missing or unexpected shared-expert arguments.
+  MoEContext forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream);
+  MoEContext forward(const MoEForwardArgs& rank, cudaStream_t stream);  // one local rank
+
+  // Gradients for every local rank; `context` must come from this layer's latest forward.
+  void backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, cudaStream_t stream);
+  void backward(const MoEBackwardArgs& rank, const MoEContext& context, cudaStream_t stream);
+
+  // Throws caracal::Error for the first device failure since the last check: an expert id outside
+  // [-1, E) in some rank's topk_idx (the layer treated it as an empty slot) or a timed-out wait.
+  // Reads pinned memory only: no synchronization.
+  void check();
+
+ private:
+  struct Impl;  // sizes, the token exchange, per-rank buffers (src/layer/moe_layer.cpp)
+
+  LayerConfig config_;
+  comm::World& world_;
+  std::unique_ptr<Impl> impl_;
+  uint64_t latest_forward_ = 0;
+};
+
+}  // namespace caracal

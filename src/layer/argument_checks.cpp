@@ -1,0 +1,107 @@
+#include "layer/argument_checks.hpp"
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "caracal/error.hpp"
+
+namespace caracal::layer {
+
+namespace {
+
+constexpr size_t kMatrixAlignment = 16;  // TMA boxes and 16-byte vector copies
+constexpr const char* kNoShared = "the layer has no shared expert";
+
+std::string dims(std::initializer_list<std::pair<const char*, int>> parts, const char* type) {
+  std::string out;
+  for (const auto& [name, value] : parts) out += "[" + std::string(name) + "=" + std::to_string(value) + "]";
+  return out + " " + type;
+}
+
+PointerArg matrix(const void* ptr, const char* name, std::string shape) {
+  return PointerArg{ptr, name, std::move(shape), kMatrixAlignment, Presence::kRequired, {}};
+}
+
+PointerArg elements(const void* ptr, const char* name, std::string shape, size_t element_bytes) {
+  return PointerArg{ptr, name, std::move(shape), element_bytes, Presence::kRequired, {}};
+}
+
+// A shared-expert argument: required with a shared expert, forbidden without.
+PointerArg shared_only(PointerArg arg, bool has_shared) {
+  if (!has_shared) {
+    arg.presence = Presence::kForbidden;
+    arg.why = kNoShared;
+  }
+  return arg;
+}
+
+}  // namespace
+
+std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const LayerSizes& s) {
+  const int T = s.tokens, k = s.top_k, D = s.hidden, I = s.intermediate, L = s.local_experts;
+  const int Is = s.shared_intermediate;
+  std::vector<PointerArg> out;
+  out.push_back(matrix(a.x, "x", dims({{"T", T}, {"D", D}}, "bf16")));
+  out.push_back(elements(a.topk_idx, "topk_idx", dims({{"T", T}, {"k", k}}, "int32"), sizeof(int32_t)));
+  out.push_back(elements(a.topk_scores, "topk_scores", dims({{"T", T}, {"k", k}}, "fp32"), sizeof(float)));
+  PointerArg scale = elements(a.shared_scale, "shared_scale", dims({{"T", T}}, "fp32"), sizeof(float));
+  scale.presence = Presence::kOptional;
+  out.push_back(shared_only(scale, s.has_shared));
+  out.push_back(matrix(a.weights.w_gate_up, "weights.w_gate_up", dims({{"L", L}, {"2I", 2 * I}, {"D", D}}, "bf16")));
+  out.push_back(matrix(a.weights.w_down, "weights.w_down", dims({{"L", L}, {"D", D}, {"I", I}}, "bf16")));
+  out.push_back(shared_only(
+      matrix(a.weights.shared_w_gate_up, "weights.shared_w_gate_up", dims({{"2Is", 2 * Is}, {"D", D}}, "bf16")),
+      s.has_shared));
+  out.push_back(shared_only(
+      matrix(a.weights.shared_w_down, "weights.shared_w_down", dims({{"D", D}, {"Is", Is}}, "bf16")), s.has_shared));
+  out.push_back(matrix(a.y, "y", dims({{"T", T}, {"D", D}}, "bf16")));
+  return out;
+}
+
+std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& a, const LayerSizes& s, bool shared_scaled) {
+  const int T = s.tokens, k = s.top_k, D = s.hidden, I = s.intermediate, L = s.local_experts;
+  const int Is = s.shared_intermediate;
+  std::vector<PointerArg> out;
+  out.push_back(matrix(a.dy, "dy", dims({{"T", T}, {"D", D}}, "bf16")));
+  out.push_back(matrix(a.dx, "dx", dims({{"T", T}, {"D", D}}, "bf16")));
+  out.push_back(elements(a.d_topk_scores, "d_topk_scores", dims({{"T", T}, {"k", k}}, "fp32"), sizeof(float)));
+  out.push_back(matrix(a.d_w_gate_up, "d_w_gate_up", dims({{"L", L}, {"2I", 2 * I}, {"D", D}}, "fp32")));
+  out.push_back(matrix(a.d_w_down, "d_w_down", dims({{"L", L}, {"D", D}, {"I", I}}, "fp32")));
+  out.push_back(shared_only(
+      matrix(a.d_shared_w_gate_up, "d_shared_w_gate_up", dims({{"2Is", 2 * Is}, {"D", D}}, "fp32")), s.has_shared));
+  out.push_back(
+      shared_only(matrix(a.d_shared_w_down, "d_shared_w_down", dims({{"D", D}, {"Is", Is}}, "fp32")), s.has_shared));
+  PointerArg d_scale = elements(a.d_shared_scale, "d_shared_scale",
+                                dims({{"T", T}}, "fp32") + " (the forward was given a shared_scale)", sizeof(float));
+  if (!shared_scaled) {
+    d_scale.presence = Presence::kForbidden;
+    d_scale.why = "the forward was given no shared_scale";
+  }
+  out.push_back(d_scale);
+  return out;
+}
+
+void check_pointer_args(const std::vector<PointerArg>& args, const char* fn, int local_rank) {
+  for (const PointerArg& a : args) {
+    const std::string where = std::string(fn) + ": ranks[" + std::to_string(local_rank) + "]." + a.name;
+    if (a.presence == Presence::kForbidden) {
+      CARACAL_CHECK(a.ptr == nullptr, where, " must be null: ", a.why, "; got ", a.ptr);
+      continue;
+    }
+    if (a.ptr == nullptr) {
+      CARACAL_CHECK(a.presence == Presence::kOptional, where, " must be a ", a.alignment,
+                    "-byte aligned device pointer to ", a.shape, ", got null");
+      continue;
+    }
+    CARACAL_CHECK(reinterpret_cast<uintptr_t>(a.ptr) % a.alignment == 0, where, " must be ", a.alignment,
+                  "-byte aligned (", a.shape, "), got ", a.ptr);
+  }
+}
+
+void check_rank_count(size_t given, int local_ranks, const char* fn) {
+  CARACAL_CHECK(given == static_cast<size_t>(local_ranks), fn, ": expected one argument struct per local rank (",
+                local_ranks, "), got ", given);
+}
+
+}  // namespace caracal::layer

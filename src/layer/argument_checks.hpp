@@ -1,0 +1,37 @@
+#pragma once
+// The host-side checks of MoELayer::forward / backward arguments that need no GPU: presence and
+// alignment of every pointer, against the layer's sizes. Messages name the call, the rank's
+// argument, the field, the shape expected and the value given.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "caracal/moe_layer.hpp"
+#include "layer/layer_sizes.hpp"
+
+namespace caracal::layer {
+
+enum class Presence { kRequired, kOptional, kForbidden };
+
+struct PointerArg {
+  const void* ptr = nullptr;
+  std::string name;   // field, e.g. "weights.w_down"
+  std::string shape;  // what it must point to, e.g. "[L=2][D=256][I=128] bf16"
+  size_t alignment = 16;
+  Presence presence = Presence::kRequired;
+  std::string why;    // for kForbidden: why it must be null
+};
+
+std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& args, const LayerSizes& sizes);
+// `shared_scaled`: the forward was given a shared_scale (then d_shared_scale is required).
+std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& args, const LayerSizes& sizes,
+                                              bool shared_scaled);
+
+// Throws caracal::Error "<fn>: ranks[<local_rank>].<name> ..." for the first pointer that is null
+// but required, given but forbidden, or misaligned.
+void check_pointer_args(const std::vector<PointerArg>& args, const char* fn, int local_rank);
+
+// One argument struct per local rank.
+void check_rank_count(size_t given, int local_ranks, const char* fn);
+
+}  // namespace caracal::layer

@@ -1,0 +1,72 @@
+#include "layer/expert_pass.hpp"
+
+#include "caracal/kernels/grouped_gemm_backward.hpp"
+
+namespace caracal::layer {
+
+void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
+  kernels::UpGateSwigluArgs up;
+  up.rows = pass.rows;
+  up.hidden = pass.hidden;
+  up.intermediate = pass.intermediate;
+  up.x = pass.x;
+  up.w_gate_up = weights.w_gate_up;
+  up.hidden_out = pass.hidden_act;
+  up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
+  up.num_ctas = pass.num_ctas;
+  kernels::grouped_up_gate_swiglu(up, stream);
+
+  kernels::DownProjArgs down;
+  down.rows = pass.rows;
+  down.hidden = pass.hidden;
+  down.intermediate = pass.intermediate;
+  down.hidden_in = pass.hidden_act;
+  down.w_down = weights.w_down;
+  down.y_out = pass.out;
+  down.num_ctas = pass.num_ctas;
+  kernels::grouped_down_proj(down, stream);
+}
+
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, float* d_w_gate_up,
+                     float* d_w_down, cudaStream_t stream) {
+  // g enters after the dot product, so dg stays exact where g = 0 (DESIGN §3).
+  kernels::DownDgradSwigluArgs dgrad;
+  dgrad.rows = pass.rows;
+  dgrad.hidden = pass.hidden;
+  dgrad.intermediate = pass.intermediate;
+  dgrad.dy = pass.dy;
+  dgrad.w_down = weights.w_down;
+  dgrad.gate_up = pass.gate_up;
+  dgrad.gates = pass.gates;
+  dgrad.d_gate_up_out = pass.d_gate_up;
+  dgrad.scaled_hidden_out = pass.hidden_act;
+  dgrad.d_gates_out = pass.dg;
+  dgrad.workspace = pass.workspace;
+  dgrad.num_ctas = pass.num_ctas;
+  kernels::grouped_down_dgrad_swiglu(dgrad, stream);
+
+  kernels::GateUpDgradArgs dx;
+  dx.rows = pass.rows;
+  dx.hidden = pass.hidden;
+  dx.intermediate = pass.intermediate;
+  dx.d_gate_up = pass.d_gate_up;
+  dx.w_gate_up = weights.w_gate_up;
+  dx.dx_out = pass.dx;
+  dx.num_ctas = pass.num_ctas;
+  kernels::grouped_gate_up_dgrad(dx, stream);
+
+  kernels::WeightGradArgs wgrad;
+  wgrad.rows = pass.rows;
+  wgrad.hidden = pass.hidden;
+  wgrad.intermediate = pass.intermediate;
+  wgrad.x = pass.x;
+  wgrad.dy = pass.dy;
+  wgrad.d_gate_up = pass.d_gate_up;
+  wgrad.scaled_hidden = pass.hidden_act;
+  wgrad.d_w_gate_up = d_w_gate_up;
+  wgrad.d_w_down = d_w_down;
+  wgrad.num_ctas = pass.num_ctas;
+  kernels::grouped_weight_grads(wgrad, stream);
+}
+
+}  // namespace caracal::layer

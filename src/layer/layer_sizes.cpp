@@ -1,0 +1,68 @@
+#include "layer/layer_sizes.hpp"
+
+#include <limits>
+#include <string>
+
+#include "caracal/error.hpp"
+#include "caracal/kernels/grouped_gemm.hpp"
+
+namespace caracal::layer {
+
+namespace {
+
+constexpr int kTileM = kernels::kGroupedGemmTileM;
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// The kernels take sizes as int.
+int as_int(int64_t value, const char* field) {
+  CARACAL_CHECK(value <= kMaxInt, "MoELayer: ", field, " must be below 2^31, got ", value);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
+  transfer::ExchangeShape shape;
+  shape.tokens = config.tokens_per_rank;
+  shape.top_k = config.shape.top_k;
+  shape.hidden = config.shape.hidden;
+  shape.num_experts = config.shape.num_experts;
+  shape.tile_m = kTileM;  // expert segments padded to the grouped GEMMs' M tile
+  return shape;
+}
+
+transfer::ExchangeOptions exchange_options(const LayerConfig& config) {
+  transfer::ExchangeOptions options;
+  options.forward = true;
+  options.backward = true;
+  options.shared_expert = config.shape.num_shared_experts > 0;
+  return options;
+}
+
+LayerSizes layer_sizes(const LayerConfig& config) {
+  try {
+    config.validate();
+  } catch (const Error& e) {
+    throw Error(std::string("MoELayer: invalid LayerConfig: ") + e.what());
+  }
+  CARACAL_CHECK(config.precision == Precision::kBF16, "MoELayer: precision must be bf16 (FP8 is not in v1), got ",
+                to_string(config.precision));
+  const transfer::ExchangeSizes exchange = transfer::exchange_sizes(exchange_shape(config), config.ep_size);
+
+  LayerSizes s;
+  s.world_size = static_cast<int>(config.ep_size);
+  s.tokens = static_cast<int>(config.tokens_per_rank);
+  s.top_k = static_cast<int>(config.shape.top_k);
+  s.hidden = as_int(config.shape.hidden, "hidden");
+  s.intermediate = as_int(config.shape.intermediate, "intermediate");
+  s.local_experts = static_cast<int>(exchange.local_experts);
+  s.has_shared = config.shape.num_shared_experts > 0;
+  s.shared_intermediate = as_int(config.shape.shared_intermediate, "shared_intermediate");
+  s.routed_rows = static_cast<int>(exchange.row_capacity / kTileM * kTileM);
+  s.shared_rows = as_int(round_up(s.tokens, kTileM), "tokens_per_rank rounded up to 128");
+  return s;
+}
+
+}  // namespace caracal::layer

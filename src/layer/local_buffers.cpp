@@ -1,0 +1,87 @@
+#include "layer/local_buffers.hpp"
+
+#include <cuda_runtime.h>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/kernels/grouped_gemm_backward.hpp"
+
+namespace caracal::layer {
+
+namespace {
+
+// Carves one block into 256-byte aligned buffers in a fixed order; without a base it only adds up
+// the bytes (local_bytes), so the size and the layout cannot disagree.
+class BlockLayout {
+ public:
+  explicit BlockLayout(char* base) : base_(base) {}
+
+  template <typename T>
+  T* take(int64_t count) {
+    constexpr size_t kAlignment = 256;
+    const size_t offset = bytes_;
+    bytes_ += (static_cast<size_t>(count) * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    return base_ != nullptr ? reinterpret_cast<T*>(base_ + offset) : nullptr;
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  char* base_;
+  size_t bytes_ = 0;
+};
+
+LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
+  using bf16 = __nv_bfloat16;
+  const int64_t rows = s.routed_rows;
+  const int64_t I = s.intermediate;
+  const int64_t D = s.hidden;
+  LocalBuffers b;
+  b.gate_up = block.take<bf16>(rows * 2 * I);
+  b.hidden = block.take<bf16>(rows * I);
+  b.d_gate_up = block.take<bf16>(rows * 2 * I);
+  b.workspace =
+      block.take<float>(static_cast<int64_t>(kernels::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
+  if (!s.has_shared) return b;
+  const int64_t shared = s.shared_rows;
+  const int64_t Is = s.shared_intermediate;
+  b.shared_offset = block.take<int32_t>(2);
+  b.shared_count = block.take<int32_t>(1);
+  b.shared_x = block.take<bf16>(shared * D);
+  b.shared_gate_up = block.take<bf16>(shared * 2 * Is);
+  b.shared_hidden = block.take<bf16>(shared * Is);
+  b.shared_out = block.take<bf16>(shared * D);
+  b.shared_dy = block.take<bf16>(shared * D);
+  b.shared_d_gate_up = block.take<bf16>(shared * 2 * Is);
+  b.shared_dx = block.take<bf16>(shared * D);
+  b.shared_gates = block.take<float>(shared);
+  b.shared_dg = block.take<float>(shared);
+  b.shared_workspace = block.take<float>(
+      static_cast<int64_t>(kernels::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
+  return b;
+}
+
+}  // namespace
+
+size_t local_bytes(const LayerSizes& sizes) {
+  BlockLayout block(nullptr);
+  (void)lay_out(block, sizes);
+  return block.bytes();
+}
+
+LocalMemory::LocalMemory(const LayerSizes& sizes) {
+  const size_t bytes = local_bytes(sizes);
+  block_ = comm::device_alloc<char>(bytes, "MoELayer: cudaMalloc(local buffers)");
+  BlockLayout block(block_.get());
+  buffers_ = lay_out(block, sizes);
+  check_cuda(cudaMemset(block_.get(), 0, bytes), "MoELayer: cudaMemset(local buffers)");
+  if (sizes.has_shared) {
+    const int32_t offset[2] = {0, sizes.shared_rows};
+    const int32_t count = sizes.tokens;
+    check_cuda(cudaMemcpy(buffers_.shared_offset, offset, sizeof(offset), cudaMemcpyHostToDevice),
+               "MoELayer: cudaMemcpy(shared expert offsets)");
+    check_cuda(cudaMemcpy(buffers_.shared_count, &count, sizeof(count), cudaMemcpyHostToDevice),
+               "MoELayer: cudaMemcpy(shared expert count)");
+  }
+  check_cuda(cudaDeviceSynchronize(), "MoELayer: cudaDeviceSynchronize(local buffers)");
+}
+
+}  // namespace caracal::layer

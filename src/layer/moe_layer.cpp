@@ -1,0 +1,269 @@
+// MoELayer v1: the token exchange and the grouped-GEMM engine as separate launches on one stream.
+//
+// forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
+//            dispatch | routed experts (per local rank) | combine | y out
+// backward:  stage dy | reverse_combine | routed experts' backward (per local rank) |
+//            shared expert's backward | reverse_dispatch | dx, d_topk_scores out
+// Cross-rank ordering comes only from the exchange launches' world barriers; everything between
+// them is local to a rank and ordered by the stream.
+#include "caracal/moe_layer.hpp"
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/error.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+#include "layer/argument_checks.hpp"
+#include "layer/device_checks.hpp"
+#include "layer/expert_pass.hpp"
+#include "layer/layer_sizes.hpp"
+#include "layer/local_buffers.hpp"
+#include "layer/shared_rows.hpp"
+
+namespace caracal {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr const char* kForward = "MoELayer::forward";
+constexpr const char* kBackward = "MoELayer::backward";
+
+// Copies `count` elements on `stream` unless both name the same buffer (the zero-copy path).
+template <typename T>
+void copy_unless_same(T* dst, const T* src, int64_t count, cudaStream_t stream, const char* what) {
+  if (dst == src) return;
+  check_cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+             what);
+}
+
+// One local rank: its own buffers and the two expert passes wired to them and to its heap.
+struct RankState {
+  layer::LocalMemory local;
+  MoELayerBuffers io;            // the exchange's input/output buffers (zero-copy path)
+  layer::ExpertPass routed;      // L experts over the schedule's rows
+  layer::ExpertPass shared;      // the shared expert over the rank's tokens (unused without one)
+  bf16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
+  bf16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch
+
+  std::vector<const void*> owned() const {
+    return {io.x, io.topk_idx, io.topk_scores, io.y, io.dy, io.dx, io.d_topk_scores};
+  }
+};
+
+RankState make_rank_state(const layer::LayerSizes& s, const transfer::TokenExchange& exchange,
+                          const comm::World& world, int l, int gemm_ctas) {
+  RankState r{layer::LocalMemory(s), {}, {}, {}, nullptr, nullptr};
+  const layer::LocalBuffers& b = r.local.buffers();
+  const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
+  const transfer::RouterBuffers& router = exchange.router_buffers();
+  const transfer::ForwardBuffers& fwd = exchange.forward_buffers();
+  const transfer::BackwardBuffers& bwd = exchange.backward_buffers();
+  const auto at = [&](auto ptr) { return world.local_pointer(ptr, l); };
+
+  r.io.x = at(fwd.x);
+  r.io.topk_idx = at(schedule.topk_idx);
+  r.io.topk_scores = at(router.topk_scores);
+  r.io.y = at(fwd.y);
+  r.io.dy = at(bwd.dy);
+  r.io.dx = at(bwd.dx);
+  r.io.d_topk_scores = at(router.d_topk_scores);
+
+  // The exchange's schedule holds int32 offsets and counts, as the grouped GEMMs read them.
+  layer::ExpertPass& p = r.routed;
+  p.rows = kernels::ExpertRows{at(schedule.expert_offset), at(schedule.expert_count), s.local_experts, s.routed_rows};
+  p.hidden = s.hidden;
+  p.intermediate = s.intermediate;
+  p.num_ctas = gemm_ctas;
+  p.x = at(fwd.expert_x);
+  p.gate_up = b.gate_up;
+  p.hidden_act = b.hidden;
+  p.out = at(fwd.expert_out);
+  p.dy = at(bwd.expert_dy);
+  p.gates = at(bwd.expert_gates);
+  p.d_gate_up = b.d_gate_up;
+  p.dg = at(bwd.expert_dg);
+  p.workspace = b.workspace;
+  p.dx = at(bwd.expert_dx);
+  if (!s.has_shared) return r;
+
+  layer::ExpertPass& q = r.shared;
+  q.rows = kernels::ExpertRows{b.shared_offset, b.shared_count, 1, s.shared_rows};
+  q.hidden = s.hidden;
+  q.intermediate = s.shared_intermediate;
+  q.num_ctas = gemm_ctas;
+  q.x = b.shared_x;
+  q.gate_up = b.shared_gate_up;
+  q.hidden_act = b.shared_hidden;
+  q.out = b.shared_out;
+  q.dy = b.shared_dy;
+  q.gates = b.shared_gates;
+  q.d_gate_up = b.shared_d_gate_up;
+  q.dg = b.shared_dg;
+  q.workspace = b.shared_workspace;
+  q.dx = b.shared_dx;
+  r.shared_out_slot = at(fwd.shared_out);
+  r.shared_dx_slot = at(bwd.shared_dx);
+  return r;
+}
+
+}  // namespace
+
+struct MoELayer::Impl {
+  layer::LayerSizes sizes;
+  std::unique_ptr<transfer::TokenExchange> exchange;
+  std::vector<RankState> ranks;
+};
+
+MoELayerMemory MoELayer::memory(const LayerConfig& config) {
+  const layer::LayerSizes sizes = layer::layer_sizes(config);
+  MoELayerMemory m;
+  m.heap = transfer::TokenExchange::heap_bytes(layer::exchange_shape(config), sizes.world_size,
+                                               layer::exchange_options(config));
+  m.local = layer::local_bytes(sizes);
+  return m;
+}
+
+MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options)
+    : config_(config), world_(world), impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.sizes = layer::layer_sizes(config);
+  CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
+                options.gemm_ctas);
+  CARACAL_CHECK(config.ep_size == world.world_size(), "MoELayer: config.ep_size (", config.ep_size,
+                ") must equal the world's size (", world.world_size(), ")");
+  layer::check_current_device(world.device(), "MoELayer");
+  const size_t heap = memory(config).heap;
+  CARACAL_CHECK(heap <= world.heap_bytes_left(), "MoELayer: needs ", heap,
+                " bytes of symmetric heap per rank (MoELayer::heap_bytes), but the world has ", world.heap_bytes_left(),
+                " left");
+  s.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config),
+                                                         layer::exchange_options(config));
+  s.ranks.reserve(static_cast<size_t>(world.local_ranks()));
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    s.ranks.push_back(make_rank_state(s.sizes, *s.exchange, world, l, options.gemm_ctas));
+  }
+}
+
+MoELayer::~MoELayer() = default;
+
+MoELayerBuffers MoELayer::buffers(int local_rank) const {
+  CARACAL_CHECK(local_rank >= 0 && local_rank < world_.local_ranks(), "MoELayer::buffers: local_rank must be in [0, ",
+                world_.local_ranks(), "), got ", local_rank);
+  return impl_->ranks[static_cast<size_t>(local_rank)].io;
+}
+
+void MoELayer::check() { impl_->exchange->check(); }
+
+MoEContext MoELayer::forward(const MoEForwardArgs& rank, cudaStream_t stream) {
+  return forward(std::vector<MoEForwardArgs>{rank}, stream);
+}
+
+void MoELayer::backward(const MoEBackwardArgs& rank, const MoEContext& context, cudaStream_t stream) {
+  backward(std::vector<MoEBackwardArgs>{rank}, context, stream);
+}
+
+MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) {
+  Impl& s = *impl_;
+  const layer::LayerSizes& z = s.sizes;
+  const layer::RelaxedCaptureScope relaxed;
+  layer::check_current_device(world_.device(), kForward);
+  layer::check_rank_count(ranks.size(), world_.local_ranks(), kForward);
+  for (int l = 0; l < world_.local_ranks(); ++l) {
+    const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[static_cast<size_t>(l)], z);
+    layer::check_pointer_args(args, kForward, l);
+    layer::check_pointer_devices(args, s.ranks[static_cast<size_t>(l)].owned(), world_.device(), kForward, l);
+  }
+
+  const int64_t rows = static_cast<int64_t>(z.tokens) * z.hidden;
+  const int64_t routes = static_cast<int64_t>(z.tokens) * z.top_k;
+  MoEContext context;
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    const MoEForwardArgs& a = ranks[l];
+    RankState& r = s.ranks[l];
+    copy_unless_same(r.io.x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(x)");
+    copy_unless_same(r.io.topk_idx, a.topk_idx, routes, stream, "MoELayer::forward: cudaMemcpyAsync(topk_idx)");
+    copy_unless_same(r.io.topk_scores, a.topk_scores, routes, stream,
+                     "MoELayer::forward: cudaMemcpyAsync(topk_scores)");
+    if (z.has_shared) {
+      // The shared expert's rows are padded to 128 with zeros: its own copy of x.
+      copy_unless_same(r.local.buffers().shared_x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(shared x)");
+      layer::write_shared_gates(a.shared_scale, z.tokens, r.local.buffers().shared_gates, stream);
+      layer::expert_forward(r.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
+      if (a.shared_scale != nullptr) {
+        layer::scale_rows(r.shared.out, r.shared.gates, z.tokens, z.hidden, r.shared_out_slot, stream);
+      } else {
+        copy_unless_same(r.shared_out_slot, r.shared.out, rows, stream,
+                         "MoELayer::forward: cudaMemcpyAsync(shared out)");
+      }
+    }
+    context.weights_.push_back(a.weights);
+    context.shared_scaled_.push_back(a.shared_scale != nullptr);
+  }
+
+  s.exchange->build_schedule(stream);
+  s.exchange->compute_gates(config_.router, stream);
+  s.exchange->dispatch(stream);
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    layer::expert_forward(s.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+  }
+  s.exchange->combine(stream);
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    copy_unless_same(ranks[l].y, s.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+  }
+
+  context.layer_ = this;
+  context.forward_id_ = ++latest_forward_;
+  return context;
+}
+
+void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, cudaStream_t stream) {
+  Impl& s = *impl_;
+  const layer::LayerSizes& z = s.sizes;
+  const layer::RelaxedCaptureScope relaxed;
+  layer::check_current_device(world_.device(), kBackward);
+  CARACAL_CHECK(context.layer_ == this && context.forward_id_ == latest_forward_, kBackward,
+                ": the context must come from this layer's latest forward (v1 keeps the activations of one forward: "
+                "call backward before the next forward)");
+  layer::check_rank_count(ranks.size(), world_.local_ranks(), kBackward);
+  for (int l = 0; l < world_.local_ranks(); ++l) {
+    const auto i = static_cast<size_t>(l);
+    const std::vector<layer::PointerArg> args =
+        layer::backward_pointer_args(ranks[i], z, context.shared_scaled_[i]);
+    layer::check_pointer_args(args, kBackward, l);
+    layer::check_pointer_devices(args, s.ranks[i].owned(), world_.device(), kBackward, l);
+  }
+
+  const int64_t rows = static_cast<int64_t>(z.tokens) * z.hidden;
+  const int64_t routes = static_cast<int64_t>(z.tokens) * z.top_k;
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    RankState& r = s.ranks[l];
+    copy_unless_same(r.io.dy, ranks[l].dy, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dy)");
+    if (z.has_shared) {
+      copy_unless_same(r.local.buffers().shared_dy, ranks[l].dy, rows, stream,
+                       "MoELayer::backward: cudaMemcpyAsync(shared dy)");
+    }
+  }
+
+  s.exchange->reverse_combine(stream);
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    const MoEBackwardArgs& a = ranks[l];
+    const MoEWeights& w = context.weights_[l];
+    RankState& r = s.ranks[l];
+    layer::expert_backward(r.routed, {w.w_gate_up, w.w_down}, a.d_w_gate_up, a.d_w_down, stream);
+    if (!z.has_shared) continue;
+    layer::expert_backward(r.shared, {w.shared_w_gate_up, w.shared_w_down}, a.d_shared_w_gate_up,
+                           a.d_shared_w_down, stream);
+    copy_unless_same(r.shared_dx_slot, r.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
+    if (a.d_shared_scale != nullptr) {
+      copy_unless_same(a.d_shared_scale, r.shared.dg, z.tokens, stream,
+                       "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");
+    }
+  }
+  s.exchange->reverse_dispatch(config_.router, stream);
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    const RankState& r = s.ranks[l];
+    copy_unless_same(ranks[l].dx, r.io.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dx)");
+    copy_unless_same(ranks[l].d_topk_scores, r.io.d_topk_scores, routes, stream,
+                     "MoELayer::backward: cudaMemcpyAsync(d_topk_scores)");
+  }
+}
+
+}  // namespace caracal

@@ -1,0 +1,539 @@
+#pragma once
+// Shared by the MoELayer GPU tests: the test shapes, random weights and steps (routing + inputs of
+// every rank), per-rank device buffers, the fp64 reference of a whole step (reference.hpp,
+// bf16-rounding mode) and the comparisons against it.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "caracal/bf16.hpp"
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/comm/cuda_memory.hpp"
+#include "caracal/layer_config.hpp"
+#include "caracal/moe_layer.hpp"
+#include "caracal/reference.hpp"
+#include "caracal/routing.hpp"
+#include "exchange_test_support.hpp"
+
+namespace caracal::layer_test {
+
+using exchange_test::RoutingCase;
+
+inline constexpr int kHidden = 256;
+inline constexpr int kIntermediate = 128;
+inline constexpr int kSharedIntermediate = 192;  // differs from I, so a mix-up shows
+
+// ---- Shapes -----------------------------------------------------------------------------------
+
+struct LayerCase {
+  std::string name;
+  int world = 1;
+  int tokens = 37;   // per rank
+  int experts = 8;
+  int top_k = 2;
+  bool shared = true;
+  bool shared_scale = false;  // the forward gets a per-token shared-output scale
+  RouterNormalization router;
+  RoutingCase routing = RoutingCase::kUniform;
+};
+
+inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
+
+inline LayerConfig config_of(const LayerCase& c) {
+  LayerConfig config;
+  config.shape.hidden = kHidden;
+  config.shape.intermediate = kIntermediate;
+  config.shape.num_experts = c.experts;
+  config.shape.top_k = c.top_k;
+  config.shape.num_shared_experts = c.shared ? 1 : 0;
+  config.shape.shared_intermediate = c.shared ? kSharedIntermediate : 0;
+  config.ep_size = c.world;
+  config.tokens_per_rank = c.tokens;
+  config.router = c.router;
+  return config;
+}
+
+// ---- Host data ----------------------------------------------------------------------------------
+
+using Bf16 = std::vector<uint16_t>;  // bf16 bits, row-major
+
+inline Bf16 random_bf16(size_t count, double bound, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> value(-bound, bound);
+  Bf16 out(count);
+  for (uint16_t& v : out) v = bf16_bits(static_cast<float>(value(rng)));
+  return out;
+}
+
+inline std::vector<float> random_floats(size_t count, double low, double high, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> value(low, high);
+  std::vector<float> out(count);
+  for (float& v : out) v = static_cast<float>(value(rng));
+  return out;
+}
+
+// All E routed experts and the shared expert, as separate gate / up / down matrices.
+struct HostWeights {
+  Bf16 gate, up, down;                       // [E][I][D], [E][I][D], [E][D][I]
+  Bf16 shared_gate, shared_up, shared_down;  // [Is][D], [Is][D], [D][Is] (empty without one)
+};
+
+inline HostWeights random_weights(const LayerCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t E = static_cast<size_t>(c.experts), D = kHidden, I = kIntermediate, Is = kSharedIntermediate;
+  HostWeights w;
+  w.gate = random_bf16(E * I * D, std::sqrt(3.0 / D), rng);
+  w.up = random_bf16(E * I * D, std::sqrt(3.0 / D), rng);
+  w.down = random_bf16(E * D * I, std::sqrt(3.0 / I), rng);
+  if (c.shared) {
+    w.shared_gate = random_bf16(Is * D, std::sqrt(3.0 / D), rng);
+    w.shared_up = random_bf16(Is * D, std::sqrt(3.0 / D), rng);
+    w.shared_down = random_bf16(D * Is, std::sqrt(3.0 / Is), rng);
+  }
+  return w;
+}
+
+// One training step's inputs on every rank.
+struct HostStep {
+  Routing routing;
+  std::vector<Bf16> x, dy;                         // [W][T*D]
+  std::vector<std::vector<float>> scores;          // [W][T*k]
+  std::vector<std::vector<float>> shared_scale;    // [W][T], or [W][] without one
+};
+
+inline HostStep random_step(const LayerCase& c, RoutingCase routing, uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  HostStep s;
+  s.routing = exchange_test::make_test_routing(routing, c.world, c.tokens, c.top_k, c.experts, seed);
+  const size_t T = static_cast<size_t>(c.tokens), k = static_cast<size_t>(c.top_k);
+  for (int r = 0; r < c.world; ++r) {
+    s.x.push_back(random_bf16(T * kHidden, 1.0, rng));
+    s.dy.push_back(random_bf16(T * kHidden, 1.0, rng));
+    s.scores.push_back(random_floats(T * k, 0.05, 1.0, rng));
+    s.shared_scale.push_back(c.shared_scale ? random_floats(T, 0.25, 1.5, rng) : std::vector<float>{});
+  }
+  return s;
+}
+
+// ---- Device buffers ------------------------------------------------------------------------------
+
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count)
+      : memory_(comm::device_alloc<T>(count == 0 ? 1 : count, "cudaMalloc(test buffer)")), count_(count) {}
+  T* get() const { return memory_.get(); }
+  void upload(const std::vector<T>& values) const {
+    EXPECT_EQ(values.size(), count_);
+    check_cuda(cudaMemcpy(get(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice),
+               "cudaMemcpy(upload)");
+  }
+  std::vector<T> download() const {
+    std::vector<T> values(count_);
+    check_cuda(cudaMemcpy(values.data(), get(), count_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy(download)");
+    return values;
+  }
+  void poison() const {
+    check_cuda(cudaMemset(get(), exchange_test::kNanByte, count_ * sizeof(T)), "cudaMemset(poison)");
+  }
+
+ private:
+  comm::DeviceMemory<T> memory_;
+  size_t count_ = 0;
+};
+
+inline const __nv_bfloat16* bf16_ptr(const DeviceArray<uint16_t>& a) {
+  return reinterpret_cast<const __nv_bfloat16*>(a.get());
+}
+inline __nv_bfloat16* bf16_out(const DeviceArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); }
+
+// What one rank's forward and backward produce, downloaded.
+struct RankOutputs {
+  Bf16 y, dx;
+  std::vector<float> d_scores, d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down, d_shared_scale;
+};
+
+// One rank's weights, inputs and outputs on the device.
+struct RankBuffers {
+  DeviceArray<uint16_t> w_gate_up, w_down, shared_w_gate_up, shared_w_down;
+  DeviceArray<uint16_t> x, dy, y, dx;
+  DeviceArray<int32_t> topk_idx;
+  DeviceArray<float> scores, shared_scale, d_scores, d_shared_scale;
+  DeviceArray<float> d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down;
+
+  RankBuffers(const LayerCase& c, const HostWeights& w, int rank) {
+    const size_t T = static_cast<size_t>(c.tokens), k = static_cast<size_t>(c.top_k), D = kHidden,
+                 I = kIntermediate, Is = kSharedIntermediate;
+    const size_t L = static_cast<size_t>(c.experts / c.world);
+    const size_t first = static_cast<size_t>(rank) * L;
+    Bf16 gate_up(L * 2 * I * D);
+    interleave_gate_up_weights_host(w.gate.data() + first * I * D, w.up.data() + first * I * D, gate_up.data(),
+                                    static_cast<int64_t>(L), kIntermediate, kHidden);
+    w_gate_up = DeviceArray<uint16_t>(gate_up.size());
+    w_gate_up.upload(gate_up);
+    w_down = DeviceArray<uint16_t>(L * D * I);
+    w_down.upload(Bf16(w.down.begin() + static_cast<int64_t>(first * D * I),
+                       w.down.begin() + static_cast<int64_t>((first + L) * D * I)));
+    x = DeviceArray<uint16_t>(T * D);
+    dy = DeviceArray<uint16_t>(T * D);
+    y = DeviceArray<uint16_t>(T * D);
+    dx = DeviceArray<uint16_t>(T * D);
+    topk_idx = DeviceArray<int32_t>(T * k);
+    scores = DeviceArray<float>(T * k);
+    d_scores = DeviceArray<float>(T * k);
+    d_w_gate_up = DeviceArray<float>(L * 2 * I * D);
+    d_w_down = DeviceArray<float>(L * D * I);
+    if (c.shared) {
+      Bf16 shared_gate_up(2 * Is * D);
+      interleave_gate_up_weights_host(w.shared_gate.data(), w.shared_up.data(), shared_gate_up.data(), 1,
+                                      kSharedIntermediate, kHidden);
+      shared_w_gate_up = DeviceArray<uint16_t>(shared_gate_up.size());
+      shared_w_gate_up.upload(shared_gate_up);
+      shared_w_down = DeviceArray<uint16_t>(D * Is);
+      shared_w_down.upload(w.shared_down);
+      d_shared_w_gate_up = DeviceArray<float>(2 * Is * D);
+      d_shared_w_down = DeviceArray<float>(D * Is);
+    }
+    if (c.shared_scale) {
+      shared_scale = DeviceArray<float>(T);
+      d_shared_scale = DeviceArray<float>(T);
+    }
+  }
+
+  void upload(const HostStep& s, int rank) const {
+    const auto r = static_cast<size_t>(rank);
+    const int32_t* ids = s.routing.rank_topk(rank);
+    x.upload(s.x[r]);
+    dy.upload(s.dy[r]);
+    topk_idx.upload(std::vector<int32_t>(ids, ids + s.scores[r].size()));
+    scores.upload(s.scores[r]);
+    if (shared_scale.get() != nullptr) shared_scale.upload(s.shared_scale[r]);
+  }
+
+  void poison_outputs() const {
+    for (const auto* a : {&y, &dx}) a->poison();
+    for (const auto* a : {&d_scores, &d_w_gate_up, &d_w_down}) a->poison();
+    for (const auto* a : {&d_shared_w_gate_up, &d_shared_w_down, &d_shared_scale}) {
+      if (a->get() != nullptr) a->poison();
+    }
+  }
+
+  RankOutputs download() const {
+    RankOutputs o;
+    o.y = y.download();
+    o.dx = dx.download();
+    o.d_scores = d_scores.download();
+    o.d_w_gate_up = d_w_gate_up.download();
+    o.d_w_down = d_w_down.download();
+    if (d_shared_w_gate_up.get() != nullptr) {
+      o.d_shared_w_gate_up = d_shared_w_gate_up.download();
+      o.d_shared_w_down = d_shared_w_down.download();
+    }
+    if (d_shared_scale.get() != nullptr) o.d_shared_scale = d_shared_scale.download();
+    return o;
+  }
+
+  MoEForwardArgs forward_args() const {
+    MoEForwardArgs a;
+    a.x = bf16_ptr(x);
+    a.topk_idx = topk_idx.get();
+    a.topk_scores = scores.get();
+    a.shared_scale = shared_scale.get();
+    a.weights.w_gate_up = bf16_ptr(w_gate_up);
+    a.weights.w_down = bf16_ptr(w_down);
+    a.weights.shared_w_gate_up = bf16_ptr(shared_w_gate_up);
+    a.weights.shared_w_down = bf16_ptr(shared_w_down);
+    a.y = bf16_out(y);
+    return a;
+  }
+
+  MoEBackwardArgs backward_args() const {
+    MoEBackwardArgs a;
+    a.dy = bf16_ptr(dy);
+    a.dx = bf16_out(dx);
+    a.d_topk_scores = d_scores.get();
+    a.d_w_gate_up = d_w_gate_up.get();
+    a.d_w_down = d_w_down.get();
+    a.d_shared_w_gate_up = d_shared_w_gate_up.get();
+    a.d_shared_w_down = d_shared_w_down.get();
+    a.d_shared_scale = d_shared_scale.get();
+    return a;
+  }
+};
+
+// Every local rank's buffers of one layer.
+struct WorldBuffers {
+  std::vector<RankBuffers> ranks;
+
+  WorldBuffers(const LayerCase& c, const HostWeights& w, const comm::World& world) {
+    for (int l = 0; l < world.local_ranks(); ++l) ranks.emplace_back(c, w, world.first_local_rank() + l);
+  }
+  std::vector<MoEForwardArgs> forward_args() const {
+    std::vector<MoEForwardArgs> out;
+    for (const RankBuffers& r : ranks) out.push_back(r.forward_args());
+    return out;
+  }
+  std::vector<MoEBackwardArgs> backward_args() const {
+    std::vector<MoEBackwardArgs> out;
+    for (const RankBuffers& r : ranks) out.push_back(r.backward_args());
+    return out;
+  }
+  // Uploads the step's inputs and poisons every output, then waits (the copies run on the legacy
+  // stream, which does not order against the tests' non-blocking streams).
+  void prepare(const HostStep& s, const comm::World& world) const {
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      ranks[l].upload(s, world.first_local_rank() + static_cast<int>(l));
+      ranks[l].poison_outputs();
+    }
+    exchange_test::settle();
+  }
+  std::vector<RankOutputs> download() const {
+    std::vector<RankOutputs> out;
+    for (const RankBuffers& r : ranks) out.push_back(r.download());
+    return out;
+  }
+};
+
+// Forward then backward of every local rank on `stream`, waited for, with the layer's check.
+inline void run_step(MoELayer& layer, const WorldBuffers& buffers, const exchange_test::Stream& stream) {
+  const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+  layer.backward(buffers.backward_args(), context, stream.get());
+  stream.sync();
+  layer.check();
+}
+
+// ---- The fp64 reference of a step ---------------------------------------------------------------------
+
+inline std::vector<double> widen(const Bf16& bits) { return from_bf16_bits(bits); }
+
+inline ReferenceLayer reference_layer(const LayerCase& c, const HostWeights& w) {
+  const size_t D = kHidden, I = kIntermediate;
+  ReferenceLayer layer;
+  for (size_t e = 0; e < static_cast<size_t>(c.experts); ++e) {
+    ExpertWeights x;
+    x.hidden = kHidden;
+    x.intermediate = kIntermediate;
+    const auto in = static_cast<int64_t>(e * I * D);
+    const auto n = static_cast<int64_t>(I * D);
+    x.gate = widen(Bf16(w.gate.begin() + in, w.gate.begin() + in + n));
+    x.up = widen(Bf16(w.up.begin() + in, w.up.begin() + in + n));
+    x.down = widen(Bf16(w.down.begin() + in, w.down.begin() + in + n));
+    layer.experts.push_back(std::move(x));
+  }
+  if (c.shared) {
+    layer.shared = ExpertWeights{kHidden, kSharedIntermediate, widen(w.shared_gate), widen(w.shared_up),
+                                 widen(w.shared_down)};
+  }
+  return layer;
+}
+
+struct RankExpected {
+  ReferenceInputs inputs;
+  ReferenceForwardResult forward;
+  ReferenceGradients grads;
+};
+
+struct StepExpected {
+  std::vector<RankExpected> ranks;             // [W]
+  std::vector<ExpertGradients> routed;         // [E]: summed over the home ranks
+};
+
+// The reference of every rank (in parallel: they are independent), and the routed experts'
+// weight gradients summed over the ranks whose tokens they served.
+inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s) {
+  ReferenceOptions options;
+  options.router = c.router;
+  options.round_intermediates_to_bf16 = true;
+  std::vector<std::future<RankExpected>> futures;
+  for (int r = 0; r < c.world; ++r) {
+    futures.push_back(std::async(std::launch::async, [&, r] {
+      const auto i = static_cast<size_t>(r);
+      RankExpected e;
+      e.inputs.tokens = c.tokens;
+      e.inputs.top_k = c.top_k;
+      e.inputs.x = widen(s.x[i]);
+      const int32_t* ids = s.routing.rank_topk(r);
+      e.inputs.topk_idx.assign(ids, ids + s.scores[i].size());
+      e.inputs.topk_scores.assign(s.scores[i].begin(), s.scores[i].end());
+      e.inputs.shared_scale.assign(s.shared_scale[i].begin(), s.shared_scale[i].end());
+      e.forward = reference_forward(layer, e.inputs, options);
+      e.grads = reference_backward(layer, e.inputs, e.forward, widen(s.dy[i]));
+      return e;
+    }));
+  }
+  StepExpected out;
+  for (auto& f : futures) out.ranks.push_back(f.get());
+  for (int e = 0; e < c.experts; ++e) {
+    ExpertGradients sum = ExpertGradients::zeros(kHidden, kIntermediate);
+    for (const RankExpected& r : out.ranks) {
+      const ExpertGradients& g = r.grads.d_experts[static_cast<size_t>(e)];
+      for (size_t i = 0; i < sum.gate.size(); ++i) {
+        sum.gate[i] += g.gate[i];
+        sum.up[i] += g.up[i];
+        sum.down[i] += g.down[i];
+      }
+    }
+    out.routed.push_back(std::move(sum));
+  }
+  return out;
+}
+
+// ---- Comparisons ------------------------------------------------------------------------------------
+
+// Relative Frobenius error of one output; every element must have been written (no NaN: outputs
+// are poisoned with NaN first). A reference of all zeros must be matched exactly.
+class Frobenius {
+ public:
+  void add(double got, double want) {
+    if (std::isnan(got)) {
+      ++nan_;
+      return;
+    }
+    err2_ += (got - want) * (got - want);
+    ref2_ += want * want;
+  }
+  void expect_within(const std::string& what, double tolerance = 1e-2) const {
+    EXPECT_EQ(nan_, 0u) << what << ": " << nan_ << " elements not written (NaN)";
+    if (ref2_ == 0.0) {
+      EXPECT_EQ(err2_, 0.0) << what << ": the reference is all zeros, the output is not";
+      return;
+    }
+    const double rel = std::sqrt(err2_ / ref2_);
+    EXPECT_LE(rel, tolerance) << what << ": relative Frobenius error " << rel;
+  }
+
+ private:
+  double err2_ = 0.0, ref2_ = 0.0;
+  size_t nan_ = 0;
+};
+
+inline void expect_bf16_close(const Bf16& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  Frobenius f;
+  for (size_t i = 0; i < got.size(); ++i) f.add(bf16_to_float(got[i]), want[i]);
+  f.expect_within(what);
+}
+
+inline void expect_f32_close(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  Frobenius f;
+  for (size_t i = 0; i < got.size(); ++i) f.add(got[i], want[i]);
+  f.expect_within(what);
+}
+
+inline double norm(const double* v, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; ++i) s += v[i] * v[i];
+  return std::sqrt(s);
+}
+
+// d_topk_scores = (scale / S) (dg_m - sum_j dg_j s_j / S) (or scale * dg_m) with dg_j = <dy, E_j(x)>
+// a sum of products that may cancel, and so may the Jacobian's difference (to exactly 0 when all
+// of a token's slots hold one expert): no relative measure fits. Per element
+// |got - ref| <= 1e-2 |ref| + 2e-3 B_t, where B_t = (scale / S_t) max_j |dy_t| |E_j(x_t)| bounds the
+// token's |dg| (Cauchy-Schwarz; typically 16x |dg| at D = 256); empty slots exactly 0.
+inline void expect_score_gradients(const std::vector<float>& got, const RankExpected& e,
+                                   const RouterNormalization& router, const Bf16& dy) {
+  const size_t k = static_cast<size_t>(e.inputs.top_k), D = kHidden;
+  ASSERT_EQ(got.size(), e.grads.d_topk_scores.size());
+  size_t bad = 0;
+  std::ostringstream first;
+  for (size_t t = 0; t < static_cast<size_t>(e.inputs.tokens); ++t) {
+    std::vector<double> dy_t(D);
+    for (size_t d = 0; d < D; ++d) dy_t[d] = bf16_to_float(dy[t * D + d]);
+    double sum = 0.0, largest = 0.0;
+    for (size_t j = 0; j < k; ++j) {
+      if (e.inputs.topk_idx[t * k + j] < 0) continue;
+      sum += e.inputs.topk_scores[t * k + j];
+      largest = std::max(largest, norm(e.forward.routed.output.data() + (t * k + j) * D, D));
+    }
+    const double factor = router.normalize && sum > 0.0 ? router.scale / sum : router.scale;
+    const double bound = factor * norm(dy_t.data(), D) * largest;
+    for (size_t j = 0; j < k; ++j) {
+      const size_t i = t * k + j;
+      const double want = e.grads.d_topk_scores[i];
+      const bool empty = e.inputs.topk_idx[i] < 0;
+      const double err = std::abs(static_cast<double>(got[i]) - want);
+      const bool ok = empty ? got[i] == 0.0f : err <= 1e-2 * std::abs(want) + 2e-3 * bound;
+      if (!ok && bad++ == 0) {
+        first << "token " << t << " slot " << j << ": got " << got[i] << ", want " << want << " (bound " << bound
+              << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "d_topk_scores out of tolerance (or NaN) in " << bad << " slots, first: " << first.str();
+}
+
+// Every output of every rank against the reference.
+inline void expect_step_matches(const LayerCase& c, const HostStep& s, const StepExpected& want,
+                                const std::vector<RankOutputs>& got) {
+  ASSERT_EQ(got.size(), static_cast<size_t>(c.world));
+  const size_t L = static_cast<size_t>(c.experts / c.world), D = kHidden, I = kIntermediate;
+  for (size_t r = 0; r < got.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const RankOutputs& o = got[r];
+    const RankExpected& e = want.ranks[r];
+    expect_bf16_close(o.y, e.forward.y, "y");
+    expect_bf16_close(o.dx, e.grads.dx, "dx");
+    expect_score_gradients(o.d_scores, e, c.router, s.dy[r]);
+    std::vector<float> gate(L * I * D), up(L * I * D);
+    deinterleave_gate_up_host(o.d_w_gate_up.data(), gate.data(), up.data(), static_cast<int64_t>(L), kIntermediate,
+                              kHidden);
+    for (size_t l = 0; l < L; ++l) {
+      const size_t expert = r * L + l;
+      const std::string name = "expert " + std::to_string(expert);
+      const ExpertGradients& g = want.routed[expert];
+      const auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + static_cast<int64_t>(l * I * D),
+                                  v.begin() + static_cast<int64_t>((l + 1) * I * D));
+      };
+      expect_f32_close(slice(gate), g.gate, "d_w_gate of " + name);
+      expect_f32_close(slice(up), g.up, "d_w_up of " + name);
+      expect_f32_close(slice(o.d_w_down), g.down, "d_w_down of " + name);
+    }
+    if (c.shared) {
+      const size_t Is = kSharedIntermediate;
+      std::vector<float> shared_gate(Is * D), shared_up(Is * D);
+      deinterleave_gate_up_host(o.d_shared_w_gate_up.data(), shared_gate.data(), shared_up.data(), 1,
+                                kSharedIntermediate, kHidden);
+      expect_f32_close(shared_gate, e.grads.d_shared->gate, "d_shared_w_gate");
+      expect_f32_close(shared_up, e.grads.d_shared->up, "d_shared_w_up");
+      expect_f32_close(o.d_shared_w_down, e.grads.d_shared->down, "d_shared_w_down");
+    }
+    if (c.shared_scale) expect_f32_close(o.d_shared_scale, e.grads.d_shared_scale, "d_shared_scale");
+  }
+}
+
+// ---- Bitwise comparison -------------------------------------------------------------------------------
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+inline void expect_same_bits(const std::vector<RankOutputs>& a, const std::vector<RankOutputs>& b,
+                             const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    SCOPED_TRACE(what + ", rank " + std::to_string(r));
+    EXPECT_TRUE(same_bits(a[r].y, b[r].y)) << "y";
+    EXPECT_TRUE(same_bits(a[r].dx, b[r].dx)) << "dx";
+    EXPECT_TRUE(same_bits(a[r].d_scores, b[r].d_scores)) << "d_topk_scores";
+    EXPECT_TRUE(same_bits(a[r].d_w_gate_up, b[r].d_w_gate_up)) << "d_w_gate_up";
+    EXPECT_TRUE(same_bits(a[r].d_w_down, b[r].d_w_down)) << "d_w_down";
+    EXPECT_TRUE(same_bits(a[r].d_shared_w_gate_up, b[r].d_shared_w_gate_up)) << "d_shared_w_gate_up";
+    EXPECT_TRUE(same_bits(a[r].d_shared_w_down, b[r].d_shared_w_down)) << "d_shared_w_down";
+    EXPECT_TRUE(same_bits(a[r].d_shared_scale, b[r].d_shared_scale)) << "d_shared_scale";
+  }
+}
+
+}  // namespace caracal::layer_test

@@ -1,0 +1,360 @@
+// MoELayer (caracal/moe_layer.hpp) on the GPU: y and every gradient against the fp64 reference in
+// bf16-rounding mode (relative Frobenius <= 1e-2 per output; d_topk_scores per element with an
+// absolute part scaled by the size of the token's dg terms), outputs poisoned with NaN first.
+//   * loopback W = 1, 2, 4, 8 and NCCL W = 1, with and without the shared expert (and its per-token
+//     scale), normalization on and off, on random, Zipf and adversarial routings (all routes of
+//     all ranks to one expert, empty experts and ranks, all slots empty, repeated experts, -1 slots);
+//   * the worst case: all W*T*k routes of W = 8 ranks to one expert, nothing dropped;
+//   * one CUDA graph of forward+backward replayed with new routing and inputs each time;
+//   * bitwise-identical outputs across runs, grouped-GEMM CTA counts and the zero-copy path;
+//   * argument errors, stale contexts and out-of-range expert ids raised at check().
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/comm/nccl_bootstrap.hpp"
+#include "caracal/comm/nccl_world.hpp"
+#include "caracal/error.hpp"
+#include "caracal/moe_layer.hpp"
+#include "exchange_test_support.hpp"
+#include "gpu_test_util.hpp"
+#include "moe_layer_test_support.hpp"
+
+namespace caracal::layer_test {
+namespace {
+
+using exchange_test::fresh_seed;
+using exchange_test::seed_note;
+using exchange_test::Stream;
+
+constexpr RouterNormalization kNormalized{true, 1.0};
+constexpr RouterNormalization kNormalizedScaled{true, 2.5};  // DeepSeek-V3's routed_scaling_factor
+constexpr RouterNormalization kUnnormalized{false, 2.5};
+
+// One step on `layer` (fresh routing and inputs for `routing`) checked against the reference.
+void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers, const HostWeights& weights,
+                RoutingCase routing) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
+  const HostStep step = random_step(c, routing, seed);
+  buffers.prepare(step, layer.world());
+  Stream stream;
+  ASSERT_NO_THROW(run_step(layer, buffers, stream));
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+}
+
+void check_loopback(const LayerCase& c) {
+  const HostWeights weights = random_weights(c, fresh_seed());
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  check_step(c, layer, buffers, weights, c.routing);
+}
+
+// ---- Loopback sweep ----------------------------------------------------------------------------------
+
+std::vector<LayerCase> loopback_cases() {
+  using R = RoutingCase;
+  return {
+      {"W1_uniform_shared_k2", 1, 133, 8, 2, true, false, kNormalized, R::kUniform},
+      {"W1_zipf_noshared_k4_unnormalized", 1, 101, 8, 4, false, false, kUnnormalized, R::kZipf},
+      {"W2_empty_slots_shared_scale_k3", 2, 75, 8, 3, true, true, kNormalized, R::kEmptySlots},
+      {"W2_duplicates_noshared_k4", 2, 97, 8, 4, false, false, kNormalizedScaled, R::kDuplicates},
+      {"W4_all_to_one_shared_k4", 4, 61, 16, 4, true, false, kNormalized, R::kAllToOne},
+      {"W4_empty_ranks_shared_scale_k2_unnormalized", 4, 53, 16, 2, true, true, kUnnormalized, R::kEmptyRanks},
+      {"W4_zipf_shared_k3", 4, 45, 8, 3, true, false, kNormalizedScaled, R::kZipf},
+      {"W8_uniform_shared_scale_k4", 8, 37, 16, 4, true, true, kNormalized, R::kUniform},
+      {"W8_all_slots_empty_shared_k2", 8, 41, 8, 2, true, false, kNormalized, R::kAllEmpty},
+      {"W8_zipf_noshared_k2_unnormalized", 8, 39, 16, 2, false, false, kUnnormalized, R::kZipf},
+      {"W8_empty_slots_shared_k3", 8, 37, 8, 3, true, false, kNormalizedScaled, R::kEmptySlots},
+  };
+}
+
+std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
+
+class GpuMoELayer : public testing::TestWithParam<LayerCase> {};
+
+TEST_P(GpuMoELayer, MatchesReference) {
+  CARACAL_REQUIRE_GPU();
+  check_loopback(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, GpuMoELayer, testing::ValuesIn(loopback_cases()), case_name);
+
+TEST(GpuMoELayerImbalance, AllRoutesOfEightRanksToOneExpertDropNothing) {
+  CARACAL_REQUIRE_GPU();
+  // 8 * 133 * 4 = 4256 routes, all on the last rank's last expert.
+  check_loopback({"W8_all_to_one_worst_case", 8, 133, 16, 4, true, true, kNormalized, RoutingCase::kAllToOne});
+}
+
+// ---- NCCL ---------------------------------------------------------------------------------------------
+
+TEST(GpuMoELayerNccl, SingleRankMatchesReference) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"nccl_W1_shared_scale_k4", 1, 133, 8, 4, true, true, kNormalizedScaled, RoutingCase::kZipf};
+  const HostWeights weights = random_weights(c, fresh_seed());
+  std::vector<comm::NcclComm> comms = comm::init_all({0});
+  comm::NcclWorld world(comms[0].get(), MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  check_step(c, layer, buffers, weights, RoutingCase::kZipf);
+  check_step(c, layer, buffers, weights, RoutingCase::kEmptySlots);  // every buffer reused
+}
+
+// ---- CUDA graph ---------------------------------------------------------------------------------------
+
+TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"graph_W4", 4, 53, 16, 3, true, true, kNormalizedScaled, RoutingCase::kUniform};
+  const HostWeights weights = random_weights(c, fresh_seed());
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  // One eager step first, as frameworks warm up before capturing: it loads every kernel's module.
+  check_step(c, layer, buffers, weights, RoutingCase::kZipf);
+  Stream stream;
+
+  cudaGraph_t graph = nullptr;
+  CARACAL_ASSERT_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  try {
+    const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+    layer.backward(buffers.backward_args(), context, stream.get());
+  } catch (const Error& e) {
+    (void)cudaStreamEndCapture(stream.get(), &graph);
+    FAIL() << "capture failed: " << e.what();
+  }
+  CARACAL_ASSERT_CUDA(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  CARACAL_ASSERT_CUDA(instantiated);
+
+  const RoutingCase replays[] = {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots,
+                                 RoutingCase::kZipf};
+  for (RoutingCase routing : replays) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
+    const HostStep step = random_step(c, routing, seed);
+    buffers.prepare(step, world);
+    CARACAL_ASSERT_CUDA(cudaGraphLaunch(exec, stream.get()));
+    stream.sync();
+    ASSERT_NO_THROW(layer.check());
+    expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+  }
+  (void)cudaGraphExecDestroy(exec);
+}
+
+// ---- Determinism -------------------------------------------------------------------------------------
+
+// The zero-copy path: inputs written straight into the layer's buffers, y / dx / d_topk_scores read
+// from there.
+std::vector<RankOutputs> run_zero_copy(MoELayer& layer, const WorldBuffers& buffers, const HostStep& step) {
+  std::vector<MoEForwardArgs> forward = buffers.forward_args();
+  std::vector<MoEBackwardArgs> backward = buffers.backward_args();
+  for (size_t l = 0; l < buffers.ranks.size(); ++l) {
+    const MoELayerBuffers own = layer.buffers(static_cast<int>(l));
+    const size_t rows = step.x[l].size(), routes = step.scores[l].size();
+    check_cuda(cudaMemset(own.y, exchange_test::kNanByte, rows * 2), "cudaMemset(poison y)");
+    check_cuda(cudaMemset(own.dx, exchange_test::kNanByte, rows * 2), "cudaMemset(poison dx)");
+    check_cuda(cudaMemset(own.d_topk_scores, exchange_test::kNanByte, routes * 4), "cudaMemset(poison d_topk_scores)");
+    const int32_t* ids = step.routing.rank_topk(static_cast<int64_t>(l));
+    const std::vector<int32_t> idx(ids, ids + routes);
+    check_cuda(cudaMemcpy(own.x, step.x[l].data(), rows * 2, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+    check_cuda(cudaMemcpy(own.dy, step.dy[l].data(), rows * 2, cudaMemcpyHostToDevice), "cudaMemcpy(dy)");
+    check_cuda(cudaMemcpy(own.topk_idx, idx.data(), routes * 4, cudaMemcpyHostToDevice), "cudaMemcpy(topk_idx)");
+    check_cuda(cudaMemcpy(own.topk_scores, step.scores[l].data(), routes * 4, cudaMemcpyHostToDevice),
+               "cudaMemcpy(topk_scores)");
+    forward[l].x = own.x;
+    forward[l].topk_idx = own.topk_idx;
+    forward[l].topk_scores = own.topk_scores;
+    forward[l].y = own.y;
+    backward[l].dy = own.dy;
+    backward[l].dx = own.dx;
+    backward[l].d_topk_scores = own.d_topk_scores;
+  }
+  exchange_test::settle();
+  Stream stream;
+  const MoEContext context = layer.forward(forward, stream.get());
+  layer.backward(backward, context, stream.get());
+  stream.sync();
+  layer.check();
+  std::vector<RankOutputs> out = buffers.download();  // weight gradients and d_shared_scale
+  for (size_t l = 0; l < out.size(); ++l) {
+    const MoELayerBuffers own = layer.buffers(static_cast<int>(l));
+    const size_t rows = step.x[l].size();
+    out[l].y.assign(rows, 0);
+    out[l].dx.assign(rows, 0);
+    out[l].d_scores.assign(step.scores[l].size(), 0.0f);
+    check_cuda(cudaMemcpy(out[l].y.data(), own.y, rows * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(y)");
+    check_cuda(cudaMemcpy(out[l].dx.data(), own.dx, rows * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(dx)");
+    check_cuda(cudaMemcpy(out[l].d_scores.data(), own.d_topk_scores, out[l].d_scores.size() * 4,
+                          cudaMemcpyDeviceToHost),
+               "cudaMemcpy(d_topk_scores)");
+  }
+  return out;
+}
+
+TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"determinism_W4", 4, 61, 16, 4, true, true, kNormalized, RoutingCase::kZipf};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  const HostStep step = random_step(c, RoutingCase::kZipf, seed);
+  const size_t heap = MoELayer::heap_bytes(config_of(c));
+  comm::LoopbackWorld world(c.world, heap);
+  comm::LoopbackWorld other_world(c.world, heap);
+  MoELayer layer(config_of(c), world);
+  MoELayerOptions few_ctas;
+  few_ctas.gemm_ctas = 7;
+  MoELayer other_layer(config_of(c), other_world, few_ctas);
+  const WorldBuffers buffers(c, weights, world);
+  Stream stream;
+
+  const auto run = [&](MoELayer& l) {
+    buffers.prepare(step, l.world());
+    run_step(l, buffers, stream);
+    return buffers.download();
+  };
+  const std::vector<RankOutputs> first = run(layer);
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), first);
+  expect_same_bits(first, run(layer), "second run");
+  expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
+  buffers.prepare(step, world);  // poisons the weight gradients, which the zero-copy run writes there too
+  expect_same_bits(first, run_zero_copy(layer, buffers, step), "zero-copy path");
+}
+
+// ---- API misuse ----------------------------------------------------------------------------------------
+
+// `call` throws caracal::Error whose message holds every one of `parts`.
+template <typename Call>
+void expect_error(Call call, std::initializer_list<const char*> parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no caracal::Error thrown";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+
+const LayerCase kApiCase{"api_W2", 2, 37, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
+
+TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase& c = kApiCase;
+  const HostWeights weights = random_weights(c, 1);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(random_step(c, RoutingCase::kUniform, 6), world);
+  Stream stream;
+  const cudaStream_t s = stream.get();
+
+  expect_error([&] { layer.forward(buffers.forward_args()[0], s); }, {"one argument struct per local rank (2), got 1"});
+  std::vector<MoEForwardArgs> forward = buffers.forward_args();
+  forward[1].x = nullptr;
+  expect_error([&] { layer.forward(forward, s); }, {"MoELayer::forward: ranks[1].x", "[T=37][D=256] bf16", "got null"});
+  forward = buffers.forward_args();
+  forward[0].y = forward[0].y + 1;
+  expect_error([&] { layer.forward(forward, s); }, {"ranks[0].y must be 16-byte aligned"});
+  forward = buffers.forward_args();
+  forward[0].weights.w_down = nullptr;
+  expect_error([&] { layer.forward(forward, s); }, {"ranks[0].weights.w_down", "[L=4][D=256][I=128] bf16"});
+  forward = buffers.forward_args();
+  forward[1].weights.shared_w_gate_up = nullptr;
+  expect_error([&] { layer.forward(forward, s); }, {"ranks[1].weights.shared_w_gate_up", "got null"});
+  std::vector<uint16_t> host_rows(static_cast<size_t>(c.tokens) * kHidden);
+  forward = buffers.forward_args();
+  forward[0].x = reinterpret_cast<const __nv_bfloat16*>(host_rows.data());
+  expect_error([&] { layer.forward(forward, s); }, {"ranks[0].x must point to device memory"});
+
+  const MoEContext context = layer.forward(buffers.forward_args(), s);
+  std::vector<MoEBackwardArgs> backward = buffers.backward_args();
+  backward[1].d_topk_scores = nullptr;
+  expect_error([&] { layer.backward(backward, context, s); },
+               {"MoELayer::backward: ranks[1].d_topk_scores", "got null"});
+  backward = buffers.backward_args();
+  float stray = 0.0f;
+  backward[0].d_shared_scale = &stray;
+  expect_error([&] { layer.backward(backward, context, s); },
+               {"ranks[0].d_shared_scale must be null: the forward was given no shared_scale"});
+  expect_error([&] { layer.backward(buffers.backward_args(), MoEContext{}, s); }, {"latest forward"});
+
+  // Nothing was enqueued by the refused calls: the layer still runs a step.
+  EXPECT_NO_THROW(layer.backward(buffers.backward_args(), context, s));
+  stream.sync();
+  EXPECT_NO_THROW(layer.check());
+}
+
+TEST(GpuMoELayerApi, BackwardNeedsTheLatestForwardsContext) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase& c = kApiCase;
+  const HostWeights weights = random_weights(c, 2);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(random_step(c, RoutingCase::kUniform, 7), world);
+  Stream stream;
+  const MoEContext stale = layer.forward(buffers.forward_args(), stream.get());
+  const MoEContext latest = layer.forward(buffers.forward_args(), stream.get());
+  expect_error([&] { layer.backward(buffers.backward_args(), stale, stream.get()); }, {"latest forward"});
+  EXPECT_NO_THROW(layer.backward(buffers.backward_args(), latest, stream.get()));
+  stream.sync();
+}
+
+TEST(GpuMoELayerApi, SharedScaleNeedsItsGradient) {
+  CARACAL_REQUIRE_GPU();
+  LayerCase c = kApiCase;
+  c.shared_scale = true;
+  const HostWeights weights = random_weights(c, 3);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(random_step(c, RoutingCase::kUniform, 8), world);
+  Stream stream;
+  const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+  std::vector<MoEBackwardArgs> backward = buffers.backward_args();
+  backward[0].d_shared_scale = nullptr;
+  expect_error([&] { layer.backward(backward, context, stream.get()); },
+               {"ranks[0].d_shared_scale", "the forward was given a shared_scale", "got null"});
+  stream.sync();
+}
+
+TEST(GpuMoELayerApi, ConstructorRejectsAMismatchedWorldOrASmallHeap) {
+  CARACAL_REQUIRE_GPU();
+  const LayerConfig config = config_of(kApiCase);
+  comm::LoopbackWorld four(4, MoELayer::heap_bytes(config));
+  expect_error([&] { MoELayer layer(config, four); }, {"config.ep_size (2) must equal the world's size (4)"});
+  comm::LoopbackWorld small(2, MoELayer::heap_bytes(config) / 2);
+  expect_error([&] { MoELayer layer(config, small); }, {"bytes of symmetric heap per rank (MoELayer::heap_bytes)"});
+  LayerConfig fp8 = config;
+  fp8.precision = Precision::kFP8;
+  fp8.shape.shared_intermediate = 256;  // FP8 needs multiples of 128
+  comm::LoopbackWorld two(2, 1 << 20);
+  expect_error([&] { MoELayer layer(fp8, two); }, {"precision must be bf16"});
+}
+
+TEST(GpuMoELayerApi, OutOfRangeExpertIdIsRaisedAtCheck) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase& c = kApiCase;
+  const HostWeights weights = random_weights(c, 4);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  HostStep step = random_step(c, RoutingCase::kUniform, 5);
+  step.routing.topk_idx[static_cast<size_t>((1 * c.tokens + 5) * c.top_k)] = c.experts;  // rank 1, token 5, slot 0
+  buffers.prepare(step, world);
+  Stream stream;
+  const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+  layer.backward(buffers.backward_args(), context, stream.get());
+  stream.sync();
+  expect_error([&] { layer.check(); }, {"topk_idx of rank 1 holds expert id 8 at [token 5][slot 0]"});
+  EXPECT_NO_THROW(layer.check()) << "the fault is raised once";
+}
+
+}  // namespace
+}  // namespace caracal::layer_test

@@ -1,0 +1,197 @@
+// MoELayer's host-side pieces, without a GPU: memory sizing, configuration checks, the argument
+// checks that need no CUDA call (src/layer/argument_checks.hpp) and the weight layout helpers.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "caracal/error.hpp"
+#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/moe_layer.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+#include "layer/argument_checks.hpp"
+#include "layer/layer_sizes.hpp"
+
+namespace caracal {
+namespace {
+
+LayerConfig small_config(bool shared) {
+  LayerConfig c;
+  c.shape.hidden = 256;
+  c.shape.intermediate = 128;
+  c.shape.num_experts = 16;
+  c.shape.top_k = 4;
+  c.shape.num_shared_experts = shared ? 1 : 0;
+  c.shape.shared_intermediate = shared ? 192 : 0;
+  c.ep_size = 8;
+  c.tokens_per_rank = 133;
+  return c;
+}
+
+template <typename Call>
+void expect_error(Call call, std::initializer_list<const char*> parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no caracal::Error thrown";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+
+// Fake device addresses: the pure checks never dereference them.
+template <typename T>
+T* fake(uintptr_t offset = 0) {
+  return reinterpret_cast<T*>(uintptr_t(1) << 20 | offset);
+}
+
+TEST(MoELayerSizes, RowsCoverTheWorstCase) {
+  const layer::LayerSizes s = layer::layer_sizes(small_config(true));
+  // W*T*k + L*127 = 4256 + 254 = 4510 rows of capacity, rounded down to 128.
+  EXPECT_EQ(s.routed_rows, 4480);
+  EXPECT_EQ(s.shared_rows, 256);
+  EXPECT_EQ(s.local_experts, 2);
+  EXPECT_TRUE(s.has_shared);
+}
+
+TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
+  for (bool shared : {false, true}) {
+    const LayerConfig c = small_config(shared);
+    const MoELayerMemory m = MoELayer::memory(c);
+    EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8, layer::exchange_options(c)));
+    EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
+    const size_t rows = 4480;
+    size_t routed = rows * (2 * 128 + 128 + 2 * 128) * 2 + kernels::down_dgrad_workspace_floats(4480, 128) * 4;
+    EXPECT_GE(m.local, routed);
+    if (shared) {
+      const size_t shared_rows = 256;
+      routed += shared_rows * 256 * 2 * 4 + shared_rows * (2 * 192 + 192 + 2 * 192) * 2;  // x, out, dy, dx; activations
+      EXPECT_GE(m.local, routed);
+    }
+    EXPECT_LT(m.local, routed + 64 * 1024) << "beyond 256-byte alignment of each buffer";
+  }
+}
+
+TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
+  LayerConfig fp8 = small_config(false);
+  fp8.precision = Precision::kFP8;
+  expect_error([&] { MoELayer::memory(fp8); }, {"precision must be bf16"});
+  LayerConfig odd = small_config(false);
+  odd.shape.hidden = 100;
+  expect_error([&] { MoELayer::memory(odd); }, {"MoELayer: invalid LayerConfig", "hidden must be a multiple of 64"});
+}
+
+MoEForwardArgs valid_forward(bool shared) {
+  MoEForwardArgs a;
+  a.x = fake<const __nv_bfloat16>(0x100);
+  a.topk_idx = fake<const int32_t>(0x200);
+  a.topk_scores = fake<const float>(0x300);
+  a.weights.w_gate_up = fake<const __nv_bfloat16>(0x400);
+  a.weights.w_down = fake<const __nv_bfloat16>(0x500);
+  if (shared) {
+    a.weights.shared_w_gate_up = fake<const __nv_bfloat16>(0x600);
+    a.weights.shared_w_down = fake<const __nv_bfloat16>(0x700);
+  }
+  a.y = fake<__nv_bfloat16>(0x800);
+  return a;
+}
+
+void check_forward(const MoEForwardArgs& a, bool shared) {
+  layer::check_pointer_args(layer::forward_pointer_args(a, layer::layer_sizes(small_config(shared))),
+                            "MoELayer::forward", 3);
+}
+
+TEST(MoELayerArgs, ForwardPointers) {
+  EXPECT_NO_THROW(check_forward(valid_forward(true), true));
+  EXPECT_NO_THROW(check_forward(valid_forward(false), false));
+
+  MoEForwardArgs a = valid_forward(true);
+  a.x = nullptr;
+  expect_error([&] { check_forward(a, true); },
+               {"MoELayer::forward: ranks[3].x must be a 16-byte aligned device pointer to [T=133][D=256] bf16",
+                "got null"});
+  a = valid_forward(true);
+  a.topk_idx = fake<const int32_t>(0x202);
+  expect_error([&] { check_forward(a, true); }, {"ranks[3].topk_idx must be 4-byte aligned", "[T=133][k=4] int32"});
+  a = valid_forward(true);
+  a.weights.w_gate_up = fake<const __nv_bfloat16>(0x408);
+  expect_error([&] { check_forward(a, true); },
+               {"ranks[3].weights.w_gate_up must be 16-byte aligned", "[L=2][2I=256][D=256] bf16"});
+  a = valid_forward(true);
+  a.weights.shared_w_down = nullptr;
+  expect_error([&] { check_forward(a, true); }, {"ranks[3].weights.shared_w_down", "[D=256][Is=192] bf16", "got null"});
+  a = valid_forward(true);
+  a.shared_scale = fake<const float>(0x900);
+  EXPECT_NO_THROW(check_forward(a, true)) << "the shared-output scale is optional";
+
+  a = valid_forward(false);
+  a.shared_scale = fake<const float>(0x900);
+  expect_error([&] { check_forward(a, false); },
+               {"ranks[3].shared_scale must be null: the layer has no shared expert"});
+  a = valid_forward(false);
+  a.weights.shared_w_gate_up = fake<const __nv_bfloat16>(0x600);
+  expect_error([&] { check_forward(a, false); }, {"ranks[3].weights.shared_w_gate_up must be null"});
+}
+
+MoEBackwardArgs valid_backward(bool shared, bool scaled) {
+  MoEBackwardArgs a;
+  a.dy = fake<const __nv_bfloat16>(0x100);
+  a.dx = fake<__nv_bfloat16>(0x200);
+  a.d_topk_scores = fake<float>(0x300);
+  a.d_w_gate_up = fake<float>(0x400);
+  a.d_w_down = fake<float>(0x500);
+  if (shared) {
+    a.d_shared_w_gate_up = fake<float>(0x600);
+    a.d_shared_w_down = fake<float>(0x700);
+  }
+  if (scaled) a.d_shared_scale = fake<float>(0x800);
+  return a;
+}
+
+void check_backward(const MoEBackwardArgs& a, bool shared, bool scaled) {
+  layer::check_pointer_args(layer::backward_pointer_args(a, layer::layer_sizes(small_config(shared)), scaled),
+                            "MoELayer::backward", 0);
+}
+
+TEST(MoELayerArgs, BackwardPointers) {
+  EXPECT_NO_THROW(check_backward(valid_backward(true, true), true, true));
+  EXPECT_NO_THROW(check_backward(valid_backward(true, false), true, false));
+  EXPECT_NO_THROW(check_backward(valid_backward(false, false), false, false));
+
+  MoEBackwardArgs a = valid_backward(true, false);
+  a.d_w_down = fake<float>(0x504);
+  expect_error([&] { check_backward(a, true, false); },
+               {"MoELayer::backward: ranks[0].d_w_down must be 16-byte aligned", "[L=2][D=256][I=128] fp32"});
+  expect_error([&] { check_backward(valid_backward(true, false), true, true); },
+               {"ranks[0].d_shared_scale", "the forward was given a shared_scale", "got null"});
+  expect_error([&] { check_backward(valid_backward(true, true), true, false); },
+               {"ranks[0].d_shared_scale must be null: the forward was given no shared_scale"});
+  expect_error([&] { check_backward(valid_backward(true, false), false, false); },
+               {"ranks[0].d_shared_w_gate_up must be null: the layer has no shared expert"});
+}
+
+TEST(MoELayerArgs, OneStructPerLocalRank) {
+  EXPECT_NO_THROW(layer::check_rank_count(8, 8, "MoELayer::forward"));
+  expect_error([] { layer::check_rank_count(1, 8, "MoELayer::forward"); },
+               {"MoELayer::forward: expected one argument struct per local rank (8), got 1"});
+}
+
+TEST(MoELayerWeights, DeinterleaveInvertsInterleave) {
+  const int64_t experts = 2, I = 32, D = 16;
+  std::vector<uint16_t> gate(experts * I * D), up(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = static_cast<uint16_t>(i);
+    up[i] = static_cast<uint16_t>(i + 40000);
+  }
+  std::vector<uint16_t> gate_up(2 * gate.size()), gate_back(gate.size()), up_back(gate.size());
+  interleave_gate_up_weights_host(gate.data(), up.data(), gate_up.data(), experts, I, D);
+  deinterleave_gate_up_host(gate_up.data(), gate_back.data(), up_back.data(), experts, I, D);
+  EXPECT_EQ(gate_back, gate);
+  EXPECT_EQ(up_back, up);
+  EXPECT_EQ(gate_up[static_cast<size_t>(gate_up_row(8, true) * D)], up[static_cast<size_t>(8 * D)]);
+}
+
+}  // namespace
+}  // namespace caracal
