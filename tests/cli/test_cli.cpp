@@ -189,5 +189,41 @@ TEST(Cli, BadTraceFilesGetOneClearErrorLine) {
   for (const std::string& p : {not_npy, wrong_k, wrong_dtype}) std::remove(p.c_str());
 }
 
+// `caracal bench` (tools/caracal_bench, exec'd by `caracal`): its argument errors come before it
+// touches the GPU, so they read the same on every machine.
+TEST(Cli, BenchBadInputGetsOneClearErrorLine) {
+  expect_clean_error("bench --model deepseek-v3 --precision fp8", "not implemented yet");
+  expect_clean_error("bench --model deepseek-v3 --precision fp16", "--precision");
+  expect_clean_error("bench --model deepseek-v9", "unknown preset 'deepseek-v9'");
+  expect_clean_error("bench --model deepseek-v3 --ep 3", "divisible");
+  expect_clean_error("bench --model deepseek-v3 --ep abc", "--ep");
+  expect_clean_error("bench --model deepseek-v3 --tokens 0", "--tokens");
+  expect_clean_error("bench --model deepseek-v3 --sweep 64,0", "--sweep");
+  expect_clean_error("bench --model deepseek-v3 --routing pareto", "pareto");
+  expect_clean_error("bench --model deepseek-v3 --routing all-to-one:999", "all-to-one");
+  expect_clean_error("bench --model deepseek-v3 --backend mpi", "--backend");
+  expect_clean_error("bench --model deepseek-v3 --reps 0", "--reps");
+  expect_clean_error("bench --intermediate 512 --experts 8 --top-k 2", "--hidden");
+  expect_clean_error("bench --model deepseek-v3 --no-such-flag", "no-such-flag");
+}
+
+TEST(Cli, BenchHelpExitsZero) {
+  const RunResult r = run_cli("bench --help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* option : {"--model", "--ep", "--backend", "--tokens", "--sweep", "--routing", "--precision",
+                             "--warmup", "--reps", "--json", "--no-validate", "--quiet"}) {
+    EXPECT_NE(r.out.find(option), std::string::npos) << option;
+  }
+}
+
+// Without a GPU (or CUDA driver) a valid bench command fails with one clear line, and plan still works.
+TEST(Cli, BenchWithoutGpuGetsOneClearErrorLine) {
+  if (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0) {
+    GTEST_SKIP() << "an NVIDIA device is present (the GPU smoke test runs the bench)";
+  }
+  expect_clean_error("bench --model deepseek-v3 --experts 32 --tokens 64", "no GPU");
+  EXPECT_EQ(run_cli("plan --model deepseek-v3 --tokens 64").exit_code, 0);
+}
+
 }  // namespace
 }  // namespace caracal
