@@ -8,6 +8,7 @@ build="${1:-build}"
 logs="${OUT:-/tmp/caracal-gpu-check}"
 mkdir -p "$logs"
 export CARACAL_CLI="$PWD/$build/caracal"
+export CARACAL_BENCH="$PWD/$build/caracal-bench"
 source "$(dirname "$0")/lib/nccl-env.sh"
 summary=()
 record() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
