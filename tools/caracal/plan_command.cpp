@@ -10,6 +10,7 @@
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "commands.hpp"
+#include "shape_options.hpp"
 #include "plan_report.hpp"
 
 namespace caracal::cli {
@@ -17,8 +18,7 @@ namespace caracal::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model;
-  int64_t hidden = 0, intermediate = 0, experts = 0, top_k = 0, shared_intermediate = -1;
+  ShapeOptions shape;
   int64_t ep = 1;
   bool ep_given = false;  // --ep on the command line (a trace sets W otherwise)
   int64_t tokens = 0;
@@ -49,21 +49,6 @@ std::pair<int64_t, int64_t> parse_tile(const std::string& text) {
   }
 }
 
-LayerShape shape_from(const PlanArgs& a, const ModelPreset* preset) {
-  LayerShape s = preset ? preset->shape : LayerShape{};
-  if (a.hidden) s.hidden = a.hidden;
-  if (a.intermediate) s.intermediate = a.intermediate;
-  if (a.experts) s.num_experts = a.experts;
-  if (a.top_k) s.top_k = a.top_k;
-  if (a.shared_intermediate >= 0) {
-    s.shared_intermediate = a.shared_intermediate;
-    s.num_shared_experts = a.shared_intermediate > 0 ? 1 : 0;
-  }
-  CARACAL_CHECK(s.hidden && s.intermediate && s.num_experts && s.top_k,
-                "shape: give --model NAME or all of --hidden, --intermediate, --experts, --top-k");
-  return s;
-}
-
 // Progress on stderr for long traces, so stdout stays clean for --json.
 ProgressFn trace_progress(bool quiet) {
   if (quiet) return nullptr;
@@ -79,9 +64,9 @@ ProgressFn trace_progress(bool quiet) {
 }
 
 int run_plan(const PlanArgs& a) {
-  const ModelPreset* preset = a.model.empty() ? nullptr : &find_model_preset(a.model);
+  const ModelPreset* preset = a.shape.preset();
   LayerConfig config;
-  config.shape = shape_from(a, preset);
+  config.shape = a.shape.shape();
   config.precision = parse_precision(a.precision, "--precision");
   if (preset) config.router = preset->router;
 
@@ -131,13 +116,7 @@ int run_plan(const PlanArgs& a) {
 Runner add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "Plan a layer: traffic, overlap granularity, memory, roofline");
-  cmd->add_option("--model", args->model, "Model preset (" + model_preset_names() + ")");
-  cmd->add_option("--hidden", args->hidden, "D: hidden size (overrides the preset)");
-  cmd->add_option("--intermediate", args->intermediate, "I: routed expert intermediate size");
-  cmd->add_option("--experts", args->experts, "E: number of routed experts (global)");
-  cmd->add_option("--top-k", args->top_k, "k: routed experts per token");
-  cmd->add_option("--shared-intermediate", args->shared_intermediate,
-                  "I of the shared expert; 0 = no shared expert");
+  add_shape_options(*cmd, args->shape);
   CLI::Option* ep = cmd->add_option("--ep", args->ep, "W: expert-parallel degree (ranks)");
   ep->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "T: tokens per rank");

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_validate.hpp"
+#include "shape_options.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/loopback_world.hpp"
@@ -54,8 +55,7 @@ namespace caracal::bench_tool {
 namespace {
 
 struct Args {
-  std::string model;
-  int64_t hidden = 0, intermediate = 0, experts = 0, top_k = 0, shared_intermediate = -1;
+  caracal::cli::ShapeOptions shape;
   int64_t ep = 1;
   std::string backend = "loopback";
   int64_t tokens = 4096;
@@ -94,21 +94,6 @@ struct RunResult {
 
 void progress(const Args& a, const std::string& line) {
   if (!a.quiet) std::cerr << "caracal bench: " << line << std::endl;
-}
-
-LayerShape shape_from(const Args& a, const ModelPreset* preset) {
-  LayerShape s = preset ? preset->shape : LayerShape{};
-  if (a.hidden) s.hidden = a.hidden;
-  if (a.intermediate) s.intermediate = a.intermediate;
-  if (a.experts) s.num_experts = a.experts;
-  if (a.top_k) s.top_k = a.top_k;
-  if (a.shared_intermediate >= 0) {
-    s.shared_intermediate = a.shared_intermediate;
-    s.num_shared_experts = a.shared_intermediate > 0 ? 1 : 0;
-  }
-  CARACAL_CHECK(s.hidden && s.intermediate && s.num_experts && s.top_k,
-                "shape: give --model NAME or all of --hidden, --intermediate, --experts, --top-k");
-  return s;
 }
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
@@ -479,9 +464,9 @@ int run(const Args& a) {
   CARACAL_CHECK(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);
   CARACAL_CHECK(a.reps >= 1, "--reps must be >= 1, got ", a.reps);
   CARACAL_CHECK(a.ep >= 1 && a.ep <= 64, "--ep must be in [1, 64], got ", a.ep);
-  const ModelPreset* preset = a.model.empty() ? nullptr : &find_model_preset(a.model);
+  const ModelPreset* preset = a.shape.preset();
   LayerConfig base;
-  base.shape = shape_from(a, preset);
+  base.shape = a.shape.shape();
   base.precision = Precision::kBF16;
   if (preset) base.router = preset->router;
   base.ep_size = a.ep;
@@ -641,12 +626,7 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"caracal bench: time MoELayer forward/backward on the GPU against the NCCL-exchange and cuBLAS baselines",
                "caracal bench"};
-  app.add_option("--model", a.model, "Model preset (" + caracal::model_preset_names() + ")");
-  app.add_option("--hidden", a.hidden, "D: hidden size (overrides the preset)");
-  app.add_option("--intermediate", a.intermediate, "I: routed expert intermediate size");
-  app.add_option("--experts", a.experts, "E: number of routed experts (global; E/W per rank)");
-  app.add_option("--top-k", a.top_k, "k: routed experts per token");
-  app.add_option("--shared-intermediate", a.shared_intermediate, "I of the shared expert; 0 = no shared expert");
+  caracal::cli::add_shape_options(app, a.shape);
   app.add_option("--ep", a.ep, "W: expert-parallel degree")->capture_default_str();
   app.add_option("--backend", a.backend, "loopback (W virtual ranks on GPU 0) | nccl (one GPU per rank)")
       ->capture_default_str();
