@@ -31,7 +31,11 @@ struct MemoryPlan {
   int64_t schedule = 0;       // schedule rows (worst-case capacity), offsets, counts, inverse view
   int64_t saved = 0;          // saved for backward outside the ring (shared expert, gates)
   int64_t weights = 0;        // local routed experts + shared expert, in the layer's precision
-  int64_t worst_case_receive = 0;  // v1 (no ring): receive buffers for all W*T*k routes on one rank
+  // MoELayer v1 (separate kernels, no ring): receive-side buffers sized for every route of every
+  // rank landing on one rank. Symmetric heap and local device memory per rank, as
+  // MoELayer::memory() counts them (a test keeps the two within 0.1%).
+  int64_t v1_layer_heap = 0;
+  int64_t v1_layer_local = 0;
   int64_t total() const { return symmetric + ring + schedule + saved + weights; }
 };
 

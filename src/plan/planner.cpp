@@ -70,6 +70,30 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
   return traffic;
 }
 
+// MoELayer v1's buffers (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp),
+// without their 256-byte alignment padding: bf16 rows, fp32 scalars.
+void plan_v1_layer_memory(const LayerConfig& c, int64_t tile_m, MemoryPlan& m) {
+  const LayerShape& s = c.shape;
+  const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
+  const int64_t L = c.local_experts(), W = c.ep_size, routes = T * k;
+  const int64_t Is = s.num_shared_experts * s.shared_intermediate;
+  const int64_t rows = W * routes + L * (tile_m - 1);  // worst case: every route on this rank
+  const int64_t schedule = routes * 4 + rows * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4;
+  const int64_t router = 3 * routes * 4;
+  // x, y, dy, dx (+ shared_out, shared_dx); expert_x, expert_out, expert_dy, expert_dx; combine
+  // and dx slots; per-row gates and dg; per-route dg.
+  const int64_t rows_d = (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 4 * rows * D * 2 + 2 * routes * D * 2 +
+                         2 * rows * 4 + routes * 4;
+  m.v1_layer_heap = schedule + router + rows_d;
+  const int64_t routed_rows = rows / tile_m * tile_m;
+  const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
+  // One fp32 router-gradient partial per row and 256-column tile of I.
+  const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
+  m.v1_layer_local = routed_rows * (2 * I + I + 2 * I) * 2 + dgrad_workspace(routed_rows, I) +
+                     shared_rows * (4 * D + 2 * 2 * Is + Is) * 2 + shared_rows * 2 * 4 +
+                     dgrad_workspace(shared_rows, Is);
+}
+
 MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
   const LayerShape& s = c.shape;
   const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
@@ -77,7 +101,7 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) 
   const int64_t x_row = activation_row_bytes(D, c.precision);
   // Gate/up stay bf16 (backward needs them); hidden is in the layer's activation format.
   const int64_t ring_row = x_row + 2 * I * 2 + activation_row_bytes(I, c.precision);
-  const int64_t capacity_rows = W * T * k + L * (tile_m - 1);
+  const int64_t capacity_rows = W * T * k + L * (tile_m - 1);  // the worst case: every route here
 
   MemoryPlan m;
   // x, topk_idx, scores, one bf16 row per (token, slot) for combine (reused by the backward
@@ -89,7 +113,7 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) 
   m.saved = T * 3 * Is * 2 + T * k * 4;
   m.weights = L * (2 * weight_bytes(I, D, c.precision) + weight_bytes(D, I, c.precision)) +
               (Is > 0 ? 2 * weight_bytes(Is, D, c.precision) + weight_bytes(D, Is, c.precision) : 0);
-  m.worst_case_receive = capacity_rows * ring_row;
+  plan_v1_layer_memory(c, tile_m, m);
   return m;
 }
 

@@ -10,6 +10,8 @@
 #include "caracal/error.hpp"
 #include "caracal/kernels/grouped_gemm_backward.hpp"
 #include "caracal/moe_layer.hpp"
+#include "caracal/plan.hpp"
+#include "caracal/presets.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/layer_sizes.hpp"
@@ -193,5 +195,29 @@ TEST(MoELayerWeights, DeinterleaveInvertsInterleave) {
   EXPECT_EQ(gate_up[static_cast<size_t>(gate_up_row(8, true) * D)], up[static_cast<size_t>(8 * D)]);
 }
 
+
+// The planner reports v1's memory from its own count of the layer's buffers; the layer's exact
+// figure (MoELayer::memory, which adds 256-byte alignment) must stay within 0.1% of it.
+TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
+  for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b", "gpt-oss-120b"}) {
+    for (int64_t ep : {1, 8}) {
+      LayerConfig config;
+      config.shape = find_model_preset(model).shape;
+      config.ep_size = ep;
+      config.tokens_per_rank = 1000;
+      SCOPED_TRACE(std::string(model) + " ep " + std::to_string(ep));
+      RoutingSpec spec;
+      const Plan plan = make_plan(config,
+                                  make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
+                                               config.shape.num_experts),
+                                  "uniform", {});
+      const MoELayerMemory exact = MoELayer::memory(config);
+      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_heap), static_cast<double>(exact.heap),
+                  0.001 * static_cast<double>(exact.heap));
+      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_local), static_cast<double>(exact.local),
+                  0.001 * static_cast<double>(exact.local));
+    }
+  }
+}
 }  // namespace
 }  // namespace caracal
