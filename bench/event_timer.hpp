@@ -1,5 +1,6 @@
 #pragma once
-// Timing for the benchmarks: the median of CUDA-event-bracketed runs on one stream.
+// Timing for the benchmarks: CUDA-event-bracketed runs on one stream, after a warm-up long enough
+// for the clocks and caches to settle.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,12 +12,36 @@
 
 namespace caracal::bench {
 
-// Milliseconds of the median of `reps` runs of run(), each between two events recorded on
-// `stream`, after `warmup` untimed runs. Runs are enqueued back to back, so a run that never
-// blocks the host is timed without its launch overhead, and one that synchronizes half way (the
-// NCCL baseline) includes the time the stream idles while the host waits.
-inline double median_ms(cudaStream_t stream, int warmup, int reps, const std::function<void()>& run) {
-  for (int i = 0; i < warmup; ++i) run();
+struct RunTimes {
+  double min_ms = 0, median_ms = 0, max_ms = 0;
+};
+
+// Warm-up: at least `warmup` untimed runs and at least `warmup_ms` of them (a GPU coming out of
+// idle needs tens of milliseconds of work to reach its boost clock; a few runs of a short kernel
+// are not enough). Then `reps` runs of run(iteration), each between two events recorded on
+// `stream`. Runs are enqueued back to back, so a run that never blocks the host is timed without
+// its launch overhead, and one that synchronizes half way (the NCCL baseline) includes the time
+// the stream idles while the host waits. `iteration` counts from 0 over warm-up and timed runs
+// (benchmarks rotate input buffers with it).
+inline RunTimes time_runs(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run,
+                          double warmup_ms = 200.0) {
+  int iteration = 0;
+  cudaEvent_t begin, end;
+  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  float warmed_ms = 0;
+  for (int batch = std::max(warmup, 1); iteration < warmup || warmed_ms < warmup_ms; batch *= 2) {
+    check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
+    for (int i = 0; i < batch; ++i) run(iteration++);
+    check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize(warm-up)");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    warmed_ms += ms;
+  }
+  (void)cudaEventDestroy(begin);
+  (void)cudaEventDestroy(end);
+
   std::vector<cudaEvent_t> start(static_cast<size_t>(reps)), stop(static_cast<size_t>(reps));
   for (size_t i = 0; i < start.size(); ++i) {
     check_cuda(cudaEventCreate(&start[i]), "cudaEventCreate");
@@ -24,18 +49,30 @@ inline double median_ms(cudaStream_t stream, int warmup, int reps, const std::fu
   }
   for (size_t i = 0; i < start.size(); ++i) {
     check_cuda(cudaEventRecord(start[i], stream), "cudaEventRecord");
-    run();
+    run(iteration++);
     check_cuda(cudaEventRecord(stop[i], stream), "cudaEventRecord");
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(timing)");
-  std::vector<float> ms(start.size());
+  std::vector<double> ms(start.size());
   for (size_t i = 0; i < start.size(); ++i) {
-    check_cuda(cudaEventElapsedTime(&ms[i], start[i], stop[i]), "cudaEventElapsedTime");
+    float t = 0;
+    check_cuda(cudaEventElapsedTime(&t, start[i], stop[i]), "cudaEventElapsedTime");
+    ms[i] = static_cast<double>(t);
     (void)cudaEventDestroy(start[i]);
     (void)cudaEventDestroy(stop[i]);
   }
-  std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
-  return static_cast<double>(ms[ms.size() / 2]);
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  RunTimes t;
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return t;
+}
+
+// The median of time_runs for a run that does not need its iteration number.
+inline double median_ms(cudaStream_t stream, int warmup, int reps, const std::function<void()>& run) {
+  return time_runs(stream, warmup, reps, [&](int) { run(); }).median_ms;
 }
 
 }  // namespace caracal::bench

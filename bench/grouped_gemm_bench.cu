@@ -40,6 +40,7 @@
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
+#include "event_timer.hpp"
 #include "gemm_bench_support.hpp"
 #include "gemm_spot_checks.hpp"
 
@@ -139,41 +140,18 @@ std::vector<Case> make_cases(uint64_t seed) {
 // ---- Timing -------------------------------------------------------------------------------------
 
 struct Timing {
-  double ms = 0.0;
-  double tflops = 0.0;         // useful FLOPs (real rows) per second
+  double ms = 0.0;             // median
+  double min_ms = 0.0, max_ms = 0.0;
+  double tflops = 0.0;         // useful FLOPs (real rows) per second, at the median
   double tflops_padded = 0.0;  // FLOPs the kernels execute (padded rows)
 };
 
-// Median of `reps` runs of fn(iteration), each bracketed by CUDA events, after `warmup` runs.
-double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn(i);
-  const size_t n = size_t(reps);
-  std::vector<cudaEvent_t> start(n), stop(n);
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventCreate(&start[size_t(i)]));
-    BENCH_CUDA(cudaEventCreate(&stop[size_t(i)]));
-  }
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(start[size_t(i)]));
-    fn(warmup + i);
-    BENCH_CUDA(cudaEventRecord(stop[size_t(i)]));
-  }
-  BENCH_CUDA(cudaDeviceSynchronize());
-  std::vector<double> ms(n);
-  for (int i = 0; i < reps; ++i) {
-    float t = 0.0f;
-    BENCH_CUDA(cudaEventElapsedTime(&t, start[size_t(i)], stop[size_t(i)]));
-    ms[size_t(i)] = double(t);
-    BENCH_CUDA(cudaEventDestroy(start[size_t(i)]));
-    BENCH_CUDA(cudaEventDestroy(stop[size_t(i)]));
-  }
-  std::sort(ms.begin(), ms.end());
-  return reps % 2 ? ms[size_t(reps / 2)] : 0.5 * (ms[size_t(reps / 2 - 1)] + ms[size_t(reps / 2)]);
-}
-
-Timing make_timing(double ms, double useful_flops, double padded_flops) {
+Timing make_timing(const caracal::bench::RunTimes& times, double useful_flops, double padded_flops) {
   Timing t;
+  const double ms = times.median_ms;
   t.ms = ms;
+  t.min_ms = times.min_ms;
+  t.max_ms = times.max_ms;
   t.tflops = useful_flops / (ms * 1e-3) / 1e12;
   t.tflops_padded = padded_flops / (ms * 1e-3) / 1e12;
   return t;
@@ -355,7 +333,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
 
   auto time_it = [&](const char* name, const std::function<void(int)>& fn, double flops,
                   double padded_flops) {
-    r.timings[name] = make_timing(median_ms(fn, warmup, reps), flops, padded_flops);
+    r.timings[name] = make_timing(caracal::bench::time_runs(nullptr, warmup, reps, fn), flops, padded_flops);
   };
   time_it("up_gate_swiglu", [&](int i) { up(i, true); }, up_flops, up_flops * pad);
   time_it("up_gate_swiglu_hidden_only", [&](int i) { up(i, false); }, up_flops, up_flops * pad);
@@ -412,8 +390,8 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
 // ---- Output -------------------------------------------------------------------------------------
 
 void print_header() {
-  std::printf("%-26s %6s %6s %-22s %8s %8s %8s %9s %8s %7s\n", "case", "rows", "padded", "kernel",
-              "ms", "TFLOP/s", "padded", "cuBLAS ms", "cuBLAS", "ratio");
+  std::printf("%-26s %6s %6s %-22s %8s %6s %8s %8s %9s %8s %7s\n", "case", "rows", "padded", "kernel",
+              "ms", "spread", "TFLOP/s", "padded", "cuBLAS ms", "cuBLAS", "ratio");
 }
 
 void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::string& label,
@@ -424,14 +402,19 @@ void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::st
     std::snprintf(dense_tf, sizeof dense_tf, "%.1f", dense->tflops);
     std::snprintf(ratio, sizeof ratio, "%.3f", t.tflops / dense->tflops);
   }
-  std::printf("%-26s %6s %6s %-22s %8.3f %8.1f %8.1f %9s %8s %7s\n", first ? c.name.c_str() : "",
+  // spread: (max - min) / median of the timed runs, in percent.
+  std::printf("%-26s %6s %6s %-22s %8.3f %5.1f%% %8.1f %8.1f %9s %8s %7s\n", first ? c.name.c_str() : "",
               first ? std::to_string(c.rows()).c_str() : "",
-              first ? std::to_string(offsets.back()).c_str() : "", label.c_str(), t.ms, t.tflops,
-              t.tflops_padded, dense_ms, dense_tf, ratio);
+              first ? std::to_string(offsets.back()).c_str() : "", label.c_str(), t.ms,
+              100.0 * (t.max_ms - t.min_ms) / t.ms, t.tflops, t.tflops_padded, dense_ms, dense_tf, ratio);
 }
 
 nlohmann::json timing_json(const Timing& t) {
-  return {{"ms", t.ms}, {"tflops", t.tflops}, {"tflops_padded", t.tflops_padded}};
+  return {{"ms", t.ms},
+          {"min_ms", t.min_ms},
+          {"max_ms", t.max_ms},
+          {"tflops", t.tflops},
+          {"tflops_padded", t.tflops_padded}};
 }
 
 }  // namespace
@@ -442,7 +425,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 2026;
   std::string json_path;
   std::vector<std::string> only;
-  app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", warmup, "untimed runs before timing (at least; and at least 200 ms of them)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--reps", reps, "timed runs (median reported)")->check(CLI::Range(1, 100000));
   app.add_option("--seed", seed, "routing and data seed");
   app.add_option("--json", json_path, "also write every figure (and the cases' counts) as JSON");

@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--tokens", o.tokens, "tokens per rank (T)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed runs before timing")
+  app.add_option("--warmup", o.warmup, "untimed runs before timing (at least; and at least 200 ms of them)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--reps", o.reps, "timed runs (the median is reported)")

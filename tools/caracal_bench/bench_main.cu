@@ -636,7 +636,7 @@ int main(int argc, char** argv) {
   app.add_option("--routing", a.routing, "uniform | zipf[:exponent] | all-to-one[:expert]")->capture_default_str();
   app.add_option("--seed", a.seed, "Seed of the routing and the data")->capture_default_str();
   app.add_option("--precision", a.precision, "bf16 | fp8 (fp8: not implemented yet)")->capture_default_str();
-  app.add_option("--warmup", a.warmup, "Untimed runs per pass")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "Untimed runs per pass (at least; and at least 200 ms of them)")->capture_default_str();
   app.add_option("--reps", a.reps, "Timed runs per pass (the median is reported)")->capture_default_str();
   app.add_option("--json", a.json, "Write every result as JSON to this path");
   app.add_flag("--no-validate", a.no_validate, "Skip the fp64-reference check before timing");
