@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "padded_rows.hpp"
 
 namespace caracal::bench {
 
@@ -68,12 +68,7 @@ struct Case {
     for (int c : counts) r += c;
     return r;
   }
-  std::vector<int32_t> offsets() const {
-    constexpr int kTile = kernels::kGroupedGemmTileM;
-    std::vector<int32_t> o{0};
-    for (int c : counts) o.push_back(o.back() + (c + kTile - 1) / kTile * kTile);
-    return o;
-  }
+  std::vector<int32_t> offsets() const { return padded_offsets(counts); }
 };
 
 // One set of inputs (rotated between when a set would sit in L2).

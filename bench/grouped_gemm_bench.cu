@@ -178,20 +178,6 @@ void cublas_gemm(cublasHandle_t h, const __nv_bfloat16* a, bool a_k_major, const
                             n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Row gates g in [0, 1] on real rows, 0 on padding rows, as reverse-combine leaves them.
-std::vector<float> make_gates(const Case& c, uint64_t seed) {
-  const std::vector<int32_t> offsets = c.offsets();
-  std::vector<float> g(size_t(offsets.back()), 0.0f);
-  uint64_t state = seed;
-  for (size_t e = 0; e < c.counts.size(); ++e) {
-    for (int i = 0; i < c.counts[e]; ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;  // LCG: any spread will do
-      g[size_t(offsets[e]) + size_t(i)] = float(state >> 40) / float(1 << 24);
-    }
-  }
-  return g;
-}
-
 CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed,
                     size_t l2_bytes) {
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(c.num_experts);
@@ -235,7 +221,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
       cudaMemcpy(d_offsets.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> counts32(c.counts.begin(), c.counts.end());
   BENCH_CUDA(cudaMemcpy(d_counts.get(), counts32.data(), L * 4, cudaMemcpyHostToDevice));
-  const std::vector<float> gates_host = make_gates(c, seed);
+  const std::vector<float> gates_host = caracal::bench::padded_row_gates(c.counts, seed);
   BENCH_CUDA(cudaMemcpy(gates.get(), gates_host.data(), cap * 4, cudaMemcpyHostToDevice));
 
   caracal::kernels::ExpertRows er;

@@ -2,7 +2,7 @@
 # The MoELayer benchmarks (issue 5), run on the device machine from the repo root over a build
 # made elsewhere (carried as build/), in one go (typically about a minute; under 4 minutes at worst):
 #   1. caracal bench, DeepSeek-V3 shapes with 32 local experts, W = 1, T = 4096 (issue 5's target
-#      case; --experts 32 overrides the preset's 256), with the NCCL-exchange and cuBLAS baselines;
+#      case; --experts 32 overrides the preset's 256), with the NCCL-exchange (+ the same grouped GEMMs) and cuBLAS baselines;
 #   2. caracal bench, DeepSeek-V3 at EP 8 in the loopback world (8 virtual ranks on the GPU, 32
 #      experts each), T = 1024 per rank (T = 4096 would need ~230 GiB: v1's worst-case buffers);
 #   3. bench/torch_moe_layer.py: the plain PyTorch layer on case 1's shape (the issue's target:
@@ -89,7 +89,7 @@ if ours and t:
 for label, r in rows:
     if not r:
         continue
-    for key, what in (("nccl_exchange_plus_cublas", "NCCL exchange + cuBLAS"), ("cublas_dense", "cuBLAS dense")):
+    for key, what in (("nccl_exchange_plus_gemms", "NCCL exchange + same GEMMs"), ("cublas_dense", "cuBLAS dense")):
         b = r["baselines"][key]
         if b.get("available"):
             print(f"speedup over {what} ({label}): forward {b['ratio_forward']:.2f}x, "

@@ -81,7 +81,7 @@ void expect_report(const BenchRun& r, int64_t tokens, int64_t ep, bool nccl_base
   expect_pass(runs[0].at("backward"), "backward");
   expect_pass(runs[0].at("fwd_bwd"), "fwd_bwd");
   EXPECT_TRUE(runs[0].at("baselines").at("cublas_dense").at("available").get<bool>());
-  EXPECT_EQ(runs[0].at("baselines").at("nccl_exchange_plus_cublas").at("available").get<bool>(), nccl_baseline)
+  EXPECT_EQ(runs[0].at("baselines").at("nccl_exchange_plus_gemms").at("available").get<bool>(), nccl_baseline)
       << runs[0].at("baselines").dump(2);
   EXPECT_NE(r.out.find("fwd+bwd"), std::string::npos) << r.out;
 }

@@ -8,9 +8,11 @@
 //    (random weights and inputs, warm-up, the median of CUDA-event-bracketed runs), and the
 //    baselines in the same run:
 //      (a) at W = 1: the NCCL host-synchronized exchange (bench/nccl_baseline_exchange.hpp,
-//          dispatch + combine, once per forward and once per backward) + cuBLAS dense GEMMs of
-//          the layer's FLOPs, timed separately and summed;
-//      (b) cuBLAS dense bf16 GEMMs of the layer's shapes and FLOPs (backward: each GEMM twice).
+//          dispatch + combine, once per forward and once per backward) + the same grouped GEMMs as
+//          the layer (its expert_forward / expert_backward) on the rows the exchange delivered,
+//          padded per expert once outside the timed region; timed separately and summed;
+//      (b) cuBLAS dense bf16 GEMMs of the layer's shapes and FLOPs (backward: each GEMM twice),
+//          the practical roofline.
 // FLOPs (DESIGN §1): forward 6*T*k*D*I + 6*T*D*Is per rank, backward twice that; a GPU running a
 // loopback world does the work of all W ranks (W*T tokens).
 #include <cublas_v2.h>
@@ -48,7 +50,10 @@
 #include "caracal/routing.hpp"
 #include "device_random.cuh"
 #include "event_timer.hpp"
+#include "expert_weights.hpp"
+#include "layer/expert_pass.hpp"
 #include "nccl_baseline_exchange.hpp"
+#include "padded_expert_pass.hpp"
 
 namespace caracal::bench_tool {
 
@@ -105,8 +110,6 @@ comm::DeviceMemory<T> alloc(size_t count, const char* what) {
   return comm::device_alloc<T>(std::max<size_t>(count, 1), what);
 }
 
-const __nv_bfloat16* cbf(const comm::DeviceMemory<__nv_bfloat16>& m) { return m.get(); }
-
 // Bytes of one local rank's weights + fp32 gradients + the layer's memory.
 double rank_bytes(const LayerConfig& c) {
   const MoELayerMemory m = MoELayer::memory(c);
@@ -134,10 +137,7 @@ struct LayerTimes {
 
 // Times the layer over `world` (this thread drives its local ranks). Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const Args& a) {
-  const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden),
-               I = size_t(c.shape.intermediate), L = size_t(c.local_experts()),
-               Is = size_t(c.shape.shared_intermediate);
-  const bool shared = c.shape.num_shared_experts > 0;
+  const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
   MoELayer layer(c, world);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -145,32 +145,13 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
     (void)cudaStreamDestroy(s);
   });
 
-  struct RankMemory {
-    comm::DeviceMemory<__nv_bfloat16> w_gate_up, w_down, shared_w_gate_up, shared_w_down;
-    comm::DeviceMemory<float> d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down;
-  };
-  std::vector<RankMemory> memory(static_cast<size_t>(world.local_ranks()));
+  std::vector<ExpertWeights> memory;
   std::vector<MoEForwardArgs> fwd;
   std::vector<MoEBackwardArgs> bwd;
-  const float wd = float(std::sqrt(3.0 / double(D))), wi = float(std::sqrt(3.0 / double(I)));
   for (int l = 0; l < world.local_ranks(); ++l) {
-    RankMemory& m = memory[size_t(l)];
     const uint64_t seed = a.seed * 1000003ull + uint64_t(world.first_local_rank() + l) * 64;
-    m.w_gate_up = alloc<__nv_bfloat16>(L * 2 * I * D, "cudaMalloc(w_gate_up)");
-    m.w_down = alloc<__nv_bfloat16>(L * D * I, "cudaMalloc(w_down)");
-    m.d_w_gate_up = alloc<float>(L * 2 * I * D, "cudaMalloc(d_w_gate_up)");
-    m.d_w_down = alloc<float>(L * D * I, "cudaMalloc(d_w_down)");
-    bench::fill_uniform(m.w_gate_up.get(), L * 2 * I * D, seed + 1, -wd, wd, stream);
-    bench::fill_uniform(m.w_down.get(), L * D * I, seed + 2, -wi, wi, stream);
-    if (shared) {
-      const float ws = float(std::sqrt(3.0 / double(Is)));
-      m.shared_w_gate_up = alloc<__nv_bfloat16>(2 * Is * D, "cudaMalloc(shared_w_gate_up)");
-      m.shared_w_down = alloc<__nv_bfloat16>(D * Is, "cudaMalloc(shared_w_down)");
-      m.d_shared_w_gate_up = alloc<float>(2 * Is * D, "cudaMalloc(d_shared_w_gate_up)");
-      m.d_shared_w_down = alloc<float>(D * Is, "cudaMalloc(d_shared_w_down)");
-      bench::fill_uniform(m.shared_w_gate_up.get(), 2 * Is * D, seed + 3, -wd, wd, stream);
-      bench::fill_uniform(m.shared_w_down.get(), D * Is, seed + 4, -ws, ws, stream);
-    }
+    memory.push_back(make_expert_weights(c, seed, stream));
+    const ExpertWeights& m = memory.back();
     // Inputs straight into the layer's own buffers (the zero-copy path).
     const MoELayerBuffers b = layer.buffers(l);
     bench::fill_uniform(b.x, T * D, seed + 5, -1.0f, 1.0f, stream);
@@ -183,12 +164,7 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
     f.x = b.x;
     f.topk_idx = b.topk_idx;
     f.topk_scores = b.topk_scores;
-    f.weights.w_gate_up = cbf(m.w_gate_up);
-    f.weights.w_down = cbf(m.w_down);
-    if (shared) {
-      f.weights.shared_w_gate_up = cbf(m.shared_w_gate_up);
-      f.weights.shared_w_down = cbf(m.shared_w_down);
-    }
+    f.weights = m.weights();
     f.y = b.y;
     fwd.push_back(f);
     MoEBackwardArgs g;
@@ -197,10 +173,8 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
     g.d_topk_scores = b.d_topk_scores;
     g.d_w_gate_up = m.d_w_gate_up.get();
     g.d_w_down = m.d_w_down.get();
-    if (shared) {
-      g.d_shared_w_gate_up = m.d_shared_w_gate_up.get();
-      g.d_shared_w_down = m.d_shared_w_down.get();
-    }
+    g.d_shared_w_gate_up = m.d_shared_w_gate_up.get();  // null without a shared expert
+    g.d_shared_w_down = m.d_shared_w_down.get();
     bwd.push_back(g);
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(bench inputs)");
@@ -296,14 +270,19 @@ Baseline time_cublas(const LayerConfig& c, int64_t tokens, const Args& a, int de
 }
 
 // The NCCL host-synchronized exchange at W = 1 (dispatch + combine; the backward moves the same
-// rows again, dy out and dx back), plus the cuBLAS GEMMs: timed separately, summed.
-Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const Baseline& gemms, const Args& a,
-                            int device) {
+// rows again, dy out and dx back), plus the layer's own grouped GEMMs (layer::expert_forward and
+// expert_backward: the routed experts on the rows the exchange delivered, the shared expert on the
+// tokens), timed separately and summed. The rows are padded to the 128-row tile, and the padded
+// offsets computed on the host and uploaded, once, outside the timed region: a framework would
+// write the rows at their padded places in its exchange's reorder and upload the offsets with its
+// reorder table, which the exchange time already counts (zeroing the padding rows aside).
+Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const Args& a, int device) {
   Baseline out;
   if (c.ep_size != 1) {
     out.note = "measured at W = 1 only";
     return out;
   }
+  double forward_gemms_ms = 0.0, backward_gemms_ms = 0.0;
   try {
     std::vector<comm::NcclComm> comms = comm::init_all({device});
     transfer::ExchangeShape shape;
@@ -312,6 +291,7 @@ Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const 
     shape.hidden = c.shape.hidden;
     shape.num_experts = c.shape.num_experts;
     const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
+    const int hidden = int(c.shape.hidden), intermediate = int(c.shape.intermediate);
     cudaStream_t stream = nullptr;
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(stream, [](cudaStream_t s) {
@@ -319,18 +299,51 @@ Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const 
     });
     bench::NcclBaselineExchange exchange(comms[0].get(), shape);
     auto x = alloc<__nv_bfloat16>(T * D, "cudaMalloc(baseline x)");
+    auto dy = alloc<__nv_bfloat16>(T * D, "cudaMalloc(baseline dy)");
     auto y = alloc<__nv_bfloat16>(T * D, "cudaMalloc(baseline y)");
     auto gates = alloc<float>(T * k, "cudaMalloc(baseline gates)");
     auto idx = alloc<int32_t>(T * k, "cudaMalloc(baseline topk_idx)");
     bench::fill_uniform(x.get(), T * D, a.seed + 21, -1.0f, 1.0f, stream);
+    bench::fill_uniform(dy.get(), T * D, a.seed + 23, -1.0f, 1.0f, stream);
     bench::fill_uniform(gates.get(), T * k, a.seed + 22, 0.05f, 1.0f, stream);
     check_cuda(cudaMemcpyAsync(idx.get(), routing.rank_topk(0), T * k * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream),
                "cudaMemcpyAsync(baseline topk_idx)");
+    const ExpertWeights weights = make_expert_weights(c, a.seed + 30, stream);
+    const MoEWeights w = weights.weights();
+
+    // The GEMMs' rows: x and dy as the exchange delivers them (the host learns the counts in
+    // dispatch), padded; the shared expert's are the tokens themselves.
+    exchange.dispatch(idx.get(), x.get(), stream);
+    PaddedExpertPass routed(exchange.expert_rows(), hidden, intermediate, a.seed + 24, stream);
+    routed.load_x(exchange.expert_x(), stream);
+    exchange.dispatch(idx.get(), dy.get(), stream);
+    routed.load_dy(exchange.expert_x(), stream);
+    std::optional<PaddedExpertPass> shared;
+    if (c.shape.num_shared_experts > 0) {
+      shared.emplace(std::vector<int64_t>{c.tokens_per_rank}, hidden, int(c.shape.shared_intermediate),
+                     a.seed + 25, stream);
+      shared->load_x(x.get(), stream);
+      shared->load_dy(dy.get(), stream);
+    }
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(baseline inputs)");
+
     out.exchange_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
       exchange.dispatch(idx.get(), x.get(), stream);
       exchange.combine(exchange.expert_x(), gates.get(), y.get(), stream);
+    });
+    // The layer's order: the shared expert's forward first, its backward after the routed one's.
+    forward_gemms_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
+      if (shared) layer::expert_forward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, stream);
+      layer::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream);
+    });
+    backward_gemms_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
+      layer::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, weights.d_w_gate_up.get(),
+                             weights.d_w_down.get(), stream);
+      if (shared) {
+        layer::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down},
+                               weights.d_shared_w_gate_up.get(), weights.d_shared_w_down.get(), stream);
+      }
     });
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(baseline)");
   } catch (const std::exception& e) {
@@ -338,9 +351,13 @@ Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const 
     return out;
   }
   out.available = true;
-  out.note = "NCCL host-synchronized exchange (dispatch+combine per pass) + cuBLAS dense GEMMs, timed separately and summed";
-  out.forward_ms = out.exchange_ms + gemms.forward_ms;
-  out.backward_ms = out.exchange_ms + gemms.backward_ms;
+  out.note =
+      "NCCL host-synchronized exchange (dispatch+combine per pass) + Caracal's grouped GEMMs (the layer's "
+      "expert_forward/expert_backward, shared expert included) on the delivered rows padded to 128 per expert, "
+      "timed separately and summed; the padding and the padded offsets (host-computed, uploaded) are prepared "
+      "once outside the timed region";
+  out.forward_ms = out.exchange_ms + forward_gemms_ms;
+  out.backward_ms = out.exchange_ms + backward_gemms_ms;
   return out;
 }
 
@@ -403,8 +420,8 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const Args& a, 
 
   progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": cuBLAS dense baseline");
   r.cublas = time_cublas(c, r.tokens_per_gpu, a, 0);
-  if (W == 1) progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": NCCL exchange baseline");
-  r.nccl = time_nccl_baseline(c, routing, r.cublas, a, 0);
+  if (W == 1) progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": NCCL exchange + grouped-GEMM baseline");
+  r.nccl = time_nccl_baseline(c, routing, a, 0);
   return r;
 }
 
@@ -586,7 +603,7 @@ int run(const Args& a) {
   out["validation"] = validation;
 
   // ---- 2. Timing.
-  std::cout << "\n  T/rank   pass            ms  TFLOP/s  Mtok/s   cuBLAS ms  speedup  NCCL+cuBLAS  speedup\n";
+  std::cout << "\n  T/rank   pass            ms  TFLOP/s  Mtok/s   cuBLAS ms  speedup   NCCL+GEMMs  speedup\n";
   std::cout << std::flush;
   nlohmann::json runs = nlohmann::json::array();
   for (const LayerConfig& c : configs) {
@@ -600,14 +617,15 @@ int run(const Args& a) {
                     {"forward", pass_json(r.forward)},
                     {"backward", pass_json(r.backward)},
                     {"fwd_bwd", pass_json(r.step)},
-                    {"baselines", {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_cublas", baseline_json(r.nccl, r)}}}});
+                    {"baselines", {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_gemms", baseline_json(r.nccl, r)}}}});
     out["runs"] = runs;
     if (!a.json.empty()) std::ofstream(a.json) << out.dump(2) << "\n";  // partial results survive a later failure
   }
   std::cout << "\n  ms: median of " << a.reps << " device-event-timed runs; TFLOP/s and Mtok/s per GPU"
             << (nccl ? "" : " (the GPU runs all W ranks: W*T tokens)")
             << "; speedup = baseline ms / ours.\n"
-            << "  NCCL+cuBLAS: host-synchronized NCCL exchange + cuBLAS dense GEMMs, timed apart and summed (W = 1 only).\n";
+            << "  NCCL+GEMMs: host-synchronized NCCL exchange + the layer's grouped GEMMs on the rows it delivered\n"
+            << "  (padded once, untimed), timed apart and summed (W = 1 only).\n";
   if (!a.json.empty()) {
     std::ofstream f(a.json);
     CARACAL_CHECK(static_cast<bool>(f), "--json: cannot write '", a.json, "'");
