@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""caracal.MoE (the PyTorch module) against the plain PyTorch layer, side by side in one run, on
+EP8-sized slices of four models (one GPU, all local experts, T tokens): forward and
+forward+backward ms and TFLOP/s and the speed-up. The plain layer is bench/torch_moe_layer.py's
+(argsort permute + torch._grouped_mm + autograd). Both run with autograd recording, backward via
+torch.autograd.grad over the input, the scores and every weight; routing is uniform.
+
+Usage: python3 bench/torch_layer_bench.py [--models deepseek-v3,kimi-k2,qwen3.5-397b,glm-5]
+                                          [--tokens 4096] [--reps 20] [--json OUT.json]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "python"))
+import caracal  # noqa: E402
+from torch_moe_layer import MODELS, median_ms, moe_layer  # noqa: E402
+
+# Local experts of an EP8 slice (issue 6).
+LOCAL_EXPERTS = {"deepseek-v3": 32, "kimi-k2": 48, "qwen3.5-397b": 64, "glm-5": 32}
+
+
+def bench_model(name, tokens, warmup, reps, gen):
+    d, inter, top_k, shared_inter, normalize, scale = MODELS[name]
+    experts = LOCAL_EXPERTS[name]
+    dev = torch.device("cuda")
+
+    def rand(*shape, lo=-1.0, hi=1.0, dtype=torch.bfloat16):
+        return (torch.rand(*shape, device=dev, generator=gen) * (hi - lo) + lo).to(dtype)
+
+    x = rand(tokens, d).requires_grad_()
+    dy = rand(tokens, d)
+    idx = torch.rand(tokens, experts, device=dev, generator=gen).argsort(-1)[:, :top_k].to(torch.int32)
+    scores = rand(tokens, top_k, lo=0.05, hi=1.0, dtype=torch.float32).requires_grad_()
+    fwd_flops = 6.0 * tokens * top_k * d * inter + 6.0 * tokens * d * shared_inter
+    row = {"model": name, "experts": experts, "tokens": tokens, "hidden": d, "intermediate": inter,
+           "top_k": top_k, "shared_intermediate": shared_inter}
+
+    def timed(forward, params):
+        fwd = median_ms(forward, warmup, reps)
+        step = median_ms(lambda: torch.autograd.grad(forward(), params, dy), warmup, reps)
+        return {"forward_ms": fwd, "forward_tflops": fwd_flops / (fwd * 1e9),
+                "fwd_bwd_ms": step, "fwd_bwd_tflops": 3 * fwd_flops / (step * 1e9)}
+
+    moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
+                      router_scale=scale)
+    row["caracal"] = timed(lambda: moe(x, idx, scores), [x, scores, *moe.parameters()])
+    moe.check()
+    moe.close()
+    del moe
+
+    w_gate_up = rand(experts, 2 * inter, d, lo=-0.02, hi=0.02).requires_grad_()
+    w_down = rand(experts, d, inter, lo=-0.02, hi=0.02).requires_grad_()
+    shared = [rand(2 * shared_inter, d, lo=-0.02, hi=0.02).requires_grad_(),
+              rand(d, shared_inter, lo=-0.02, hi=0.02).requires_grad_()] if shared_inter else [None, None]
+    plain_idx = idx.long()
+    row["plain"] = timed(lambda: moe_layer(x, plain_idx, scores, w_gate_up, w_down, *shared, normalize, scale),
+                         [x, scores, w_gate_up, w_down, *(p for p in shared if p is not None)])
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(LOCAL_EXPERTS))
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("torch_layer_bench.py: error: needs a CUDA GPU (Hopper)")
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in LOCAL_EXPERTS]
+    if unknown:
+        sys.exit(f"torch_layer_bench.py: error: unknown model(s) {unknown}; choose from {sorted(LOCAL_EXPERTS)}")
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    rows = []
+    for name in models:
+        print(f"{name}: timing caracal.MoE and the plain layer ...", flush=True)
+        rows.append(bench_model(name, args.tokens, args.warmup, args.reps, gen))
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, T = {args.tokens}, uniform routing, "
+          f"median of {args.reps}")
+    print(f"{'model':<14}{'experts':>8} | {'forward ms (TFLOP/s)':^38} | {'forward+backward ms (TFLOP/s)':^38}")
+    print(f"{'':<22} | {'caracal':>15}{'plain':>15}{'speed-up':>8} | {'caracal':>15}{'plain':>15}{'speed-up':>8}")
+    for r in rows:
+        c, p = r["caracal"], r["plain"]
+        cells = []
+        for key in ("forward", "fwd_bwd"):
+            ms_c, ms_p = c[f"{key}_ms"], p[f"{key}_ms"]
+            cells.append(f"{ms_c:7.2f} ({c[f'{key}_tflops']:4.0f}){ms_p:8.2f} ({p[f'{key}_tflops']:4.0f})"
+                         f"{ms_p / ms_c:7.2f}x")
+        print(f"{r['model']:<14}{r['experts']:>8} | {cells[0]} | {cells[1]}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Fake kernels (for torch.compile / meta tracing) and the autograd formula of caracal's traced
+ops, which src/torch_ext/torch_ops.cpp defines and implements for CUDA."""
+import torch
+
+# top_k of every live layer handle: the fake backward needs it for d_topk_scores' shape.
+layer_top_k = {}
+
+
+@torch.library.register_fake("caracal::moe_forward")
+def _moe_forward_fake(layer, x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
+                      shared_scale):
+    return x.new_empty(x.shape), torch.empty((), dtype=torch.int64, device="cpu")
+
+
+@torch.library.register_fake("caracal::moe_backward")
+def _moe_backward_fake(layer, forward_id, dy, w_gate_up, w_down, shared_w_gate_up, shared_w_down, shared_scaled):
+    f32 = dict(dtype=torch.float32, device=dy.device)
+    rows = dy.shape[0]
+    has_shared = shared_w_gate_up is not None
+    return (dy.new_empty(dy.shape),
+            torch.empty(rows, layer_top_k[layer], **f32),
+            torch.empty(w_gate_up.shape, **f32),
+            torch.empty(w_down.shape, **f32),
+            torch.empty(shared_w_gate_up.shape if has_shared else (0,), **f32),
+            torch.empty(shared_w_down.shape if has_shared else (0,), **f32),
+            torch.empty(rows if shared_scaled else 0, **f32))
+
+
+def _setup_context(ctx, inputs, output):
+    layer, _x, _idx, _scores, w_gate_up, w_down, shared_w_gate_up, shared_w_down, shared_scale = inputs
+    _y, forward_id = output
+    ctx.layer = layer
+    ctx.shared_scaled = shared_scale is not None
+    ctx.save_for_backward(forward_id, w_gate_up, w_down, shared_w_gate_up, shared_w_down)
+
+
+def _backward(ctx, dy, _d_forward_id):
+    forward_id, w_gate_up, w_down, shared_w_gate_up, shared_w_down = ctx.saved_tensors
+    dx, d_scores, d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down, d_shared_scale = \
+        torch.ops.caracal.moe_backward(ctx.layer, forward_id, dy.contiguous(), w_gate_up, w_down,
+                                       shared_w_gate_up, shared_w_down, ctx.shared_scaled)
+    has_shared = shared_w_gate_up is not None
+    return (None, dx, None, d_scores,
+            d_w_gate_up.to(w_gate_up.dtype), d_w_down.to(w_down.dtype),
+            d_shared_w_gate_up.to(shared_w_gate_up.dtype) if has_shared else None,
+            d_shared_w_down.to(shared_w_down.dtype) if has_shared else None,
+            d_shared_scale if ctx.shared_scaled else None)
+
+
+torch.library.register_autograd("caracal::moe_forward", _backward, setup_context=_setup_context)

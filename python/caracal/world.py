@@ -1,0 +1,81 @@
+"""Where a layer's ranks live: the loopback world (all ranks virtual, on one GPU) or one rank per
+process of a torch.distributed process group over NCCL symmetric memory."""
+import collections
+import os
+
+import torch
+import torch.distributed as dist
+
+# Unique ids shared so far per process group (keys of the store must not repeat).
+_ids_shared = collections.Counter()
+
+
+class World:
+    """The expert-parallel world a `caracal.MoE` runs in. Make one with `World.loopback` or
+    `World.from_process_group`; every layer built on it gets its own communicator and heap."""
+
+    def __init__(self, backend, size, rank, device, group=None):
+        self.backend = backend  # "loopback" or "nccl"
+        self.size = size        # W, the expert-parallel degree
+        self.rank = rank        # this process's rank (0 for loopback)
+        self.device = torch.device("cuda", device)
+        self.group = group
+
+    @property
+    def local_ranks(self):
+        """Ranks this process drives: all W for loopback, 1 for NCCL."""
+        return self.size if self.backend == "loopback" else 1
+
+    @classmethod
+    def loopback(cls, size=1, device=None):
+        """`size` virtual ranks on one GPU (the current one by default)."""
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"caracal.World.loopback: size must be an int >= 1, got {size!r}")
+        return cls("loopback", size, 0, _device_index(device))
+
+    @classmethod
+    def from_process_group(cls, group=None, device=None):
+        """One rank per process of `group` (default: the world group), on `device` (default: the
+        current CUDA device, as torchrun scripts set it). Collective over the group; the NCCL unique
+        ids of its layers travel through the group's store. NVLink multicast stays off: set
+        NCCL_NVLS_ENABLE=0 before torch.distributed creates any NCCL communicator."""
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("caracal.World.from_process_group: torch.distributed is not initialized "
+                               "(call torch.distributed.init_process_group first)")
+        group = group or dist.group.WORLD
+        rank = dist.get_rank(group)
+        if rank < 0:
+            raise ValueError("caracal.World.from_process_group: this process is not a member of `group`")
+        nvls = os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        if nvls != "0":
+            raise RuntimeError(f"caracal: NCCL_NVLS_ENABLE={nvls}: Caracal never uses NVLink multicast; "
+                               "set NCCL_NVLS_ENABLE=0")
+        os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")
+        return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group)
+
+    def _next_unique_id(self):
+        """A fresh NCCL unique id for the next layer, made on the group's rank 0 and shared
+        through the store (collective: every rank makes its layers in the same order)."""
+        from ._extension import load
+        load()
+        group_key = self.group.group_name
+        key = f"caracal/nccl_id/{group_key}/{_ids_shared[group_key]}"
+        _ids_shared[group_key] += 1
+        store = dist.distributed_c10d._get_default_store()
+        if self.rank == 0:
+            store.set(key, bytes(torch.ops.caracal.nccl_unique_id().tolist()))
+        return torch.tensor(list(store.get(key)), dtype=torch.uint8)
+
+    def __repr__(self):
+        return f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device})"
+
+
+def _device_index(device):
+    if device is None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("caracal: no CUDA device is available")
+        return torch.cuda.current_device()
+    device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if device.type != "cuda":
+        raise ValueError(f"caracal: device must be a CUDA device, got {device}")
+    return device.index if device.index is not None else torch.cuda.current_device()

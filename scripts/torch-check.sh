@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The PyTorch check, run on a GPU machine (issue 6): pytest of tests/python, the training example
+# (two runs, bitwise-identical losses, a PNG of the loss) and the benchmark against the plain
+# PyTorch layer; a short summary last. Uses the installed package, or a built extension given as
+#   scripts/torch-check.sh [path/to/libcaracal_torch.so]      (logs and plots go to $OUT if set)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+logs="${OUT:-/tmp/caracal-torch-check}"
+mkdir -p "$logs"
+python="${PYTHON:-python3}"
+if [ $# -ge 1 ]; then
+  export CARACAL_TORCH_LIBRARY="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+  export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+summary=()
+record() { summary+=("$(printf '%-26s %s' "$1" "$2")"); }
+
+"$python" -m pytest "$root/tests/python" -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$logs/pytest.log"
+record "pytest" "$(tail -n 1 "$logs/pytest.log")"
+
+if "$python" "$root/examples/train_moe.py" --plot "$logs/train_moe_loss.png" --json "$logs/train_moe.json" \
+    2>&1 | tee "$logs/train_moe.log"; then
+  record "train_moe.py" "$(grep -E '^loss:' "$logs/train_moe.log") | $(grep -E 'bitwise' "$logs/train_moe.log")"
+else
+  record "train_moe.py" "FAILED (see train_moe.log)"
+fi
+
+if "$python" "$root/bench/torch_layer_bench.py" --json "$logs/torch_layer_bench.json" 2>&1 \
+    | tee "$logs/torch_layer_bench.log"; then
+  record "torch_layer_bench.py" "ok"
+else
+  record "torch_layer_bench.py" "FAILED (see torch_layer_bench.log)"
+fi
+
+echo
+echo "==== caracal torch check: $("$python" -c 'import torch; print(torch.__version__)') on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+printf '%s\n' "${summary[@]}"
+sed -n '/^NVIDIA\|^model\|^  *| *caracal/,$p' "$logs/torch_layer_bench.log" | tail -n 7

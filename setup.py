@@ -1,0 +1,38 @@
+"""Builds caracal's PyTorch extension with the project's CMake (see README: "From PyTorch").
+
+    pip install --no-build-isolation .
+
+Build isolation must be off: the extension is compiled against the PyTorch already installed.
+The CMake build directory is build-python/ (or $CARACAL_PYTHON_BUILD_DIR), so rebuilds are
+incremental; it needs what scripts/install-deps.sh installs and the CUDA toolkit (nvcc 13.0).
+"""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import torch.utils
+
+        build = Path(os.environ.get("CARACAL_PYTHON_BUILD_DIR", ROOT / "build-python"))
+        cmake_args = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCARACAL_PYTHON=ON",
+                      f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+        env = dict(os.environ, PATH=f"/usr/local/cuda/bin:{os.environ.get('PATH', '')}")
+        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *cmake_args], check=True, env=env)
+        # CUTLASS translation units take ~4 GB each: keep parallelism within memory.
+        jobs = str(min(os.cpu_count() or 1, 4))
+        subprocess.run(["cmake", "--build", str(build), "--target", "caracal_torch", "-j", jobs], check=True, env=env)
+        target = Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(build / "python" / "libcaracal_torch.so", target)
+
+
+setup(ext_modules=[Extension("caracal._C", sources=[])], cmdclass={"build_ext": CMakeBuild},
+      options={"build": {"build_base": "build-python/setuptools"}})  # not build/, the CMake build

@@ -1,0 +1,88 @@
+#include "torch_ext/torch_layer.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/comm/nccl_world.hpp"
+
+namespace caracal::torch_ext {
+
+namespace {
+
+std::unique_ptr<comm::World> make_world(const TorchLayerSpec& spec, size_t heap, comm::NcclComm& comm) {
+  const int world_size = static_cast<int>(spec.config.ep_size);
+  if (spec.backend == Backend::kLoopback) {
+    return std::make_unique<comm::LoopbackWorld>(world_size, heap, spec.device);
+  }
+  comm::configure_nccl_environment();
+  comm = comm::init_rank(*spec.unique_id, spec.rank, world_size, spec.device);
+  return std::make_unique<comm::NcclWorld>(comm.get(), heap);
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<int64_t, std::shared_ptr<TorchLayer>> layers;
+  int64_t next_handle = 1;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device(spec.device) {
+  CARACAL_CHECK(spec.backend == Backend::kLoopback || spec.unique_id.has_value(),
+                "caracal: the NCCL backend needs the unique id of the job");
+  check_cuda(cudaSetDevice(spec.device), "cudaSetDevice(layer device)");
+  const size_t heap = MoELayer::heap_bytes(spec.config);  // validates the configuration first
+  world = make_world(spec, heap, comm);
+  MoELayerOptions options;
+  options.gemm_ctas = spec.gemm_ctas;
+  layer = std::make_unique<MoELayer>(spec.config, *world, options);
+}
+
+TorchLayer::~TorchLayer() {
+  // The layer's and world's buffers may still be read by enqueued work: the world (NCCL: its
+  // destructor) waits for the device; the loopback world frees without waiting, so wait here.
+  if (cudaSetDevice(device) == cudaSuccess) (void)cudaDeviceSynchronize();
+  layer.reset();
+  world.reset();
+}
+
+int64_t register_layer(std::shared_ptr<TorchLayer> layer) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const int64_t handle = r.next_handle++;
+  r.layers.emplace(handle, std::move(layer));
+  return handle;
+}
+
+std::shared_ptr<TorchLayer> find_layer(int64_t handle) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.layers.find(handle);
+  TORCH_CHECK_VALUE(it != r.layers.end(), "caracal: layer handle ", handle,
+                    " names no live layer (closed, or never created in this process)");
+  return it->second;
+}
+
+void unregister_layer(int64_t handle) {
+  std::shared_ptr<TorchLayer> layer;  // destroyed outside the lock
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    const auto it = r.layers.find(handle);
+    if (it == r.layers.end()) return;
+    layer = std::move(it->second);
+    r.layers.erase(it);
+  }
+}
+
+}  // namespace caracal::torch_ext

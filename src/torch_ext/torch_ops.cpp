@@ -1,0 +1,300 @@
+// The PyTorch operators of python/caracal (namespace `caracal`), over MoELayer. Setup ops
+// (create_layer, destroy_layer, ...) run eagerly; moe_forward and moe_backward are the traced
+// ops, whose fake implementations and autograd formula live in python/caracal/_ops.py.
+//
+// Tensors of every local rank are stacked along dim 0: with R local ranks (R = ep_size for the
+// loopback world, 1 for NCCL) x is [R*T, D] and the routed weights are [R*L, ...]; the one shared
+// expert is used by every local rank and its gradient is summed over them.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "caracal/error.hpp"
+#include "torch_ext/torch_layer.hpp"
+
+namespace caracal::torch_ext {
+
+namespace {
+
+using at::Tensor;
+using bf16 = __nv_bfloat16;
+
+// Runs `body`, turning caracal::Error (CUDA/NCCL failures, device-side errors, the layer's own
+// argument checks) into c10::Error, which Python raises as RuntimeError.
+template <typename Body>
+auto translate_errors(const char* op, Body&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "caracal.", op, ": ", e.what());
+  }
+}
+
+// Checks one tensor argument: CUDA on `device`, `dtype`, contiguous, exactly `sizes`.
+void check_tensor(const char* op, const char* name, const Tensor& t, int device, at::ScalarType dtype,
+                  at::IntArrayRef sizes) {
+  TORCH_CHECK_VALUE(t.defined(), "caracal.", op, ": ", name, " is missing");
+  TORCH_CHECK_VALUE(t.is_cuda() && t.get_device() == device, "caracal.", op, ": ", name, " must be on cuda:", device,
+                    ", got ", t.device());
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, "caracal.", op, ": ", name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.sizes() == sizes, "caracal.", op, ": ", name, " must have shape ", sizes, ", got ", t.sizes());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "caracal.", op, ": ", name, " must be contiguous");
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "caracal.", op, ": ", name,
+                    " must be 16-byte aligned (a view at an odd offset is not)");
+}
+
+template <typename T>
+T* ptr(const Tensor& t, int64_t offset = 0) {
+  return reinterpret_cast<T*>(t.data_ptr()) + offset;
+}
+
+// Layer sizes as the ops use them.
+struct Dims {
+  int64_t ranks, tokens, top_k, hidden, inter, local_experts, shared_inter;
+  bool has_shared;
+};
+
+Dims dims_of(const TorchLayer& l) {
+  const LayerConfig& c = l.config;
+  return Dims{l.world->local_ranks(), c.tokens_per_rank,     c.shape.top_k,
+              c.shape.hidden,         c.shape.intermediate,  c.local_experts(),
+              c.shape.shared_intermediate, c.shape.num_shared_experts > 0};
+}
+
+void check_weights(const char* op, const TorchLayer& l, const Dims& d, const Tensor& w_gate_up, const Tensor& w_down,
+                   const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
+  const int64_t experts = d.ranks * d.local_experts;
+  check_tensor(op, "w_gate_up", w_gate_up, l.device, at::kBFloat16, {experts, 2 * d.inter, d.hidden});
+  check_tensor(op, "w_down", w_down, l.device, at::kBFloat16, {experts, d.hidden, d.inter});
+  if (!d.has_shared) {
+    TORCH_CHECK_VALUE(!shared_w_gate_up && !shared_w_down, "caracal.", op,
+                      ": the layer has no shared expert: shared_w_gate_up and shared_w_down must be None");
+    return;
+  }
+  TORCH_CHECK_VALUE(shared_w_gate_up && shared_w_down, "caracal.", op,
+                    ": the layer has a shared expert: shared_w_gate_up and shared_w_down are required");
+  check_tensor(op, "shared_w_gate_up", *shared_w_gate_up, l.device, at::kBFloat16, {2 * d.shared_inter, d.hidden});
+  check_tensor(op, "shared_w_down", *shared_w_down, l.device, at::kBFloat16, {d.hidden, d.shared_inter});
+}
+
+MoEWeights rank_weights(const Dims& d, int64_t r, const Tensor& w_gate_up, const Tensor& w_down,
+                        const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
+  MoEWeights w;
+  w.w_gate_up = ptr<const bf16>(w_gate_up, r * d.local_experts * 2 * d.inter * d.hidden);
+  w.w_down = ptr<const bf16>(w_down, r * d.local_experts * d.hidden * d.inter);
+  if (d.has_shared) {
+    w.shared_w_gate_up = ptr<const bf16>(*shared_w_gate_up);
+    w.shared_w_down = ptr<const bf16>(*shared_w_down);
+  }
+  return w;
+}
+
+std::vector<const void*> weight_pointers(const Tensor& w_gate_up, const Tensor& w_down,
+                                         const std::optional<Tensor>& shared_w_gate_up,
+                                         const std::optional<Tensor>& shared_w_down) {
+  return {w_gate_up.data_ptr(), w_down.data_ptr(), shared_w_gate_up ? shared_w_gate_up->data_ptr() : nullptr,
+          shared_w_down ? shared_w_down->data_ptr() : nullptr};
+}
+
+// ---- Setup ops ----------------------------------------------------------------------------------
+
+Tensor nccl_unique_id() {
+  return translate_errors("nccl_unique_id", [] {
+    comm::configure_nccl_environment();
+    const ncclUniqueId id = comm::new_unique_id();
+    Tensor out = at::empty({static_cast<int64_t>(sizeof(id.internal))}, at::kByte);
+    std::memcpy(out.data_ptr(), id.internal, sizeof(id.internal));
+    return out;
+  });
+}
+
+int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, int64_t top_k,
+                     int64_t shared_intermediate, int64_t ep_size, int64_t tokens_per_rank, bool normalize,
+                     double router_scale, const std::string& backend, int64_t rank,
+                     const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas) {
+  TorchLayerSpec spec;
+  LayerShape& s = spec.config.shape;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.num_experts = num_experts;
+  s.top_k = top_k;
+  s.num_shared_experts = shared_intermediate > 0 ? 1 : 0;
+  s.shared_intermediate = shared_intermediate;
+  spec.config.ep_size = ep_size;
+  spec.config.tokens_per_rank = tokens_per_rank;
+  spec.config.router = RouterNormalization{normalize, router_scale};
+  TORCH_CHECK_VALUE(backend == "loopback" || backend == "nccl",
+                    "caracal.create_layer: backend must be 'loopback' or 'nccl', got '", backend, "'");
+  spec.backend = backend == "nccl" ? Backend::kNccl : Backend::kLoopback;
+  spec.rank = static_cast<int>(rank);
+  spec.device = static_cast<int>(device);
+  spec.gemm_ctas = static_cast<int>(gemm_ctas);
+  if (spec.backend == Backend::kNccl) {
+    TORCH_CHECK_VALUE(unique_id && unique_id->scalar_type() == at::kByte && unique_id->device().is_cpu() &&
+                          unique_id->numel() == NCCL_UNIQUE_ID_BYTES,
+                      "caracal.create_layer: the NCCL backend needs unique_id, a CPU uint8 tensor of ",
+                      NCCL_UNIQUE_ID_BYTES, " bytes (from caracal.nccl_unique_id)");
+    ncclUniqueId id;
+    std::memcpy(id.internal, unique_id->contiguous().data_ptr(), sizeof(id.internal));
+    spec.unique_id = id;
+  }
+  try {
+    spec.config.validate();
+  } catch (const Error& e) {
+    TORCH_CHECK_VALUE(false, "caracal.create_layer: ", e.what());
+  }
+  return translate_errors("create_layer", [&] { return register_layer(std::make_shared<TorchLayer>(spec)); });
+}
+
+void destroy_layer(int64_t handle) { unregister_layer(handle); }
+
+// [heap bytes per rank, local bytes per local rank] of a configuration (no GPU needed).
+std::vector<int64_t> layer_memory(int64_t handle) {
+  const auto l = find_layer(handle);
+  const MoELayerMemory m = MoELayer::memory(l->config);
+  return {static_cast<int64_t>(m.heap), static_cast<int64_t>(m.local)};
+}
+
+// Raises the first device-side failure since the last check (bad expert ids, timed-out waits).
+void check_layer(int64_t handle) {
+  const auto l = find_layer(handle);
+  translate_errors("check", [&] { l->layer->check(); });
+}
+
+// ---- Traced ops ---------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Tensor& topk_idx,
+                                       const Tensor& topk_scores, const Tensor& w_gate_up, const Tensor& w_down,
+                                       const std::optional<Tensor>& shared_w_gate_up,
+                                       const std::optional<Tensor>& shared_w_down,
+                                       const std::optional<Tensor>& shared_scale) {
+  const char* op = "moe_forward";
+  const auto l = find_layer(handle);
+  const Dims d = dims_of(*l);
+  const int64_t rows = d.ranks * d.tokens;
+  check_tensor(op, "x", x, l->device, at::kBFloat16, {rows, d.hidden});
+  check_tensor(op, "topk_idx", topk_idx, l->device, at::kInt, {rows, d.top_k});
+  check_tensor(op, "topk_scores", topk_scores, l->device, at::kFloat, {rows, d.top_k});
+  check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  if (shared_scale) {
+    TORCH_CHECK_VALUE(d.has_shared, "caracal.moe_forward: shared_scale needs a layer with a shared expert");
+    check_tensor(op, "shared_scale", *shared_scale, l->device, at::kFloat, {rows});
+  }
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  Tensor y = at::empty({rows, d.hidden}, x.options());
+  std::vector<MoEForwardArgs> args(static_cast<size_t>(d.ranks));
+  for (int64_t r = 0; r < d.ranks; ++r) {
+    MoEForwardArgs& a = args[static_cast<size_t>(r)];
+    a.x = ptr<const bf16>(x, r * d.tokens * d.hidden);
+    a.topk_idx = ptr<const int32_t>(topk_idx, r * d.tokens * d.top_k);
+    a.topk_scores = ptr<const float>(topk_scores, r * d.tokens * d.top_k);
+    a.shared_scale = shared_scale ? ptr<const float>(*shared_scale, r * d.tokens) : nullptr;
+    a.weights = rank_weights(d, r, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+    a.y = ptr<bf16>(y, r * d.tokens * d.hidden);
+  }
+  translate_errors(op, [&] {
+    l->layer->check();  // a failure of earlier work surfaces here, before new work is enqueued
+    l->context = l->layer->forward(args, at::cuda::getCurrentCUDAStream().stream());
+  });
+  l->forward_id += 1;
+  l->shared_scaled = shared_scale.has_value();
+  l->forward_weights = weight_pointers(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  return {y, at::scalar_tensor(l->forward_id, at::kLong)};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
+    int64_t handle, const Tensor& forward_id, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
+    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down, bool shared_scaled) {
+  const char* op = "moe_backward";
+  const auto l = find_layer(handle);
+  const Dims d = dims_of(*l);
+  const int64_t rows = d.ranks * d.tokens;
+  TORCH_CHECK_VALUE(forward_id.device().is_cpu() && forward_id.numel() == 1 && forward_id.scalar_type() == at::kLong,
+                    "caracal.moe_backward: forward_id must be the CPU int64 scalar that moe_forward returned");
+  TORCH_CHECK(forward_id.item<int64_t>() == l->forward_id,
+              "caracal.moe_backward: this layer ran another forward since the one being differentiated; a "
+              "layer keeps the activations of its latest forward only (run backward before the next forward "
+              "of the same layer, or use one layer per forward in flight)");
+  TORCH_CHECK_VALUE(shared_scaled == l->shared_scaled, "caracal.moe_backward: shared_scaled must be ",
+                    l->shared_scaled ? "true" : "false", ": the forward was given ",
+                    l->shared_scaled ? "a" : "no", " shared_scale");
+  check_tensor(op, "dy", dy, l->device, at::kBFloat16, {rows, d.hidden});
+  check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  TORCH_CHECK_VALUE(weight_pointers(w_gate_up, w_down, shared_w_gate_up, shared_w_down) == l->forward_weights,
+                    "caracal.moe_backward: the weights must be the tensors the forward read");
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  const auto f32 = dy.options().dtype(at::kFloat);
+  Tensor dx = at::empty({rows, d.hidden}, dy.options());
+  Tensor d_scores = at::empty({rows, d.top_k}, f32);
+  Tensor d_w_gate_up = at::empty(w_gate_up.sizes(), f32);
+  Tensor d_w_down = at::empty(w_down.sizes(), f32);
+  // The shared expert's gradient per local rank, summed below.
+  Tensor d_shared_gate_up = at::empty({d.has_shared ? d.ranks : 0, 2 * d.shared_inter, d.hidden}, f32);
+  Tensor d_shared_down = at::empty({d.has_shared ? d.ranks : 0, d.hidden, d.shared_inter}, f32);
+  Tensor d_shared_scale = at::empty({l->shared_scaled ? rows : 0}, f32);
+  std::vector<MoEBackwardArgs> args(static_cast<size_t>(d.ranks));
+  for (int64_t r = 0; r < d.ranks; ++r) {
+    MoEBackwardArgs& a = args[static_cast<size_t>(r)];
+    a.dy = ptr<const bf16>(dy, r * d.tokens * d.hidden);
+    a.dx = ptr<bf16>(dx, r * d.tokens * d.hidden);
+    a.d_topk_scores = ptr<float>(d_scores, r * d.tokens * d.top_k);
+    a.d_w_gate_up = ptr<float>(d_w_gate_up, r * d.local_experts * 2 * d.inter * d.hidden);
+    a.d_w_down = ptr<float>(d_w_down, r * d.local_experts * d.hidden * d.inter);
+    if (d.has_shared) {
+      a.d_shared_w_gate_up = ptr<float>(d_shared_gate_up, r * 2 * d.shared_inter * d.hidden);
+      a.d_shared_w_down = ptr<float>(d_shared_down, r * d.hidden * d.shared_inter);
+    }
+    a.d_shared_scale = l->shared_scaled ? ptr<float>(d_shared_scale, r * d.tokens) : nullptr;
+  }
+  translate_errors(op, [&] {
+    l->layer->check();
+    l->layer->backward(args, l->context, at::cuda::getCurrentCUDAStream().stream());
+  });
+  // Summed in a fixed order (rank 0, 1, ...): deterministic.
+  const auto sum_ranks = [](const Tensor& t) { return t.size(0) == 1 ? t[0] : t.sum(0); };
+  return {dx,
+          d_scores,
+          d_w_gate_up,
+          d_w_down,
+          d.has_shared ? sum_ranks(d_shared_gate_up) : d_shared_gate_up.view({0}),
+          d.has_shared ? sum_ranks(d_shared_down) : d_shared_down.view({0}),
+          d_shared_scale};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(caracal, m) {
+  m.def("nccl_unique_id() -> Tensor");
+  m.def(
+      "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
+      "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
+      "int device, int gemm_ctas) -> int");
+  m.def("destroy_layer(int layer) -> ()");
+  m.def("layer_memory(int layer) -> int[]");
+  m.def("check(int layer) -> ()");
+  m.def(
+      "moe_forward(int layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
+      "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
+  m.def(
+      "moe_backward(int layer, Tensor forward_id, Tensor dy, Tensor w_gate_up, Tensor w_down, "
+      "Tensor? shared_w_gate_up, Tensor? shared_w_down, bool shared_scaled) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, "
+      "Tensor d_w_down, Tensor d_shared_w_gate_up, Tensor d_shared_w_down, Tensor d_shared_scale)");
+  m.impl("nccl_unique_id", &nccl_unique_id);
+  m.impl("create_layer", &create_layer);
+  m.impl("destroy_layer", &destroy_layer);
+  m.impl("layer_memory", &layer_memory);
+  m.impl("check", &check_layer);
+}
+
+TORCH_LIBRARY_IMPL(caracal, CUDA, m) {
+  m.impl("moe_forward", &moe_forward);
+  m.impl("moe_backward", &moe_backward);
+}
+
+}  // namespace caracal::torch_ext
