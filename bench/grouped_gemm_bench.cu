@@ -214,6 +214,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   DeviceArray<float> gates(cap), dg(cap);
   DeviceArray<float> workspace(caracal::kernels::down_dgrad_workspace_floats(int(cap), int(I)));
   DeviceArray<float> d_w_gate_up(L * 2 * I * D), d_w_down(L * D * I);
+  DeviceArray<__nv_bfloat16> d_w_gate_up_bf16(L * 2 * I * D), d_w_down_bf16(L * D * I);
   Bf16Array dense_out(std::max<size_t>(1, size_t(rows) * std::max(2 * I, D)));
   DeviceArray<float> dense_grad(2 * I * D);
   DeviceArray<int32_t> d_offsets(offsets.size()), d_counts(L);
@@ -279,7 +280,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     a.dx_out = dx.get();
     caracal::kernels::grouped_gate_up_dgrad(a, nullptr);
   };
-  auto wgrad = [&](int iter) {
+  auto wgrad = [&](int iter, bool bf16_grads) {
     const InputSet& s = in[size_t(iter % sets)];
     caracal::kernels::WeightGradArgs a;
     a.rows = er;
@@ -289,8 +290,13 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     a.dy = s.dy.get();
     a.d_gate_up = d_gate_up.get();
     a.scaled_hidden = scaled_hidden.get();
-    a.d_w_gate_up = d_w_gate_up.get();
-    a.d_w_down = d_w_down.get();
+    if (bf16_grads) {
+      a.d_w_gate_up_bf16 = d_w_gate_up_bf16.get();
+      a.d_w_down_bf16 = d_w_down_bf16.get();
+    } else {
+      a.d_w_gate_up = d_w_gate_up.get();
+      a.d_w_down = d_w_down.get();
+    }
     caracal::kernels::grouped_weight_grads(a, nullptr);
   };
 
@@ -309,7 +315,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   down(0);
   dgrad(0);
   dgrad_x(0);
-  wgrad(0);
+  wgrad(0, false);
   BENCH_CUDA(cudaDeviceSynchronize());
   r.check_rel_err = caracal::bench::forward_spot_check(c, in[0], hidden, y);
   const caracal::bench::BackwardOutputs outs{gate_up.get(), hidden.get(),   gates_host.data(),
@@ -328,8 +334,9 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   // The backward reads the gate_up of the last forward; its inputs do not change its speed.
   time_it("dgrad_swiglu", dgrad, dgrad_flops, dgrad_flops * pad);
   time_it("dx", dgrad_x, dx_flops, dx_flops * pad);
-  time_it("wgrad", wgrad, wgrad_flops, wgrad_flops * pad);
-  time_it("backward", [&](int i) { dgrad(i); dgrad_x(i); wgrad(i); }, bwd_flops, bwd_flops * pad);
+  time_it("wgrad", [&](int i) { wgrad(i, false); }, wgrad_flops, wgrad_flops * pad);
+  time_it("wgrad_bf16", [&](int i) { wgrad(i, true); }, wgrad_flops, wgrad_flops * pad);
+  time_it("backward", [&](int i) { dgrad(i); dgrad_x(i); wgrad(i, false); }, bwd_flops, bwd_flops * pad);
 
   if (rows > 0) {
     const int n_i = int(I), n_d = int(D);
@@ -471,6 +478,7 @@ int main(int argc, char** argv) {
                 false);
       print_row(c, offsets, "dx", r.timings.at("dx"), cu("cublas_dx"), false);
       print_row(c, offsets, "wgrad (fp32)", r.timings.at("wgrad"), cu("cublas_wgrad"), false);
+      print_row(c, offsets, "wgrad (bf16)", r.timings.at("wgrad_bf16"), cu("cublas_wgrad"), false);
       print_row(c, offsets, "backward", r.timings.at("backward"), cu("cublas_backward"), false);
       auto check = [&](const char* what, double err) {
         const bool ok = std::isfinite(err) && err <= 1e-2;

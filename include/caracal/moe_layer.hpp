@@ -35,6 +35,7 @@
 // Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, with two
 // deviations, each one extra bf16 rounding (~2^-9 relative):
 //   * dW_down uses bf16(g * hidden) (grouped_gemm_backward.hpp);
+// (bf16 weight gradients, when asked for, are rounded once more at the end: by request.)
 //   * with a per-token shared-output scale c_t, the shared expert's row enters combine as
 //     bf16(c_t * E_shared(x_t)) (TokenExchange::combine adds the shared row unscaled).
 // Results are bitwise identical across runs and across MoELayerOptions::gemm_ctas.
@@ -103,6 +104,9 @@ struct MoEForwardArgs {
 };
 
 // One local rank's backward. Every output is overwritten (not accumulated).
+// Each weight gradient comes in fp32 or in bf16: give exactly one pointer of each pair. bf16 is
+// the fp32 sum rounded once to nearest-even bf16 (what autograd yields for bf16 parameters), and
+// the kernels store half the bytes.
 struct MoEBackwardArgs {
   const __nv_bfloat16* dy = nullptr;   // [T][D], 16-byte aligned
   __nv_bfloat16* dx = nullptr;         // output [T][D], 16-byte aligned
@@ -113,6 +117,10 @@ struct MoEBackwardArgs {
   float* d_shared_w_down = nullptr;    // output [D][Is] fp32; only with a shared expert
   float* d_shared_scale = nullptr;     // output [T] <dy_t, E_shared(x_t)>: required exactly when
                                        // the forward was given a shared_scale
+  __nv_bfloat16* d_w_gate_up_bf16 = nullptr;         // instead of d_w_gate_up
+  __nv_bfloat16* d_w_down_bf16 = nullptr;            // instead of d_w_down
+  __nv_bfloat16* d_shared_w_gate_up_bf16 = nullptr;  // instead of d_shared_w_gate_up
+  __nv_bfloat16* d_shared_w_down_bf16 = nullptr;     // instead of d_shared_w_down
 };
 
 // Where the layer reads its inputs and writes its outputs for one local rank (zero-copy path).

@@ -17,12 +17,13 @@ def _moe_backward_fake(layer, forward_id, dy, w_gate_up, w_down, shared_w_gate_u
     f32 = dict(dtype=torch.float32, device=dy.device)
     rows = dy.shape[0]
     has_shared = shared_w_gate_up is not None
+    grad = dict(dtype=w_gate_up.dtype, device=dy.device)  # weight gradients: the weights' dtype
     return (dy.new_empty(dy.shape),
             torch.empty(rows, layer_top_k[layer], **f32),
-            torch.empty(w_gate_up.shape, **f32),
-            torch.empty(w_down.shape, **f32),
-            torch.empty(shared_w_gate_up.shape if has_shared else (0,), **f32),
-            torch.empty(shared_w_down.shape if has_shared else (0,), **f32),
+            torch.empty(w_gate_up.shape, **grad),
+            torch.empty(w_down.shape, **grad),
+            torch.empty(shared_w_gate_up.shape if has_shared else (0,), **grad),
+            torch.empty(shared_w_down.shape if has_shared else (0,), **grad),
             torch.empty(rows if shared_scaled else 0, **f32))
 
 
@@ -40,10 +41,9 @@ def _backward(ctx, dy, _d_forward_id):
         torch.ops.caracal.moe_backward(ctx.layer, forward_id, dy.contiguous(), w_gate_up, w_down,
                                        shared_w_gate_up, shared_w_down, ctx.shared_scaled)
     has_shared = shared_w_gate_up is not None
-    return (None, dx, None, d_scores,
-            d_w_gate_up.to(w_gate_up.dtype), d_w_down.to(w_down.dtype),
-            d_shared_w_gate_up.to(shared_w_gate_up.dtype) if has_shared else None,
-            d_shared_w_down.to(shared_w_down.dtype) if has_shared else None,
+    return (None, dx, None, d_scores, d_w_gate_up, d_w_down,
+            d_shared_w_gate_up if has_shared else None,
+            d_shared_w_down if has_shared else None,
             d_shared_scale if ctx.shared_scaled else None)
 
 

@@ -24,9 +24,11 @@ class MoE(nn.Module):
     the exact token count fixed at construction (buffers are allocated for it). Gradients reach x,
     topk_scores, the weights and shared_scale.
 
-    Parameters (dtype `dtype`, bf16 by default; the kernels read bf16): w_gate_up [R*L, 2I, D] with
-    gate and up rows interleaved in groups of 8 (caracal.reference.split_gate_up), w_down
-    [R*L, D, I], and for a shared expert shared_w_gate_up [2Is, D], shared_w_down [D, Is].
+    Parameters (dtype `dtype`: bf16 by default, or fp32 master weights that forward casts to bf16
+    for the kernels): w_gate_up [R*L, 2I, D] with gate and up rows interleaved in groups of 8
+    (caracal.reference.split_gate_up), w_down [R*L, D, I], and for a shared expert
+    shared_w_gate_up [2Is, D], shared_w_down [D, Is]. Their gradients are fp32 sums over the
+    tokens, stored in the parameters' dtype (for bf16: rounded once, by the kernels).
     Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear.
 
     A layer keeps the activations of its latest forward only: run backward before the layer's
@@ -59,6 +61,8 @@ class MoE(nn.Module):
         self._finalizer.atexit = False
 
         experts = world.local_ranks * num_experts // world.size
+        if dtype not in (torch.bfloat16, torch.float32):
+            raise TypeError(f"caracal.MoE: dtype must be torch.bfloat16 or torch.float32, got {dtype}")
         factory = dict(dtype=dtype, device=world.device)
         self.w_gate_up = nn.Parameter(torch.empty(experts, 2 * intermediate, hidden, **factory))
         self.w_down = nn.Parameter(torch.empty(experts, hidden, intermediate, **factory))
@@ -102,10 +106,9 @@ class MoE(nn.Module):
                 raise ValueError("caracal.MoE: shared_scale needs a layer with a shared expert")
             _check("shared_scale", shared_scale, (rows,), (torch.float32, torch.bfloat16), self.world.device)
             shared_scale = shared_scale.float()
-        kernel_weights = [None if w is None else w.to(torch.bfloat16)
-                          for w in (self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down)]
         y, _forward_id = torch.ops.caracal.moe_forward(
-            self._handle, x, topk_idx.to(torch.int32), topk_scores.float(), *kernel_weights, shared_scale)
+            self._handle, x, topk_idx.to(torch.int32), topk_scores.float(), self.w_gate_up, self.w_down,
+            self.shared_w_gate_up, self.shared_w_down, shared_scale)
         return y
 
     def extra_repr(self):

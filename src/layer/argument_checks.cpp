@@ -36,6 +36,25 @@ PointerArg shared_only(PointerArg arg, bool has_shared) {
   return arg;
 }
 
+// A weight gradient asked for in fp32 (`name`) or in bf16 (`name`_bf16): exactly one of the two.
+std::vector<PointerArg> gradient(const float* f32, const __nv_bfloat16* bf16, const char* name, const char* bf16_name,
+                                 std::initializer_list<std::pair<const char*, int>> shape) {
+  if (f32 == nullptr && bf16 != nullptr) return {matrix(bf16, bf16_name, dims(shape, "bf16"))};
+  const std::string f32_type = std::string("fp32 (or ") + bf16_name + ": bf16)";
+  std::vector<PointerArg> out{matrix(f32, name, dims(shape, f32_type.c_str()))};
+  if (bf16 != nullptr) {
+    PointerArg both = matrix(bf16, bf16_name, dims(shape, "bf16"));
+    both.presence = Presence::kForbidden;
+    both.why = std::string(name) + " is given too (pass exactly one of the two)";
+    out.push_back(both);
+  }
+  return out;
+}
+
+void append(std::vector<PointerArg>& out, std::vector<PointerArg> args, bool present = true) {
+  for (PointerArg& a : args) out.push_back(present ? std::move(a) : shared_only(std::move(a), false));
+}
+
 }  // namespace
 
 std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const LayerSizes& s) {
@@ -66,12 +85,17 @@ std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& a, const La
   out.push_back(matrix(a.dy, "dy", dims({{"T", T}, {"D", D}}, "bf16")));
   out.push_back(matrix(a.dx, "dx", dims({{"T", T}, {"D", D}}, "bf16")));
   out.push_back(elements(a.d_topk_scores, "d_topk_scores", dims({{"T", T}, {"k", k}}, "fp32"), sizeof(float)));
-  out.push_back(matrix(a.d_w_gate_up, "d_w_gate_up", dims({{"L", L}, {"2I", 2 * I}, {"D", D}}, "fp32")));
-  out.push_back(matrix(a.d_w_down, "d_w_down", dims({{"L", L}, {"D", D}, {"I", I}}, "fp32")));
-  out.push_back(shared_only(
-      matrix(a.d_shared_w_gate_up, "d_shared_w_gate_up", dims({{"2Is", 2 * Is}, {"D", D}}, "fp32")), s.has_shared));
-  out.push_back(
-      shared_only(matrix(a.d_shared_w_down, "d_shared_w_down", dims({{"D", D}, {"Is", Is}}, "fp32")), s.has_shared));
+  append(out, gradient(a.d_w_gate_up, a.d_w_gate_up_bf16, "d_w_gate_up", "d_w_gate_up_bf16",
+                       {{"L", L}, {"2I", 2 * I}, {"D", D}}));
+  append(out, gradient(a.d_w_down, a.d_w_down_bf16, "d_w_down", "d_w_down_bf16", {{"L", L}, {"D", D}, {"I", I}}));
+  append(out,
+         gradient(a.d_shared_w_gate_up, a.d_shared_w_gate_up_bf16, "d_shared_w_gate_up", "d_shared_w_gate_up_bf16",
+                  {{"2Is", 2 * Is}, {"D", D}}),
+         s.has_shared);
+  append(out,
+         gradient(a.d_shared_w_down, a.d_shared_w_down_bf16, "d_shared_w_down", "d_shared_w_down_bf16",
+                  {{"D", D}, {"Is", Is}}),
+         s.has_shared);
   PointerArg d_scale = elements(a.d_shared_scale, "d_shared_scale",
                                 dims({{"T", T}}, "fp32") + " (the forward was given a shared_scale)", sizeof(float));
   if (!shared_scaled) {

@@ -27,8 +27,8 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
   kernels::grouped_down_proj(down, stream);
 }
 
-void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, float* d_w_gate_up,
-                     float* d_w_down, cudaStream_t stream) {
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
   // g enters after the dot product, so dg stays exact where g = 0 (DESIGN §3).
   kernels::DownDgradSwigluArgs dgrad;
   dgrad.rows = pass.rows;
@@ -63,8 +63,10 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, f
   wgrad.dy = pass.dy;
   wgrad.d_gate_up = pass.d_gate_up;
   wgrad.scaled_hidden = pass.hidden_act;
-  wgrad.d_w_gate_up = d_w_gate_up;
-  wgrad.d_w_down = d_w_down;
+  wgrad.d_w_gate_up = grads.w_gate_up;
+  wgrad.d_w_down = grads.w_down;
+  wgrad.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
+  wgrad.d_w_down_bf16 = grads.w_down_bf16;
   wgrad.num_ctas = pass.num_ctas;
   kernels::grouped_weight_grads(wgrad, stream);
 }

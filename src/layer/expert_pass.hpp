@@ -32,11 +32,19 @@ struct ExpertPassWeights {
   const __nv_bfloat16* w_down = nullptr;     // [experts][D][I]
 };
 
+// Where the weight gradients go: fp32, or bf16 (one rounding of the fp32 sums); one of each pair.
+struct ExpertPassGradients {
+  float* w_gate_up = nullptr;               // [experts][2I][D] interleaved
+  float* w_down = nullptr;                  // [experts][D][I]
+  __nv_bfloat16* w_gate_up_bf16 = nullptr;  // instead of w_gate_up
+  __nv_bfloat16* w_down_bf16 = nullptr;     // instead of w_down
+};
+
 // gate_up and hidden (F1, F2), then out = hidden · W_down^T (F3).
 void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
 
-// dg, d_gate_up and g·hidden (B1, B2), dx (B3), then the fp32 weight gradients (B5), written.
-void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, float* d_w_gate_up,
-                     float* d_w_down, cudaStream_t stream);
+// dg, d_gate_up and g·hidden (B1, B2), dx (B3), then the weight gradients (B5), written.
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream);
 
 }  // namespace caracal::layer

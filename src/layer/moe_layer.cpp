@@ -247,10 +247,12 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.weights_[l];
     RankState& r = s.ranks[l];
-    layer::expert_backward(r.routed, {w.w_gate_up, w.w_down}, a.d_w_gate_up, a.d_w_down, stream);
+    layer::expert_backward(r.routed, {w.w_gate_up, w.w_down},
+                           {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
     if (!z.has_shared) continue;
-    layer::expert_backward(r.shared, {w.shared_w_gate_up, w.shared_w_down}, a.d_shared_w_gate_up,
-                           a.d_shared_w_down, stream);
+    layer::expert_backward(
+        r.shared, {w.shared_w_gate_up, w.shared_w_down},
+        {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16}, stream);
     copy_unless_same(r.shared_dx_slot, r.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
     if (a.d_shared_scale != nullptr) {
       copy_unless_same(a.d_shared_scale, r.shared.dg, z.tokens, stream,

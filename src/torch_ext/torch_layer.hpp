@@ -6,6 +6,8 @@
 // Each layer owns its world: a LoopbackWorld of ep_size virtual ranks, or one rank of an
 // NcclWorld whose communicator is made from a unique id the Python side shares through the
 // process group's store. The world's heap is sized for this one layer (MoELayer::heap_bytes).
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,7 +46,9 @@ struct TorchLayer {
   MoEContext context;
   int64_t forward_id = 0;
   bool shared_scaled = false;
-  std::vector<const void*> forward_weights;  // the weight pointers that forward read
+  std::vector<const void*> forward_weights;  // the weight tensors forward was given, by address
+  // The bf16 weights the kernels read (fp32 parameters cast by forward), alive until backward.
+  std::vector<at::Tensor> kernel_weights;
 };
 
 // Registry of live layers. Thread-safe; handles are never reused within a process.

@@ -4,7 +4,8 @@
 //
 // Tensors of every local rank are stacked along dim 0: with R local ranks (R = ep_size for the
 // loopback world, 1 for NCCL) x is [R*T, D] and the routed weights are [R*L, ...]; the one shared
-// expert is used by every local rank and its gradient is summed over them.
+// expert is used by every local rank and its gradient is summed over them. Weights are bf16 or
+// fp32 (cast to bf16 for the kernels); their gradients come back in their own dtype.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -67,11 +68,16 @@ Dims dims_of(const TorchLayer& l) {
               c.shape.shared_intermediate, c.shape.num_shared_experts > 0};
 }
 
+// The weights: bf16, or fp32 (cast to bf16 for the kernels); all four of one dtype, which is
+// also the dtype of their gradients.
 void check_weights(const char* op, const TorchLayer& l, const Dims& d, const Tensor& w_gate_up, const Tensor& w_down,
                    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
   const int64_t experts = d.ranks * d.local_experts;
-  check_tensor(op, "w_gate_up", w_gate_up, l.device, at::kBFloat16, {experts, 2 * d.inter, d.hidden});
-  check_tensor(op, "w_down", w_down, l.device, at::kBFloat16, {experts, d.hidden, d.inter});
+  const at::ScalarType dtype = w_gate_up.scalar_type();
+  TORCH_CHECK_TYPE(dtype == at::kBFloat16 || dtype == at::kFloat, "caracal.", op,
+                   ": w_gate_up must be torch.bfloat16 or torch.float32, got ", dtype);
+  check_tensor(op, "w_gate_up", w_gate_up, l.device, dtype, {experts, 2 * d.inter, d.hidden});
+  check_tensor(op, "w_down", w_down, l.device, dtype, {experts, d.hidden, d.inter});
   if (!d.has_shared) {
     TORCH_CHECK_VALUE(!shared_w_gate_up && !shared_w_down, "caracal.", op,
                       ": the layer has no shared expert: shared_w_gate_up and shared_w_down must be None");
@@ -79,18 +85,27 @@ void check_weights(const char* op, const TorchLayer& l, const Dims& d, const Ten
   }
   TORCH_CHECK_VALUE(shared_w_gate_up && shared_w_down, "caracal.", op,
                     ": the layer has a shared expert: shared_w_gate_up and shared_w_down are required");
-  check_tensor(op, "shared_w_gate_up", *shared_w_gate_up, l.device, at::kBFloat16, {2 * d.shared_inter, d.hidden});
-  check_tensor(op, "shared_w_down", *shared_w_down, l.device, at::kBFloat16, {d.hidden, d.shared_inter});
+  check_tensor(op, "shared_w_gate_up", *shared_w_gate_up, l.device, dtype, {2 * d.shared_inter, d.hidden});
+  check_tensor(op, "shared_w_down", *shared_w_down, l.device, dtype, {d.hidden, d.shared_inter});
 }
 
-MoEWeights rank_weights(const Dims& d, int64_t r, const Tensor& w_gate_up, const Tensor& w_down,
-                        const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
+// The weights as the kernels read them: [w_gate_up, w_down, shared_w_gate_up, shared_w_down]
+// (undefined without a shared expert), bf16.
+std::vector<Tensor> kernel_weights(const Tensor& w_gate_up, const Tensor& w_down,
+                                   const std::optional<Tensor>& shared_w_gate_up,
+                                   const std::optional<Tensor>& shared_w_down) {
+  const auto to_bf16 = [](const Tensor& w) { return w.to(at::kBFloat16).contiguous(); };
+  return {to_bf16(w_gate_up), to_bf16(w_down), shared_w_gate_up ? to_bf16(*shared_w_gate_up) : Tensor(),
+          shared_w_down ? to_bf16(*shared_w_down) : Tensor()};
+}
+
+MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& kernel) {
   MoEWeights w;
-  w.w_gate_up = ptr<const bf16>(w_gate_up, r * d.local_experts * 2 * d.inter * d.hidden);
-  w.w_down = ptr<const bf16>(w_down, r * d.local_experts * d.hidden * d.inter);
+  w.w_gate_up = ptr<const bf16>(kernel[0], r * d.local_experts * 2 * d.inter * d.hidden);
+  w.w_down = ptr<const bf16>(kernel[1], r * d.local_experts * d.hidden * d.inter);
   if (d.has_shared) {
-    w.shared_w_gate_up = ptr<const bf16>(*shared_w_gate_up);
-    w.shared_w_down = ptr<const bf16>(*shared_w_down);
+    w.shared_w_gate_up = ptr<const bf16>(kernel[2]);
+    w.shared_w_down = ptr<const bf16>(kernel[3]);
   }
   return w;
 }
@@ -188,6 +203,7 @@ std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Te
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   Tensor y = at::empty({rows, d.hidden}, x.options());
+  std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
   std::vector<MoEForwardArgs> args(static_cast<size_t>(d.ranks));
   for (int64_t r = 0; r < d.ranks; ++r) {
     MoEForwardArgs& a = args[static_cast<size_t>(r)];
@@ -195,7 +211,7 @@ std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Te
     a.topk_idx = ptr<const int32_t>(topk_idx, r * d.tokens * d.top_k);
     a.topk_scores = ptr<const float>(topk_scores, r * d.tokens * d.top_k);
     a.shared_scale = shared_scale ? ptr<const float>(*shared_scale, r * d.tokens) : nullptr;
-    a.weights = rank_weights(d, r, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+    a.weights = rank_weights(d, r, kernel);
     a.y = ptr<bf16>(y, r * d.tokens * d.hidden);
   }
   translate_errors(op, [&] {
@@ -205,6 +221,7 @@ std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Te
   l->forward_id += 1;
   l->shared_scaled = shared_scale.has_value();
   l->forward_weights = weight_pointers(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  l->kernel_weights = std::move(kernel);
   return {y, at::scalar_tensor(l->forward_id, at::kLong)};
 }
 
@@ -230,13 +247,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
                     "caracal.moe_backward: the weights must be the tensors the forward read");
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   const auto f32 = dy.options().dtype(at::kFloat);
+  // Weight gradients in the weights' dtype, written so by the kernels (bf16: one rounding of the
+  // fp32 sums). The shared expert's gradient comes per local rank and is summed below: in fp32
+  // when there are several.
+  const auto grad_options = dy.options().dtype(w_gate_up.scalar_type());
+  const bool bf16_grads = w_gate_up.scalar_type() == at::kBFloat16;
+  const auto shared_options = d.ranks == 1 ? grad_options : f32;
+  const bool bf16_shared_grads = bf16_grads && d.ranks == 1;
   Tensor dx = at::empty({rows, d.hidden}, dy.options());
   Tensor d_scores = at::empty({rows, d.top_k}, f32);
-  Tensor d_w_gate_up = at::empty(w_gate_up.sizes(), f32);
-  Tensor d_w_down = at::empty(w_down.sizes(), f32);
-  // The shared expert's gradient per local rank, summed below.
-  Tensor d_shared_gate_up = at::empty({d.has_shared ? d.ranks : 0, 2 * d.shared_inter, d.hidden}, f32);
-  Tensor d_shared_down = at::empty({d.has_shared ? d.ranks : 0, d.hidden, d.shared_inter}, f32);
+  Tensor d_w_gate_up = at::empty(w_gate_up.sizes(), grad_options);
+  Tensor d_w_down = at::empty(w_down.sizes(), grad_options);
+  Tensor d_shared_gate_up = at::empty({d.has_shared ? d.ranks : 0, 2 * d.shared_inter, d.hidden}, shared_options);
+  Tensor d_shared_down = at::empty({d.has_shared ? d.ranks : 0, d.hidden, d.shared_inter}, shared_options);
   Tensor d_shared_scale = at::empty({l->shared_scaled ? rows : 0}, f32);
   std::vector<MoEBackwardArgs> args(static_cast<size_t>(d.ranks));
   for (int64_t r = 0; r < d.ranks; ++r) {
@@ -244,9 +267,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
     a.dy = ptr<const bf16>(dy, r * d.tokens * d.hidden);
     a.dx = ptr<bf16>(dx, r * d.tokens * d.hidden);
     a.d_topk_scores = ptr<float>(d_scores, r * d.tokens * d.top_k);
-    a.d_w_gate_up = ptr<float>(d_w_gate_up, r * d.local_experts * 2 * d.inter * d.hidden);
-    a.d_w_down = ptr<float>(d_w_down, r * d.local_experts * d.hidden * d.inter);
-    if (d.has_shared) {
+    const int64_t gate_up_at = r * d.local_experts * 2 * d.inter * d.hidden, down_at = r * d.local_experts * d.hidden * d.inter;
+    if (bf16_grads) {
+      a.d_w_gate_up_bf16 = ptr<bf16>(d_w_gate_up, gate_up_at);
+      a.d_w_down_bf16 = ptr<bf16>(d_w_down, down_at);
+    } else {
+      a.d_w_gate_up = ptr<float>(d_w_gate_up, gate_up_at);
+      a.d_w_down = ptr<float>(d_w_down, down_at);
+    }
+    if (d.has_shared && bf16_shared_grads) {
+      a.d_shared_w_gate_up_bf16 = ptr<bf16>(d_shared_gate_up);
+      a.d_shared_w_down_bf16 = ptr<bf16>(d_shared_down);
+    } else if (d.has_shared) {
       a.d_shared_w_gate_up = ptr<float>(d_shared_gate_up, r * 2 * d.shared_inter * d.hidden);
       a.d_shared_w_down = ptr<float>(d_shared_down, r * d.hidden * d.shared_inter);
     }
@@ -257,13 +289,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
     l->layer->backward(args, l->context, at::cuda::getCurrentCUDAStream().stream());
   });
   // Summed in a fixed order (rank 0, 1, ...): deterministic.
-  const auto sum_ranks = [](const Tensor& t) { return t.size(0) == 1 ? t[0] : t.sum(0); };
+  const auto sum_ranks = [&](const Tensor& t) { return t.size(0) == 1 ? t[0] : t.sum(0).to(grad_options); };
   return {dx,
           d_scores,
           d_w_gate_up,
           d_w_down,
-          d.has_shared ? sum_ranks(d_shared_gate_up) : d_shared_gate_up.view({0}),
-          d.has_shared ? sum_ranks(d_shared_down) : d_shared_down.view({0}),
+          d.has_shared ? sum_ranks(d_shared_gate_up) : at::empty({0}, grad_options),
+          d.has_shared ? sum_ranks(d_shared_down) : at::empty({0}, grad_options),
           d_shared_scale};
 }
 

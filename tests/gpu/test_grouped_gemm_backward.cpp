@@ -63,6 +63,7 @@ struct Problem {
   DeviceBuffer<int32_t> d_offset, d_count;
   DeviceBuffer<uint16_t> d_d_gate_up, d_scaled_hidden, d_dx;
   DeviceBuffer<float> d_dg, d_workspace, d_dw_gate_up, d_dw_down;
+  DeviceBuffer<uint16_t> d_dw_gate_up_bf16, d_dw_down_bf16;
 };
 
 // g of the i-th real row of an expert: 0 on every 5th row (from the 3rd), 1 on every 7th (from
@@ -119,6 +120,8 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
       caracal::kernels::down_dgrad_workspace_floats(p.rows.capacity, c.intermediate)));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down.allocate(L * D * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.allocate(L * 2 * I * D));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.allocate(L * D * I));
 
   caracal::kernels::UpGateSwigluArgs up;
   up.rows = {p.d_offset.get(), p.d_count.get(), p.num_experts, p.rows.capacity};
@@ -137,11 +140,13 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
 struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
+  bool bf16_weight_grads = false;  // the weight gradients in bf16 (dw_*_bf16) instead of fp32
 };
 
 struct Outputs {
   std::vector<uint16_t> d_gate_up, scaled_hidden, dx;
   std::vector<float> dg, dw_gate_up, dw_down;
+  std::vector<uint16_t> dw_gate_up_bf16, dw_down_bf16;
 };
 
 // Poisons every output (and the workspace), runs the three backward steps, downloads the outputs.
@@ -150,6 +155,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   for (auto* b : {&p.d_dg, &p.d_workspace, &p.d_dw_gate_up, &p.d_dw_down}) {
     ASSERT_NO_FATAL_FAILURE(b->poison());
   }
+  for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
   ExpertRows rows;
   rows.expert_offset = p.d_offset.get();
   rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
@@ -189,8 +195,13 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   w.dy = as_bf16(p.d_dy.get());
   w.d_gate_up = as_bf16(p.d_d_gate_up.get());
   w.scaled_hidden = as_bf16(p.d_scaled_hidden.get());
-  w.d_w_gate_up = p.d_dw_gate_up.get();
-  w.d_w_down = p.d_dw_down.get();
+  if (o.bf16_weight_grads) {
+    w.d_w_gate_up_bf16 = as_bf16(p.d_dw_gate_up_bf16.get());
+    w.d_w_down_bf16 = as_bf16(p.d_dw_down_bf16.get());
+  } else {
+    w.d_w_gate_up = p.d_dw_gate_up.get();
+    w.d_w_down = p.d_dw_down.get();
+  }
   w.num_ctas = o.num_ctas;
   ASSERT_NO_THROW(caracal::kernels::grouped_weight_grads(w, nullptr));
 
@@ -201,6 +212,8 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   ASSERT_NO_FATAL_FAILURE(p.d_dg.download(out.dg));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(out.dw_gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(out.dw_down));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.download(out.dw_gate_up_bf16));
+  ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.download(out.dw_down_bf16));
 }
 
 // ---- fp64 reference ------------------------------------------------------------------------------
@@ -514,6 +527,33 @@ TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
   }
 }
 
+// bf16 weight gradients are the fp32 ones rounded once to nearest even, bit for bit: experts with
+// 0, 1, tile±1 rows, partial tiles, and D = 320 (dW_down's second 64-row slice of its last M tile
+// lies past the gradient and must not spill into the next expert).
+TEST(GroupedGemmBackwardBf16Grads, AreTheFp32GradientsRoundedOnce) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  for (const Case& c : reference_cases()) {
+    SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed));
+    Problem p;
+    ASSERT_NO_FATAL_FAILURE(make_problem(p, c, seed));
+    Outputs f32, bf16;
+    ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, f32));
+    RunOptions o;
+    o.bf16_weight_grads = true;
+    ASSERT_NO_FATAL_FAILURE(run_backward(p, o, bf16));
+    const auto expect_rounded = [](const std::vector<float>& wide, const std::vector<uint16_t>& narrow,
+                                   const char* what) {
+      ASSERT_EQ(wide.size(), narrow.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < wide.size(); ++i) differ += caracal::bf16_bits(wide[i]) != narrow[i];
+      EXPECT_EQ(differ, 0u) << what << ": elements that are not bf16(fp32 gradient), of " << wide.size();
+    };
+    expect_rounded(f32.dw_gate_up, bf16.dw_gate_up_bf16, "dW_gate_up");
+    expect_rounded(f32.dw_down, bf16.dw_down_bf16, "dW_down");
+  }
+}
+
 // All experts empty: the row kernels write nothing, every weight gradient is exactly zero.
 TEST(GroupedGemmBackwardEmpty, EmptyLayerZeroesOnlyTheGradients) {
   CARACAL_REQUIRE_GPU();
@@ -676,7 +716,13 @@ TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   expect_error(with([](auto& a) { a.dy = fake_ptr(4); }), {"dy", "16-byte"});
   expect_error(with([](auto& a) { a.d_gate_up = nullptr; }), {"d_gate_up"});
   expect_error(with([](auto& a) { a.scaled_hidden = nullptr; }), {"scaled_hidden"});
-  expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"d_w_gate_up"});
+  expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"d_w_gate_up", "exactly one", "null for both"});
+  expect_error(with([](auto& a) { a.d_w_down_bf16 = fake_ptr(); }), {"d_w_down_bf16", "exactly one", "both"});
+  expect_error(with([](auto& a) {
+                 a.d_w_gate_up = nullptr;
+                 a.d_w_gate_up_bf16 = fake_ptr(2);
+               }),
+               {"d_w_gate_up_bf16", "16-byte"});
   expect_error(with([](auto& a) { a.d_w_down = fake_ptr<float>(4); }), {"d_w_down", "16-byte"});
   // With no rows the row buffers may be null, the gradients may not.
   expect_error(with([](auto& a) {

@@ -282,6 +282,14 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   backward[0].d_shared_scale = &stray;
   expect_error([&] { layer.backward(backward, context, s); },
                {"ranks[0].d_shared_scale must be null: the forward was given no shared_scale"});
+  backward = buffers.backward_args();
+  backward[1].d_w_down_bf16 = reinterpret_cast<__nv_bfloat16*>(backward[1].d_w_down);
+  expect_error([&] { layer.backward(backward, context, s); },
+               {"ranks[1].d_w_down_bf16 must be null: d_w_down is given too (pass exactly one of the two)"});
+  backward = buffers.backward_args();
+  backward[0].d_w_gate_up = nullptr;
+  expect_error([&] { layer.backward(backward, context, s); },
+               {"ranks[0].d_w_gate_up", "fp32 (or d_w_gate_up_bf16: bf16)", "got null"});
   expect_error([&] { layer.backward(buffers.backward_args(), MoEContext{}, s); }, {"latest forward"});
 
   // Nothing was enqueued by the refused calls: the layer still runs a step.

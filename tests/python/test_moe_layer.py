@@ -115,6 +115,23 @@ def test_fp32_parameters(seed):
     assert all(p.grad.dtype == torch.float32 for p in moe.parameters())
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_bf16_weight_gradients_are_the_fp32_ones_rounded(ranks, seed):
+    world = caracal.World.loopback(ranks)
+    bf16 = caracal.MoE(tokens_per_rank=64, world=world, **SMALL)
+    fp32 = caracal.MoE(tokens_per_rank=64, world=world, dtype=torch.float32, **SMALL)
+    with torch.no_grad():
+        for a, b in zip(bf16.parameters(), fp32.parameters()):
+            b.copy_(a.float())
+    inputs = random_inputs(bf16, "zipf")
+    y_bf16, g_bf16 = run_caracal(bf16, *inputs)
+    y_fp32, g_fp32 = run_caracal(fp32, *inputs)
+    assert torch.equal(y_bf16, y_fp32)
+    for name in g_bf16:
+        expected = g_fp32[name].to(g_bf16[name].dtype)
+        assert torch.equal(g_bf16[name], expected), name
+
+
 @pytest.mark.parametrize("ranks", [1, 4])
 def test_bitwise_identical_runs(ranks, seed):
     moe = caracal.MoE(tokens_per_rank=128, world=caracal.World.loopback(ranks), **SMALL)

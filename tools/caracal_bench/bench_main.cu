@@ -338,11 +338,11 @@ Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const 
       layer::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream);
     });
     backward_gemms_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
-      layer::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, weights.d_w_gate_up.get(),
-                             weights.d_w_down.get(), stream);
+      layer::expert_backward(routed.pass(), {w.w_gate_up, w.w_down},
+                             {weights.d_w_gate_up.get(), weights.d_w_down.get()}, stream);
       if (shared) {
         layer::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down},
-                               weights.d_shared_w_gate_up.get(), weights.d_shared_w_down.get(), stream);
+                               {weights.d_shared_w_gate_up.get(), weights.d_shared_w_down.get()}, stream);
       }
     });
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(baseline)");

@@ -77,8 +77,13 @@ struct WeightGradArgs {
   const __nv_bfloat16* dy = nullptr;           // [row_capacity][D], not scaled by g
   const __nv_bfloat16* d_gate_up = nullptr;    // [row_capacity][2I] interleaved
   const __nv_bfloat16* scaled_hidden = nullptr;  // [row_capacity][I]
+  // Outputs, in fp32 or in bf16: exactly one pointer of each pair. bf16 is the same fp32 sum
+  // rounded once to nearest-even bf16 (what autograd yields for bf16 parameters) and halves the
+  // bytes stored.
   float* d_w_gate_up = nullptr;                // [L][2I][D], rows interleaved like W_gate_up
   float* d_w_down = nullptr;                   // [L][D][I]
+  __nv_bfloat16* d_w_gate_up_bf16 = nullptr;   // [L][2I][D]
+  __nv_bfloat16* d_w_down_bf16 = nullptr;      // [L][D][I]
   int num_ctas = 0;
 };
 

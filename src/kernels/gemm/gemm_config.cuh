@@ -81,7 +81,8 @@ static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hop
 struct Params {
   CUtensorMap a;        // A operand (operand_loads.cuh gives each kind's tensor and box)
   CUtensorMap b;        // B operand
-  CUtensorMap out;      // main bf16 output [row_capacity][out_cols], box 64 x 64
+  CUtensorMap out;      // main bf16 output [row_capacity][out_cols] (bf16 weight gradients:
+                        // [num_experts * out_rows][out_cols]), box 64 x 64
   CUtensorMap out_aux;  // second bf16 output [row_capacity][aux_cols], box 64 x 64 (if stored)
   CUtensorMap source;   // SwiGLU backward: the saved gate_up [row_capacity][2I], box 64 x 128,
                         // prefetched into L2 ahead of the epilogue

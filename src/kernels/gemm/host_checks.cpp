@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "caracal/error.hpp"
 #include "kernels/gemm/tile_shape.hpp"
@@ -40,6 +41,14 @@ void check_pointer(const void* p, bool may_be_null, const char* fn, const char* 
   CARACAL_CHECK(may_be_null || p != nullptr, fn, ": ", name,
                 " must be a 16-byte aligned device pointer, got null");
   CARACAL_CHECK(aligned(p, 16), fn, ": ", name, " must be 16-byte aligned, got ", p);
+}
+
+// A gradient output given in fp32 or in bf16: exactly one of the pair, 16-byte aligned.
+void check_one_output(const void* f32, const void* bf16, const char* fn, const char* name) {
+  CARACAL_CHECK((f32 != nullptr) != (bf16 != nullptr), fn, ": exactly one of ", name, " (fp32) and ", name,
+                "_bf16 must be a 16-byte aligned device pointer, got ", f32 ? "both" : "null for both");
+  const std::string bf16_name = std::string(name) + "_bf16";
+  check_pointer(f32 ? f32 : bf16, false, fn, f32 ? name : bf16_name.c_str());
 }
 
 void check_num_ctas(int num_ctas, const char* fn) {
@@ -133,8 +142,8 @@ void check_weight_grads_args(const WeightGradArgs& a) {
   check_pointer(a.dy, no_rows, fn, "dy");
   check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
   check_pointer(a.scaled_hidden, no_rows, fn, "scaled_hidden");
-  check_pointer(a.d_w_gate_up, false, fn, "d_w_gate_up");
-  check_pointer(a.d_w_down, false, fn, "d_w_down");
+  check_one_output(a.d_w_gate_up, a.d_w_gate_up_bf16, fn, "d_w_gate_up");
+  check_one_output(a.d_w_down, a.d_w_down_bf16, fn, "d_w_down");
   check_num_ctas(a.num_ctas, fn);
   check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn);
   check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn);

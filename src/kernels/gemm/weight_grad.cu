@@ -1,5 +1,6 @@
 // Backward step 3: the experts' weight gradients, dW[e] = sum over e's rows r of lhs[r]^T rhs[r]
-// (the only grouped-GEMM instantiation in this unit, launched once per gradient).
+// (the fp32 kernel is the only grouped-GEMM instantiation in this unit, launched once per
+// gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel).
 //
 // Both operands are row buffers whose rows are this GEMM's K, so both are MN-major: TMA loads
 // 64-row x 64-column boxes as they lie in memory and wgmma reads them transposed from shared
@@ -13,6 +14,7 @@
 #include "kernels/gemm/launch.cuh"
 #include "kernels/gemm/operand_loads.cuh"
 #include "kernels/gemm/tensor_map.hpp"
+#include "kernels/gemm/weight_grad_bf16.hpp"
 #include "kernels/gemm/weight_grad_epilogue.cuh"
 #include "kernels/gemm/weight_tile_scheduler.cuh"
 
@@ -26,11 +28,11 @@ struct WeightGradGemm {
   using Epilogue = gemm::WeightGradEpilogue;
 };
 
-// grad[e] ([L][m][n] fp32) = sum over e's rows of lhs[r]^T rhs[r]; lhs [row_capacity][m],
-// rhs [row_capacity][n].
+// grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
+// lhs [row_capacity][m], rhs [row_capacity][n].
 void launch_weight_grad(const ExpertRows& rows, const __nv_bfloat16* lhs, int m, const char* lhs_name,
                         const __nv_bfloat16* rhs, int n, const char* rhs_name, float* grad,
-                        int num_ctas, cudaStream_t stream) {
+                        __nv_bfloat16* grad_bf16, const char* grad_name, int num_ctas, cudaStream_t stream) {
   using namespace gemm;
   uint64_t const capacity = uint64_t(rows.row_capacity);
   Params p{};
@@ -46,9 +48,22 @@ void launch_weight_grad(const ExpertRows& rows, const __nv_bfloat16* lhs, int m,
   p.n_blocks = (n + kBlockN - 1) / kBlockN;
   p.out_rows = m;
   p.out_cols = n;
-  p.out_f32 = grad;
   int64_t const tiles = int64_t(rows.num_experts) * p.m_blocks * p.n_blocks;
+  if (grad_bf16 != nullptr) {
+    p.out = make_tensor_map_2d(grad_bf16, uint64_t(rows.num_experts) * uint64_t(m), uint64_t(n), kChunkRows,
+                               kChunkCols, grad_name);
+    launch_weight_grad_bf16(p, tiles, num_ctas, stream);
+    return;
+  }
+  p.out_f32 = grad;
   launch_grouped_gemm<WeightGradGemm>(p, tiles, num_ctas, stream, "grouped_weight_grads");
+}
+
+// Sets `count` gradient elements to zero, in whichever of the two dtypes was given.
+void zero_gradient(float* grad, __nv_bfloat16* grad_bf16, size_t count, cudaStream_t stream) {
+  cudaError_t const err = grad != nullptr ? cudaMemsetAsync(grad, 0, count * sizeof(float), stream)
+                                          : cudaMemsetAsync(grad_bf16, 0, count * sizeof(__nv_bfloat16), stream);
+  CARACAL_CHECK(err == cudaSuccess, "grouped_weight_grads: cannot zero the gradients: ", cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -58,20 +73,16 @@ void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
   size_t const experts = size_t(args.rows.num_experts);
   size_t const di = size_t(args.hidden) * size_t(args.intermediate);
   if (args.rows.row_capacity == 0) {  // no rows at all: every gradient is zero
-    cudaError_t err = cudaMemsetAsync(args.d_w_gate_up, 0, experts * 2 * di * sizeof(float), stream);
-    if (err == cudaSuccess) {
-      err = cudaMemsetAsync(args.d_w_down, 0, experts * di * sizeof(float), stream);
-    }
-    CARACAL_CHECK(err == cudaSuccess, "grouped_weight_grads: cannot zero the gradients: ",
-                  cudaGetErrorString(err));
+    zero_gradient(args.d_w_gate_up, args.d_w_gate_up_bf16, experts * 2 * di, stream);
+    zero_gradient(args.d_w_down, args.d_w_down_bf16, experts * di, stream);
     return;
   }
   // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
-  launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x,
-                     args.hidden, "x", args.d_w_gate_up, args.num_ctas, stream);
+  launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
+                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up_bf16", args.num_ctas, stream);
   // dW_down[e] = dy^T (g hidden): [D][I].
-  launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_hidden,
-                     args.intermediate, "scaled_hidden", args.d_w_down, args.num_ctas, stream);
+  launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_hidden, args.intermediate,
+                     "scaled_hidden", args.d_w_down, args.d_w_down_bf16, "d_w_down_bf16", args.num_ctas, stream);
 }
 
 }  // namespace caracal::kernels

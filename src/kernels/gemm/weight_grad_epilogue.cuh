@@ -1,7 +1,8 @@
 #pragma once
-// The weight-gradient epilogue: a warpgroup's 64 x 256 fp32 slice of dW[e] stored as fp32.
+// The weight-gradient epilogues: a warpgroup's 64 x 256 fp32 slice of dW[e] stored as fp32
+// (WeightGradEpilogue) or rounded to bf16 (WeightGradBf16Epilogue).
 //
-// fp32 because a weight gradient is a long sum over tokens that the optimizer (or a gradient
+// fp32 by default because a weight gradient is a long sum over tokens that the optimizer (or a gradient
 // accumulation over micro-batches) consumes in fp32; rounding it to bf16 here would lose what the
 // fp32 accumulation kept. Stored straight from the registers: each quad of lanes writes one
 // complete 32-byte sector (8 floats of a row) per instruction, streaming (.cs), since nothing in
@@ -37,6 +38,39 @@ struct WeightGradEpilogue {
         if (active) v = make_float2(acc(4 * t + 2 * h), acc(4 * t + 2 * h + 1));
         __stcs(reinterpret_cast<float2*>(dst + 8 * t), v);
       }
+    }
+  }
+};
+
+// The bf16 variant: the same fp32 sums rounded once (nearest even), as autograd rounds fp32
+// gradients of bf16 parameters; half the bytes, stored asynchronously through the chunk ring's
+// TMA stores (p.out views the gradients as [num_experts * out_rows][out_cols]), so the warpgroup
+// goes on to its next tile while they drain.
+struct WeightGradBf16Epilogue {
+  template <class Accum>
+  __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
+                               bool active, ChunkStoreRing& ring, int warpgroup) {
+    int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
+    // Past the gradient's rows (out_rows % 128 == 64): the 2D view would reach the next expert.
+    if (slice_row >= p.out_rows) return;  // uniform over the warpgroup
+    int const row = tile.expert * p.out_rows + slice_row;
+    CUTE_UNROLL
+    for (int c = 0; c < kBlockN / kChunkCols; ++c) {
+      if (tile.n_begin + c * kChunkCols >= p.out_cols) break;  // out_cols is a multiple of 64
+      ChunkWords words{};  // an inactive slice stores zeros
+      if (active) {
+        CUTE_UNROLL
+        for (int t = 0; t < kChunkCols / 8; ++t) {
+          CUTE_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            int const i = 4 * (kChunkCols / 8 * c + t) + 2 * h;
+            words.w[2 * t + h] = pack_bf16x2(acc(i), acc(i + 1));
+          }
+        }
+      }
+      ring.acquire();
+      ring.write(words);
+      ring.store(&p.out, tile.n_begin + c * kChunkCols, row);
     }
   }
 };
