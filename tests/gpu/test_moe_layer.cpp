@@ -1,7 +1,8 @@
 // MoELayer (caracal/moe_layer.hpp) on the GPU: y and every gradient against the fp64 reference in
 // bf16-rounding mode (relative Frobenius <= 1e-2 per output; d_topk_scores per element with an
 // absolute part scaled by the size of the token's dg terms), outputs poisoned with NaN first.
-//   * loopback W = 1, 2, 4, 8 and NCCL W = 1, with and without the shared expert (and its per-token
+//   * loopback W = 1, 2, 4, 8, NCCL W = 1 and (with that many GPUs) NCCL W = 2, 4, 8 one thread per
+//     GPU, with and without the shared expert (and its per-token
 //     scale), normalization on and off, on random, Zipf and adversarial routings (all routes of
 //     all ranks to one expert, empty experts and ranks, all slots empty, repeated experts, -1 slots);
 //   * the worst case: all W*T*k routes of W = 8 ranks to one expert, nothing dropped;
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "caracal/comm/loopback_world.hpp"
@@ -103,6 +105,70 @@ TEST(GpuMoELayerNccl, SingleRankMatchesReference) {
   check_step(c, layer, buffers, weights, RoutingCase::kZipf);
   check_step(c, layer, buffers, weights, RoutingCase::kEmptySlots);  // every buffer reused
 }
+
+// One rank per GPU, one host thread each (the tools' mode; W GPUs over NVLink): every rank's outputs
+// and gradients against the reference of the whole world, on Zipf, -1-slot and all-to-one routings,
+// then the Zipf step again, bitwise. Skipped where fewer than W GPUs exist.
+class GpuMoELayerNcclThreads : public testing::TestWithParam<int> {};
+
+// One step on every GPU's rank; returns each rank's outputs (rank order) or the first failure.
+std::vector<RankOutputs> run_threads(const LayerCase& c, const HostWeights& weights, const HostStep& step) {
+  std::vector<int> devices(static_cast<size_t>(c.world));
+  for (int d = 0; d < c.world; ++d) devices[static_cast<size_t>(d)] = d;
+  std::vector<comm::NcclComm> comms = comm::init_all(devices);
+  std::vector<RankOutputs> outputs(devices.size());
+  std::vector<std::string> failures(devices.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        check_cuda(cudaSetDevice(devices[r]), "cudaSetDevice");
+        comm::NcclWorld world(comms[r].get(), MoELayer::heap_bytes(config_of(c)));  // collective
+        MoELayer layer(config_of(c), world);
+        const WorldBuffers buffers(c, weights, world);
+        buffers.prepare(step, world);
+        Stream stream;
+        run_step(layer, buffers, stream);
+        outputs[r] = buffers.download()[0];
+      } catch (const std::exception& e) {
+        failures[r] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (!failures[r].empty()) throw Error("rank " + std::to_string(r) + ": " + failures[r]);
+  }
+  return outputs;
+}
+
+TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
+  CARACAL_REQUIRE_GPU();
+  const int world = GetParam();
+  int devices = 0;
+  CARACAL_ASSERT_CUDA(cudaGetDeviceCount(&devices));
+  if (devices < world) GTEST_SKIP() << "needs " << world << " GPUs, found " << devices;
+  const LayerCase c{"nccl_threads", world, 133, 4 * world, 4, true, true, kNormalizedScaled, RoutingCase::kZipf};
+  const HostWeights weights = random_weights(c, fresh_seed());
+  const ReferenceLayer reference = reference_layer(c, weights);
+  std::vector<RankOutputs> first;
+  for (RoutingCase routing : {RoutingCase::kZipf, RoutingCase::kEmptySlots, RoutingCase::kAllToOne}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
+    const HostStep step = random_step(c, routing, seed);
+    std::vector<RankOutputs> got;
+    ASSERT_NO_THROW(got = run_threads(c, weights, step));
+    expect_step_matches(c, step, reference_step(c, reference, step), got);
+    if (routing == RoutingCase::kZipf) {
+      std::vector<RankOutputs> again;
+      ASSERT_NO_THROW(again = run_threads(c, weights, step));
+      expect_same_bits(got, again, "a second run");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(W, GpuMoELayerNcclThreads, testing::Values(2, 4, 8),
+                         [](const testing::TestParamInfo<int>& param) { return "W" + std::to_string(param.param); });
 
 // ---- CUDA graph ---------------------------------------------------------------------------------------
 

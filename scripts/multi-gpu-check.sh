@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The multi-GPU check (issue 7), one call on a machine with several GPUs over NVLink, over a build
+# made elsewhere: scripts/multi-gpu-check.sh [build-dir] [libcaracal_torch.so]
+#   1. the layer's NCCL tests, one thread per GPU at W = 2, 4, 8 (as many as there are GPUs);
+#   2. caracal.MoE under torchrun, one process per GPU, against the plain-PyTorch layer;
+#   3. transfer bandwidth per GPU over NVLink (only bytes that cross it), DeepSeek-V3 and Kimi K2;
+#   4. `caracal bench` over NCCL at W = all GPUs (DeepSeek-V3, 32 experts per rank, T = 4096);
+#   5. bench/torch_ep_bench.py: caracal.MoE against NCCL + PyTorch (all_to_all_single + grouped_mm);
+# then a summary. Logs go to $OUT if set (at most 8 files come back: they are tarred).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="${1:-build}"
+torch_lib="${2:-$build/libcaracal_torch.so}"
+logs=$(mktemp -d)
+source "$root/scripts/lib/nccl-env.sh"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+export CARACAL_TORCH_LIBRARY="$(cd "$(dirname "$torch_lib")" && pwd)/$(basename "$torch_lib")"
+export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+gpus=$(nvidia-smi -L | wc -l)
+worlds=()
+for w in 2 4 8; do [ "$w" -le "$gpus" ] && worlds+=("$w"); done
+summary=()
+record() { summary+=("$(printf '%-40s %s' "$1" "$2")"); }
+run() {  # run NAME LIMIT CMD...: logs to NAME.log, records ok/FAILED
+  local name=$1 limit=$2 rc
+  shift 2
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then record "$name" "ok"; else
+    tail -n 20 "$logs/$name.log"
+    record "$name" "FAILED (rc $rc, see $name.log)"
+  fi
+}
+nvidia-smi topo -m >"$logs/topology.txt" 2>&1
+record "GPUs" "$gpus ($nccl_found)"
+
+run layer_nccl_threads 600 "$build/tests/test_gpu_moe_layer" --gtest_filter='W/GpuMoELayerNcclThreads.*:GpuMoELayerNccl.*'
+run comm_nccl_threads 300 "$build/tests/test_gpu_comm_nccl"
+for w in "${worlds[@]}"; do
+  run "torchrun_check_W$w" 300 torchrun --nproc_per_node="$w" "$root/examples/distributed_check.py"
+done
+if [ "${#worlds[@]}" -gt 0 ]; then
+  list=$(IFS=,; echo "${worlds[*]}")
+  run transfer_bench_nccl 600 "$build/caracal_transfer_bench" --backend nccl --world "$list" \
+    --model deepseek-v3,kimi-k2 --routing uniform,zipf:1.2 --tokens 4096 --json "$logs/transfers.json"
+  run caracal_bench_nccl 600 "$build/caracal" bench --backend nccl --ep "$gpus" --model deepseek-v3 \
+    --experts $((32 * gpus)) --tokens 4096 --json "$logs/caracal_bench.json"
+  run torch_ep_bench 900 torchrun --nproc_per_node="$gpus" "$root/bench/torch_ep_bench.py" \
+    --models deepseek-v3,kimi-k2 --json "$logs/torch_ep_bench.json"
+fi
+
+echo
+echo "==== Caracal multi-GPU check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || git -C "$root" rev-parse --short HEAD)"
+printf '%s\n' "${summary[@]}"
+for f in caracal_bench_nccl torch_ep_bench; do [ -f "$logs/$f.log" ] && tail -n 8 "$logs/$f.log"; done
+[ -n "${OUT:-}" ] && tar czf "$OUT/multi-gpu-logs.tgz" -C "$logs" .
