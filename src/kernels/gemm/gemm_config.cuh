@@ -81,8 +81,8 @@ static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hop
 struct Params {
   CUtensorMap a;        // A operand (operand_loads.cuh gives each kind's tensor and box)
   CUtensorMap b;        // B operand
-  CUtensorMap out;      // main bf16 output [row_capacity][out_cols] (bf16 weight gradients:
-                        // [num_experts * out_rows][out_cols]), box 64 x 64
+  CUtensorMap out;      // main bf16 output [row_capacity][out_cols], box 64 x 64 (weight
+                        // gradients: [num_experts * out_rows][out_cols], bf16 or fp32 64 x 32)
   CUtensorMap out_aux;  // second bf16 output [row_capacity][aux_cols], box 64 x 64 (if stored)
   CUtensorMap source;   // SwiGLU backward: the saved gate_up [row_capacity][2I], box 64 x 128,
                         // prefetched into L2 ahead of the epilogue
@@ -96,15 +96,13 @@ struct Params {
   int n_blocks;         // ceil(N / kBlockN)
   int k_tiles;          // row tiles: K / kBlockK
   int out_rows;         // weight tiles: rows of one expert's gradient (M)
-  int out_cols;         // columns of `out` / out_f32
+  int out_cols;         // columns of `out`
   int aux_cols;         // columns of `out_aux`
   bool store_aux;
   // SwiGLU backward epilogue
   const __nv_bfloat16* gate_up;  // [row_capacity][2I], interleaved
   const float* row_gates;        // [row_capacity] g per row
   float* dg_partials;            // [row_capacity][n_blocks]
-  // Weight-gradient epilogue
-  float* out_f32;  // [num_experts][out_rows][out_cols]
 };
 
 }  // namespace caracal::kernels::gemm

@@ -9,6 +9,7 @@ namespace caracal::kernels::gemm {
 namespace {
 
 constexpr uint64_t kElementBytes = 2;  // bf16
+constexpr uint64_t kF32Bytes = 4;
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -25,11 +26,12 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 }
 
 CUtensorMap encode(const void* base, uint32_t rank, const cuuint64_t* dims,
-                   const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
+                   const cuuint64_t* strides, const cuuint32_t* box, const char* what,
+                   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
   CUtensorMap map{};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   CUresult const r = encode_function()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides, box,
+      &map, type, rank, const_cast<void*>(base), dims, strides, box,
       element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CARACAL_CHECK(r == CUDA_SUCCESS, "grouped GEMM: cuTensorMapEncodeTiled failed for ", what,
@@ -45,6 +47,14 @@ CUtensorMap make_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, u
   const cuuint64_t strides[1] = {cols * kElementBytes};
   const cuuint32_t box[2] = {box_cols, box_rows};
   return encode(base, 2, dims, strides, box, what);
+}
+
+CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                                   uint32_t box_cols, const char* what) {
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * kF32Bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  return encode(base, 2, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
 }
 
 CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,

@@ -55,7 +55,8 @@ void launch_weight_grad(const ExpertRows& rows, const __nv_bfloat16* lhs, int m,
     launch_weight_grad_bf16(p, tiles, num_ctas, stream);
     return;
   }
-  p.out_f32 = grad;
+  p.out = make_f32_tensor_map_2d(grad, uint64_t(rows.num_experts) * uint64_t(m), uint64_t(n), kChunkRows,
+                                 kChunkCols / 2, grad_name);
   launch_grouped_gemm<WeightGradGemm>(p, tiles, num_ctas, stream, "grouped_weight_grads");
 }
 
@@ -79,10 +80,10 @@ void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
   }
   // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
   launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
-                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up_bf16", args.num_ctas, stream);
+                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.num_ctas, stream);
   // dW_down[e] = dy^T (g hidden): [D][I].
   launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_hidden, args.intermediate,
-                     "scaled_hidden", args.d_w_down, args.d_w_down_bf16, "d_w_down_bf16", args.num_ctas, stream);
+                     "scaled_hidden", args.d_w_down, args.d_w_down_bf16, "d_w_down", args.num_ctas, stream);
 }
 
 }  // namespace caracal::kernels
