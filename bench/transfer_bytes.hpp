@@ -14,7 +14,18 @@
 // cudaMemcpyAsync of half as many bytes, each read once and written once.
 // In loopback every rank's traffic crosses one GPU's memory, so the rate is the whole GPU's. The
 // counts are logical: a home row that several of its k routes read may come from L2, not HBM.
+//
+// NVLink bytes (the NCCL backend, one GPU per rank) count only the routed rows whose home rank
+// (the token's) is not the rank holding their expert (expert e is on rank e / (E / W), the
+// placement of schedule.hpp), each once, as one row arriving at the GPU it is written into:
+//   dispatch, reverse_combine   the expert's rank pulls the row from the home rank (remote_pulled)
+//   combine, reverse_dispatch   the expert's rank pushes the row into the home slot (remote_pushed)
+// Padding rows, the slot sums and rows whose expert is on their home rank never leave their GPU.
 #include <cstdint>
+#include <vector>
+
+#include "caracal/routing.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
 
 namespace caracal::bench {
 
@@ -34,18 +45,31 @@ inline const char* name_of(Pass pass) {
   return "?";
 }
 
-// The rows one exchange moves, over all ranks.
+inline bool is_pull(Pass pass) { return pass == Pass::kDispatch || pass == Pass::kReverseCombine; }
+
+// The rows one exchange moves, over all ranks, and per rank those that cross between ranks.
 struct RowTraffic {
   int64_t routed = 0;       // routes to a real expert
   int64_t padded_rows = 0;  // schedule rows: routed + padding to tile_m per expert
   int64_t tokens = 0;       // W * T
   int64_t row_bytes = 0;    // 2 * D
+  std::vector<int64_t> remote_pulled;  // [W] rows rank r's experts take from other home ranks
+  std::vector<int64_t> remote_pushed;  // [W] rows of rank r's tokens whose expert is on another rank
 };
 
+// Rows each receiving rank's schedule holds: its experts' routes, each expert padded to tile_m.
+std::vector<int64_t> schedule_rows_per_rank(const Routing& routing, int64_t num_experts, int64_t tile_m);
+
+// Every count above from the routing; `rows_per_rank` from schedule_rows_per_rank.
+RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& shape,
+                      const std::vector<int64_t>& rows_per_rank);
+
 inline double bytes_moved(Pass pass, const RowTraffic& t) {
-  const bool pull = pass == Pass::kDispatch || pass == Pass::kReverseCombine;
-  const int64_t rows = pull ? t.routed + t.padded_rows : 3 * t.routed + t.tokens;
+  const int64_t rows = is_pull(pass) ? t.routed + t.padded_rows : 3 * t.routed + t.tokens;
   return static_cast<double>(rows) * static_cast<double>(t.row_bytes);
 }
+
+// [W] the NVLink bytes arriving at each rank's GPU in `pass`.
+std::vector<double> remote_bytes_per_rank(Pass pass, const RowTraffic& t);
 
 }  // namespace caracal::bench

@@ -32,6 +32,12 @@ std::vector<uint16_t> fetch_row(const __nv_bfloat16* base, int64_t row, int64_t 
   return fetch(reinterpret_cast<const uint16_t*>(base) + row * hidden, hidden);
 }
 
+// The same from rank `rank`'s heap.
+std::vector<uint16_t> fetch_row(const ExchangeRanks& ranks, comm::SymmetricPtr<__nv_bfloat16> rows, int rank,
+                                int64_t row, int64_t hidden) {
+  return ranks.fetch(comm::SymmetricPtr<uint16_t>{rows.offset}, rank, row * hidden, hidden);
+}
+
 // "" if equal, else where the first difference is.
 std::string compare_bits(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
   for (size_t i = 0; i < got.size(); ++i) {
@@ -72,10 +78,21 @@ bool routed(int32_t id, int64_t num_experts) { return id >= 0 && id < num_expert
 
 }  // namespace
 
-std::string check_total_rows(const transfer::TokenExchange& ex, const std::vector<int64_t>& expected) {
+void ExchangeRanks::read(int rank, size_t heap_offset, void* host, size_t bytes) const {
+  const transfer::TokenExchange& ex = *exchanges_[exchanges_.size() == 1 ? 0 : static_cast<size_t>(rank)];
   const comm::World& world = ex.world();
-  for (int r = 0; r < world.world_size(); ++r) {
-    const int32_t got = fetch(world.local_pointer(ex.schedule_buffers().total_rows, r), 1)[0];
+  const char* device = world.local_heap(rank - world.first_local_rank()) + heap_offset;
+  int current = 0;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != world.device()) check_cuda(cudaSetDevice(world.device()), "cudaSetDevice(spot check)");
+  const cudaError_t copied = cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost);
+  if (current != world.device()) check_cuda(cudaSetDevice(current), "cudaSetDevice(spot check)");
+  check_cuda(copied, "cudaMemcpy(spot check)");
+}
+
+std::string check_total_rows(const ExchangeRanks& ranks, const std::vector<int64_t>& expected) {
+  for (int r = 0; r < ranks.world_size(); ++r) {
+    const int32_t got = ranks.fetch(ranks.exchange().schedule_buffers().total_rows, r, 0, 1)[0];
     if (got != expected[static_cast<size_t>(r)]) {
       return caracal::detail::concat("schedule: rank ", r, " has ", got, " rows, the host expects ",
                                      expected[static_cast<size_t>(r)]);
@@ -84,19 +101,21 @@ std::string check_total_rows(const transfer::TokenExchange& ex, const std::vecto
   return "";
 }
 
-std::string check_pull(const transfer::TokenExchange& ex, const Routing& routing, bool reverse_combine, uint64_t seed) {
-  const comm::World& world = ex.world();
+std::string check_pull(const ExchangeRanks& ranks, const Routing& routing, bool reverse_combine, uint64_t seed) {
+  const transfer::TokenExchange& ex = ranks.exchange();
   const transfer::ScheduleBuffers& schedule = ex.schedule_buffers();
   const int64_t D = ex.shape().hidden;
   const int64_t k = ex.shape().top_k;
   const int64_t L = ex.sizes().local_experts;
   const char* what = reverse_combine ? "reverse_combine" : "dispatch";
+  const comm::SymmetricPtr<__nv_bfloat16> expert_rows =
+      reverse_combine ? ex.backward_buffers().expert_dy : ex.forward_buffers().expert_x;
+  const comm::SymmetricPtr<__nv_bfloat16> home_rows =
+      reverse_combine ? ex.backward_buffers().dy : ex.forward_buffers().x;
   std::mt19937_64 rng(seed);
-  for (int r = 0; r < world.world_size(); ++r) {
-    const __nv_bfloat16* expert_rows = reverse_combine ? world.local_pointer(ex.backward_buffers().expert_dy, r)
-                                                       : world.local_pointer(ex.forward_buffers().expert_x, r);
-    const std::vector<int32_t> offset = fetch(world.local_pointer(schedule.expert_offset, r), L + 1);
-    const std::vector<int32_t> count = fetch(world.local_pointer(schedule.expert_count, r), L);
+  for (int r = 0; r < ranks.world_size(); ++r) {
+    const std::vector<int32_t> offset = ranks.fetch(schedule.expert_offset, r, 0, L + 1);
+    const std::vector<int32_t> count = ranks.fetch(schedule.expert_count, r, 0, L);
     // Each sampled expert's first and last real row and first padding row, then random rows.
     std::vector<int64_t> rows;
     for (const int64_t l : sampled_experts(L, rng)) {
@@ -110,32 +129,30 @@ std::string check_pull(const transfer::TokenExchange& ex, const Routing& routing
       rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(total)));
 
     for (const int64_t row : rows) {
-      const int2 entry = fetch(world.local_pointer(schedule.rows, r) + row, 1)[0];
+      const int2 entry = ranks.fetch(schedule.rows, r, row, 1)[0];
       const int64_t l = std::upper_bound(offset.begin(), offset.end(), row) - offset.begin() - 1;
       const bool real = row < offset[static_cast<size_t>(l)] + count[static_cast<size_t>(l)];
       const std::string where =
           caracal::detail::concat(what, ": rank ", r, " row ", row, " (local expert ", l, ", ",
                                   real ? "real" : "padding", ", entry {", entry.x, ", ", entry.y, "}): ");
-      const std::vector<uint16_t> got = fetch_row(expert_rows, row, D);
+      const std::vector<uint16_t> got = fetch_row(ranks, expert_rows, r, row, D);
       float gate = 0.0f;
       std::vector<uint16_t> want(static_cast<size_t>(D), 0);
       if (!real) {
         if (entry.x != -1) return where + "a padding row must have src_rank -1";
       } else {
-        if (entry.x < 0 || entry.x >= world.world_size() || entry.y < 0 || entry.y >= ex.sizes().routes) {
+        if (entry.x < 0 || entry.x >= ranks.world_size() || entry.y < 0 || entry.y >= ex.sizes().routes) {
           return where + "entry out of range";
         }
         const int32_t id = routing.at(entry.x, entry.y / k, entry.y % k);
         if (id != r * L + l)
           return caracal::detail::concat(where, "the route goes to expert ", id, ", not ", r * L + l);
-        const __nv_bfloat16* home = reverse_combine ? world.local_pointer(ex.backward_buffers().dy, entry.x)
-                                                    : world.local_pointer(ex.forward_buffers().x, entry.x);
-        want = fetch_row(home, entry.y / k, D);
-        if (reverse_combine) gate = fetch(world.local_pointer(ex.router_buffers().gates, entry.x) + entry.y, 1)[0];
+        want = fetch_row(ranks, home_rows, entry.x, entry.y / k, D);
+        if (reverse_combine) gate = ranks.fetch(ex.router_buffers().gates, entry.x, entry.y, 1)[0];
       }
       if (const std::string diff = compare_bits(got, want); !diff.empty()) return where + diff;
       if (reverse_combine) {
-        const float got_gate = fetch(world.local_pointer(ex.backward_buffers().expert_gates, r) + row, 1)[0];
+        const float got_gate = ranks.fetch(ex.backward_buffers().expert_gates, r, row, 1)[0];
         if (float_bits(got_gate) != float_bits(gate)) {
           return caracal::detail::concat(where, "expert_gates is ", got_gate, ", want ", gate);
         }
@@ -145,22 +162,25 @@ std::string check_pull(const transfer::TokenExchange& ex, const Routing& routing
   return "";
 }
 
-std::string check_slot_sum(const transfer::TokenExchange& ex, const Routing& routing, bool reverse_dispatch,
+std::string check_slot_sum(const ExchangeRanks& ranks, const Routing& routing, bool reverse_dispatch,
                            uint64_t seed) {
-  const comm::World& world = ex.world();
+  const transfer::TokenExchange& ex = ranks.exchange();
   const transfer::ScheduleBuffers& schedule = ex.schedule_buffers();
   const int64_t D = ex.shape().hidden;
   const int64_t k = ex.shape().top_k;
   const int64_t E = ex.shape().num_experts;
   const int64_t L = ex.sizes().local_experts;
   const char* what = reverse_dispatch ? "reverse_dispatch" : "combine";
+  const comm::SymmetricPtr<__nv_bfloat16> expert_rows =
+      reverse_dispatch ? ex.backward_buffers().expert_dx : ex.forward_buffers().expert_out;
+  const comm::SymmetricPtr<__nv_bfloat16> out = reverse_dispatch ? ex.backward_buffers().dx : ex.forward_buffers().y;
   std::mt19937_64 rng(seed);
-  for (int r = 0; r < world.world_size(); ++r) {
+  for (int r = 0; r < ranks.world_size(); ++r) {
     for (const int64_t t : sampled_tokens(ex.shape().tokens, rng)) {
       const std::string where = caracal::detail::concat(what, ": rank ", r, " token ", t, ": ");
       const int64_t first_route = t * k;
-      const std::vector<int2> location = fetch(world.local_pointer(schedule.route_location, r) + first_route, k);
-      const std::vector<float> gates = fetch(world.local_pointer(ex.router_buffers().gates, r) + first_route, k);
+      const std::vector<int2> location = ranks.fetch(schedule.route_location, r, first_route, k);
+      const std::vector<float> gates = ranks.fetch(ex.router_buffers().gates, r, first_route, k);
       std::vector<float> acc(static_cast<size_t>(D), 0.0f);
       for (int64_t s = 0; s < k; ++s) {
         const int32_t id = routing.at(r, t, s);
@@ -169,23 +189,19 @@ std::string check_slot_sum(const transfer::TokenExchange& ex, const Routing& rou
         if (at.x != id / L || at.y < 0) {
           return caracal::detail::concat(where, "slot ", s, " (expert ", id, ") located at {", at.x, ", ", at.y, "}");
         }
-        const int2 entry = fetch(world.local_pointer(schedule.rows, at.x) + at.y, 1)[0];
+        const int2 entry = ranks.fetch(schedule.rows, at.x, at.y, 1)[0];
         if (entry.x != r || entry.y != first_route + s) {
           return caracal::detail::concat(where, "slot ", s, ": schedule row {", at.x, ", ", at.y, "} holds {", entry.x,
                                          ", ", entry.y, "}");
         }
-        const __nv_bfloat16* expert_rows = reverse_dispatch
-                                               ? world.local_pointer(ex.backward_buffers().expert_dx, at.x)
-                                               : world.local_pointer(ex.forward_buffers().expert_out, at.x);
-        const std::vector<uint16_t> value = fetch_row(expert_rows, at.y, D);
+        const std::vector<uint16_t> value = fetch_row(ranks, expert_rows, at.x, at.y, D);
         for (size_t d = 0; d < acc.size(); ++d) {
           const float v = bf16_to_float(value[d]);
           acc[d] = reverse_dispatch ? acc[d] + v : std::fma(gates[static_cast<size_t>(s)], v, acc[d]);
         }
       }
-      const __nv_bfloat16* out = reverse_dispatch ? world.local_pointer(ex.backward_buffers().dx, r)
-                                                  : world.local_pointer(ex.forward_buffers().y, r);
-      if (const std::string diff = compare_bits(fetch_row(out, t, D), to_bits(acc)); !diff.empty()) return where + diff;
+      if (const std::string diff = compare_bits(fetch_row(ranks, out, r, t, D), to_bits(acc)); !diff.empty())
+        return where + diff;
     }
   }
   return "";

@@ -135,6 +135,10 @@ struct LayerTimes {
   double forward = 0.0, backward = 0.0, step = 0.0;
 };
 
+// Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
+// the layer's sizes (milliseconds a run) to reach the 200 ms the single-GPU timer asks for.
+constexpr int kLockstepWarmupRuns = 20;
+
 // Times the layer over `world` (this thread drives its local ranks). Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const Args& a) {
   const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
@@ -179,18 +183,27 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(bench inputs)");
 
+  // Every rank must make the same launches (they meet in world barriers), but time_runs's warm-up
+  // stops when this rank's own clock passes 200 ms. With ranks in other threads, the warm-up is a
+  // fixed count instead: the same on all of them.
+  const bool lockstep = world.local_ranks() < world.world_size();
+  const int warmup = lockstep ? std::max(a.warmup, kLockstepWarmupRuns) : a.warmup;
+  const double warmup_ms = lockstep ? 0.0 : 200.0;
+  const auto median = [&](const std::function<void()>& run) {
+    return bench::time_runs(stream, warmup, a.reps, [&](int) { run(); }, warmup_ms).median_ms;
+  };
   LayerTimes t;
   MoEContext context;
   const bool talk = world.first_local_rank() == 0;
   const std::string where = "T=" + std::to_string(c.tokens_per_rank) + ": ";
   if (talk) progress(a, where + "forward");
-  t.forward = bench::median_ms(stream, a.warmup, a.reps, [&] { context = layer.forward(fwd, stream); });
+  t.forward = median([&] { context = layer.forward(fwd, stream); });
   layer.check();
   if (talk) progress(a, where + "backward");
-  t.backward = bench::median_ms(stream, a.warmup, a.reps, [&] { layer.backward(bwd, context, stream); });
+  t.backward = median([&] { layer.backward(bwd, context, stream); });
   layer.check();
   if (talk) progress(a, where + "forward+backward");
-  t.step = bench::median_ms(stream, a.warmup, a.reps, [&] {
+  t.step = median([&] {
     context = layer.forward(fwd, stream);
     layer.backward(bwd, context, stream);
   });
