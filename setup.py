@@ -4,7 +4,9 @@
 
 Build isolation must be off: the extension is compiled against the PyTorch already installed.
 The CMake build directory is build-python/ (or $CARACAL_PYTHON_BUILD_DIR), so rebuilds are
-incremental; it needs what scripts/install-deps.sh installs and the CUDA toolkit (nvcc 13.0).
+incremental. It needs the CUDA toolkit (nvcc 13.0) with NCCL 2.28 and the CUTLASS headers
+(scripts/install-deps.sh puts them in .deps/; or set CUTLASS_DIR in the environment); the tools,
+benchmarks and tests are not built (-DCARACAL_TOOLS=OFF).
 """
 import os
 import shutil
@@ -22,8 +24,9 @@ class CMakeBuild(build_ext):
         import torch.utils
 
         build = Path(os.environ.get("CARACAL_PYTHON_BUILD_DIR", ROOT / "build-python"))
-        cmake_args = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCARACAL_PYTHON=ON",
-                      f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"]
+        cutlass = [f"-DCUTLASS_DIR={os.environ['CUTLASS_DIR']}"] if "CUTLASS_DIR" in os.environ else []
+        cmake_args = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCARACAL_PYTHON=ON", "-DCARACAL_TOOLS=OFF",
+                      f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", *cutlass]
         env = dict(os.environ, PATH=f"/usr/local/cuda/bin:{os.environ.get('PATH', '')}")
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *cmake_args], check=True, env=env)
         # CUTLASS translation units take ~4 GB each: keep parallelism within memory.
