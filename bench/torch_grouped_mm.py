@@ -18,24 +18,12 @@ Usage: python3 bench/torch_grouped_mm.py BENCH.json [--reps 30] [--warmup 5] [--
 """
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, stop in zip(starts, stops):
-        start.record()
-        fn()
-        stop.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(stop) for start, stop in zip(starts, stops))
+from torch_moe_layer import median_ms
 
 
 def run_case(case, warmup, reps, seed):

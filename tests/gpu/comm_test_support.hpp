@@ -51,20 +51,6 @@ class Exchange {
   ExchangeBuffers buffers_;
 };
 
-// Creates a non-blocking stream, destroyed with the object.
-class Stream {
- public:
-  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~Stream() { (void)cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  void sync() const { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
 // Captures `enqueue(stream)` into a graph, replays it `replays` times on `stream`, waits.
 template <typename Enqueue>
 void replay_graph(const Stream& stream, int replays, Enqueue enqueue) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
+#include "gpu_test_util.hpp"
 #include "caracal/comm/symmetric_ptr.hpp"
 #include "caracal/comm/world.hpp"
 #include "caracal/routing.hpp"
@@ -142,19 +143,7 @@ inline void settle() { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchroniz
 inline constexpr unsigned char kPoisonByte = 0xA5;  // ints: 0xA5A5A5A5, never a valid index or -1
 inline constexpr unsigned char kNanByte = 0xFF;     // bf16 0xFFFF and fp32 0xFFFFFFFF: NaN
 
-// A non-blocking stream, destroyed with the object.
-class Stream {
- public:
-  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~Stream() { (void)cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  void sync() const { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+using test::Stream;
 
 // ---- Bit-exact comparison -------------------------------------------------------------------
 

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "caracal/comm/cuda_check.hpp"
+
 namespace caracal::test {
 
 // True when a CUDA device of compute capability 9.0 (Hopper) is usable.
@@ -16,6 +18,20 @@ inline bool hopper_gpu_available() {
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
   return prop.major == 9 && prop.minor == 0;
 }
+
+// A non-blocking stream, destroyed with the object.
+class Stream {
+ public:
+  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~Stream() { (void)cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  void sync() const { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
 
 }  // namespace caracal::test
 

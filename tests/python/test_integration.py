@@ -169,6 +169,13 @@ def test_backward_of_a_stale_forward_raises(small_moe):
         y_first.sum().backward()
 
 
+def test_memory_reports_the_layers_buffers():
+    small = caracal.MoE(tokens_per_rank=32, **SMALL).memory()
+    large = caracal.MoE(tokens_per_rank=256, **SMALL).memory()
+    assert small["heap"] > 0 and small["local"] > 0
+    assert large["heap"] > small["heap"] and large["local"] > small["local"]  # sized from T
+
+
 def test_closed_layer_raises():
     moe = caracal.MoE(tokens_per_rank=32, **SMALL)
     inputs = good_inputs(moe)

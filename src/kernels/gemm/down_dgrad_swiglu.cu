@@ -53,10 +53,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
                                  "scaled_hidden_out");
   p.store_aux = true;
   p.source = make_tensor_map_2d(args.gate_up, rows, 2 * i, kBlockM, kChunkCols, "gate_up");
-  p.expert_offset = args.rows.expert_offset;
-  p.expert_count = args.rows.expert_count;
-  p.num_experts = args.rows.num_experts;
-  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  set_expert_rows(p, args.rows);
   p.n_blocks = intermediate_blocks(args.intermediate);
   p.k_tiles = args.hidden / kBlockK;
   p.out_cols = 2 * args.intermediate;

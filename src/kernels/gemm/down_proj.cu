@@ -35,10 +35,7 @@ void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
                                          "w_down");
   p.out = make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out");
   p.store_aux = false;
-  p.expert_offset = args.rows.expert_offset;
-  p.expert_count = args.rows.expert_count;
-  p.num_experts = args.rows.num_experts;
-  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  set_expert_rows(p, args.rows);
   p.n_blocks = int((d + kBlockN - 1) / kBlockN);
   p.k_tiles = args.intermediate / kBlockK;
   p.out_cols = args.hidden;

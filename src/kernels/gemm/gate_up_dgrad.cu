@@ -38,10 +38,7 @@ void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
   p.b_mn_extent = args.hidden;
   p.out = make_tensor_map_2d(args.dx_out, rows, d, kChunkRows, kChunkCols, "dx_out");
   p.store_aux = false;
-  p.expert_offset = args.rows.expert_offset;
-  p.expert_count = args.rows.expert_count;
-  p.num_experts = args.rows.num_experts;
-  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  set_expert_rows(p, args.rows);
   p.n_blocks = int((d + kBlockN - 1) / kBlockN);
   p.k_tiles = 2 * args.intermediate / kBlockK;
   p.out_cols = args.hidden;

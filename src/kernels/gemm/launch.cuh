@@ -27,6 +27,15 @@ void launch_grouped_gemm(Params const& p, int64_t max_tiles, int num_ctas, cudaS
   CARACAL_CHECK(err == cudaSuccess, fn, ": launch failed: ", cudaGetErrorString(err));
 }
 
+// The Params fields every grouped GEMM takes from its ExpertRows: where each expert's rows start
+// (and how many are real), how many experts, the row buffers' capacity in M blocks.
+inline void set_expert_rows(Params& p, ExpertRows const& rows) {
+  p.expert_offset = rows.expert_offset;
+  p.expert_count = rows.expert_count;
+  p.num_experts = rows.num_experts;
+  p.capacity_blocks = rows.row_capacity / kBlockM;
+}
+
 // The row-tile count bound of a GEMM over the row buffers with N = p.n_blocks blocks.
 inline int64_t max_row_tiles(Params const& p) { return int64_t(p.capacity_blocks) * p.n_blocks; }
 

@@ -39,10 +39,7 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
     p.out_aux =
         make_tensor_map_2d(args.gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
   }
-  p.expert_offset = args.rows.expert_offset;
-  p.expert_count = args.rows.expert_count;
-  p.num_experts = args.rows.num_experts;
-  p.capacity_blocks = args.rows.row_capacity / kBlockM;
+  set_expert_rows(p, args.rows);
   p.n_blocks = int((2 * i + kBlockN - 1) / kBlockN);
   p.k_tiles = args.hidden / kBlockK;
   p.out_cols = args.intermediate;

@@ -40,10 +40,7 @@ void launch_weight_grad(const ExpertRows& rows, const __nv_bfloat16* lhs, int m,
   p.b = MNMajorRows::make_map<kBlockN>(rhs, capacity, uint64_t(n), rhs_name);
   p.a_mn_extent = m;
   p.b_mn_extent = n;
-  p.expert_offset = rows.expert_offset;
-  p.expert_count = rows.expert_count;
-  p.num_experts = rows.num_experts;
-  p.capacity_blocks = rows.row_capacity / kBlockM;
+  set_expert_rows(p, rows);
   p.m_blocks = (m + kBlockM - 1) / kBlockM;
   p.n_blocks = (n + kBlockN - 1) / kBlockN;
   p.out_rows = m;
