@@ -12,7 +12,7 @@ if [ $# -ge 1 ]; then
   export CARACAL_TORCH_LIBRARY="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
   export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 CARACAL_REQUIRE_GPU=1  # a GPU-test skip here is a failure
 summary=()
 record() { summary+=("$(printf '%-26s %s' "$1" "$2")"); }
 

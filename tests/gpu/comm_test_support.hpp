@@ -52,10 +52,14 @@ class Exchange {
 };
 
 // Captures `enqueue(stream)` into a graph, replays it `replays` times on `stream`, waits.
+// Thread-local capture mode: with one thread per GPU, the other threads keep making calls that a
+// global-mode capture forbids process-wide (cudaMalloc, cudaDeviceSynchronize, NCCL's setup and
+// teardown); under global mode those fail and invalidate the capture, and NCCL, getting such
+// errors in the middle of its teardown, crashed the process now and then.
 template <typename Enqueue>
 void replay_graph(const Stream& stream, int replays, Enqueue enqueue) {
   cudaGraph_t graph = nullptr;
-  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   enqueue(stream.get());
   check_cuda(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;

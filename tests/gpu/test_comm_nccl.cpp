@@ -97,10 +97,8 @@ TEST(NcclWorld, ProcessBootstrapThroughAHexId) {
 }
 
 TEST(NcclWorld, ThreadPerGpuExchange) {
-  CARACAL_REQUIRE_GPU();
-  int devices = 0;
-  CARACAL_ASSERT_CUDA(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs 2 or more GPUs, found " << devices;
+  CARACAL_REQUIRE_GPUS(2);
+  const int devices = gpu_count();
   std::vector<int> ids(static_cast<size_t>(devices));
   for (int d = 0; d < devices; ++d) ids[static_cast<size_t>(d)] = d;
   std::vector<comm::NcclComm> comms = comm::init_all(ids);

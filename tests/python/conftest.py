@@ -1,5 +1,8 @@
 """The Python tests need PyTorch, and those marked `gpu` a Hopper GPU and the built extension; where
-one is missing they are skipped with the reason shown (CI: "skipped: PyTorch not installed")."""
+one is missing they are skipped with the reason shown (CI: "skipped: PyTorch not installed").
+A CUDA driver that is installed but unusable fails them instead, and CARACAL_REQUIRE_GPU=1 (the GPU
+check scripts set it) turns every GPU skip into a failure: on the GPU machine a skip hides nothing."""
+import ctypes
 import os
 import random
 import sys
@@ -16,8 +19,19 @@ except ImportError:
     _torch_missing = "skipped: PyTorch not installed"
 
 
+def _driver_installed():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
 def _gpu_missing():
     if not torch.cuda.is_available():
+        if _driver_installed() and torch.cuda.device_count() == 0 and os.path.exists("/dev/nvidiactl"):
+            raise pytest.UsageError("a CUDA driver and device nodes are present but PyTorch sees no GPU: "
+                                    "the driver is broken or does not match PyTorch's CUDA")
         return "skipped: no GPU"
     if torch.cuda.get_device_capability() != (9, 0):
         return f"skipped: no GPU (needs sm_90, found {torch.cuda.get_device_name()})"
@@ -36,6 +50,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Without PyTorch every test is skipped; without a GPU (or the extension) the gpu-marked ones."""
     gpu_reason = None if _torch_missing else _gpu_missing()
+    if gpu_reason and os.environ.get("CARACAL_REQUIRE_GPU") == "1":
+        raise pytest.UsageError(f"CARACAL_REQUIRE_GPU=1 but the GPU tests would be {gpu_reason}")
     for reason, selected in ((_torch_missing, items),
                              (gpu_reason, [item for item in items if item.get_closest_marker("gpu")])):
         if reason and selected:
