@@ -22,4 +22,11 @@ LoopbackWorld::LoopbackWorld(int world_size, size_t heap_bytes_per_rank, int dev
   publish_heaps(heaps);
 }
 
+std::vector<int64_t> LoopbackWorld::all_gather(const std::vector<int64_t>& values) {
+  std::vector<int64_t> all;
+  all.reserve(values.size() * static_cast<size_t>(world_size()));
+  for (int r = 0; r < world_size(); ++r) all.insert(all.end(), values.begin(), values.end());
+  return all;
+}
+
 }  // namespace caracal::comm

@@ -86,6 +86,8 @@ struct NcclWorld::Resources {
 
 NcclWorld::NcclWorld(ncclComm_t comm, size_t heap_bytes_per_rank)
     : World(nccl_shape(comm), heap_bytes_per_rank), nccl_(std::make_unique<Resources>(comm, device())) {
+  // Before the window: windows of different sizes would not line up.
+  require_same_on_all_ranks("NcclWorld", {"heap_bytes_per_rank"}, {static_cast<int64_t>(this->heap_bytes_per_rank())});
   const size_t bytes = round_up(heap_stride(), NCCL_WIN_REQUIRED_ALIGNMENT);
   check_nccl(ncclMemAlloc(&nccl_->memory, bytes), "ncclMemAlloc(NcclWorld heap)", comm);
   // Zero (barrier state at epoch 0, buffers zero-filled) before any peer can reach this heap.
@@ -135,6 +137,21 @@ void NcclWorld::rendezvous(cudaStream_t stream) {
   int* word = nccl_->rendezvous_word.get();
   check_nccl(ncclAllReduce(word, word, 1, ncclInt32, ncclMax, nccl_->comm, stream), "ncclAllReduce(rendezvous)",
              nccl_->comm);
+}
+
+std::vector<int64_t> NcclWorld::all_gather(const std::vector<int64_t>& values) {
+  const size_t count = values.size();
+  std::vector<int64_t> all(count * static_cast<size_t>(world_size()));
+  if (count == 0) return all;
+  DeviceMemory<int64_t> device = device_alloc<int64_t>(all.size(), "cudaMalloc(NcclWorld all_gather)");
+  int64_t* mine = device.get() + static_cast<size_t>(rank()) * count;
+  check_cuda(cudaMemcpy(mine, values.data(), count * sizeof(int64_t), cudaMemcpyHostToDevice),
+             "cudaMemcpy(NcclWorld all_gather)");
+  check_nccl(ncclAllGather(mine, device.get(), count, ncclInt64, nccl_->comm, nullptr), "ncclAllGather(setup check)",
+             nccl_->comm);
+  check_cuda(cudaMemcpy(all.data(), device.get(), all.size() * sizeof(int64_t), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(NcclWorld all_gather)");
+  return all;
 }
 
 }  // namespace caracal::comm

@@ -92,6 +92,11 @@ DeviceWorld World::device_view(int ctas_per_rank, const char* launch_name) {
   view.error_claim = error_claim_.get();
   view.timeout_ns = timeout_ns_;
   view.launch_id = next_launch_;
+  view.generation = generation_;
+  view.stall_rank = stall_rank_;
+  view.stall_ns = stall_ns_;
+  stall_rank_ = -1;  // one launch only
+  stall_ns_ = 0;
   launch_names_[next_launch_ % kKeptLaunchNames] = launch_name != nullptr ? launch_name : "";
   ++next_launch_;
   return view;
@@ -108,7 +113,7 @@ std::string World::launch_name(uint32_t launch) const {
   return launch_names_[launch % kKeptLaunchNames];
 }
 
-void World::check() {
+void World::take_device_error() {
   // The device writes the fields, then fences, then `wait`; read in the opposite order.
   volatile DeviceErrorRecord* shared = error_host_.get();
   const uint32_t wait = shared->wait;
@@ -121,29 +126,88 @@ void World::check() {
   error.launch = shared->launch;
   error.seen = shared->seen;
   error.timeout_ns = shared->timeout_ns;
+  error.generation = shared->generation;
   // Clear, then open the next period: a device error that sees the new `cleared` finds the record
-  // empty (see record_wait_timeout).
+  // empty (see record_wait_failure).
   shared->rank = 0;
   shared->peer = 0;
   shared->launch = 0;
   shared->seen = 0;
   shared->timeout_ns = 0;
+  shared->generation = 0;
   shared->wait = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   shared->cleared = shared->cleared + 1;
-  throw Error(describe_device_error(error, launch_name(error.launch)));
+  // A launch made before the last reset() may still fail after it (loopback resets without
+  // waiting for it): its error belongs to the fault that reset already cleared.
+  if (error.generation != generation_) return;
+  if (fault_.empty()) fault_ = describe_device_error(error, launch_name(error.launch));
 }
 
-void World::reset_barrier(cudaStream_t stream) {
+bool World::faulted() {
+  take_device_error();
+  return !fault_.empty();
+}
+
+void World::check() {
+  if (faulted()) throw Error(fault_);
+}
+
+void World::reset(cudaStream_t stream) {
   rendezvous(stream);  // every rank's failed launch is over: no stale announcement is in flight
   for (int l = 0; l < shape_.local_ranks; ++l) {
     check_cuda(cudaMemsetAsync(local_heap(l), 0, barrier_layout::bytes(shape_.world_size), stream),
                "cudaMemsetAsync(barrier state)");
   }
   rendezvous(stream);  // every rank has zeroed its state before any rank's next barrier writes to it
+  take_device_error();
+  ++generation_;
+  fault_.clear();
+}
+
+const uint32_t* World::abort_word(int local_rank) const {
+  return reinterpret_cast<const uint32_t*>(local_heap(local_rank)) + barrier_layout::kAbort;
+}
+
+void World::stall_next_launch(int rank, std::chrono::nanoseconds delay) {
+  CARACAL_CHECK(rank >= shape_.first_local_rank && rank < shape_.first_local_rank + shape_.local_ranks,
+                shape_.backend, ": stall_next_launch: rank ", rank, " is not one of this process's ranks [",
+                shape_.first_local_rank, ", ", shape_.first_local_rank + shape_.local_ranks, ")");
+  CARACAL_CHECK(delay.count() >= 0, shape_.backend, ": stall_next_launch: delay must be >= 0");
+  stall_rank_ = rank;
+  stall_ns_ = static_cast<uint64_t>(delay.count());
+}
+
+void World::require_same_on_all_ranks(const char* what, const std::vector<const char*>& names,
+                                      const std::vector<int64_t>& values) {
+  CARACAL_CHECK(names.size() == values.size(), what, ": ", names.size(), " names for ", values.size(), " values");
+  const std::vector<int64_t> all = all_gather(values);
+  const std::string mismatch = detail::first_mismatch(names, all, shape_.world_size);
+  CARACAL_CHECK(mismatch.empty(), what, ": the ranks of this world were built differently (every rank must "
+                "pass the same configuration, or their symmetric heaps would not line up): ", mismatch);
 }
 
 namespace detail {
+
+std::string first_mismatch(const std::vector<const char*>& names, const std::vector<int64_t>& all_values,
+                           int world_size) {
+  const size_t fields = names.size();
+  CARACAL_CHECK(all_values.size() == fields * static_cast<size_t>(world_size), "first_mismatch: ",
+                all_values.size(), " values for ", world_size, " ranks of ", fields, " fields");
+  for (size_t f = 0; f < fields; ++f) {
+    for (int r = 1; r < world_size; ++r) {
+      const int64_t here = all_values[static_cast<size_t>(r) * fields + f];
+      if (here == all_values[f]) continue;
+      std::string values;
+      for (int q = 0; q < world_size; ++q) {
+        values += caracal::detail::concat(q == 0 ? "" : ", ", "rank ", q, ": ",
+                                          all_values[static_cast<size_t>(q) * fields + f]);
+      }
+      return caracal::detail::concat(names[f], " differs (", values, ")");
+    }
+  }
+  return "";
+}
 
 void throw_not_coresident(const World& world, const char* name, const LaunchShape& shape, int ctas_per_sm) {
   const long long most = static_cast<long long>(ctas_per_sm) * world.multiprocessors();

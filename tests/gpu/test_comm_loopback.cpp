@@ -74,7 +74,10 @@ TEST_P(LoopbackExchange, OneCtaPerSm) {
 INSTANTIATE_TEST_SUITE_P(Worlds, LoopbackExchange, ::testing::Values(1, 2, 4, 8),
                          [](const ::testing::TestParamInfo<int>& param) { return "W" + std::to_string(param.param); });
 
-TEST(LoopbackWorld, RankThatNeverArrivesTimesOutAndTheWorldRecovers) {
+// A rank that never arrives: the first leader to time out aborts the world, so every wait of every
+// rank ends after one timeout (not one per barrier); the world then stays faulted, and every later
+// launch stops at its first barrier, until reset() brings it back.
+TEST(LoopbackWorld, RankThatNeverArrivesAbortsTheWorldUntilReset) {
   CARACAL_REQUIRE_GPU();
   constexpr int kAbsent = 2;
   LoopbackWorld world(4, kHeapBytes);
@@ -83,7 +86,7 @@ TEST(LoopbackWorld, RankThatNeverArrivesTimesOutAndTheWorldRecovers) {
 
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second failure is reported too
     world.set_wait_timeout(std::chrono::milliseconds(50));
-    const auto start = std::chrono::steady_clock::now();
+    auto start = std::chrono::steady_clock::now();
     launch_barrier_without_rank(world, kAbsent, 2, stream.get());
     stream.sync();  // returns: the waits are bounded
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
@@ -92,15 +95,62 @@ TEST(LoopbackWorld, RankThatNeverArrivesTimesOutAndTheWorldRecovers) {
     EXPECT_TRUE(contains(message, "waited for rank 2")) << message;
     EXPECT_TRUE(contains(message, "'barrier_without_rank'")) << message;
     EXPECT_TRUE(contains(message, "50 ms")) << message;
-    EXPECT_EQ(check_message(world), "") << "check() clears the error";
+    EXPECT_TRUE(contains(message, "World::reset()")) << message;
+    EXPECT_EQ(check_message(world), message) << "the world stays faulted until reset()";
+    EXPECT_TRUE(world.faulted());
 
-    world.reset_barrier(stream.get());
+    // Aborted: a launch stops at its first barrier at once, even with the default timeout.
     world.set_wait_timeout(comm::World::kDefaultWaitTimeout);
+    start = std::chrono::steady_clock::now();
+    launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
+    stream.sync();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+    exchange.expect_clean(static_cast<uint32_t>(attempt));  // that launch did nothing
+
+    world.reset(stream.get());
+    EXPECT_FALSE(world.faulted());
     launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
     stream.sync();
     EXPECT_NO_THROW(world.check());
     exchange.expect_clean(static_cast<uint32_t>(attempt + 1));
   }
+}
+
+// A rank whose CTAs arrive late (a host stall, injected): the others give up after the timeout and
+// abort the world; the stalled rank, arriving, finds it aborted. Every wait ends within about one
+// timeout, and the error names the late rank.
+TEST(LoopbackWorld, StalledRankAbortsTheWorldAfterOneTimeout) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(4, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  world.set_wait_timeout(std::chrono::milliseconds(100));
+  world.stall_next_launch(1, std::chrono::seconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  launch_exchange(world, exchange.buffers(), 2, 5, stream.get());
+  stream.sync();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  const std::string message = check_message(world);
+  EXPECT_TRUE(contains(message, "waited for rank 1")) << message;
+  EXPECT_TRUE(contains(message, "100 ms")) << message;
+  world.reset(stream.get());
+  launch_exchange(world, exchange.buffers(), 2, 5, stream.get());  // the stall was for one launch only
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(1);
+}
+
+TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(2, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  world.set_wait_timeout(std::chrono::seconds(5));
+  world.stall_next_launch(0, std::chrono::milliseconds(300));
+  launch_exchange(world, exchange.buffers(), 2, 2, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(1);
 }
 
 TEST(LoopbackWorld, RefusesAGridThatCannotBeCoResident) {

@@ -15,6 +15,7 @@
 #include "caracal/comm/loopback_world.hpp"
 #include "caracal/comm/nccl_bootstrap.hpp"
 #include "caracal/comm/nccl_world.hpp"
+#include "caracal/comm/world.hpp"
 #include "caracal/error.hpp"
 
 namespace caracal::comm {
@@ -116,7 +117,8 @@ TEST(DeviceError, NamesTheWaitTheRanksAndTheLaunch) {
   EXPECT_TRUE(contains(message, "device wait timed out: world barrier (the rank's leader waiting for a peer rank"))
       << message;
   EXPECT_TRUE(contains(message, "rank 1 waited for rank 3 for 50 ms (flag value 4) in launch 7 'dispatch'")) << message;
-  EXPECT_TRUE(contains(message, "reset_barrier")) << message;
+  EXPECT_TRUE(contains(message, "World::reset()")) << message;
+  EXPECT_TRUE(contains(message, "poisoned (NaN)")) << message;
 
   record.wait = static_cast<uint32_t>(WaitId::barrier_release);
   record.peer = -1;
@@ -124,6 +126,22 @@ TEST(DeviceError, NamesTheWaitTheRanksAndTheLaunch) {
   EXPECT_TRUE(contains(release, "a CTA waiting for the rest of its own rank")) << release;
   EXPECT_TRUE(contains(release, "rank 1 waited for 50 ms")) << release;
   EXPECT_EQ(wait_description(static_cast<WaitId>(99)), "unknown wait 99");
+
+  record.wait = static_cast<uint32_t>(WaitId::world_aborted);
+  record.rank = 0;
+  record.peer = 2;
+  const std::string aborted = describe_device_error(record, "dispatch");
+  EXPECT_TRUE(contains(aborted, "rank 0 found the world aborted by rank 2 in launch 7 'dispatch'")) << aborted;
+}
+
+TEST(World, FirstMismatchNamesTheFieldAndEveryRanksValue) {
+  const std::vector<const char*> names{"hidden", "top_k"};
+  EXPECT_EQ(detail::first_mismatch(names, {7168, 8, 7168, 8, 7168, 8}, 3), "");
+  EXPECT_EQ(detail::first_mismatch(names, {7168, 8, 7168, 6}, 2), "top_k differs (rank 0: 8, rank 1: 6)");
+  EXPECT_EQ(detail::first_mismatch(names, {4096, 8, 7168, 6, 7168, 8}, 3),
+            "hidden differs (rank 0: 4096, rank 1: 7168, rank 2: 7168)");
+  EXPECT_EQ(detail::first_mismatch(names, {1, 2}, 1), "");
+  EXPECT_TRUE(contains(error_of([&] { detail::first_mismatch(names, {1, 2, 3}, 2); }), "3 values for 2 ranks"));
 }
 
 TEST(CheckCuda, NamesTheCallAndTheError) {

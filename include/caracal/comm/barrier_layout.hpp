@@ -1,8 +1,10 @@
 #pragma once
 // Layout of the world barrier's state (device_sync.cuh), which World reserves at offset 0 of every
-// rank's symmetric heap and zeroes at setup and in World::reset_barrier(). All words are uint32.
+// rank's symmetric heap and zeroes at setup and in World::reset(). All words are uint32.
 //   arrived   CTAs of this rank that arrived at the current barrier (its own 128-byte line)
 //   released  barriers this rank has completed: the rank's epoch (its own 128-byte line)
+//   abort     0, or 1 + the rank that timed out and aborted the world (written by that rank into
+//             every rank's state; every wait polls its own; its own 128-byte line)
 //   inbox[p]  the latest epoch rank p announced to this rank (written by p, possibly over NVLink)
 // The epoch lives in device memory and is advanced only by the barrier, so the barrier carries over
 // from launch to launch and across graph replays without any host reset.
@@ -12,7 +14,8 @@ namespace caracal::comm::barrier_layout {
 
 inline constexpr size_t kArrived = 0;    // word index
 inline constexpr size_t kReleased = 32;  // word index: 128 bytes after kArrived
-inline constexpr size_t kInbox = 64;     // word index of inbox[0]
+inline constexpr size_t kAbort = 64;     // word index
+inline constexpr size_t kInbox = 96;     // word index of inbox[0]
 
 // Bytes reserved per rank for a world of `world_size` ranks, a multiple of 256.
 constexpr size_t bytes(int world_size) {

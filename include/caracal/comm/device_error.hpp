@@ -1,7 +1,8 @@
 #pragma once
 // Device-side wait failures (DESIGN §3: "spin waits are bounded"). A wait that times out writes one
-// DeviceErrorRecord into pinned, host-mapped memory and its kernel returns early; the host reads the
-// record at its next World::check() without synchronizing and throws caracal::Error.
+// DeviceErrorRecord into pinned, host-mapped memory, aborts the world (every rank's waits then end
+// at once instead of timing out one after another) and its kernel returns early; the host reads
+// the record at its next World::check() without synchronizing and throws caracal::Error.
 // Shared by host and device code: plain data only.
 #include <cstdint>
 #include <string>
@@ -14,6 +15,7 @@ enum class WaitId : uint32_t {
   none = 0,
   barrier_peer = 1,     // world barrier: a rank's leader waits for a peer rank to arrive
   barrier_release = 2,  // world barrier: a CTA waits for its own rank's barrier to complete
+  world_aborted = 3,    // any wait: another rank (`peer`) timed out earlier and aborted the world
 };
 
 // Where a wait happens, as recorded on timeout: the wait and, if it waits on another rank, that rank.
@@ -33,7 +35,7 @@ struct DeviceErrorRecord {
   uint64_t seen;        // the flag's last value
   uint64_t timeout_ns;  // the timeout that expired
   uint32_t cleared;     // errors the host has taken so far (written by the host only)
-  uint32_t reserved;
+  uint32_t generation;  // World::reset() count of the launch: records of earlier ones are stale
 };
 
 // "world barrier (leader waiting for a peer rank)" etc.; "unknown wait <n>" for unlisted ids.

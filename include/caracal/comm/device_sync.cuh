@@ -4,12 +4,20 @@
 //
 //   wait_until(world, flag, done, site[, timeout_ns])  one thread spins until done(*flag); acquire
 //   world_barrier(world)                               every CTA of every rank, all threads
-//   record_wait_timeout(world, site, seen, timeout_ns) what a timed-out wait does
+//   fail_wait(world, site, seen, timeout_ns)           what a timed-out wait does
 //   global_time_ns()                                   %globaltimer, the clock of every timeout
 //
 // wait_until and world_barrier return false after a timeout (recorded for World::check()); the
 // kernel must then return. Every thread of a CTA gets the same world_barrier result, so that
-// return is uniform per CTA; the other CTAs and ranks then time out too instead of hanging.
+// return is uniform per CTA.
+//
+// Aborting: the wait that times out first records its error and then aborts the world: it
+// stores 1 + its rank into the `abort` word of every rank's barrier state. Every wait polls its own
+// rank's abort word and every barrier checks it on entry, so once one wait has expired every other
+// wait of every rank ends at once (recording "world aborted by rank r") instead of expiring one
+// after another, and every later launch stops at its first barrier. The word stays set until
+// World::reset() zeroes the barrier state on every rank, so a world that lost a rank refuses work
+// until it is brought back collectively; the layer poisons the outputs of such passes (NaN).
 // The barrier state is per rank, not per launch: one launch at a time per world may use it
 // (launches in stream order, as graphs replay them, are fine).
 //
@@ -36,11 +44,22 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return t;
 }
 
-// Records that `site` timed out after `timeout_ns` with its flag at `seen`. Only the first failed
+// The barrier state (barrier_layout.hpp) sits at heap offset 0 of every rank.
+__device__ __forceinline__ uint32_t* barrier_state(const DeviceWorld& world, int rank) {
+  return world.at(SymmetricPtr<uint32_t>{0}, rank);
+}
+
+// 0 while the world is healthy, else 1 + the rank that aborted it (relaxed, system scope).
+__device__ __forceinline__ uint32_t world_abort_word(const DeviceWorld& world) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, world.rank())[barrier_layout::kAbort])
+      .load(cuda::memory_order_relaxed);
+}
+
+// Records that `site` failed with its flag at `seen` after `timeout_ns`. Only the first failed
 // wait of a period is kept: the period is the host's `cleared` count, and claiming it is a CAS on a
 // device word (atomics on mapped host memory are not relied upon). The record's fields go out
 // before `wait`, which the host reads first.
-__device__ inline void record_wait_timeout(const DeviceWorld& world, WaitSite site, uint64_t seen,
+__device__ inline void record_wait_failure(const DeviceWorld& world, WaitSite site, uint64_t seen,
                                            uint64_t timeout_ns) {
   const uint32_t period =
       cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(world.error->cleared).load(cuda::memory_order_acquire);
@@ -51,16 +70,34 @@ __device__ inline void record_wait_timeout(const DeviceWorld& world, WaitSite si
   record->launch = world.launch_id;
   record->seen = seen;
   record->timeout_ns = timeout_ns;
+  record->generation = world.generation;
   __threadfence_system();
   record->wait = static_cast<uint32_t>(site.wait);
 }
 
+// What a wait does when its time is up: record the error, then abort the world (see the top).
+// Every rank's abort word gets 1 + this rank, so later waits anywhere end at once.
+__device__ inline void fail_wait(const DeviceWorld& world, WaitSite site, uint64_t seen, uint64_t timeout_ns) {
+  record_wait_failure(world, site, seen, timeout_ns);
+  __threadfence_system();  // the record before the abort that makes other ranks stop
+  const auto mark = static_cast<uint32_t>(world.rank() + 1);
+  for (int p = 0; p < world.world_size; ++p) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, p)[barrier_layout::kAbort])
+        .store(mark, cuda::memory_order_relaxed);
+  }
+}
+
+// A wait that found the world aborted by rank `abort_word - 1`: recorded, nothing else to do.
+__device__ inline void record_world_aborted(const DeviceWorld& world, uint32_t abort_word) {
+  record_wait_failure(world, WaitSite{WaitId::world_aborted, static_cast<int>(abort_word) - 1}, abort_word, 0);
+}
+
 namespace detail {
 
-// Polls *flag with relaxed loads at `Scope` until done(value) holds (true) or `timeout_ns` has
-// passed since `start` (records the error, false). The flag is read at least once, so an expired
-// deadline still succeeds when the condition already holds. No acquire: callers add the fence
-// they need.
+// Polls *flag with relaxed loads at `Scope` until done(value) holds (true), `timeout_ns` has passed
+// since `start` (fail_wait, false) or the world is aborted (recorded, false). The flag is read at
+// least once, so an expired deadline still succeeds when the condition already holds. No acquire:
+// callers add the fence they need.
 template <cuda::thread_scope Scope, typename T, typename Done>
 __device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, WaitSite site,
                            uint64_t timeout_ns, uint64_t start) {
@@ -70,8 +107,12 @@ __device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, W
   for (;;) {
     value = ref.load(cuda::memory_order_relaxed);
     if (done(value)) return true;
+    if (const uint32_t aborted = world_abort_word(world); aborted != 0) {
+      record_world_aborted(world, aborted);
+      return false;
+    }
     if (global_time_ns() - start >= timeout_ns) {
-      record_wait_timeout(world, site, static_cast<uint64_t>(value), timeout_ns);
+      fail_wait(world, site, static_cast<uint64_t>(value), timeout_ns);
       return false;
     }
   }
@@ -82,8 +123,9 @@ __device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, W
 // Spins (one thread) until done(*flag), then acquires at `Scope`: what the writer released before
 // the store that made done() true is visible to this thread. Polling uses relaxed loads so that a
 // waiting warp does not invalidate its SM's L1 on every iteration; one fence follows success.
-// On timeout, records `site` and returns false. Use thread_scope_system for flags written by other
-// GPUs, thread_scope_device for local counters.
+// On timeout, records `site`, aborts the world and returns false; returns false at once when the
+// world is aborted. Use thread_scope_system for flags written by other GPUs, thread_scope_device for
+// local counters.
 template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
 __device__ bool wait_until(const DeviceWorld& world, const T* flag, Done done, WaitSite site,
                            uint64_t timeout_ns) {
@@ -114,7 +156,8 @@ namespace detail {
 // with wrap-around arithmetic and nothing is ever reset between barriers, launches or replays.
 // Why it cannot hang: every wait is bounded. A leader gives all its peers world.timeout_ns in
 // total; its CTAs wait twice as long, so when a peer is missing the leader's error, which names
-// the missing rank, is recorded first.
+// the missing rank, is recorded first (and its abort then ends the other waits at once). A barrier
+// entered in an aborted world fails at once.
 // Memory order, all at system scope because data may have been stored into peers' memory over
 // NVLink: each CTA's arrival is a release (after __syncthreads, cumulative over its threads'
 // writes) and an acquire; the leader, which read the last arrival, issues one release fence before
@@ -125,8 +168,11 @@ namespace detail {
 __device__ inline bool barrier_step(const DeviceWorld& world) {
   using Word = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
   const int rank = world.rank();
-  const SymmetricPtr<uint32_t> state_ptr{0};  // barrier state sits at heap offset 0
-  uint32_t* state = world.at(state_ptr, rank);
+  uint32_t* state = barrier_state(world, rank);
+  if (const uint32_t aborted = world_abort_word(world); aborted != 0) {
+    record_world_aborted(world, aborted);
+    return false;
+  }
   Word arrived(state[barrier_layout::kArrived]);
   Word released(state[barrier_layout::kReleased]);
 
@@ -145,7 +191,7 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
   arrived.store(0u, cuda::memory_order_relaxed);
   cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
   for (int p = 0; p < world.world_size; ++p) {
-    Word(world.at(state_ptr, p)[barrier_layout::kInbox + rank]).store(next, cuda::memory_order_relaxed);
+    Word(barrier_state(world, p)[barrier_layout::kInbox + rank]).store(next, cuda::memory_order_relaxed);
   }
   // One deadline for all peers: the leader gives them world.timeout_ns in total.
   const uint64_t start = global_time_ns();
@@ -161,6 +207,16 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
   return true;
 }
 
+// Fault injection for the tests (World::stall_next_launch): the stalled rank's CTAs arrive
+// `stall_ns` late at each barrier, or as soon as the world is aborted (so a test waits about one
+// timeout, not the whole stall once per barrier).
+__device__ inline void injected_stall(const DeviceWorld& world) {
+  if (world.stall_ns == 0 || world.rank() != world.stall_rank) return;
+  const uint64_t start = global_time_ns();
+  while (global_time_ns() - start < world.stall_ns && world_abort_word(world) == 0) {
+  }
+}
+
 }  // namespace detail
 
 // Returns when every CTA of every rank has arrived: writes made before it (to any rank's heap)
@@ -169,7 +225,10 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
 __device__ inline bool world_barrier(const DeviceWorld& world) {
   __syncthreads();  // this CTA's threads are done with their pre-barrier accesses
   bool ok = true;
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) ok = detail::barrier_step(world);
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    detail::injected_stall(world);
+    ok = detail::barrier_step(world);
+  }
   return __syncthreads_and(ok) != 0;  // broadcasts thread 0's result; orders the rest after it
 }
 

@@ -11,8 +11,9 @@
 // (a 1-D grid, as launch() makes it), and find their rank and CTA index with rank() and cta().
 //
 // Cross-rank ordering comes only from world_barrier (device_sync.cuh, DESIGN §3). Waits are
-// bounded: a wait that times out records an error (first error wins) and the kernel returns; the
-// host raises it as caracal::Error at its next World::check().
+// bounded: a wait that times out records an error (first error wins), aborts the world (every
+// rank's waits end at once) and the kernel returns; the host raises it as caracal::Error at its
+// next World::check().
 //
 // A DeviceWorld is made by World::device_view for exactly one launch and passed by value as the
 // kernel's first parameter.
@@ -33,6 +34,9 @@ struct DeviceWorld {
   unsigned* error_claim = nullptr;      // device word: the first failed wait of a period wins
   uint64_t timeout_ns = 0;              // default bound of every wait (World::set_wait_timeout)
   uint32_t launch_id = 0;               // names this launch in error messages
+  uint32_t generation = 0;              // World::reset() count, stamped on error records
+  int stall_rank = -1;                  // fault injection (tests): this rank's CTAs wait stall_ns
+  uint64_t stall_ns = 0;                //   before each barrier of the launch (World::stall_next_launch)
 
   // Index of this CTA's rank among the process's local ranks.
   __device__ int local_rank() const { return static_cast<int>(blockIdx.x) / ctas_per_rank; }

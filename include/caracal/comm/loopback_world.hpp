@@ -2,6 +2,8 @@
 // W virtual ranks on one GPU, driven by one process and one launch (DESIGN §4): every multi-rank
 // path runs on a single GPU. Heaps are one device allocation, rank r's at base + r * stride.
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/world.hpp"
@@ -17,6 +19,8 @@ class LoopbackWorld final : public World {
  private:
   // All virtual ranks run in one launch on one stream: stream order is already a rendezvous.
   void rendezvous(cudaStream_t) override {}
+  // One process builds every rank from one configuration: they cannot differ.
+  std::vector<int64_t> all_gather(const std::vector<int64_t>& values) override;
 
   DeviceMemory<char> heaps_;  // world_size heaps of heap_stride() bytes
 };

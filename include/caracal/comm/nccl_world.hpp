@@ -5,7 +5,9 @@
 // team (one NVLink domain). NVLink multicast is never used: no multimem is requested and the
 // constructor refuses to run unless NCCL_NVLS_ENABLE=0 (the bootstrap helpers set it).
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <nccl.h>
 
@@ -37,6 +39,7 @@ class NcclWorld final : public World {
   struct Resources;
 
   void rendezvous(cudaStream_t stream) override;
+  std::vector<int64_t> all_gather(const std::vector<int64_t>& values) override;
 
   std::unique_ptr<Resources> nccl_;
 };

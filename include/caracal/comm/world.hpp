@@ -5,8 +5,13 @@
 // launched with caracal::comm::launch (launch.cuh). Backends:
 //   * LoopbackWorld (loopback_world.hpp): all ranks are virtual, on one GPU, in one launch;
 //   * NcclWorld (nccl_world.hpp): one rank per process or thread, NCCL symmetric memory.
-// After construction nothing here synchronizes the device: device_view, check and reset_barrier only
+// After construction nothing here synchronizes the device: device_view, check and reset only
 // touch host memory or enqueue work on a stream, so launches can be captured into CUDA graphs.
+//
+// Failures: every device wait is bounded by wait_timeout() (default 10 minutes, as NCCL's watchdog).
+// The first wait that expires aborts the world: every rank's waits end at once, every later launch
+// stops at its first barrier, and check() throws on every rank, and keeps throwing, until reset()
+// has been called on every rank (collective). See device_sync.cuh.
 //
 // Threading: a World is used from one host thread at a time, whose current device is device().
 // Not copyable or movable (kernels hold pointers into it); destroy it after its last launch.
@@ -39,7 +44,8 @@ struct WorldShape {
 
 class World {
  public:
-  static constexpr std::chrono::nanoseconds kDefaultWaitTimeout = std::chrono::seconds(5);
+  // Long enough for a rank that stalls on the host for a checkpoint, an eval or a first-step compile.
+  static constexpr std::chrono::nanoseconds kDefaultWaitTimeout = std::chrono::minutes(10);
 
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -79,15 +85,35 @@ class World {
   void set_wait_timeout(std::chrono::nanoseconds timeout);
   std::chrono::nanoseconds wait_timeout() const { return std::chrono::nanoseconds(timeout_ns_); }
 
-  // Throws caracal::Error describing the first device wait that timed out since the last check
-  // (the wait, the rank, the peer, the launch) and clears it. Reads pinned host memory only: it
-  // does not wait for running kernels, so an error shows up at the first check after it happened.
+  // Throws caracal::Error describing the first device wait that failed (the wait, the rank, the
+  // peer, the launch), and throws it again at every later call until reset(): the world is
+  // faulted. Reads pinned host memory only: it does not wait for running kernels, so an error shows
+  // up at the first check after it happened. faulted() says the same without throwing.
   void check();
+  bool faulted();
 
-  // After a timed-out wait the barrier state is inconsistent (some ranks advanced, some did not).
-  // This zeroes it on `stream`, after the failed launch; the NCCL backend brackets the reset with
-  // two cross-rank rendezvous (collective: every rank calls it). Stream-ordered, no host sync.
-  void reset_barrier(cudaStream_t stream);
+  // Brings a faulted world back (collective: every rank calls it, on the stream of its launches).
+  // After a failed wait the barrier state is inconsistent (some ranks advanced, some did not) and
+  // the world is aborted; this zeroes the state on `stream` after the failed launches, bracketed
+  // on the NCCL backend by two cross-rank rendezvous, and clears the fault. Errors recorded by
+  // launches made before it are ignored. Stream-ordered, no host sync; harmless on a healthy world.
+  void reset(cudaStream_t stream);
+
+  // Where the device reads whether the world is aborted: local rank `local_rank`'s abort word
+  // (0: healthy; barrier_layout::kAbort). For kernels that must act on an abort without waiting
+  // (the layer poisons its outputs with it).
+  const uint32_t* abort_word(int local_rank) const;
+
+  // Fault injection for tests: in the next launch, the CTAs of rank `rank` (one of this process's)
+  // arrive `delay` late at each world barrier, as a rank stalled on the host would. One launch only.
+  void stall_next_launch(int rank, std::chrono::nanoseconds delay);
+
+  // Checks at setup that every rank passed the same values (collective; synchronizes): throws
+  // caracal::Error on every rank, naming `what`, the first field that differs, and the ranks' values.
+  // Ranks built with different shapes would lay out their symmetric heaps differently and read
+  // the wrong peer memory. `names` and `values` have the same length.
+  void require_same_on_all_ranks(const char* what, const std::vector<const char*>& names,
+                                 const std::vector<int64_t>& values);
 
  protected:
   World(const WorldShape& shape, size_t heap_bytes_per_rank);
@@ -96,14 +122,19 @@ class World {
   size_t heap_stride() const { return heap_stride_; }
   // Records where every rank's heap is mapped in this process (setup only; synchronizes).
   void publish_heaps(const std::vector<char*>& heaps);
-  // Cross-rank fence on `stream` used by reset_barrier: once it completes on a rank, every rank has
+  // Cross-rank fence on `stream` used by reset: once it completes on a rank, every rank has
   // completed all work it enqueued before its own call. Loopback: stream order already does that.
   virtual void rendezvous(cudaStream_t stream) = 0;
+  // Every rank's `values` (the same count on each), rank after rank (setup only; synchronizes).
+  // Loopback: all ranks are this process's, so its own values stand for all of them.
+  virtual std::vector<int64_t> all_gather(const std::vector<int64_t>& values) = 0;
 
  private:
   static constexpr size_t kKeptLaunchNames = 64;
 
   std::string launch_name(uint32_t launch) const;
+  // Takes a new error record of the current generation, if any, into fault_ (clears the record).
+  void take_device_error();
 
   WorldShape shape_;
   SymmetricHeapAllocator allocator_;
@@ -117,6 +148,17 @@ class World {
   DeviceMemory<unsigned> error_claim_;         // device word: first error of a period wins
   uint32_t next_launch_ = 0;
   std::array<std::string, kKeptLaunchNames> launch_names_;
+  uint32_t generation_ = 0;  // reset() count
+  std::string fault_;        // the error that faulted the world, until reset()
+  int stall_rank_ = -1;      // stall_next_launch
+  uint64_t stall_ns_ = 0;
 };
+
+namespace detail {
+// "" when all ranks hold the same value of every field, else "<name> differs (rank 0: a, rank 1:
+// b, ...)" for the first field that does not. `all_values` is rank-major: [world_size][names.size()].
+std::string first_mismatch(const std::vector<const char*>& names, const std::vector<int64_t>& all_values,
+                           int world_size);
+}  // namespace detail
 
 }  // namespace caracal::comm
