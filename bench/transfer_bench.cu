@@ -127,7 +127,7 @@ void run_loopback_direction(const ModelPreset& model, const Routing& routing, bo
   Stream stream;
   const std::vector<double> copies = copy_ms(bytes, o, stream.get());
 
-  const ExchangeOptions options{forward, !forward, false};
+  const ExchangeOptions options = o.exchange_options(forward);
   const size_t heap = TokenExchange::heap_bytes(shape, W, options);
   result.heap_bytes = static_cast<double>(heap) * W;
   comm::LoopbackWorld world(W, heap);
@@ -262,6 +262,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI::Option* seed = app.add_option("--seed", o.seed, "routing and data seed (default: a fresh one, printed)");
   app.add_flag("--no-baseline", o.no_baseline, "skip the NCCL baseline (loopback, at W = 1)");
+  app.add_option("--exchange-sms", o.exchange_sms, "SMs the exchange kernels may occupy (0: all but 16)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--coherent-loads", o.coherent_loads, "pull with ld.global instead of ld.global.nc");
   app.add_option("--json", o.json_path, "also write every figure to this JSON file");
   CLI11_PARSE(app, argc, argv);
   o.fixed_seed = seed->count() > 0;

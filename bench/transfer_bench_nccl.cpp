@@ -190,7 +190,7 @@ void NcclDirections::run(const ModelPreset& model, const Routing& routing, bool 
   const ExchangeShape shape{o.tokens, model.shape.top_k, model.shape.hidden, model.shape.num_experts, kTileM};
   const std::vector<int64_t> rows_per_rank = schedule_rows_per_rank(routing, shape.num_experts, shape.tile_m);
   result.traffic = traffic_of(routing, shape, rows_per_rank);
-  const ExchangeOptions options{forward, !forward, false};
+  const ExchangeOptions options = o.exchange_options(forward);
   const size_t heap = TokenExchange::heap_bytes(shape, W, options);
   result.heap_bytes = static_cast<double>(heap) * W;
   std::vector<comm::NcclComm>& comms = communicators(W);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "caracal/transfer/token_exchange.hpp"
 #include "transfer_bytes.hpp"
 
 namespace caracal::bench {
@@ -23,7 +24,16 @@ struct Options {
   uint64_t seed = 0;
   bool fixed_seed = false;  // --seed given
   bool no_baseline = false;
+  int exchange_sms = 0;              // ExchangeOptions::max_sms (0: the default)
+  bool coherent_loads = false;       // ExchangeOptions::coherent_pull_loads
   std::string json_path;
+
+  transfer::ExchangeOptions exchange_options(bool forward) const {
+    transfer::ExchangeOptions options{forward, !forward, false};
+    options.max_sms = exchange_sms;
+    options.coherent_pull_loads = coherent_loads;
+    return options;
+  }
 
   bool nccl() const { return backend == "nccl"; }
 };

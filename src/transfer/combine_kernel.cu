@@ -9,10 +9,9 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 3 CTAs per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
-constexpr int kMinCtasPerSm = 3;
+// 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
 
-__global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kReduceThreads, 1)
     combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   // No home rank is still summing its slots in an earlier combine.
   if (!comm::world_barrier(world)) return;
@@ -38,13 +37,13 @@ __global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
 
 }  // namespace
 
-comm::LaunchShape combine_launch_shape(comm::World& world, const ExchangeShape& exchange, const ExchangeSizes& sizes) {
+comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange, const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kExchangeThreads;
+  shape.threads_per_cta = kReduceThreads;
   const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta);
   // A warp per row while pushing, a warp per token while summing.
   shape.ctas_per_rank =
-      ctas_for_items(max_ctas, std::max(sizes.row_capacity, exchange.tokens), kExchangeThreads / kWarpSize);
+      ctas_for_items(world, sm_budget, max_ctas, std::max(sizes.row_capacity, exchange.tokens), kReduceThreads / kWarpSize);
   return shape;
 }
 

@@ -26,31 +26,44 @@ struct ExchangeArgs {
   BackwardBuffers backward;
   RouterScaling scaling;    // compute_gates and reverse_dispatch
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
+  bool coherent_pull_loads = false;  // ExchangeOptions::coherent_pull_loads
 };
 
-// CTAs per rank giving each of `items_per_rank` work items its own worker (`per_cta` of them in a
-// CTA), capped at what can be co-resident (`max_ctas`: world barriers need it), at least 1.
-inline int ctas_for_items(int max_ctas, int64_t items_per_rank, int64_t per_cta) {
-  const int64_t wanted = (items_per_rank + per_cta - 1) / per_cta;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, max_ctas)));
+// The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but
+// kExchangeFreeSms), at least one per local rank.
+inline int exchange_sm_budget(const comm::World& world, int max_sms) {
+  const int budget = max_sms > 0 ? std::min(max_sms, world.multiprocessors())
+                                 : std::max(1, world.multiprocessors() - kExchangeFreeSms);
+  return std::max(budget, world.local_ranks());
 }
 
-comm::LaunchShape schedule_launch_shape(comm::World& world, const ExchangeSizes& sizes);
+// CTAs per rank giving each of `items_per_rank` work items its own worker (`per_cta` of them in a
+// CTA), capped at what can be co-resident (`max_ctas`: world barriers need it) and at the SM
+// budget shared by the local ranks (a CTA touches one SM), at least 1.
+inline int ctas_for_items(const comm::World& world, int sm_budget, int max_ctas, int64_t items_per_rank,
+                          int64_t per_cta) {
+  const int64_t wanted = (items_per_rank + per_cta - 1) / per_cta;
+  const int64_t budget = sm_budget / world.local_ranks();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, max_ctas, budget})));
+}
+
+comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
-comm::LaunchShape gates_launch_shape(comm::World& world, const ExchangeShape& exchange);
+comm::LaunchShape gates_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange);
 void launch_gates(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
 // dispatch and reverse_combine share one shape (the same kernel template).
-comm::LaunchShape pull_launch_shape(comm::World& world, const ExchangeSizes& sizes);
+comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream);
 
-comm::LaunchShape combine_launch_shape(comm::World& world, const ExchangeShape& exchange, const ExchangeSizes& sizes);
+comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
+                                       const ExchangeSizes& sizes);
 void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
-comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, const ExchangeShape& exchange,
+comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes);
 void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                              cudaStream_t stream);

@@ -12,7 +12,7 @@ constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();  // routes an
 constexpr const char* kWhere = "TokenExchange: ";
 
 // Warps per CTA of the schedule builder, whose shared memory holds one counter array per warp.
-constexpr int64_t kScheduleWarps = kExchangeThreads / 32;
+constexpr int64_t kScheduleWarps = kScheduleThreads / 32;
 
 }  // namespace
 
@@ -45,12 +45,13 @@ ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size) {
                 " must be below 2^31 (32-bit row indices): lower tile_m or the token count");
   sizes.row_capacity = world_size * sizes.routes + sizes.local_experts * padding;
   sizes.chunks = (sizes.routes + kScheduleChunkRoutes - 1) / kScheduleChunkRoutes;
-  // E + 10 * L + 1 ints: see schedule::shared_ints (schedule_build.cuh).
+  // E + (2 + warps) * L + 1 ints: see schedule::shared_ints (schedule_build.cuh).
   const int64_t shared_ints = shape.num_experts + (2 + kScheduleWarps) * sizes.local_experts + 1;
   sizes.schedule_shared_bytes = static_cast<size_t>(shared_ints) * sizeof(int32_t);
   CARACAL_CHECK(sizes.schedule_shared_bytes <= kMaxSharedBytesPerCta, kWhere, "num_experts = ", shape.num_experts,
                 " with world_size ", world_size, " needs ", sizes.schedule_shared_bytes,
-                " bytes of shared memory per schedule CTA (num_experts + 10 * num_experts / world_size + 1 ints), "
+                " bytes of shared memory per schedule CTA (num_experts + ", 2 + kScheduleWarps,
+                " * num_experts / world_size + 1 ints), "
                 "more than the ",
                 kMaxSharedBytesPerCta, " a Hopper CTA has");
   return sizes;

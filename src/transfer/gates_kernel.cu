@@ -6,10 +6,9 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// A light kernel; the bound only keeps ptxas from trading registers for occupancy.
-constexpr int kMinCtasPerSm = 4;
+// A light kernel, one thread per token.
 
-__global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kGatesThreads, 1)
     gates_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const int64_t total = static_cast<int64_t>(world.local_ranks) * args.tokens;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -24,11 +23,11 @@ __global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
 
 }  // namespace
 
-comm::LaunchShape gates_launch_shape(comm::World& world, const ExchangeShape& exchange) {
+comm::LaunchShape gates_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kExchangeThreads;
+  shape.threads_per_cta = kGatesThreads;
   const int max_ctas = comm::max_ctas_per_rank(world, gates_kernel, shape.threads_per_cta);
-  shape.ctas_per_rank = ctas_for_items(max_ctas, exchange.tokens, kExchangeThreads);  // a thread per token
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, exchange.tokens, kGatesThreads);  // a thread per token
   return shape;
 }
 

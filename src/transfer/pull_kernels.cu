@@ -7,14 +7,13 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 4 CTAs per SM (64 registers): 32 warps, each with kCopyUnroll vectors per lane in flight. Without a
-// bound, ptxas squeezes to 48 registers and spills around the row loop.
-constexpr int kMinCtasPerSm = 4;
+// One CTA of 32 warps per SM (64 registers), each warp with kCopyUnroll vectors per lane in flight.
+// Below 64 registers ptxas spills around the row loop.
 
 // kReverseCombine: dy rows into expert_dy, with g beside them in expert_gates; otherwise x rows
-// into expert_x.
-template <bool kReverseCombine>
-__global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
+// into expert_x. kCoherent: ld.global instead of ld.global.nc (ExchangeOptions::coherent_pull_loads).
+template <bool kReverseCombine, bool kCoherent>
+__global__ void __launch_bounds__(kPullThreads, 1)
     pull_rows_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   // The home rows (and gates) of every rank are in place, and no rank is still in an earlier
   // launch that reads what this one overwrites.
@@ -33,30 +32,34 @@ __global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
             entry.x < 0 ? 0.0f : world.at(args.router.gates, entry.x)[entry.y];
       }
     }
-    pull_token_row(world, entry, home_rows, args.top_k, args.hidden,
+    pull_token_row<kCoherent>(world, entry, home_rows, args.top_k, args.hidden,
                    row_vectors(world.at(expert_rows, rank), row, args.hidden), lane);
   });
 }
 
 }  // namespace
 
-comm::LaunchShape pull_launch_shape(comm::World& world, const ExchangeSizes& sizes) {
+comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kExchangeThreads;
-  const int max_ctas = std::min(comm::max_ctas_per_rank(world, pull_rows_kernel<false>, shape.threads_per_cta),
-                                comm::max_ctas_per_rank(world, pull_rows_kernel<true>, shape.threads_per_cta));
-  shape.ctas_per_rank = ctas_for_items(max_ctas, sizes.row_capacity, kExchangeThreads / kWarpSize);  // a warp per row
+  shape.threads_per_cta = kPullThreads;
+  const int max_ctas = std::min({comm::max_ctas_per_rank(world, pull_rows_kernel<false, false>, shape.threads_per_cta),
+                                 comm::max_ctas_per_rank(world, pull_rows_kernel<true, false>, shape.threads_per_cta),
+                                 comm::max_ctas_per_rank(world, pull_rows_kernel<false, true>, shape.threads_per_cta),
+                                 comm::max_ctas_per_rank(world, pull_rows_kernel<true, true>, shape.threads_per_cta)});
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);  // a warp per row
   return shape;
 }
 
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                      cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::dispatch", shape, stream, pull_rows_kernel<false>, args);
+  comm::launch(world, "TokenExchange::dispatch", shape, stream,
+               args.coherent_pull_loads ? pull_rows_kernel<false, true> : pull_rows_kernel<false, false>, args);
 }
 
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_combine", shape, stream, pull_rows_kernel<true>, args);
+  comm::launch(world, "TokenExchange::reverse_combine", shape, stream,
+               args.coherent_pull_loads ? pull_rows_kernel<true, true> : pull_rows_kernel<true, false>, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -11,10 +11,9 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 3 CTAs per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
-constexpr int kMinCtasPerSm = 3;
+// 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
 
-__global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kReduceThreads, 1)
     reverse_dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   // No home rank is still summing its slots in an earlier reverse dispatch.
   if (!comm::world_barrier(world)) return;
@@ -47,14 +46,14 @@ __global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
 
 }  // namespace
 
-comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, const ExchangeShape& exchange,
+comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kExchangeThreads;
+  shape.threads_per_cta = kReduceThreads;
   const int max_ctas = comm::max_ctas_per_rank(world, reverse_dispatch_kernel, shape.threads_per_cta);
   // A warp per row while pushing, a warp per token while summing.
   shape.ctas_per_rank =
-      ctas_for_items(max_ctas, std::max(sizes.row_capacity, exchange.tokens), kExchangeThreads / kWarpSize);
+      ctas_for_items(world, sm_budget, max_ctas, std::max(sizes.row_capacity, exchange.tokens), kReduceThreads / kWarpSize);
   return shape;
 }
 

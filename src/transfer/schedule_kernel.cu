@@ -6,10 +6,9 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 2 CTAs per SM: the fully unrolled chunk steps keep 32 route ids per lane in registers.
-constexpr int kMinCtasPerSm = 2;
+// 16 warps per SM: the fully unrolled chunk steps keep 32 route ids per lane in registers.
 
-__global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kScheduleThreads, 1)
     build_schedule_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   extern __shared__ int shared[];
   (void)schedule::build_schedule(world, args.schedule, shared);  // a timeout is recorded; nothing left to do
@@ -17,16 +16,16 @@ __global__ void __launch_bounds__(kExchangeThreads, kMinCtasPerSm)
 
 }  // namespace
 
-comm::LaunchShape schedule_launch_shape(comm::World& world, const ExchangeSizes& sizes) {
+comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kExchangeThreads;
+  shape.threads_per_cta = kScheduleThreads;
   shape.shared_bytes = sizes.schedule_shared_bytes;
   check_cuda(cudaFuncSetAttribute(build_schedule_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shape.shared_bytes)),
              "cudaFuncSetAttribute(build_schedule_kernel, MaxDynamicSharedMemorySize)");
   const int max_ctas = comm::max_ctas_per_rank(world, build_schedule_kernel, shape.threads_per_cta, shape.shared_bytes);
   shape.ctas_per_rank =
-      ctas_for_items(max_ctas, sizes.world_size * sizes.chunks, kExchangeThreads / kWarpSize);  // a warp per chunk
+      ctas_for_items(world, sm_budget, max_ctas, sizes.world_size * sizes.chunks, kScheduleThreads / kWarpSize);  // a warp per chunk
   return shape;
 }
 

@@ -116,12 +116,15 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   forward_ = b.forward;
   backward_ = b.backward;
 
+  CARACAL_CHECK(options.max_sms >= 0, "TokenExchange: options.max_sms must be >= 0 (0: all but ",
+                kExchangeFreeSms, " SMs), got ", options.max_sms);
+  const int sm_budget = detail::exchange_sm_budget(world, options.max_sms);
   kernels_ = std::make_unique<Kernels>();
-  kernels_->schedule = detail::schedule_launch_shape(world, sizes_);
-  kernels_->gates = detail::gates_launch_shape(world, shape_);
-  kernels_->pull = detail::pull_launch_shape(world, sizes_);
-  kernels_->combine = detail::combine_launch_shape(world, shape_, sizes_);
-  kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, shape_, sizes_);
+  kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
+  kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
+  kernels_->pull = detail::pull_launch_shape(world, sm_budget, sizes_);
+  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
+  kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
   detail::ExchangeArgs& a = kernels_->args;
   a.tokens = static_cast<int>(shape_.tokens);
@@ -141,6 +144,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.forward = forward_;
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
+  a.coherent_pull_loads = options_.coherent_pull_loads;
 }
 
 TokenExchange::~TokenExchange() = default;

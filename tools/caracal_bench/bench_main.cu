@@ -73,6 +73,7 @@ struct Args {
   std::string json;
   bool no_validate = false;
   bool quiet = false;
+  int exchange_sms = 0;  // MoELayerOptions::exchange_sms
 };
 
 struct Pass {
@@ -142,7 +143,9 @@ constexpr int kLockstepWarmupRuns = 20;
 // Times the layer over `world` (this thread drives its local ranks). Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const Args& a) {
   const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
-  MoELayer layer(c, world);
+  MoELayerOptions options;
+  options.exchange_sms = a.exchange_sms;
+  MoELayer layer(c, world, options);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(stream, [](cudaStream_t s) {
@@ -551,6 +554,7 @@ int run(const Args& a) {
   out["precision"] = "bf16";
   out["warmup"] = a.warmup;
   out["reps"] = a.reps;
+  out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
 
@@ -672,6 +676,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json, "Write every result as JSON to this path");
   app.add_flag("--no-validate", a.no_validate, "Skip the fp64-reference check before timing");
   app.add_flag("--quiet", a.quiet, "No progress lines on stderr");
+  app.add_option("--exchange-sms", a.exchange_sms, "SMs the token exchange may occupy (0: all but 16)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -10,8 +10,17 @@ namespace caracal::transfer {
 inline constexpr int64_t kHiddenAlignment = 8;
 // Routes one warp of the schedule builder pulls, counts and places as one chunk.
 inline constexpr int64_t kScheduleChunkRoutes = 1024;
-// Threads of every exchange kernel (8 warps).
-inline constexpr int kExchangeThreads = 256;
+// Threads per CTA of the exchange kernels. A launch of G CTAs touches at most G SMs, so capping G
+// (ExchangeOptions::max_sms) leaves the other SMs wholly free for concurrent work; the CTAs are
+// large so that a few of them still keep enough copies in flight, each sized to its kernel's
+// registers (one CTA fills an SM's register file).
+inline constexpr int kPullThreads = 1024;      // dispatch, reverse combine: 64 registers
+inline constexpr int kReduceThreads = 768;     // combine, reverse dispatch: the slot sums need ~80
+inline constexpr int kScheduleThreads = 512;   // 32 route ids per lane in registers
+inline constexpr int kGatesThreads = 1024;
+// SMs the exchange leaves free by default: room for an NCCL collective on another stream (DDP or
+// FSDP gradient reduction during backward) to progress while exchange CTAs spin on peers.
+inline constexpr int kExchangeFreeSms = 16;
 // The largest dynamic shared memory a Hopper CTA may use (227 KiB).
 inline constexpr size_t kMaxSharedBytesPerCta = 227 * 1024;
 

@@ -6,8 +6,9 @@
 //   ds_l   = (scale / S) * (dg_l - W / S) with W = sum_j dg_j * s_j (__fmaf_rn, slot order)
 //            (normalize: the Jacobian of g, = scale * (dg_l / S - W / S^2))   or   scale * dg_l;
 //            0 for unrouted slots.
-// With normalization, a token whose routed scores sum to 0 gets non-finite values (the fp64
-// reference refuses such a token); tokens without routed slots are all zeros.
+// With normalization, a token whose routed scores sum to exactly 0 has no defined weights: its g
+// and ds are all 0 (its routed experts contribute nothing; the shared expert still does), as in
+// the references. Tokens without routed slots are all zeros too.
 #include <cstdint>
 
 #include "caracal/transfer/device_params.hpp"
@@ -24,11 +25,17 @@ __device__ inline float routed_score_sum(const int32_t* ids, const float* scores
   return sum;
 }
 
+// scale / S, or 0 where S = 0 (see above).
+__device__ inline float normalization_factor(float scale, float sum) {
+  return sum != 0.0f ? __fdiv_rn(scale, sum) : 0.0f;
+}
+
 // One thread: g of one token's k slots.
 __device__ inline void token_gates(const int32_t* ids, const float* scores, int num_experts, int top_k,
                                    RouterScaling router, float* gates) {
-  const float factor =
-      router.normalize ? __fdiv_rn(router.scale, routed_score_sum(ids, scores, num_experts, top_k)) : router.scale;
+  const float factor = router.normalize
+                           ? normalization_factor(router.scale, routed_score_sum(ids, scores, num_experts, top_k))
+                           : router.scale;
   for (int slot = 0; slot < top_k; ++slot) {
     gates[slot] = is_routed(ids[slot], num_experts) ? __fmul_rn(factor, scores[slot]) : 0.0f;
   }
@@ -49,8 +56,8 @@ __device__ inline void token_score_gradients(const int32_t* ids, const float* sc
       sum = __fadd_rn(sum, scores[slot]);
       weighted = __fmaf_rn(load_coherent_f32(dg + slot), scores[slot], weighted);
     }
-    factor = __fdiv_rn(router.scale, sum);
-    mean = __fdiv_rn(weighted, sum);
+    factor = normalization_factor(router.scale, sum);
+    mean = sum != 0.0f ? __fdiv_rn(weighted, sum) : 0.0f;
   }
   for (int slot = lane; slot < top_k; slot += kWarpSize) {
     float d = 0.0f;

@@ -11,6 +11,15 @@
 //                     without L1 allocation as every row is read once by this SM;
 //   load_coherent16   data stored earlier in this launch by another CTA or rank and ordered by a
 //                     world barrier (the home side of combine and reverse dispatch): ld.global.
+// Why ld.global.nc is correct for rows another GPU wrote: the non-coherent (texture) path caches
+// lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
+// for data written while the kernel runs. A pulled home row is written by its home rank before
+// the home rank arrives at the pulling launch's entry barrier (in an earlier launch, or by the
+// host), and nobody writes it again until a later launch's entry barrier; the entry barrier's
+// acquire orders this kernel's loads after those writes, and no line of those rows can be in this
+// SM's L1 from before: nothing reads them before the barrier, and the driver invalidates global L1
+// lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served. ExchangeOptions::coherent_pull_loads switches every pull to load_coherent16 (ld.global):
+// docs/PERF.md has the cost of that measured side by side.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -57,17 +66,30 @@ __device__ __forceinline__ const uint4* row_vectors(const __nv_bfloat16* base, i
   return reinterpret_cast<const uint4*>(base + row * hidden);
 }
 
-// One warp copies `vectors` 16-byte vectors from src (immutable during the launch) to dst.
+// The 16-byte load of a row copy: ld.global.nc (kCoherent = false: src is immutable during the
+// launch) or ld.global.
+template <bool kCoherent>
+__device__ __forceinline__ uint4 load_row16(const void* p) {
+  if constexpr (kCoherent) {
+    return load_coherent16(p);
+  } else {
+    return load_immutable16(p);
+  }
+}
+
+// One warp copies `vectors` 16-byte vectors from src (immutable during the launch unless
+// kCoherent) to dst.
+template <bool kCoherent = false>
 __device__ __forceinline__ void warp_copy_row(uint4* dst, const uint4* src, int vectors, int lane) {
   int i = lane;
   for (; i + (kCopyUnroll - 1) * kWarpSize < vectors; i += kCopyUnroll * kWarpSize) {
     uint4 v[kCopyUnroll];
 #pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) v[u] = load_immutable16(src + i + u * kWarpSize);
+    for (int u = 0; u < kCopyUnroll; ++u) v[u] = load_row16<kCoherent>(src + i + u * kWarpSize);
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) store16(dst + i + u * kWarpSize, v[u]);
   }
-  for (; i < vectors; i += kWarpSize) store16(dst + i, load_immutable16(src + i));
+  for (; i < vectors; i += kWarpSize) store16(dst + i, load_row16<kCoherent>(src + i));
 }
 
 // One warp zeroes `vectors` 16-byte vectors at dst.

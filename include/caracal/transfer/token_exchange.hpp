@@ -42,6 +42,13 @@ struct ExchangeOptions {
   bool forward = true;         // dispatch + combine
   bool backward = true;        // reverse combine + reverse dispatch
   bool shared_expert = false;  // shared_out / shared_dx inputs added in combine / reverse dispatch
+  // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
+  // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
+  // always progresses). 0 = all but kExchangeFreeSms.
+  int max_sms = 0;
+  // Pulls (dispatch, reverse combine) load peers' rows with ld.global instead of ld.global.nc.
+  // Both are correct (row_copy.cuh says why); this exists to measure the difference.
+  bool coherent_pull_loads = false;
 };
 
 class TokenExchange {

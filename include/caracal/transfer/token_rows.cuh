@@ -16,7 +16,9 @@
 namespace caracal::transfer {
 
 // Fills `dst` (this rank's row) from the home token row, or zeroes it for a padding row. The home
-// rows must not change during the launch (they are published before its entry barrier).
+// rows must not change during the launch (they are published before its entry barrier; see
+// row_copy.cuh for why non-coherent loads are then correct, and kCoherent for the alternative).
+template <bool kCoherent = false>
 __device__ inline void pull_token_row(const comm::DeviceWorld& world, int2 entry,
                                       comm::SymmetricPtr<__nv_bfloat16> home_tokens, int top_k, int hidden, uint4* dst,
                                       int lane) {
@@ -26,7 +28,7 @@ __device__ inline void pull_token_row(const comm::DeviceWorld& world, int2 entry
     return;
   }
   const __nv_bfloat16* tokens = world.at(home_tokens, entry.x);
-  warp_copy_row(dst, row_vectors(tokens, entry.y / top_k, hidden), vectors, lane);
+  warp_copy_row<kCoherent>(dst, row_vectors(tokens, entry.y / top_k, hidden), vectors, lane);
 }
 
 // Stores `src` (this rank's row, unchanged during the launch) into the home rank's slot; padding
