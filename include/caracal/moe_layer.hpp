@@ -10,6 +10,9 @@
 // every rank of the world makes the same calls in the same order (the exchange's launches meet in
 // world barriers).
 //
+// Construction is collective too, and checks that every rank was built with the same
+// configuration (ranks built differently would lay out the symmetric heap differently).
+//
 // No host synchronization after construction: forward, backward and check only enqueue work on
 // `stream` or read pinned memory; the host never learns token counts, so a forward+backward
 // pair can be captured into one CUDA graph and replayed with new routing and inputs (pointers
@@ -32,13 +35,18 @@
 // unchanged until backward has run. Copied inputs (x, topk_idx, topk_scores, shared_scale, dy) may
 // be overwritten by work enqueued on `stream` after the call that read them.
 //
-// Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, with two
-// deviations, each one extra bf16 rounding (~2^-9 relative):
-//   * dW_down uses bf16(g * hidden) (grouped_gemm_backward.hpp);
-// (bf16 weight gradients, when asked for, are rounded once more at the end: by request.)
-//   * with a per-token shared-output scale c_t, the shared expert's row enters combine as
-//     bf16(c_t * E_shared(x_t)) (TokenExchange::combine adds the shared row unscaled).
-// Results are bitwise identical across runs and across MoELayerOptions::gemm_ctas.
+// Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, which includes the
+// two roundings v1 adds over the plain math (~2^-9 relative each): dW_down is taken from bf16(g *
+// hidden) (grouped_gemm_backward.hpp), and with a per-token shared-output scale c_t the shared
+// expert's row enters combine as bf16(c_t * E_shared(x_t)) (TokenExchange::combine adds the
+// shared row unscaled). bf16 weight gradients, when asked for, are rounded once more at the end.
+// Results are bitwise identical across runs and across MoELayerOptions::gemm_ctas / exchange_sms.
+//
+// Failures between ranks: every cross-rank wait is bounded by the world's wait timeout (World::
+// set_wait_timeout; 10 minutes by default). When one expires the world is aborted: the pass's
+// outputs are poisoned (every element NaN), every rank's later passes stop at once and poison
+// theirs, and check(), forward and backward throw on every rank until reset() has been called on
+// every rank; the next step after that is exact.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -136,6 +144,10 @@ struct MoELayerBuffers {
 
 struct MoELayerOptions {
   int gemm_ctas = 0;  // persistent CTAs of every grouped GEMM; 0 = one per SM
+  // SMs the token-exchange kernels may occupy (they spin on peers in world barriers); the rest
+  // stay free so that other work on the GPU, such as an NCCL collective of DDP/FSDP on another
+  // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
+  int exchange_sms = 0;
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),
@@ -192,9 +204,14 @@ class MoELayer {
   void backward(const MoEBackwardArgs& rank, const MoEContext& context, cudaStream_t stream);
 
   // Throws caracal::Error for the first device failure since the last check: an expert id outside
-  // [-1, E) in some rank's topk_idx (the layer treated it as an empty slot) or a timed-out wait.
-  // Reads pinned memory only: no synchronization.
+  // [-1, E) in some rank's topk_idx (the layer treated it as an empty slot; raised once) or a
+  // failed cross-rank wait (raised until reset()). Reads pinned memory only: no synchronization.
   void check();
+
+  // Brings the layer's world back after a failed wait (collective: every rank calls it, on the
+  // stream of its passes; see World::reset). Contexts of earlier forwards are refused afterwards:
+  // their activations are incomplete. Stream-ordered, no host sync.
+  void reset(cudaStream_t stream);
 
  private:
   struct Impl;  // sizes, the token exchange, per-rank buffers (src/layer/moe_layer.cpp)

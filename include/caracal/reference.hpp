@@ -10,9 +10,9 @@
 // c_t is the optional per-token shared-output scale (all ones when not given). Every
 // (token, slot) pair is its own route: an expert id may appear in several slots of one token.
 // Empty slots (-1) contribute nothing and are left out of the normalization sum; a token whose
-// slots are all empty gets only the shared expert. With normalization on, a token with at least
-// one valid slot whose valid scores sum to exactly 0 is an error (caracal::Error naming the
-// token), never a silent NaN.
+// slots are all empty gets only the shared expert. With normalization on, a token whose valid
+// scores sum to exactly 0 has no defined weights: its g are all 0 and its d_topk_scores too (its
+// routed experts contribute nothing; dg is still computed), never a NaN.
 //
 // Backward, for dy = dL/dy:
 //   dg_j         = <dy_t, E_j(x_t)>, computed as <W_down^T dy_t, hidden_j> before g is applied
@@ -30,8 +30,9 @@
 //   F1. gate = W_gate x and up = W_up x (GEMM outputs)            -> bf16
 //   F2. hidden = SiLU(gate) * up, from the rounded gate and up     -> bf16
 //   F3. the expert output row E(x) = W_down hidden (unweighted)    -> bf16 (it travels as bf16)
-//   F4. y_t = c_t * shared_row + sum_j g_j * routed_row_j, summed in that order (shared first,
-//       then slots in slot order) without intermediate rounding -> bf16 once.
+//   F4. y_t = bf16(c_t * shared_row) + sum_j g_j * routed_row_j, summed in that order (shared
+//       first, then slots in slot order) without intermediate rounding -> bf16 once. (The layer
+//       stores the scaled shared row as bf16 before the combine; with c_t = 1 that is the row.)
 // Backward, per route with weight w (g_j, or c_t for the shared expert):
 //   B1. d_hidden = w * (W_down^T dy): not stored (kept in fp32 registers)  -> not rounded
 //       dw = <W_down^T dy, hidden> (the router-score / shared-scale gradient) -> not rounded
@@ -40,8 +41,9 @@
 //   B3. the route's dx row W_gate^T d_gate + W_up^T d_up           -> bf16 (it travels as bf16)
 //   B4. dx_t = shared dx row + sum of routed dx rows in slot order, without intermediate
 //       rounding                                                   -> bf16 once.
-//   B5. weight gradients (dW_gate = d_gate x^T, dW_up = d_up x^T, dW_down = w * dy hidden^T, from
-//       the rounded d_gate/d_up/hidden) and d_topk_scores / d_shared_scale -> not rounded.
+//   B5. weight gradients (dW_gate = d_gate x^T, dW_up = d_up x^T, dW_down = dy bf16(w * hidden)^T,
+//       from the rounded d_gate/d_up and the weighted hidden as the kernels store it) and
+//       d_topk_scores / d_shared_scale -> not rounded.
 // All sums are carried out in fp64. A kernel accumulating in fp32 therefore matches to within fp32
 // rounding before each bf16 rounding point, i.e. up to one bf16 ulp where a value lands next to
 // a bf16 rounding boundary (and that difference can propagate to later points).
@@ -117,8 +119,8 @@ struct ReferenceGradients {
 };
 
 // Throws caracal::Error naming the offending argument (and the size expected) for inconsistent
-// sizes, an expert id outside [-1, E) (naming token and slot), a shared_scale without a shared
-// expert, or a normalized token whose valid scores sum to 0.
+// sizes, an expert id outside [-1, E) (naming token and slot), or a shared_scale without a shared
+// expert.
 ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
                                          const ReferenceInputs& inputs,
                                          const ReferenceOptions& options = {});

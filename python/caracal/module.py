@@ -33,10 +33,15 @@ class MoE(nn.Module):
 
     A layer keeps the activations of its latest forward only: run backward before the layer's
     next forward (activation checkpointing, which recomputes just before backward, is fine).
+
+    `exchange_sms` caps the SMs the token exchange occupies while it waits on other ranks (0: all
+    but 16), so that other GPU work, an NCCL all-reduce of DDP/FSDP on another stream among it,
+    always progresses. Cross-rank waits are bounded by `world.timeout`; see `check` and `reset`.
     """
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
-                 shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0):
+                 shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0,
+                 exchange_sms=0):
         super().__init__()
         load()
         world = world or World.loopback(1)
@@ -52,7 +57,8 @@ class MoE(nn.Module):
         unique_id = world._next_unique_id() if world.backend == "nccl" else None
         self._handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
-            float(router_scale), world.backend, world.rank, unique_id, world.device.index, gemm_ctas)
+            float(router_scale), world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
+            world.timeout)
         from . import _ops
         _ops.layer_top_k[self._handle] = top_k
         # Freed with the module; layers alive at interpreter exit are left to the OS (destroying an
@@ -87,10 +93,21 @@ class MoE(nn.Module):
         return {"heap": heap, "local": local}
 
     def check(self):
-        """Raises RuntimeError for the first device-side failure since the last check (an expert id
-        outside [-1, E), a timed-out wait). Reads pinned memory only: no synchronization. forward
-        and backward check too, before enqueuing work."""
+        """Raises RuntimeError for the first device-side failure since the last check: an expert id
+        outside [-1, E) (raised once), or a cross-rank wait that timed out (raised at every call,
+        and by forward and backward, until `reset`). Reads pinned memory only: no synchronization.
+        forward and backward check too, before enqueuing work."""
         torch.ops.caracal.check(self._handle)
+
+    def reset(self):
+        """Brings the layer back after a timed-out cross-rank wait: collective, every rank calls it
+        (on the current stream), then the next step is exact. A forward made before it cannot be
+        differentiated any more. Harmless when nothing failed."""
+        torch.ops.caracal.reset(self._handle)
+
+    def set_timeout(self, seconds):
+        """Changes how long a cross-rank wait of this layer may take (see caracal.World)."""
+        torch.ops.caracal.set_timeout(self._handle, float(seconds))
 
     def close(self):
         """Frees the layer's buffers and world now (collective for NCCL worlds)."""

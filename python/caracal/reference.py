@@ -2,6 +2,12 @@
 Python tests. It needs no extension and runs on any device, in `dtype` (float32 by default, so
 that the comparison measures Caracal's bf16 rounding only).
 
+With `round_like_kernels=True` (use dtype=torch.float64) it also rounds to bf16 exactly where the
+kernels store bf16, forward and backward: the contract F1-F4 / B1-B5 of include/caracal/reference.hpp
+(gate/up, hidden, each expert's output row, the scaled shared row; d_gate/d_up, each route's dx
+row; dW_down from bf16(g * hidden)). Outputs compared against it then differ only by fp32
+accumulation order, and the final bf16 rounding of y and dx is left to the caller (round_bf16).
+
 Weights use Caracal's layout: w_gate_up [E][2I][D] with gate and up rows interleaved in groups of
 8 (see `split_gate_up`), w_down [E][D][I]. Expert parallelism does not change the math, so one call
 over all ranks' tokens and all E experts is the reference of the expert-parallel layer.
@@ -33,18 +39,64 @@ def _expert(x, w_gate_up, w_down):
     return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), w_down)
 
 
+def round_bf16(t):
+    """t rounded to the nearest bf16 (ties to even), kept in t's dtype."""
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class _ContractExpert(torch.autograd.Function):
+    """weight * E(x) per row, rounding where the kernels store bf16 (the contract of
+    include/caracal/reference.hpp). `round_weighted`: the weighted row itself is stored as bf16
+    (the shared expert's row with a per-token scale, F4)."""
+
+    @staticmethod
+    def forward(ctx, x, w_gate, w_up, w_down, weight, round_weighted):
+        gate = round_bf16(x @ w_gate.t())                   # F1
+        up = round_bf16(x @ w_up.t())                       # F1
+        hidden = round_bf16(F.silu(gate) * up)              # F2
+        out = round_bf16(hidden @ w_down.t())               # F3: the unweighted row
+        ctx.save_for_backward(x, w_gate, w_up, w_down, weight, gate, up, hidden, out)
+        ctx.round_weighted = round_weighted
+        weighted = weight.unsqueeze(-1) * out
+        return round_bf16(weighted) if round_weighted else weighted
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate, w_up, w_down, weight, gate, up, hidden, out = ctx.saved_tensors
+        down_t_dy = dy @ w_down                                    # W_down^T dy, before the weight
+        d_weight = (down_t_dy * hidden).sum(-1)                    # B1: <dy, E(x)>, exact at weight 0
+        d_hidden = weight.unsqueeze(-1) * down_t_dy                # B1: not rounded
+        sig = torch.sigmoid(gate)
+        d_gate = round_bf16(d_hidden * up * sig * (1 + gate * (1 - sig)))   # B2
+        d_up = round_bf16(d_hidden * F.silu(gate))                          # B2
+        dx = round_bf16(d_gate @ w_gate + d_up @ w_up)                      # B3: the route's dx row
+        d_w_gate = d_gate.t() @ x                                           # B5
+        d_w_up = d_up.t() @ x
+        d_w_down = dy.t() @ round_bf16(weight.unsqueeze(-1) * hidden)       # B5: bf16(w * hidden)
+        return dx, d_w_gate, d_w_up, d_w_down, d_weight, None
+
+
+def _contract_expert(x, w_gate_up, w_down, weight, round_weighted=False):
+    gate, up = split_gate_up(w_gate_up)
+    return _ContractExpert.apply(x, gate, up, w_down, weight, round_weighted)
+
+
 def router_gates(topk_idx, topk_scores, normalize=True, router_scale=1.0):
-    """g [T][k]: scale * s / (sum of the token's valid scores) or scale * s; 0 for -1 slots."""
+    """g [T][k]: scale * s / (sum of the token's valid scores) or scale * s; 0 for -1 slots, and 0
+    for every slot of a token whose valid scores sum to exactly 0 (with normalize)."""
     scores = torch.where(topk_idx >= 0, topk_scores, torch.zeros_like(topk_scores))
     if normalize:
         total = scores.sum(-1, keepdim=True)
-        scores = scores / torch.where(total == 0, torch.ones_like(total), total)
+        zero = total == 0
+        scores = torch.where(zero, torch.zeros_like(scores), scores / torch.where(zero, torch.ones_like(total), total))
     return scores * router_scale
 
 
 def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=None, shared_w_down=None,
-                  shared_scale=None, *, normalize=True, router_scale=1.0, dtype=torch.float32):
-    """y [T][D] in `dtype`: c_t * shared(x_t) + sum over valid slots j of g_j * E_{idx_j}(x_t)."""
+                  shared_scale=None, *, normalize=True, router_scale=1.0, dtype=torch.float32,
+                  round_like_kernels=False):
+    """y [T][D] in `dtype`: c_t * shared(x_t) + sum over valid slots j of g_j * E_{idx_j}(x_t).
+    `round_like_kernels`: round where the kernels store bf16 (see the module's docstring)."""
     tokens, top_k = topk_idx.shape
     experts = w_gate_up.shape[0]
     x, w_gate_up, w_down = x.to(dtype), w_gate_up.to(dtype), w_down.to(dtype)
@@ -56,16 +108,22 @@ def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=
     order = torch.argsort(key, stable=True)
     counts = torch.bincount(key, minlength=experts + 1).tolist()
     rows = x.index_select(0, order // top_k)
+    routed_gates = gates.reshape(-1).index_select(0, order[:sum(counts[:experts])])
     outputs, start = [], 0
     for e in range(experts):
-        outputs.append(_expert(rows[start:start + counts[e]], w_gate_up[e], w_down[e]))
-        start += counts[e]
-    routed = torch.cat(outputs) * gates.reshape(-1).index_select(0, order[:start]).unsqueeze(-1)
-    # Unpermute: each route's weighted output added to its token.
-    y = torch.zeros_like(x).index_add(0, order[:start] // top_k, routed)
+        n = counts[e]
+        if round_like_kernels:
+            outputs.append(_contract_expert(rows[start:start + n], w_gate_up[e], w_down[e], routed_gates[start:start + n]))
+        else:
+            outputs.append(_expert(rows[start:start + n], w_gate_up[e], w_down[e]) * routed_gates[start:start + n, None])
+        start += n
+    # Unpermute: each route's weighted output added to its token (the shared row first, F4).
+    routed = torch.cat(outputs)
+    y = torch.zeros_like(x)
     if shared_w_gate_up is not None:
-        shared = _expert(x, shared_w_gate_up.to(dtype), shared_w_down.to(dtype))
-        if shared_scale is not None:
-            shared = shared * shared_scale.to(dtype).unsqueeze(-1)
-        y = y + shared
-    return y
+        scale = shared_scale.to(dtype) if shared_scale is not None else torch.ones(tokens, dtype=dtype, device=x.device)
+        if round_like_kernels:
+            y = y + _contract_expert(x, shared_w_gate_up.to(dtype), shared_w_down.to(dtype), scale, True)
+        else:
+            y = y + _expert(x, shared_w_gate_up.to(dtype), shared_w_down.to(dtype)) * scale.unsqueeze(-1)
+    return y.index_add(0, order[:start] // top_k, routed)

@@ -10,16 +10,26 @@ import torch.distributed as dist
 _ids_shared = collections.Counter()
 
 
+# How long a cross-rank wait may take before the world is aborted (NCCL's watchdog waits 10 minutes).
+DEFAULT_TIMEOUT = 600.0
+
+
 class World:
     """The expert-parallel world a `caracal.MoE` runs in. Make one with `World.loopback` or
-    `World.from_process_group`; every layer built on it gets its own communicator and heap."""
+    `World.from_process_group`; every layer built on it gets its own communicator and heap.
 
-    def __init__(self, backend, size, rank, device, group=None):
+    `timeout` (seconds, default 600) bounds every cross-rank wait of the layers built on it. When a
+    wait expires (a rank stalled on the host longer than that, or gone), the world is aborted: the
+    step's outputs are NaN, and `MoE.check()`, forward and backward raise on every rank until
+    `MoE.reset()` has been called on every rank; the next step is then exact."""
+
+    def __init__(self, backend, size, rank, device, group=None, timeout=DEFAULT_TIMEOUT):
         self.backend = backend  # "loopback" or "nccl"
         self.size = size        # W, the expert-parallel degree
         self.rank = rank        # this process's rank (0 for loopback)
         self.device = torch.device("cuda", device)
         self.group = group
+        self.timeout = _check_timeout(timeout)
 
     @property
     def local_ranks(self):
@@ -27,14 +37,14 @@ class World:
         return self.size if self.backend == "loopback" else 1
 
     @classmethod
-    def loopback(cls, size=1, device=None):
+    def loopback(cls, size=1, device=None, timeout=DEFAULT_TIMEOUT):
         """`size` virtual ranks on one GPU (the current one by default)."""
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"caracal.World.loopback: size must be an int >= 1, got {size!r}")
-        return cls("loopback", size, 0, _device_index(device))
+        return cls("loopback", size, 0, _device_index(device), timeout=timeout)
 
     @classmethod
-    def from_process_group(cls, group=None, device=None):
+    def from_process_group(cls, group=None, device=None, timeout=DEFAULT_TIMEOUT):
         """One rank per process of `group` (default: the world group), on `device` (default: the
         current CUDA device, as torchrun scripts set it). Collective over the group; the NCCL unique
         ids of its layers travel through the group's store. NVLink multicast stays off: set
@@ -51,7 +61,7 @@ class World:
             raise RuntimeError(f"caracal: NCCL_NVLS_ENABLE={nvls}: Caracal never uses NVLink multicast; "
                                "set NCCL_NVLS_ENABLE=0")
         os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")
-        return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group)
+        return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group, timeout)
 
     def _next_unique_id(self):
         """A fresh NCCL unique id for the next layer, made on the group's rank 0 and shared
@@ -67,7 +77,14 @@ class World:
         return torch.tensor(list(store.get(key)), dtype=torch.uint8)
 
     def __repr__(self):
-        return f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device})"
+        return (f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device}, "
+                f"timeout={self.timeout})")
+
+
+def _check_timeout(timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        raise ValueError(f"caracal.World: timeout must be a number of seconds in (0, 3600], got {timeout!r}")
+    return float(timeout)
 
 
 def _device_index(device):

@@ -106,6 +106,30 @@ std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& a, const La
   return out;
 }
 
+std::vector<OutputBuffer> backward_outputs(const MoEBackwardArgs& a, const LayerSizes& s) {
+  const size_t T = static_cast<size_t>(s.tokens), k = static_cast<size_t>(s.top_k), D = static_cast<size_t>(s.hidden);
+  const size_t I = static_cast<size_t>(s.intermediate), L = static_cast<size_t>(s.local_experts);
+  const size_t Is = static_cast<size_t>(s.shared_intermediate);
+  // A gradient comes in fp32 or in bf16: whichever pointer is given.
+  const auto either = [](float* f32, __nv_bfloat16* bf16, size_t count) {
+    return f32 != nullptr ? OutputBuffer{f32, count * sizeof(float)} : OutputBuffer{bf16, count * sizeof(__nv_bfloat16)};
+  };
+  std::vector<OutputBuffer> out{
+      {a.dx, T * D * sizeof(__nv_bfloat16)},
+      {a.d_topk_scores, T * k * sizeof(float)},
+      either(a.d_w_gate_up, a.d_w_gate_up_bf16, L * 2 * I * D),
+      either(a.d_w_down, a.d_w_down_bf16, L * D * I),
+      either(a.d_shared_w_gate_up, a.d_shared_w_gate_up_bf16, 2 * Is * D),
+      either(a.d_shared_w_down, a.d_shared_w_down_bf16, D * Is),
+      {a.d_shared_scale, T * sizeof(float)},
+  };
+  std::vector<OutputBuffer> given;
+  for (const OutputBuffer& b : out) {
+    if (b.data != nullptr) given.push_back(b);
+  }
+  return given;
+}
+
 void check_pointer_args(const std::vector<PointerArg>& args, const char* fn, int local_rank) {
   for (const PointerArg& a : args) {
     const std::string where = std::string(fn) + ": ranks[" + std::to_string(local_rank) + "]." + a.name;

@@ -27,6 +27,13 @@ std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& args, const L
 std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& args, const LayerSizes& sizes,
                                               bool shared_scaled);
 
+// The buffers one rank's backward writes (the null ones left out), with their sizes.
+struct OutputBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+std::vector<OutputBuffer> backward_outputs(const MoEBackwardArgs& args, const LayerSizes& sizes);
+
 // Throws caracal::Error "<fn>: ranks[<local_rank>].<name> ..." for the first pointer that is null
 // but required, given but forbidden, or misaligned.
 void check_pointer_args(const std::vector<PointerArg>& args, const char* fn, int local_rank);

@@ -8,6 +8,8 @@
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
 
+#include <cstring>
+
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/transfer/token_exchange.hpp"
@@ -16,6 +18,7 @@
 #include "layer/expert_pass.hpp"
 #include "layer/layer_sizes.hpp"
 #include "layer/local_buffers.hpp"
+#include "layer/poison_outputs.hpp"
 #include "layer/shared_rows.hpp"
 
 namespace caracal {
@@ -47,6 +50,21 @@ struct RankState {
     return {io.x, io.topk_idx, io.topk_scores, io.y, io.dy, io.dx, io.d_topk_scores};
   }
 };
+
+// Throws caracal::Error on every rank unless all ranks of `world` hold the same configuration
+// (collective; before anything else, so that no rank throws alone and leaves the others waiting).
+void require_same_config(const LayerConfig& c, comm::World& world) {
+  int64_t scale_bits = 0;
+  static_assert(sizeof(scale_bits) == sizeof(c.router.scale));
+  std::memcpy(&scale_bits, &c.router.scale, sizeof(scale_bits));
+  world.require_same_on_all_ranks(
+      "MoELayer",
+      {"hidden", "intermediate", "num_experts", "top_k", "num_shared_experts", "shared_intermediate",
+       "tokens_per_rank", "ep_size", "precision", "router.normalize", "router.scale (bits)"},
+      {c.shape.hidden, c.shape.intermediate, c.shape.num_experts, c.shape.top_k, c.shape.num_shared_experts,
+       c.shape.shared_intermediate, c.tokens_per_rank, c.ep_size, static_cast<int64_t>(c.precision),
+       c.router.normalize ? 1 : 0, scale_bits});
+}
 
 RankState make_rank_state(const layer::LayerSizes& s, const transfer::TokenExchange& exchange,
                           const comm::World& world, int l, int gemm_ctas) {
@@ -123,10 +141,16 @@ MoELayerMemory MoELayer::memory(const LayerConfig& config) {
 
 MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options)
     : config_(config), world_(world), impl_(std::make_unique<Impl>()) {
+  // First, before anything can throw on some ranks only: every rank must hold the same
+  // configuration (collective).
+  require_same_config(config, world);
   Impl& s = *impl_;
   s.sizes = layer::layer_sizes(config);
   CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
                 options.gemm_ctas);
+  CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),
+                "MoELayer: options.exchange_sms must be in [0, ", world.multiprocessors(),
+                "] (0: all but 16 of the device's SMs), got ", options.exchange_sms);
   CARACAL_CHECK(config.ep_size == world.world_size(), "MoELayer: config.ep_size (", config.ep_size,
                 ") must equal the world's size (", world.world_size(), ")");
   layer::check_current_device(world.device(), "MoELayer");
@@ -134,8 +158,9 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   CARACAL_CHECK(heap <= world.heap_bytes_left(), "MoELayer: needs ", heap,
                 " bytes of symmetric heap per rank (MoELayer::heap_bytes), but the world has ", world.heap_bytes_left(),
                 " left");
-  s.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config),
-                                                         layer::exchange_options(config));
+  transfer::ExchangeOptions exchange = layer::exchange_options(config);
+  exchange.max_sms = options.exchange_sms;
+  s.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
   s.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
     s.ranks.push_back(make_rank_state(s.sizes, *s.exchange, world, l, options.gemm_ctas));
@@ -152,6 +177,12 @@ MoELayerBuffers MoELayer::buffers(int local_rank) const {
 
 void MoELayer::check() { impl_->exchange->check(); }
 
+void MoELayer::reset(cudaStream_t stream) {
+  layer::check_current_device(world_.device(), "MoELayer::reset");
+  world_.reset(stream);
+  ++latest_forward_;  // the saved activations of earlier forwards are incomplete
+}
+
 MoEContext MoELayer::forward(const MoEForwardArgs& rank, cudaStream_t stream) {
   return forward(std::vector<MoEForwardArgs>{rank}, stream);
 }
@@ -165,6 +196,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   const layer::LayerSizes& z = s.sizes;
   const layer::RelaxedCaptureScope relaxed;
   layer::check_current_device(world_.device(), kForward);
+  world_.check();  // a faulted world refuses work until reset()
   layer::check_rank_count(ranks.size(), world_.local_ranks(), kForward);
   for (int l = 0; l < world_.local_ranks(); ++l) {
     const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[static_cast<size_t>(l)], z);
@@ -205,9 +237,12 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     layer::expert_forward(s.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
   }
   s.exchange->combine(stream);
+  std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     copy_unless_same(ranks[l].y, s.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+    outputs.push_back({ranks[l].y, static_cast<size_t>(rows) * sizeof(bf16), world_.abort_word(static_cast<int>(l))});
   }
+  layer::poison_if_aborted(outputs, stream);
 
   context.layer_ = this;
   context.forward_id_ = ++latest_forward_;
@@ -219,6 +254,7 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   const layer::LayerSizes& z = s.sizes;
   const layer::RelaxedCaptureScope relaxed;
   layer::check_current_device(world_.device(), kBackward);
+  world_.check();  // a faulted world refuses work until reset()
   CARACAL_CHECK(context.layer_ == this && context.forward_id_ == latest_forward_, kBackward,
                 ": the context must come from this layer's latest forward (v1 keeps the activations of one forward: "
                 "call backward before the next forward)");
@@ -260,12 +296,17 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     }
   }
   s.exchange->reverse_dispatch(config_.router, stream);
+  std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     const RankState& r = s.ranks[l];
     copy_unless_same(ranks[l].dx, r.io.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dx)");
     copy_unless_same(ranks[l].d_topk_scores, r.io.d_topk_scores, routes, stream,
                      "MoELayer::backward: cudaMemcpyAsync(d_topk_scores)");
+    for (const layer::OutputBuffer& out : layer::backward_outputs(ranks[l], z)) {
+      outputs.push_back({out.data, out.bytes, world_.abort_word(static_cast<int>(l))});
+    }
   }
+  layer::poison_if_aborted(outputs, stream);
 }
 
 }  // namespace caracal

@@ -127,26 +127,24 @@ void validate_forward(const ReferenceLayer& layer, const ReferenceInputs& in,
 
 // ---- Router weights --------------------------------------------------------------------------
 
-// Sum of the token's scores over its valid slots; throws if normalization would divide by 0.
+// Sum of the token's scores over its valid slots.
 double valid_score_sum(const ReferenceInputs& in, int64_t token) {
   const auto row = static_cast<size_t>(token * in.top_k);
   double sum = 0.0;
-  bool any_valid = false;
   for (int64_t j = 0; j < in.top_k; ++j) {
-    if (in.topk_idx[row + j] < 0) continue;
-    sum += in.topk_scores[row + j];
-    any_valid = true;
+    if (in.topk_idx[row + j] >= 0) sum += in.topk_scores[row + j];
   }
-  CARACAL_CHECK(!any_valid || sum != 0.0, kWhere, "topk_scores of token ", token,
-                " sum to 0 over its valid slots: cannot normalize");
   return sum;
 }
+
+// scale / S, or 0 where the valid scores sum to exactly 0 (no defined weights: see the header).
+double normalization_factor(double scale, double sum) { return sum != 0.0 ? scale / sum : 0.0; }
 
 std::vector<double> router_gates(const ReferenceInputs& in, const RouterNormalization& router) {
   std::vector<double> gates(in.topk_scores.size(), 0.0);
   for (int64_t t = 0; t < in.tokens; ++t) {
     const auto row = static_cast<size_t>(t * in.top_k);
-    const double factor = router.normalize ? router.scale / valid_score_sum(in, t) : router.scale;
+    const double factor = router.normalize ? normalization_factor(router.scale, valid_score_sum(in, t)) : router.scale;
     for (int64_t j = 0; j < in.top_k; ++j) {
       if (in.topk_idx[row + j] >= 0) gates[row + j] = factor * in.topk_scores[row + j];
     }
@@ -172,9 +170,9 @@ void score_gradients(const ReferenceInputs& in, int64_t token, const RouterNorma
   for (int64_t j = 0; j < in.top_k; ++j) {
     if (idx[j] >= 0) weighted += d_gates[j] * scores[j];
   }
-  const double mean = weighted / sum;
+  const double mean = sum != 0.0 ? weighted / sum : 0.0;
   for (int64_t j = 0; j < in.top_k; ++j) {
-    d_scores[j] = idx[j] >= 0 ? router.scale / sum * (d_gates[j] - mean) : 0.0;
+    d_scores[j] = idx[j] >= 0 ? normalization_factor(router.scale, sum) * (d_gates[j] - mean) : 0.0;
   }
 }
 
@@ -241,13 +239,14 @@ double expert_backward(const ExpertWeights& w, const double* x, const double* dy
   const int64_t I = w.intermediate;
   // W_down^T dy, before the weight is applied: this is what keeps dL/dweight exact at weight 0.
   std::vector<double> down_t_dy(static_cast<size_t>(I), 0.0);
+  std::vector<double> weighted_swiglu(static_cast<size_t>(I));
+  for (int64_t i = 0; i < I; ++i) weighted_swiglu[i] = store(weight * saved.swiglu[i]);  // B5
   for (int64_t d = 0; d < D; ++d) {
     const double* down_row = w.down.data() + static_cast<size_t>(d * I);
     double* grad_row = grad.down.data() + static_cast<size_t>(d * I);
-    const double weighted_dy = weight * dy[d];
     for (int64_t i = 0; i < I; ++i) {
       down_t_dy[i] += down_row[i] * dy[d];
-      grad_row[i] += weighted_dy * saved.swiglu[i];  // B5
+      grad_row[i] += dy[d] * weighted_swiglu[i];  // B5
     }
   }
   const double d_weight = dot(down_t_dy.data(), saved.swiglu, I);  // B1
@@ -305,7 +304,7 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const ActivationRow row = row_of(result.shared, t);
       expert_forward(*layer.shared, x, store, row);
       const double scale = shared_scale_of(inputs, t);
-      for (int64_t d = 0; d < D; ++d) sum[d] += scale * row.output[d];
+      for (int64_t d = 0; d < D; ++d) sum[d] += store(scale * row.output[d]);  // F4: the scaled row as stored
     }
     for (int64_t j = 0; j < k; ++j) {
       const int64_t route = t * k + j;

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -43,8 +44,10 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   check_cuda(cudaSetDevice(spec.device), "cudaSetDevice(layer device)");
   const size_t heap = MoELayer::heap_bytes(spec.config);  // validates the configuration first
   world = make_world(spec, heap, comm);
+  world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(spec.timeout_s * 1e9)));
   MoELayerOptions options;
   options.gemm_ctas = spec.gemm_ctas;
+  options.exchange_sms = spec.exchange_sms;
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }
 

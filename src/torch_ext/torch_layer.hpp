@@ -30,6 +30,8 @@ struct TorchLayerSpec {
   std::optional<ncclUniqueId> unique_id;   // NCCL: shared by every rank
   int device = 0;
   int gemm_ctas = 0;
+  int exchange_sms = 0;
+  double timeout_s = 600.0;  // the world's wait timeout
 };
 
 struct TorchLayer {

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -132,7 +133,8 @@ Tensor nccl_unique_id() {
 int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, int64_t top_k,
                      int64_t shared_intermediate, int64_t ep_size, int64_t tokens_per_rank, bool normalize,
                      double router_scale, const std::string& backend, int64_t rank,
-                     const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas) {
+                     const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
+                     double timeout_s) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -150,6 +152,10 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
   spec.rank = static_cast<int>(rank);
   spec.device = static_cast<int>(device);
   spec.gemm_ctas = static_cast<int>(gemm_ctas);
+  spec.exchange_sms = static_cast<int>(exchange_sms);
+  TORCH_CHECK_VALUE(timeout_s > 0.0 && timeout_s <= 3600.0,
+                    "caracal.create_layer: timeout must be in (0, 3600] seconds, got ", timeout_s);
+  spec.timeout_s = timeout_s;
   if (spec.backend == Backend::kNccl) {
     TORCH_CHECK_VALUE(unique_id && unique_id->scalar_type() == at::kByte && unique_id->device().is_cpu() &&
                           unique_id->numel() == NCCL_UNIQUE_ID_BYTES,
@@ -180,6 +186,33 @@ std::vector<int64_t> layer_memory(int64_t handle) {
 void check_layer(int64_t handle) {
   const auto l = find_layer(handle);
   translate_errors("check", [&] { l->layer->check(); });
+}
+
+// Brings the layer's world back after a failed cross-rank wait (collective over the world's ranks),
+// on the current stream.
+void reset_layer(int64_t handle) {
+  const auto l = find_layer(handle);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  translate_errors("reset", [&] { l->layer->reset(at::cuda::getCurrentCUDAStream().stream()); });
+  l->forward_id += 1;  // a forward before the reset cannot be differentiated
+}
+
+void set_timeout(int64_t handle, double seconds) {
+  const auto l = find_layer(handle);
+  TORCH_CHECK_VALUE(seconds > 0.0 && seconds <= 3600.0, "caracal.set_timeout: seconds must be in (0, 3600], got ",
+                    seconds);
+  translate_errors("set_timeout", [&] {
+    l->world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+  });
+}
+
+// Fault injection for the tests: in the layer's next world launch, `rank`'s CTAs arrive `seconds`
+// late at each barrier (comm::World::stall_next_launch).
+void stall_next_launch(int64_t handle, int64_t rank, double seconds) {
+  const auto l = find_layer(handle);
+  translate_errors("stall_next_launch", [&] {
+    l->world->stall_next_launch(static_cast<int>(rank), std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+  });
 }
 
 // ---- Traced ops ---------------------------------------------------------------------------------
@@ -306,10 +339,13 @@ TORCH_LIBRARY(caracal, m) {
   m.def(
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
-      "int device, int gemm_ctas) -> int");
+      "int device, int gemm_ctas, int exchange_sms, float timeout) -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");
+  m.def("reset(int layer) -> ()");
+  m.def("set_timeout(int layer, float seconds) -> ()");
+  m.def("stall_next_launch(int layer, int rank, float seconds) -> ()");
   m.def(
       "moe_forward(int layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
       "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
@@ -322,6 +358,9 @@ TORCH_LIBRARY(caracal, m) {
   m.impl("destroy_layer", &destroy_layer);
   m.impl("layer_memory", &layer_memory);
   m.impl("check", &check_layer);
+  m.impl("reset", &reset_layer);
+  m.impl("set_timeout", &set_timeout);
+  m.impl("stall_next_launch", &stall_next_launch);
 }
 
 TORCH_LIBRARY_IMPL(caracal, CUDA, m) {

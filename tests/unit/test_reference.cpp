@@ -499,7 +499,7 @@ ContractRoute contract_route(const ExpertWeights& w, const std::vector<double>& 
       r.dx[d] += d_gate * w.gate[i * D + d] + d_up * w.up[i * D + d];
       r.grad.gate[i * D + d] = d_gate * x[d];
       r.grad.up[i * D + d] = d_up * x[d];
-      r.grad.down[d * I + i] = weight * dy[d] * r.swiglu[i];
+      r.grad.down[d * I + i] = dy[d] * round_to_bf16(weight * r.swiglu[i]);  // B5: bf16(w * hidden)
     }
   }
   for (double& v : r.dx) v = round_to_bf16(v);
@@ -541,7 +541,7 @@ TEST_F(ReferenceTest, Bf16ModeRoundsExactlyAtTheContractPoints) {
   std::vector<double> y(p.dy.size());
   std::vector<double> dx(p.dy.size());
   for (size_t d = 0; d < y.size(); ++d) {
-    y[d] = round_to_bf16(c * shared.output[d] + g0 * slot0.output[d] + g1 * slot1.output[d]);
+    y[d] = round_to_bf16(round_to_bf16(c * shared.output[d]) + g0 * slot0.output[d] + g1 * slot1.output[d]);
     dx[d] = round_to_bf16(shared.dx[d] + slot0.dx[d] + slot1.dx[d]);
   }
   expect_near_relative(forward.shared.swiglu, shared.swiglu, "shared.swiglu");
@@ -617,16 +617,32 @@ TEST_F(ReferenceTest, RejectsBadInputsNamingTheArgument) {
       "forward.y has 32 values, expected 16");
 }
 
-TEST_F(ReferenceTest, NormalizingAZeroScoreSumThrowsNamingTheToken) {
-  Problem p = random_problem(rng_, ProblemShape{}, {true, 1.0});
+// A token whose valid scores sum to exactly 0 has no defined weights: g = 0, so its routed experts
+// add nothing (y equals the same token with every slot empty) and its score gradients are 0.
+TEST_F(ReferenceTest, AZeroScoreSumGivesZeroWeightsAndZeroScoreGradients) {
+  ProblemShape shape;
+  shape.shared_intermediate = 4;
+  Problem p = random_problem(rng_, shape, {true, 1.0});
   set_routes(p, 2, {0, -1, 5});
-  set_score(p, 2, 0, 0.0);
+  set_score(p, 2, 0, 0.5);
   set_score(p, 2, 1, 1.0);  // an empty slot's score does not count
-  set_score(p, 2, 2, 0.0);
-  expect_error_containing([&] { reference_forward(p.layer, p.inputs, p.options); },
-                          "topk_scores of token 2 sum to 0");
-  p.options.router.normalize = false;  // without normalization zero scores are fine
-  EXPECT_NO_THROW(reference_forward(p.layer, p.inputs, p.options));
+  set_score(p, 2, 2, -0.5);
+  const ReferenceForwardResult forward = reference_forward(p.layer, p.inputs, p.options);
+  const ReferenceGradients grads = reference_backward(p.layer, p.inputs, forward, p.dy);
+  Problem empty = p;
+  set_routes(empty, 2, {-1, -1, -1});
+  const ReferenceForwardResult without = reference_forward(empty.layer, empty.inputs, empty.options);
+  const auto k = static_cast<size_t>(shape.top_k), D = static_cast<size_t>(shape.hidden);
+  for (size_t j = 0; j < k; ++j) {
+    EXPECT_EQ(forward.gates[2 * k + j], 0.0) << "slot " << j;
+    EXPECT_EQ(grads.d_topk_scores[2 * k + j], 0.0) << "slot " << j;
+  }
+  for (size_t d = 0; d < D; ++d) EXPECT_EQ(forward.y[2 * D + d], without.y[2 * D + d]) << "y[2][" << d << "]";
+  for (double v : grads.dx) EXPECT_TRUE(std::isfinite(v));
+  for (double v : grads.d_topk_scores) EXPECT_TRUE(std::isfinite(v));
+  p.options.router.normalize = false;  // without normalization g = scale * s as usual
+  const ReferenceForwardResult scaled = reference_forward(p.layer, p.inputs, p.options);
+  EXPECT_EQ(scaled.gates[2 * k], 0.5);
 }
 
 // ---- bf16 helpers ----------------------------------------------------------------------------

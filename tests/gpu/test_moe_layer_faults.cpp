@@ -1,0 +1,309 @@
+// MoELayer when things go wrong, on the GPU (loopback worlds):
+//   * a rank stalled past the wait timeout (injected: its CTAs arrive late): the pass's outputs are
+//     poisoned (NaN), check() and the next forward throw until reset(), and the step after reset()
+//     is exact; a stall in backward poisons backward's outputs; a stall below the timeout is fine;
+//   * edge numerics: tokens whose valid scores sum to 0 get g = 0 (exact against the reference,
+//     no NaN); a NaN in one token's x stays in that token's outputs and in the weight gradients of
+//     the experts it reached (and the shared expert's), nowhere else.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/error.hpp"
+#include "caracal/moe_layer.hpp"
+#include "exchange_test_support.hpp"
+#include "gpu_test_util.hpp"
+#include "moe_layer_test_support.hpp"
+
+namespace caracal::layer_test {
+namespace {
+
+using exchange_test::fresh_seed;
+using exchange_test::seed_note;
+using exchange_test::Stream;
+
+constexpr RouterNormalization kNormalized{true, 1.0};
+
+std::string error_message(MoELayer& layer) {
+  try {
+    layer.check();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Fills every output buffer of every local rank with zeros (a finite value the layer must replace).
+void zero_outputs(const WorldBuffers& buffers) {
+  for (const RankBuffers& r : buffers.ranks) {
+    for (const auto* a : {&r.y, &r.dx}) CARACAL_ASSERT_CUDA(cudaMemset(a->get(), 0, a->size() * 2));
+    for (const auto* a : {&r.d_scores, &r.d_w_gate_up, &r.d_w_down, &r.d_shared_w_gate_up, &r.d_shared_w_down,
+                          &r.d_shared_scale}) {
+      if (a->get() != nullptr) CARACAL_ASSERT_CUDA(cudaMemset(a->get(), 0, a->size() * 4));
+    }
+  }
+  exchange_test::settle();
+}
+
+template <typename T>
+size_t count_nan(const std::vector<T>& values) {
+  size_t n = 0;
+  for (const T& v : values) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      n += std::isnan(bf16_to_float(v)) ? 1 : 0;
+    } else {
+      n += std::isnan(v) ? 1 : 0;
+    }
+  }
+  return n;
+}
+
+void expect_all_nan(const std::vector<RankOutputs>& outputs, bool forward, bool backward) {
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const RankOutputs& o = outputs[r];
+    if (forward) EXPECT_EQ(count_nan(o.y), o.y.size()) << "y";
+    if (!backward) continue;
+    EXPECT_EQ(count_nan(o.dx), o.dx.size()) << "dx";
+    EXPECT_EQ(count_nan(o.d_scores), o.d_scores.size()) << "d_topk_scores";
+    EXPECT_EQ(count_nan(o.d_w_gate_up), o.d_w_gate_up.size()) << "d_w_gate_up";
+    EXPECT_EQ(count_nan(o.d_w_down), o.d_w_down.size()) << "d_w_down";
+    EXPECT_EQ(count_nan(o.d_shared_w_gate_up), o.d_shared_w_gate_up.size()) << "d_shared_w_gate_up";
+    EXPECT_EQ(count_nan(o.d_shared_w_down), o.d_shared_w_down.size()) << "d_shared_w_down";
+    EXPECT_EQ(count_nan(o.d_shared_scale), o.d_shared_scale.size()) << "d_shared_scale";
+  }
+}
+
+// One step with fresh inputs on `stream`, checked against the reference.
+void check_step_on(MoELayer& layer, const WorldBuffers& buffers, const LayerCase& c, const HostWeights& weights,
+                   RoutingCase routing, const Stream& stream) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostStep step = random_step(c, routing, seed);
+  buffers.prepare(step, layer.world());
+  ASSERT_NO_THROW(run_step(layer, buffers, stream));
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+}
+
+// ---- Stalled ranks ---------------------------------------------------------------------------------
+
+class GpuMoELayerStall : public testing::TestWithParam<int> {};
+
+TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
+  CARACAL_REQUIRE_GPU();
+  const int world_size = GetParam();
+  const LayerCase c{"stall", world_size, 61, 4 * world_size, 3, true, true, kNormalized, RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
+  buffers.prepare(step, world);
+  zero_outputs(buffers);
+  Stream stream;
+
+  // The last rank's CTAs arrive 30 s late at the forward's first barrier; the others give up after
+  // 200 ms and abort the world, which ends every later wait at once.
+  world.set_wait_timeout(std::chrono::milliseconds(200));
+  world.stall_next_launch(world_size - 1, std::chrono::seconds(30));
+  const auto start = std::chrono::steady_clock::now();
+  const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+  layer.backward(buffers.backward_args(), context, stream.get());
+  stream.sync();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  expect_all_nan(buffers.download(), true, true);
+
+  const std::string message = error_message(layer);
+  EXPECT_TRUE(contains(message, "waited for rank " + std::to_string(world_size - 1))) << message;
+  EXPECT_TRUE(contains(message, "'TokenExchange::build_schedule'")) << message;
+  EXPECT_TRUE(contains(message, "poisoned (NaN)")) << message;
+  EXPECT_EQ(error_message(layer), message) << "check() keeps raising until reset()";
+  try {
+    (void)layer.forward(buffers.forward_args(), stream.get());
+    ADD_FAILURE() << "forward ran on a faulted world";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "World::reset()")) << e.what();
+  }
+
+  layer.reset(stream.get());
+  world.set_wait_timeout(comm::World::kDefaultWaitTimeout);
+  try {
+    layer.backward(buffers.backward_args(), context, stream.get());
+    ADD_FAILURE() << "backward accepted a context from before reset()";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "latest forward")) << e.what();
+  }
+  const HostStep next = random_step(c, RoutingCase::kZipf, seed + 1);
+  buffers.prepare(next, world);
+  run_step(layer, buffers, stream);
+  expect_step_matches(c, next, reference_step(c, reference_layer(c, weights), next), buffers.download());
+}
+
+TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
+  CARACAL_REQUIRE_GPU();
+  const int world_size = GetParam();
+  const LayerCase c{"stall_backward", world_size, 45, 4 * world_size, 2, true, false, kNormalized,
+                    RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
+  buffers.prepare(step, world);
+  zero_outputs(buffers);
+  Stream stream;
+  world.set_wait_timeout(std::chrono::milliseconds(200));
+  const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
+  world.stall_next_launch(0, std::chrono::seconds(30));  // backward's first launch: reverse_combine
+  layer.backward(buffers.backward_args(), context, stream.get());
+  stream.sync();
+  const std::vector<RankOutputs> got = buffers.download();
+  expect_all_nan(got, false, true);
+  for (const RankOutputs& o : got) EXPECT_EQ(count_nan(o.y), 0u) << "the forward finished before the stall";
+  EXPECT_TRUE(contains(error_message(layer), "'TokenExchange::reverse_combine'"));
+  layer.reset(stream.get());
+  check_step_on(layer, buffers, c, weights, RoutingCase::kEmptySlots, stream);
+}
+
+TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
+  CARACAL_REQUIRE_GPU();
+  const int world_size = GetParam();
+  const LayerCase c{"short_stall", world_size, 37, 2 * world_size, 2, true, false, kNormalized,
+                    RoutingCase::kUniform};
+  const HostWeights weights = random_weights(c, fresh_seed());
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  Stream stream;
+  world.set_wait_timeout(std::chrono::seconds(10));
+  world.stall_next_launch(world_size - 1, std::chrono::milliseconds(500));
+  check_step_on(layer, buffers, c, weights, RoutingCase::kZipf, stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, GpuMoELayerStall, testing::Values(2, 4),
+                         [](const testing::TestParamInfo<int>& p) { return "W" + std::to_string(p.param); });
+
+// ---- Edge numerics -----------------------------------------------------------------------------------
+
+// Tokens whose valid scores sum to exactly 0 (all zero, or +s and -s): g = 0, no NaN anywhere, and
+// everything matches the reference, which defines it so.
+TEST(GpuMoELayerNumerics, ZeroScoreSumGivesZeroWeights) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"zero_sum_W2", 2, 53, 8, 3, true, false, kNormalized, RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  HostStep step = random_step(c, RoutingCase::kUniform, seed);
+  const size_t k = static_cast<size_t>(c.top_k);
+  for (size_t t = 0; t < static_cast<size_t>(c.tokens); t += 4) {  // every 4th token of each rank
+    for (size_t r = 0; r < static_cast<size_t>(c.world); ++r) {
+      float* s = step.scores[r].data() + t * k;
+      if (t % 8 == 0) {
+        s[0] = s[1] = s[2] = 0.0f;
+      } else {
+        s[0] = 0.25f;
+        s[1] = -0.25f;
+        s[2] = 0.0f;
+      }
+    }
+  }
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(step, world);
+  Stream stream;
+  run_step(layer, buffers, stream);
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+}
+
+// A NaN in one token's x: that token's y, dx and score gradients are NaN; every other token's
+// outputs are finite and exact; the weight gradients of the experts the token reached (and of
+// the shared expert, which sees every token) are NaN, as autograd's would be; every other
+// expert's are finite and exact.
+TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"nan_token_W2", 2, 61, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  const HostStep clean = random_step(c, RoutingCase::kUniform, seed);
+  constexpr size_t kRank = 1, kToken = 17;
+  HostStep step = clean;
+  step.x[kRank][kToken * kHidden + 3] = bf16_bits(std::numeric_limits<float>::quiet_NaN());
+
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(step, world);
+  Stream stream;
+  run_step(layer, buffers, stream);
+  std::vector<RankOutputs> got = buffers.download();
+
+  // The reference of the clean step holds for everything the bad token does not reach.
+  const StepExpected want = reference_step(c, reference_layer(c, weights), clean);
+  const size_t k = static_cast<size_t>(c.top_k), D = kHidden, L = static_cast<size_t>(c.experts / c.world);
+  std::set<int> reached;
+  for (size_t j = 0; j < k; ++j) reached.insert(step.routing.rank_topk(kRank)[kToken * k + j]);
+  const RankOutputs& bad = got[kRank];
+  for (size_t d = 0; d < D; ++d) {
+    EXPECT_TRUE(std::isnan(bf16_to_float(bad.y[kToken * D + d]))) << "y[" << d << "]";
+    EXPECT_TRUE(std::isnan(bf16_to_float(bad.dx[kToken * D + d]))) << "dx[" << d << "]";
+  }
+  // Compare the rest: replace the bad token's rows by the reference's, and the reached experts'
+  // gradients (checked for NaN first) likewise, then run the usual checks.
+  for (size_t d = 0; d < D; ++d) {
+    got[kRank].y[kToken * D + d] = bf16_bits(static_cast<float>(want.ranks[kRank].forward.y[kToken * D + d]));
+    got[kRank].dx[kToken * D + d] = bf16_bits(static_cast<float>(want.ranks[kRank].grads.dx[kToken * D + d]));
+  }
+  for (size_t j = 0; j < k; ++j) {
+    if (step.routing.rank_topk(kRank)[kToken * k + j] < 0) continue;
+    EXPECT_TRUE(std::isnan(got[kRank].d_scores[kToken * k + j])) << "d_topk_scores slot " << j;
+    got[kRank].d_scores[kToken * k + j] = static_cast<float>(want.ranks[kRank].grads.d_topk_scores[kToken * k + j]);
+  }
+  const size_t I = kIntermediate;
+  for (int e : reached) {
+    if (e < 0) continue;
+    RankOutputs& owner = got[static_cast<size_t>(e) / L];
+    const size_t l = static_cast<size_t>(e) % L;
+    EXPECT_EQ(count_nan(std::vector<float>(owner.d_w_down.begin() + l * D * I, owner.d_w_down.begin() + (l + 1) * D * I)),
+              D * I)
+        << "d_w_down of expert " << e;
+    // Put the reference's gradient in (interleaved like the kernels' layout) for the checks below.
+    std::vector<float> gate(I * D), up(I * D), gate_up(2 * I * D);
+    const ExpertGradients& g = want.routed[static_cast<size_t>(e)];
+    for (size_t i = 0; i < I * D; ++i) {
+      gate[i] = static_cast<float>(g.gate[i]);
+      up[i] = static_cast<float>(g.up[i]);
+    }
+    interleave_gate_up_weights_host(gate.data(), up.data(), gate_up.data(), 1, kIntermediate, kHidden);
+    std::copy(gate_up.begin(), gate_up.end(), owner.d_w_gate_up.begin() + static_cast<int64_t>(l * 2 * I * D));
+    for (size_t i = 0; i < D * I; ++i) owner.d_w_down[l * D * I + i] = static_cast<float>(g.down[i]);
+  }
+  // The shared expert's gradients are per rank: the bad rank's saw the token, rank 0's did not.
+  EXPECT_EQ(count_nan(got[kRank].d_shared_w_down), got[kRank].d_shared_w_down.size());
+  EXPECT_EQ(count_nan(got[0].d_shared_w_down), 0u);
+  std::vector<std::string> failures = step_failures(c, clean, want, got);
+  // The shared expert's gradients of the bad rank are NaN by design: drop those lines.
+  failures.erase(std::remove_if(failures.begin(), failures.end(),
+                                [](const std::string& f) { return f.find("rank 1 d_shared_w_") == 0; }),
+                 failures.end());
+  EXPECT_EQ(failures, std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace caracal::layer_test
