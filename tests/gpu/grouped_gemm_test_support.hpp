@@ -22,6 +22,7 @@
 #include "caracal/kernels/grouped_gemm.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
+#include "output_checks.hpp"
 
 namespace caracal::test::gemm {
 
@@ -108,38 +109,41 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
-// Compares one bf16 output over the real rows (counts[e] rows from offset[e]): every element
-// written (no NaN) and a relative Frobenius error of at most 1e-2 against `ref` ([rows][cols],
-// indexed like the row buffers). `value(row, col)` reads the kernel's output bits.
-inline void expect_close(const char* what, const RowLayout& rows, const std::vector<int>& counts,
-                         size_t cols, const std::vector<double>& ref,
-                         const std::function<uint16_t(size_t, size_t)>& value) {
-  size_t nan_count = 0, first_nan_row = 0, first_nan_col = 0;
-  double err2 = 0.0, ref2 = 0.0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const size_t begin = size_t(rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(counts[e]); ++row) {
+// Bounds of the grouped-GEMM outputs: relative Frobenius error over the output (`frobenius`) and
+// of the worst expert's rows (`row`), about 3x the largest error measured on an H200 (2026-12-01,
+// every case of both suites; docs/PERF.md). An expert's rows are few in some cases (0, 1, 64
+// rows), so its block is noisier than the whole.
+inline constexpr caracal::test::ErrorBound kGateUpBound{5e-4, 1e-2};         // F1
+inline constexpr caracal::test::ErrorBound kHiddenBound{6e-4, 1e-2};         // F2
+inline constexpr caracal::test::ErrorBound kDownBound{1.2e-3, 1e-2};         // F3
+inline constexpr caracal::test::ErrorBound kDgradBound{5e-4, 1e-2};          // B2: d_gate, d_up
+inline constexpr caracal::test::ErrorBound kScaledHiddenBound{1e-5, 1e-5};   // bf16(g * hidden)
+inline constexpr caracal::test::ErrorBound kDxBound{1e-3, 1e-2};             // B3
+
+// One bf16 output over the real rows (counts[e] rows from offset[e]) against `ref` ([rows][cols],
+// indexed like the row buffers), expert by expert; `value(row, col)` reads the kernel's output
+// bits. What is out of `bound` (empty: nothing), NaN (unwritten) elements included.
+inline std::vector<std::string> close_failures(const char* what, const RowLayout& rows, const std::vector<int>& counts,
+                                               size_t cols, const std::vector<double>& ref,
+                                               const std::function<uint16_t(size_t, size_t)>& value,
+                                               const caracal::test::ErrorBound& bound, bool report = true) {
+  caracal::test::OutputError e(what);
+  for (size_t x = 0; x < counts.size(); ++x) {
+    const size_t begin = size_t(rows.offset[x]);
+    for (size_t row = begin; row < begin + size_t(counts[x]); ++row) {
       for (size_t col = 0; col < cols; ++col) {
-        const double v = double(caracal::bf16_to_float(value(row, col)));
-        if (std::isnan(v)) {
-          if (nan_count++ == 0) {
-            first_nan_row = row;
-            first_nan_col = col;
-          }
-          continue;
-        }
-        const double d = v - ref[row * cols + col];
-        err2 += d * d;
-        ref2 += ref[row * cols + col] * ref[row * cols + col];
+        e.add(double(caracal::bf16_to_float(value(row, col))), ref[row * cols + col]);
       }
     }
+    e.end_row();  // one expert's block
   }
-  EXPECT_EQ(nan_count, 0u) << what << " still holds NaN (e.g. row " << first_nan_row << ", col "
-                           << first_nan_col << ")";
-  if (ref2 == 0.0) return;  // no real rows
-  const double rel = std::sqrt(err2 / ref2);
-  EXPECT_LE(rel, 1e-2) << what << ": relative Frobenius error " << rel;
-  std::cout << "  " << what << ": relative Frobenius error " << rel << "\n";
+  return e.failures(bound, report);
+}
+
+inline void expect_close(const char* what, const RowLayout& rows, const std::vector<int>& counts, size_t cols,
+                         const std::vector<double>& ref, const std::function<uint16_t(size_t, size_t)>& value,
+                         const caracal::test::ErrorBound& bound) {
+  for (const std::string& f : close_failures(what, rows, counts, cols, ref, value, bound)) ADD_FAILURE() << f;
 }
 
 // Padding rows inside expert segments hold zeros (+-0); rows past the last segment keep the

@@ -23,6 +23,7 @@
 #include "caracal/reference.hpp"
 #include "caracal/routing.hpp"
 #include "exchange_test_support.hpp"
+#include "output_checks.hpp"
 
 namespace caracal::layer_test {
 
@@ -132,6 +133,7 @@ class DeviceArray {
   explicit DeviceArray(size_t count)
       : memory_(comm::device_alloc<T>(count == 0 ? 1 : count, "cudaMalloc(test buffer)")), count_(count) {}
   T* get() const { return memory_.get(); }
+  size_t size() const { return count_; }
   void upload(const std::vector<T>& values) const {
     EXPECT_EQ(values.size(), count_);
     check_cuda(cudaMemcpy(get(), values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice),
@@ -389,45 +391,29 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
 
 // ---- Comparisons ------------------------------------------------------------------------------------
 
-// Relative Frobenius error of one output; every element must have been written (no NaN: outputs
-// are poisoned with NaN first). A reference of all zeros must be matched exactly.
-class Frobenius {
- public:
-  void add(double got, double want) {
-    if (std::isnan(got)) {
-      ++nan_;
-      return;
-    }
-    err2_ += (got - want) * (got - want);
-    ref2_ += want * want;
-  }
-  void expect_within(const std::string& what, double tolerance = 1e-2) const {
-    EXPECT_EQ(nan_, 0u) << what << ": " << nan_ << " elements not written (NaN)";
-    if (ref2_ == 0.0) {
-      EXPECT_EQ(err2_, 0.0) << what << ": the reference is all zeros, the output is not";
-      return;
-    }
-    const double rel = std::sqrt(err2_ / ref2_);
-    EXPECT_LE(rel, tolerance) << what << ": relative Frobenius error " << rel;
-  }
-
- private:
-  double err2_ = 0.0, ref2_ = 0.0;
-  size_t nan_ = 0;
+// Bounds of each output (output_checks.hpp), about 3x the largest error measured on an H200 over
+// every case of the layer suites (2026-12-01; scripts/gpu-check.sh prints the measured ones, and
+// docs/PERF.md has them). The reference rounds where the kernels store bf16, so what is left is
+// fp32 accumulation order and the bf16 ties it tips: y = bf16(shared + sum g * row) of bf16 rows
+// lands on a rounding tie often (all-to-one: one row with sum g = 1), where a 1e-7 difference
+// flips an ulp; that sets y's 1.2e-3 (worst row 3.1e-3). Measured maxima: y 1.2e-3 / 3.1e-3,
+// dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert), d_shared_scale 2.7e-4,
+// d_topk_scores 1.3e-4 B_t.
+struct LayerBounds {
+  test::ErrorBound y{4e-3, 1e-2};            // per token row
+  test::ErrorBound dx{1.5e-3, 1.2e-2};       // per token row
+  test::ErrorBound weight_grad{2e-3, 3e-3};  // frobenius over all experts; row = one expert's
+  test::ErrorBound shared_scale_grad{1e-3, 1e-3};
+  // d_topk_scores, per element: |got - want| <= score_rel * |want| + score_abs * B_t (see below).
+  double score_rel = 1e-3;
+  double score_abs = 4e-4;
 };
+inline constexpr LayerBounds kLayerBounds{};
 
-inline void expect_bf16_close(const Bf16& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  Frobenius f;
-  for (size_t i = 0; i < got.size(); ++i) f.add(bf16_to_float(got[i]), want[i]);
-  f.expect_within(what);
-}
-
-inline void expect_f32_close(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  Frobenius f;
-  for (size_t i = 0; i < got.size(); ++i) f.add(got[i], want[i]);
-  f.expect_within(what);
+// One expert's fp32 gradient block [rows][cols] (as one row of the check: per expert).
+inline void add_block(test::OutputError& e, const float* got, const std::vector<double>& want) {
+  for (size_t i = 0; i < want.size(); ++i) e.add(got[i], want[i]);
+  e.end_row();
 }
 
 inline double norm(const double* v, size_t n) {
@@ -439,13 +425,15 @@ inline double norm(const double* v, size_t n) {
 // d_topk_scores = (scale / S) (dg_m - sum_j dg_j s_j / S) (or scale * dg_m) with dg_j = <dy, E_j(x)>
 // a sum of products that may cancel, and so may the Jacobian's difference (to exactly 0 when all
 // of a token's slots hold one expert): no relative measure fits. Per element
-// |got - ref| <= 1e-2 |ref| + 2e-3 B_t, where B_t = (scale / S_t) max_j |dy_t| |E_j(x_t)| bounds the
-// token's |dg| (Cauchy-Schwarz; typically 16x |dg| at D = 256); empty slots exactly 0.
-inline void expect_score_gradients(const std::vector<float>& got, const RankExpected& e,
-                                   const RouterNormalization& router, const Bf16& dy) {
+// |got - ref| <= score_rel |ref| + score_abs B_t, where B_t = (scale / S_t) max_j |dy_t| |E_j(x_t)|
+// bounds the token's |dg| (Cauchy-Schwarz; typically 16x |dg| at D = 256); empty slots exactly 0.
+inline std::vector<std::string> score_gradient_failures(const std::vector<float>& got, const RankExpected& e,
+                                                        const RouterNormalization& router, const Bf16& dy,
+                                                        const LayerBounds& bounds, bool report) {
   const size_t k = static_cast<size_t>(e.inputs.top_k), D = kHidden;
-  ASSERT_EQ(got.size(), e.grads.d_topk_scores.size());
+  if (got.size() != e.grads.d_topk_scores.size()) return {"d_topk_scores: wrong size"};
   size_t bad = 0;
+  double worst_abs = 0.0, err2 = 0.0, ref2 = 0.0;
   std::ostringstream first;
   for (size_t t = 0; t < static_cast<size_t>(e.inputs.tokens); ++t) {
     std::vector<double> dy_t(D);
@@ -456,61 +444,89 @@ inline void expect_score_gradients(const std::vector<float>& got, const RankExpe
       sum += e.inputs.topk_scores[t * k + j];
       largest = std::max(largest, norm(e.forward.routed.output.data() + (t * k + j) * D, D));
     }
-    const double factor = router.normalize && sum > 0.0 ? router.scale / sum : router.scale;
+    const double factor = router.normalize ? (sum != 0.0 ? router.scale / sum : 0.0) : router.scale;
     const double bound = factor * norm(dy_t.data(), D) * largest;
     for (size_t j = 0; j < k; ++j) {
       const size_t i = t * k + j;
       const double want = e.grads.d_topk_scores[i];
       const bool empty = e.inputs.topk_idx[i] < 0;
       const double err = std::abs(static_cast<double>(got[i]) - want);
-      const bool ok = empty ? got[i] == 0.0f : err <= 1e-2 * std::abs(want) + 2e-3 * bound;
+      if (!empty && bound > 0.0) worst_abs = std::max(worst_abs, err / bound);
+      err2 += err * err;
+      ref2 += want * want;
+      const bool ok = empty || bound == 0.0 ? got[i] == static_cast<float>(want)
+                                            : err <= bounds.score_rel * std::abs(want) + bounds.score_abs * bound;
       if (!ok && bad++ == 0) {
         first << "token " << t << " slot " << j << ": got " << got[i] << ", want " << want << " (bound " << bound
               << ")";
       }
     }
   }
-  EXPECT_EQ(bad, 0u) << "d_topk_scores out of tolerance (or NaN) in " << bad << " slots, first: " << first.str();
+  if (report) {
+    std::cout << "  error d_topk_scores: frobenius " << (ref2 > 0.0 ? std::sqrt(err2 / ref2) : 0.0)
+              << ", worst |error| / B_t " << worst_abs << " [" << test::current_test() << "]\n";
+  }
+  if (bad == 0) return {};
+  std::ostringstream m;
+  m << "d_topk_scores out of tolerance (or NaN) in " << bad << " slots, first: " << first.str();
+  return {m.str()};
 }
 
-// Every output of every rank against the reference.
-inline void expect_step_matches(const LayerCase& c, const HostStep& s, const StepExpected& want,
-                                const std::vector<RankOutputs>& got) {
-  ASSERT_EQ(got.size(), static_cast<size_t>(c.world));
-  const size_t L = static_cast<size_t>(c.experts / c.world), D = kHidden, I = kIntermediate;
+// Every output of every rank against the reference; what is out of bounds (empty: all good).
+// `report`: print the measured errors (off when checking deliberately wrong results).
+inline std::vector<std::string> step_failures(const LayerCase& c, const HostStep& s, const StepExpected& want,
+                                              const std::vector<RankOutputs>& got, bool report = true,
+                                              const LayerBounds& bounds = kLayerBounds) {
+  std::vector<std::string> out;
+  if (got.size() != static_cast<size_t>(c.world)) return {"wrong number of ranks"};
+  const size_t L = static_cast<size_t>(c.experts / c.world), T = static_cast<size_t>(c.tokens), D = kHidden,
+               I = kIntermediate;
+  const auto bf16_at = [](const Bf16& v) { return [&v](size_t i) { return static_cast<double>(bf16_to_float(v[i])); }; };
   for (size_t r = 0; r < got.size(); ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r));
+    const std::string rank = "rank " + std::to_string(r) + " ";
     const RankOutputs& o = got[r];
     const RankExpected& e = want.ranks[r];
-    expect_bf16_close(o.y, e.forward.y, "y");
-    expect_bf16_close(o.dx, e.grads.dx, "dx");
-    expect_score_gradients(o.d_scores, e, c.router, s.dy[r]);
+    if (o.y.size() != T * D || o.dx.size() != T * D) return {rank + "y or dx has the wrong size"};
+    test::append(out, test::compare_rows(rank + "y", bf16_at(o.y), e.forward.y, T, D, bounds.y, report));
+    test::append(out, test::compare_rows(rank + "dx", bf16_at(o.dx), e.grads.dx, T, D, bounds.dx, report));
+    test::append(out, score_gradient_failures(o.d_scores, e, c.router, s.dy[r], bounds, report));
     std::vector<float> gate(L * I * D), up(L * I * D);
     deinterleave_gate_up_host(o.d_w_gate_up.data(), gate.data(), up.data(), static_cast<int64_t>(L), kIntermediate,
                               kHidden);
+    test::OutputError d_gate(rank + "d_w_gate"), d_up(rank + "d_w_up"), d_down(rank + "d_w_down");
     for (size_t l = 0; l < L; ++l) {
-      const size_t expert = r * L + l;
-      const std::string name = "expert " + std::to_string(expert);
-      const ExpertGradients& g = want.routed[expert];
-      const auto slice = [&](const std::vector<float>& v) {
-        return std::vector<float>(v.begin() + static_cast<int64_t>(l * I * D),
-                                  v.begin() + static_cast<int64_t>((l + 1) * I * D));
-      };
-      expect_f32_close(slice(gate), g.gate, "d_w_gate of " + name);
-      expect_f32_close(slice(up), g.up, "d_w_up of " + name);
-      expect_f32_close(slice(o.d_w_down), g.down, "d_w_down of " + name);
+      const ExpertGradients& g = want.routed[r * L + l];
+      add_block(d_gate, gate.data() + l * I * D, g.gate);
+      add_block(d_up, up.data() + l * I * D, g.up);
+      add_block(d_down, o.d_w_down.data() + l * D * I, g.down);
+    }
+    for (const test::OutputError* e2 : {&d_gate, &d_up, &d_down}) {
+      test::append(out, e2->failures(bounds.weight_grad, report));
     }
     if (c.shared) {
       const size_t Is = kSharedIntermediate;
       std::vector<float> shared_gate(Is * D), shared_up(Is * D);
       deinterleave_gate_up_host(o.d_shared_w_gate_up.data(), shared_gate.data(), shared_up.data(), 1,
                                 kSharedIntermediate, kHidden);
-      expect_f32_close(shared_gate, e.grads.d_shared->gate, "d_shared_w_gate");
-      expect_f32_close(shared_up, e.grads.d_shared->up, "d_shared_w_up");
-      expect_f32_close(o.d_shared_w_down, e.grads.d_shared->down, "d_shared_w_down");
+      test::OutputError sg(rank + "d_shared_w_gate"), su(rank + "d_shared_w_up"), sd(rank + "d_shared_w_down");
+      add_block(sg, shared_gate.data(), e.grads.d_shared->gate);
+      add_block(su, shared_up.data(), e.grads.d_shared->up);
+      add_block(sd, o.d_shared_w_down.data(), e.grads.d_shared->down);
+      for (const test::OutputError* e2 : {&sg, &su, &sd}) test::append(out, e2->failures(bounds.weight_grad, report));
     }
-    if (c.shared_scale) expect_f32_close(o.d_shared_scale, e.grads.d_shared_scale, "d_shared_scale");
+    if (c.shared_scale) {
+      test::append(out, test::compare_rows(
+                            rank + "d_shared_scale", [&](size_t i) { return static_cast<double>(o.d_shared_scale[i]); },
+                            e.grads.d_shared_scale, 1, T, bounds.shared_scale_grad, report));
+    }
   }
+  return out;
+}
+
+inline void expect_step_matches(const LayerCase& c, const HostStep& s, const StepExpected& want,
+                                const std::vector<RankOutputs>& got) {
+  const std::vector<std::string> failures = step_failures(c, s, want, got);
+  for (const std::string& f : failures) ADD_FAILURE() << f;
 }
 
 // ---- Bitwise comparison -------------------------------------------------------------------------------

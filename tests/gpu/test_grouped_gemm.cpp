@@ -179,17 +179,20 @@ void check_against_reference(Problem& p, const RunOptions& o) {
   const Reference ref = reference_forward(p);
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
   expect_close("hidden", p.rows, p.c.counts, I, ref.hidden,
-               [&](size_t row, size_t col) { return out.hidden[row * I + col]; });
-  expect_close("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; });
+               [&](size_t row, size_t col) { return out.hidden[row * I + col]; }, kHiddenBound);
+  expect_close("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; },
+               kDownBound);
   expect_padding("hidden", p.rows, p.c.counts, I, out.hidden);
   expect_padding("y", p.rows, p.c.counts, D, out.y);
   if (o.store_gate_up) {
-    expect_close("gate", p.rows, p.c.counts, I, ref.gate, [&](size_t row, size_t j) {
-      return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
-    });
-    expect_close("up", p.rows, p.c.counts, I, ref.up, [&](size_t row, size_t j) {
-      return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
-    });
+    expect_close(
+        "gate", p.rows, p.c.counts, I, ref.gate,
+        [&](size_t row, size_t j) { return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))]; },
+        kGateUpBound);
+    expect_close(
+        "up", p.rows, p.c.counts, I, ref.up,
+        [&](size_t row, size_t j) { return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))]; },
+        kGateUpBound);
     expect_padding("gate_up", p.rows, p.c.counts, 2 * I, out.gate_up);
   } else {
     size_t touched = 0;
@@ -244,6 +247,35 @@ INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(refere
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            return param_info.param.name;
                          });
+
+// The bounds are tight enough to catch small systematic errors: one expert's output rows 0.5%
+// off (the largest expert: 300 of 814 rows), and one row of another expert never written.
+TEST(GroupedGemmChecks, CatchDeliberateErrors) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"checks", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}}, seed));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, out));
+  const Reference ref = reference_forward(p);
+  const size_t D = size_t(p.c.hidden);
+  const auto y_failures = [&](const std::vector<uint16_t>& y) {
+    return close_failures("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return y[row * D + col]; },
+                          kDownBound, false);
+  };
+  ASSERT_EQ(y_failures(out.y), std::vector<std::string>{}) << "the real output passes";
+  std::vector<uint16_t> scaled = out.y;
+  const size_t first = size_t(p.rows.offset[7]);
+  for (size_t i = first * D; i < (first + 300) * D; ++i) {
+    scaled[i] = caracal::bf16_bits(1.005f * caracal::bf16_to_float(scaled[i]));
+  }
+  EXPECT_NE(y_failures(scaled), std::vector<std::string>{}) << "an expert 0.5% off passed";
+  std::vector<uint16_t> dropped = out.y;
+  const size_t row = size_t(p.rows.offset[3]) + 5;
+  std::fill(dropped.begin() + int64_t(row * D), dropped.begin() + int64_t((row + 1) * D), uint16_t{0});
+  EXPECT_NE(y_failures(dropped), std::vector<std::string>{}) << "a dropped row passed";
+}
 
 // Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
 // run, or whether the optional counts let the kernels skip padding halves.

@@ -221,7 +221,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
 // The backward of the real rows with the bf16-rounding contract, from the forward kernel's saved
 // gate/up and hidden (what the contract's backward reads): d_gate, d_up (B2), dx (B3) rounded
 // where the kernels store bf16; dg (B1) and the weight gradients (B5) not rounded. scaled_hidden
-// is bf16(g * hidden), the kernels' own operand for dW_down. Row arrays are indexed like the row
+// is bf16(g * hidden), the kernels' own operand for dW_down, and the reference's too (B5). Row arrays are indexed like the row
 // buffers; padding rows stay 0.
 struct Reference {
   std::vector<double> d_gate, d_up, scaled_hidden;  // [capacity][I]
@@ -297,8 +297,8 @@ Reference reference_backward(const Problem& p) {
       for (size_t d = 0; d < D; ++d) {
         r.dx[row * D + d] = caracal::round_to_bf16(dx_row[d]);
         double* dwd_row = &r.dw_down[(e * D + d) * I];
-        const double gdy = g * dy_row[d];
-        for (size_t j = 0; j < I; ++j) dwd_row[j] += gdy * h[j];
+        // B5: dW_down from the weighted hidden as the kernels store it, bf16(g * hidden).
+        for (size_t j = 0; j < I; ++j) dwd_row[j] += dy_row[d] * r.scaled_hidden[row * I + j];
       }
     }
   }
@@ -307,9 +307,10 @@ Reference reference_backward(const Problem& p) {
 
 // ---- Checks --------------------------------------------------------------------------------------
 
-// dL/dg per real row: |dg - ref| <= 1e-2 |ref| + 1e-2 scale, scale being the size of the row's
+// dL/dg per real row: |dg - ref| <= 1e-3 |ref| + 1e-4 scale, scale being the size of the row's
 // terms (a dot product of I terms may cancel to far below them), and a relative Frobenius error of
-// at most 1e-2 over all rows. Padding rows hold 0; rows past expert_offset[L] keep the poison.
+// at most 1e-5 over all rows (measured: 1.9e-6 at most, 2026-12-01). Padding rows hold 0; rows
+// past expert_offset[L] keep the poison.
 void expect_router_grad(const Problem& p, const Reference& ref, const std::vector<float>& dg) {
   size_t bad = 0, nan_count = 0, padding_nonzero = 0, touched = 0, first_bad = 0;
   double err2 = 0.0, ref2 = 0.0;
@@ -326,7 +327,7 @@ void expect_router_grad(const Problem& p, const Reference& ref, const std::vecto
         continue;
       }
       const double err = std::abs(v - ref.dg[row]);
-      if (err > 1e-2 * std::abs(ref.dg[row]) + 1e-2 * ref.dg_scale[row] && bad++ == 0) {
+      if (err > 1e-3 * std::abs(ref.dg[row]) + 1e-4 * ref.dg_scale[row] && bad++ == 0) {
         first_bad = row;
       }
       err2 += err * err;
@@ -344,7 +345,7 @@ void expect_router_grad(const Problem& p, const Reference& ref, const std::vecto
   EXPECT_EQ(touched, 0u) << "dg: rows past expert_offset[L] must be left untouched";
   if (ref2 == 0.0) return;
   const double rel = std::sqrt(err2 / ref2);
-  EXPECT_LE(rel, 1e-2) << "dg: relative Frobenius error " << rel;
+  EXPECT_LE(rel, 1e-5) << "dg: relative Frobenius error " << rel;
   std::cout << "  dg: relative Frobenius error " << rel << "\n";
 }
 
@@ -374,10 +375,16 @@ void expect_gate_edge_rows(const Problem& p, const Outputs& out) {
   std::cout << "  rows with g = 0: " << zero_rows << ", with g = 1: " << one_rows << "\n";
 }
 
-// One expert's fp32 gradient against the reference: relative Frobenius error <= 1e-2, no NaN;
+// Bounds of one expert's fp32 weight gradient (relative Frobenius), about 3x the largest measured
+// on an H200 (2026-12-01): dW_gate/dW_up 2.6e-4; dW_down 8e-7 (the reference takes bf16(g * hidden)
+// as the kernels do, so only fp32 summation order differs).
+constexpr double kGateUpGradBound = 1e-3;
+constexpr double kDownGradBound = 3e-6;
+
+// One expert's fp32 gradient against the reference: relative Frobenius error <= `bound`, no NaN;
 // `value(i)` reads element i of the expert's [rows][cols] gradient in the reference's order.
 void expect_gradient_close(const std::string& what, const double* ref, size_t count,
-                           const std::function<float(size_t)>& value, double& worst) {
+                           const std::function<float(size_t)>& value, double bound, double& worst) {
   size_t nan_count = 0;
   double err2 = 0.0, ref2 = 0.0;
   for (size_t i = 0; i < count; ++i) {
@@ -391,7 +398,7 @@ void expect_gradient_close(const std::string& what, const double* ref, size_t co
   }
   EXPECT_EQ(nan_count, 0u) << what << " still holds NaN";
   const double rel = ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_LE(rel, 1e-2) << what << ": relative Frobenius error " << rel;
+  EXPECT_LE(rel, bound) << what << ": relative Frobenius error " << rel;
   worst = std::max(worst, rel);
 }
 
@@ -417,12 +424,11 @@ void expect_weight_grads(const Problem& p, const Reference& ref, const Outputs& 
         return gu[size_t(gate_up_row(int64_t(j), is_up)) * D + d];
       };
     };
-    expect_gradient_close("dW_gate" + tag, &ref.dw_gate[e * I * D], I * D, interleaved(false),
+    expect_gradient_close("dW_gate" + tag, &ref.dw_gate[e * I * D], I * D, interleaved(false), kGateUpGradBound,
                           worst_gate);
-    expect_gradient_close("dW_up" + tag, &ref.dw_up[e * I * D], I * D, interleaved(true),
-                          worst_up);
-    expect_gradient_close("dW_down" + tag, &ref.dw_down[e * D * I], D * I,
-                          [&](size_t i) { return down[i]; }, worst_down);
+    expect_gradient_close("dW_up" + tag, &ref.dw_up[e * I * D], I * D, interleaved(true), kGateUpGradBound, worst_up);
+    expect_gradient_close("dW_down" + tag, &ref.dw_down[e * D * I], D * I, [&](size_t i) { return down[i]; },
+                          kDownGradBound, worst_down);
   }
   std::cout << "  dW_gate: relative Frobenius error " << worst_gate << " (worst expert)\n"
             << "  dW_up: relative Frobenius error " << worst_up << " (worst expert)\n"
@@ -435,22 +441,58 @@ void check_against_reference(Problem& p, const RunOptions& o) {
   const Reference ref = reference_backward(p);
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
   const auto& counts = p.c.counts;
-  expect_close("d_gate", p.rows, counts, I, ref.d_gate, [&](size_t row, size_t j) {
-    return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
-  });
-  expect_close("d_up", p.rows, counts, I, ref.d_up, [&](size_t row, size_t j) {
-    return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
-  });
+  expect_close(
+      "d_gate", p.rows, counts, I, ref.d_gate,
+      [&](size_t row, size_t j) { return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))]; },
+      kDgradBound);
+  expect_close(
+      "d_up", p.rows, counts, I, ref.d_up,
+      [&](size_t row, size_t j) { return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))]; },
+      kDgradBound);
   expect_padding("d_gate_up", p.rows, counts, 2 * I, out.d_gate_up);
   expect_close("scaled_hidden", p.rows, counts, I, ref.scaled_hidden,
-               [&](size_t row, size_t j) { return out.scaled_hidden[row * I + j]; });
+               [&](size_t row, size_t j) { return out.scaled_hidden[row * I + j]; }, kScaledHiddenBound);
   expect_padding("scaled_hidden", p.rows, counts, I, out.scaled_hidden);
-  expect_close("dx", p.rows, counts, D, ref.dx,
-               [&](size_t row, size_t d) { return out.dx[row * D + d]; });
+  expect_close("dx", p.rows, counts, D, ref.dx, [&](size_t row, size_t d) { return out.dx[row * D + d]; },
+               kDxBound);
   expect_padding("dx", p.rows, counts, D, out.dx);
   expect_router_grad(p, ref, out.dg);
   expect_gate_edge_rows(p, out);
   expect_weight_grads(p, ref, out);
+}
+
+// The bounds are tight enough to catch small systematic errors: one expert's dx rows or weight
+// gradient 0.5% off.
+TEST(GroupedGemmBackwardChecks, CatchDeliberateErrors) {
+  CARACAL_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"checks", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}}, seed));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  const Reference ref = reference_backward(p);
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+  const auto dx_failures = [&](const std::vector<uint16_t>& dx) {
+    return close_failures("dx", p.rows, p.c.counts, D, ref.dx, [&](size_t row, size_t d) { return dx[row * D + d]; },
+                          kDxBound, false);
+  };
+  ASSERT_EQ(dx_failures(out.dx), std::vector<std::string>{}) << "the real dx passes";
+  std::vector<uint16_t> dx = out.dx;
+  const size_t first = size_t(p.rows.offset[7]);
+  for (size_t i = first * D; i < (first + 300) * D; ++i) dx[i] = caracal::bf16_bits(1.005f * caracal::bf16_to_float(dx[i]));
+  EXPECT_NE(dx_failures(dx), std::vector<std::string>{}) << "an expert's dx 0.5% off passed";
+  // One expert's dW_gate 0.5% off: relative error 5e-3 against a bound of kGateUpGradBound.
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t j = 0; j < I; ++j) {
+    for (size_t d = 0; d < D; ++d) {
+      const double want = ref.dw_gate[(4 * I + j) * D + d];
+      const double got = 1.005 * double(out.dw_gate_up[4 * 2 * I * D + size_t(gate_up_row(int64_t(j), false)) * D + d]);
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+    }
+  }
+  EXPECT_GT(std::sqrt(err2 / ref2), kGateUpGradBound) << "an expert's dW_gate 0.5% off passed";
 }
 
 std::vector<Case> reference_cases() {

@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,11 +145,8 @@ std::vector<RankOutputs> run_threads(const LayerCase& c, const HostWeights& weig
 }
 
 TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
-  CARACAL_REQUIRE_GPU();
   const int world = GetParam();
-  int devices = 0;
-  CARACAL_ASSERT_CUDA(cudaGetDeviceCount(&devices));
-  if (devices < world) GTEST_SKIP() << "needs " << world << " GPUs, found " << devices;
+  CARACAL_REQUIRE_GPUS(world);
   const LayerCase c{"nccl_threads", world, 133, 4 * world, 4, true, true, kNormalizedScaled, RoutingCase::kZipf};
   const HostWeights weights = random_weights(c, fresh_seed());
   const ReferenceLayer reference = reference_layer(c, weights);
@@ -184,7 +183,7 @@ TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
   Stream stream;
 
   cudaGraph_t graph = nullptr;
-  CARACAL_ASSERT_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  CARACAL_ASSERT_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
   try {
     const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
     layer.backward(buffers.backward_args(), context, stream.get());
@@ -291,6 +290,74 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
   buffers.prepare(step, world);  // poisons the weight gradients, which the zero-copy run writes there too
   expect_same_bits(first, run_zero_copy(layer, buffers, step), "zero-copy path");
+}
+
+// ---- The checks themselves ------------------------------------------------------------------------
+
+bool any_names(const std::vector<std::string>& failures, const std::string& part) {
+  for (const std::string& f : failures) {
+    if (f.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The bounds are tight enough to catch small systematic errors, on fresh inputs every run: one
+// expert computing 0.5% too much (its gate/up weight gradients, which the checks see per expert;
+// y itself, a bf16 sum of bf16 rows, resolves about 1%: an expert 5% off), a dropped token, one
+// expert's weight gradient 0.5% off, one score gradient 5% off.
+TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"checks_W2", 2, 97, 8, 2, true, true, kNormalized, RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
+  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
+  MoELayer layer(config_of(c), world);
+  const WorldBuffers buffers(c, weights, world);
+  buffers.prepare(step, world);
+  Stream stream;
+  run_step(layer, buffers, stream);
+  const std::vector<RankOutputs> got = buffers.download();
+  const ReferenceLayer reference = reference_layer(c, weights);
+  const StepExpected want = reference_step(c, reference, step);
+  ASSERT_EQ(step_failures(c, step, want, got), std::vector<std::string>{}) << "the real outputs pass";
+
+  // Expert 5 (rank 1's second) computes too much: its output rows, and through W_down^T dy its
+  // gate/up gradients, are off.
+  const auto expert_scaled = [&](double factor) {
+    ReferenceLayer scaled = reference;
+    for (double& w : scaled.experts[5].down) w *= factor;
+    return step_failures(c, step, reference_step(c, scaled, step), got, false);
+  };
+  const std::vector<std::string> half_percent = expert_scaled(1.005);
+  EXPECT_TRUE(any_names(half_percent, "rank 1 d_w_gate")) << "d_w_gate missed an expert 0.5% off";
+  EXPECT_TRUE(any_names(half_percent, "rank 1 d_w_up")) << "d_w_up missed an expert 0.5% off";
+  EXPECT_TRUE(any_names(expert_scaled(1.05), " y:")) << "y missed an expert 5% off";
+
+  // One token's y and another's dx never written back (a dropped row), on one rank.
+  std::vector<RankOutputs> dropped = got;
+  std::fill(dropped[1].y.begin() + 5 * kHidden, dropped[1].y.begin() + 6 * kHidden, uint16_t{0});
+  std::fill(dropped[0].dx.begin() + 11 * kHidden, dropped[0].dx.begin() + 12 * kHidden, uint16_t{0});
+  const std::vector<std::string> row_off = step_failures(c, step, want, dropped, false);
+  EXPECT_TRUE(any_names(row_off, "rank 1 y:")) << "y missed a dropped token";
+  EXPECT_TRUE(any_names(row_off, "rank 0 dx:")) << "dx missed a dropped token";
+
+  // One expert's down-projection gradient 0.5% off.
+  std::vector<RankOutputs> grad_off = got;
+  const size_t block = static_cast<size_t>(kHidden) * kIntermediate;
+  for (size_t i = block; i < 2 * block; ++i) grad_off[0].d_w_down[i] *= 1.005f;
+  EXPECT_TRUE(any_names(step_failures(c, step, want, grad_off, false), "rank 0 d_w_down")) << "d_w_down missed 0.5%";
+
+  // The largest score gradient of rank 1, 5% off.
+  std::vector<RankOutputs> score_off = got;
+  std::vector<float>& scores = score_off[1].d_scores;
+  const size_t largest = static_cast<size_t>(
+      std::max_element(scores.begin(), scores.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }) -
+      scores.begin());
+  scores[largest] *= 1.05f;
+  EXPECT_TRUE(any_names(step_failures(c, step, want, score_off, false), "d_topk_scores"))
+      << "d_topk_scores missed 5%";
 }
 
 // ---- API misuse ----------------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ struct Twin {
         for (int64_t j = 0; j < k; ++j) {
           if (routed(routing.at(rank, t, j))) sum = sum + s[j];
         }
-        factor = scale / sum;
+        factor = sum != 0.0f ? scale / sum : 0.0f;
       }
       for (int64_t j = 0; j < k; ++j) {
         gates[static_cast<size_t>(t * k + j)] = routed(routing.at(rank, t, j)) ? factor * s[j] : 0.0f;
@@ -186,8 +186,8 @@ struct Twin {
           sum = sum + s[j];
           weighted = std::fma(dg[static_cast<size_t>(j)], s[j], weighted);
         }
-        factor = scale / sum;
-        mean = weighted / sum;
+        factor = sum != 0.0f ? scale / sum : 0.0f;
+        mean = sum != 0.0f ? weighted / sum : 0.0f;
       }
       for (int64_t j = 0; j < k; ++j) {
         float d = 0.0f;

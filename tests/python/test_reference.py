@@ -52,3 +52,27 @@ def test_reference_matches_direct_loop(kind, normalize):
                       dtype=torch.float64)
     expected = direct_layer(x, idx, scores, w_gate_up, w_down, shared, scale, normalize, 2.5)
     torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_round_like_kernels_rounds_but_stays_the_same_layer():
+    """The contract mode differs from the exact layer only by bf16 roundings (~1e-3 relative) and
+    runs backward through its own formulas: the gradients stay that close too."""
+    torch.manual_seed(3)
+    t, d, i, e, k = 24, 32, 16, 4, 2
+    x = torch.randn(t, d, dtype=torch.float64)
+    idx = make_routing("uniform", t, k, e, "cpu", None)
+    scores = torch.rand(t, k, dtype=torch.float64) + 0.1
+    w_gate_up = torch.randn(e, 2 * i, d, dtype=torch.float64) / d ** 0.5
+    w_down = torch.randn(e, d, i, dtype=torch.float64) / i ** 0.5
+    shared = (torch.randn(2 * i, d, dtype=torch.float64) / d ** 0.5, torch.randn(d, i, dtype=torch.float64) / i ** 0.5)
+    scale = torch.rand(t, dtype=torch.float64) + 0.5
+    runs = []
+    for contract in (False, True):
+        leaves = [v.clone().requires_grad_() for v in (x, scores, w_gate_up, w_down, *shared, scale)]
+        y = moe_reference(leaves[0], idx, leaves[1], *leaves[2:6], leaves[6], dtype=torch.float64,
+                          round_like_kernels=contract)
+        y.backward(torch.ones_like(y))
+        runs.append([y.detach()] + [v.grad for v in leaves])
+    for exact, rounded in zip(*runs):
+        rel = ((rounded - exact).norm() / exact.norm()).item()
+        assert 0 < rel < 2e-2, rel

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The reliability figures (issue 11), one call on the device machine over a staged build
+# (scripts/stage-gpu-build.sh): scripts/reliability-check.sh [build-dir]
+#   1. the soak: caracal-soak twice with one seed (1,000 steps, changing routing, loopback W = 4,
+#      and NCCL W = 2 where two GPUs exist): no error, memory flat, identical checksums;
+#   2. what the exchange's SM cap costs: caracal_transfer_bench with the default cap (all but 16
+#      SMs) and with every SM, and with coherent pull loads (ld.global) instead of ld.global.nc;
+#   3. the same for the whole layer: caracal bench, DeepSeek-V3 with 32 experts, T = 4096, both caps;
+# then a summary. Logs and JSON: $OUT/reliability-logs.tgz when OUT is set.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="${1:-build}"
+logs=$(mktemp -d)
+source "$root/scripts/lib/nccl-env.sh"
+gpus=$(nvidia-smi -L | wc -l)
+summary=()
+record() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
+run() {  # run NAME LIMIT CMD...: logs to NAME.log, records the last line or FAILED
+  local name=$1 limit=$2 rc
+  shift 2
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then record "$name" "ok: $(tail -n 1 "$logs/$name.log")"; else
+    tail -n 20 "$logs/$name.log"
+    record "$name" "FAILED (rc $rc, see $name.log)"
+  fi
+}
+
+# ---- 1. soak ------------------------------------------------------------------------------------
+soak() {  # soak NAME ARGS...: two runs, same seed; checksums must match
+  local name=$1
+  shift
+  run "${name}_run1" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.1.txt" --json "$logs/$name.1.json" "$@"
+  run "${name}_run2" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.2.txt" --json "$logs/$name.2.json" "$@"
+  if cmp -s "$logs/$name.1.txt" "$logs/$name.2.txt" && [ -s "$logs/$name.1.txt" ]; then
+    record "$name: two runs" "bitwise identical ($(wc -l <"$logs/$name.1.txt") checksum lines)"
+  else
+    record "$name: two runs" "DIFFER"
+  fi
+  grep -E "memory|steps/s|non-finite" "$logs/${name}_run1.log" | sed 's/^/    /'
+}
+soak soak_loopback_W4 --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}"
+[ "$gpus" -ge 2 ] && soak soak_nccl_W2 --backend nccl --ep 2 --steps "${SOAK_STEPS:-1000}"
+
+# ---- 2. the exchange alone ----------------------------------------------------------------------
+sms=$(nvidia-smi --query-gpu=multiprocessor_count --format=csv,noheader 2>/dev/null | head -n 1)
+[ -z "$sms" ] && sms=132
+for variant in "default:" "all_sms:--exchange-sms $sms" "coherent_loads:--coherent-loads"; do
+  name=${variant%%:*}
+  run "transfers_$name" 400 "$build/caracal_transfer_bench" --model deepseek-v3 --routing uniform --world 8,1 \
+    --tokens 4096 --no-baseline --seed 7 --json "$logs/transfers_$name.json" ${variant#*:}
+done
+python3 - "$logs" <<'PY'
+import json, sys, os
+logs = sys.argv[1]
+rows = {}
+for name in ("default", "all_sms", "coherent_loads"):
+    path = os.path.join(logs, f"transfers_{name}.json")
+    if not os.path.exists(path):
+        continue
+    for case in json.load(open(path)).get("cases", []):
+        rows.setdefault((case["world"], "schedule (us)"), {})[name] = case.get("schedule_us")
+        for line in case.get("passes", []):
+            rows.setdefault((case["world"], line.get("pass")), {})[name] = line.get("ms")
+print("exchange passes, DeepSeek-V3 uniform T=4096 (ms): default cap | every SM | coherent pull loads")
+for (world, p), v in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+    print(f"  W={world} {p:22s} " + " | ".join(f"{v.get(n, float('nan')):.3f}" for n in ("default", "all_sms", "coherent_loads")))
+PY
+
+# ---- 3. the whole layer -----------------------------------------------------------------------------
+for variant in "default:" "all_sms:--exchange-sms $sms"; do
+  name=${variant%%:*}
+  run "layer_$name" 400 "$build/caracal" bench --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 --reps 20 \
+    --quiet --no-validate --json "$logs/layer_$name.json" ${variant#*:}
+  grep -E "forward|backward|fwd" "$logs/layer_$name.log" | head -4 | sed "s/^/    $name /"
+done
+
+echo
+echo "==== Caracal reliability check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown) ===="
+printf '%s\n' "${summary[@]}"
+[ -n "${OUT:-}" ] && tar czf "$OUT/reliability-logs.tgz" -C "$logs" .
