@@ -39,13 +39,16 @@ soak() {  # soak NAME ARGS...: two runs, same seed; checksums must match
   fi
   grep -E "memory|steps/s|non-finite" "$logs/${name}_run1.log" | sed 's/^/    /'
 }
-soak soak_loopback_W4 --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}"
-[ "$gpus" -ge 2 ] && soak soak_nccl_W2 --backend nccl --ep 2 --steps "${SOAK_STEPS:-1000}"
+if [ "${SOAK:-1}" = 1 ]; then
+  soak soak_loopback_W4 --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}"
+  [ "$gpus" -ge 2 ] && soak soak_nccl_W2 --backend nccl --ep 2 --steps "${SOAK_STEPS:-1000}"
+fi
 
 # ---- 2. the exchange alone ----------------------------------------------------------------------
-sms=$(nvidia-smi --query-gpu=multiprocessor_count --format=csv,noheader 2>/dev/null | head -n 1)
-[ -z "$sms" ] && sms=132
-for variant in "default:" "all_sms:--exchange-sms $sms" "coherent_loads:--coherent-loads"; do
+sms=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)' 2>/dev/null)
+[[ "$sms" =~ ^[0-9]+$ ]] || sms=132
+# default twice, first and last: the spread between them is the noise of the comparison.
+for variant in "default:" "coherent_loads:--coherent-loads" "all_sms:--exchange-sms $sms" "default_again:"; do
   name=${variant%%:*}
   run "transfers_$name" 400 "$build/caracal_transfer_bench" --model deepseek-v3 --routing uniform --world 8,1 \
     --tokens 4096 --no-baseline --seed 7 --json "$logs/transfers_$name.json" ${variant#*:}
@@ -54,7 +57,8 @@ python3 - "$logs" <<'PY'
 import json, sys, os
 logs = sys.argv[1]
 rows = {}
-for name in ("default", "all_sms", "coherent_loads"):
+names = ("default", "coherent_loads", "all_sms", "default_again")
+for name in names:
     path = os.path.join(logs, f"transfers_{name}.json")
     if not os.path.exists(path):
         continue
@@ -62,13 +66,13 @@ for name in ("default", "all_sms", "coherent_loads"):
         rows.setdefault((case["world"], "schedule (us)"), {})[name] = case.get("schedule_us")
         for line in case.get("passes", []):
             rows.setdefault((case["world"], line.get("pass")), {})[name] = line.get("ms")
-print("exchange passes, DeepSeek-V3 uniform T=4096 (ms): default cap | every SM | coherent pull loads")
+print("exchange passes, DeepSeek-V3 uniform T=4096 (ms): " + " | ".join(names))
 for (world, p), v in sorted(rows.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-    print(f"  W={world} {p:22s} " + " | ".join(f"{v.get(n, float('nan')):.3f}" for n in ("default", "all_sms", "coherent_loads")))
+    print(f"  W={world} {p:22s} " + " | ".join(f"{v.get(n, float('nan')):.3f}" for n in names))
 PY
 
 # ---- 3. the whole layer -----------------------------------------------------------------------------
-for variant in "default:" "all_sms:--exchange-sms $sms"; do
+for variant in "default:" "all_sms:--exchange-sms $sms" "default_again:"; do
   name=${variant%%:*}
   run "layer_$name" 400 "$build/caracal" bench --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 --reps 20 \
     --quiet --no-validate --json "$logs/layer_$name.json" ${variant#*:}
