@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   app.add_option("--exchange-sms", o.exchange_sms, "SMs the exchange kernels may occupy (0: all but 16)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_flag("--coherent-loads", o.coherent_loads, "pull with ld.global instead of ld.global.nc");
+  app.add_flag("--noncoherent-loads", o.noncoherent_loads, "pull with ld.global.nc instead of ld.global");
   app.add_option("--json", o.json_path, "also write every figure to this JSON file");
   CLI11_PARSE(app, argc, argv);
   o.fixed_seed = seed->count() > 0;

@@ -25,13 +25,13 @@ struct Options {
   bool fixed_seed = false;  // --seed given
   bool no_baseline = false;
   int exchange_sms = 0;              // ExchangeOptions::max_sms (0: the default)
-  bool coherent_loads = false;       // ExchangeOptions::coherent_pull_loads
+  bool noncoherent_loads = false;    // ExchangeOptions::noncoherent_pull_loads
   std::string json_path;
 
   transfer::ExchangeOptions exchange_options(bool forward) const {
     transfer::ExchangeOptions options{forward, !forward, false};
     options.max_sms = exchange_sms;
-    options.coherent_pull_loads = coherent_loads;
+    options.noncoherent_pull_loads = noncoherent_loads;
     return options;
   }
 

@@ -26,7 +26,7 @@ struct ExchangeArgs {
   BackwardBuffers backward;
   RouterScaling scaling;    // compute_gates and reverse_dispatch
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
-  bool coherent_pull_loads = false;  // ExchangeOptions::coherent_pull_loads
+  bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
 };
 
 // The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but

@@ -11,7 +11,8 @@ namespace {
 // Below 64 registers ptxas spills around the row loop.
 
 // kReverseCombine: dy rows into expert_dy, with g beside them in expert_gates; otherwise x rows
-// into expert_x. kCoherent: ld.global instead of ld.global.nc (ExchangeOptions::coherent_pull_loads).
+// into expert_x. kCoherent: ld.global (the default), else ld.global.nc (ExchangeOptions::
+// noncoherent_pull_loads).
 template <bool kReverseCombine, bool kCoherent>
 __global__ void __launch_bounds__(kPullThreads, 1)
     pull_rows_kernel(comm::DeviceWorld world, ExchangeArgs args) {
@@ -53,13 +54,13 @@ comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const Exc
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                      cudaStream_t stream) {
   comm::launch(world, "TokenExchange::dispatch", shape, stream,
-               args.coherent_pull_loads ? pull_rows_kernel<false, true> : pull_rows_kernel<false, false>, args);
+               args.noncoherent_pull_loads ? pull_rows_kernel<false, false> : pull_rows_kernel<false, true>, args);
 }
 
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream) {
   comm::launch(world, "TokenExchange::reverse_combine", shape, stream,
-               args.coherent_pull_loads ? pull_rows_kernel<true, true> : pull_rows_kernel<true, false>, args);
+               args.noncoherent_pull_loads ? pull_rows_kernel<true, false> : pull_rows_kernel<true, true>, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -144,7 +144,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.forward = forward_;
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
-  a.coherent_pull_loads = options_.coherent_pull_loads;
+  a.noncoherent_pull_loads = options_.noncoherent_pull_loads;
 }
 
 TokenExchange::~TokenExchange() = default;

@@ -11,6 +11,8 @@
 //                     without L1 allocation as every row is read once by this SM;
 //   load_coherent16   data stored earlier in this launch by another CTA or rank and ordered by a
 //                     world barrier (the home side of combine and reverse dispatch): ld.global.
+// The pulls use load_coherent16 by default: measured side by side (docs/PERF.md, 2026-12-01, one
+// H200), ld.global was 4-8% faster than ld.global.nc.L1::no_allocate for them. Both are correct.
 // Why ld.global.nc is correct for rows another GPU wrote: the non-coherent (texture) path caches
 // lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
 // for data written while the kernel runs. A pulled home row is written by its home rank before
@@ -18,8 +20,8 @@
 // host), and nobody writes it again until a later launch's entry barrier; the entry barrier's
 // acquire orders this kernel's loads after those writes, and no line of those rows can be in this
 // SM's L1 from before: nothing reads them before the barrier, and the driver invalidates global L1
-// lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served. ExchangeOptions::coherent_pull_loads switches every pull to load_coherent16 (ld.global):
-// docs/PERF.md has the cost of that measured side by side.
+// lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served.
+// ExchangeOptions::noncoherent_pull_loads switches the pulls back to it, to repeat the measurement.
 #include <cuda_bf16.h>
 
 #include <cstdint>

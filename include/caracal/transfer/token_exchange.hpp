@@ -46,9 +46,10 @@ struct ExchangeOptions {
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
   // always progresses). 0 = all but kExchangeFreeSms.
   int max_sms = 0;
-  // Pulls (dispatch, reverse combine) load peers' rows with ld.global instead of ld.global.nc.
-  // Both are correct (row_copy.cuh says why); this exists to measure the difference.
-  bool coherent_pull_loads = false;
+  // Pulls (dispatch, reverse combine) load home rows with ld.global.nc instead of ld.global. Both
+  // are correct (row_copy.cuh says why); ld.global measured 4-8% faster (docs/PERF.md,
+  // 2026-12-01), so it is the default and this stays to repeat the measurement.
+  bool noncoherent_pull_loads = false;
 };
 
 class TokenExchange {

@@ -17,8 +17,8 @@ namespace caracal::transfer {
 
 // Fills `dst` (this rank's row) from the home token row, or zeroes it for a padding row. The home
 // rows must not change during the launch (they are published before its entry barrier; see
-// row_copy.cuh for why non-coherent loads are then correct, and kCoherent for the alternative).
-template <bool kCoherent = false>
+// row_copy.cuh). kCoherent: ld.global (the layer's default, measured faster), else ld.global.nc.
+template <bool kCoherent>
 __device__ inline void pull_token_row(const comm::DeviceWorld& world, int2 entry,
                                       comm::SymmetricPtr<__nv_bfloat16> home_tokens, int top_k, int hidden, uint4* dst,
                                       int lane) {
