@@ -6,6 +6,9 @@
 #   3. transfer bandwidth per GPU over NVLink (only bytes that cross it), DeepSeek-V3 and Kimi K2;
 #   4. `caracal bench` over NCCL at W = all GPUs (DeepSeek-V3, 32 experts per rank, T = 4096);
 #   5. bench/torch_ep_bench.py: caracal.MoE against NCCL + PyTorch (all_to_all_single + grouped_mm);
+#   6. reliability at W = 2 (issue 11): NcclWorld.ThreadPerGpuExchange 50 times, a rank stalled on the
+#      host past the timeout and recovered (examples/stall_recovery.py), 20 steps beside a 256 MiB
+#      all_reduce on a side stream (examples/concurrent_allreduce.py), the 1,000-step soak twice;
 # then a summary. Logs go to $OUT if set (at most 8 files come back: they are tarred).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,10 +16,11 @@ build="${1:-build}"
 torch_lib="${2:-$build/libcaracal_torch.so}"
 logs=$(mktemp -d)
 source "$root/scripts/lib/nccl-env.sh"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 CARACAL_REQUIRE_GPU=1
 export CARACAL_TORCH_LIBRARY="$(cd "$(dirname "$torch_lib")" && pwd)/$(basename "$torch_lib")"
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 gpus=$(nvidia-smi -L | wc -l)
+export CARACAL_REQUIRE_GPUS=$gpus  # a test this machine can run must not skip
 worlds=()
 for w in 2 4 8; do [ "$w" -le "$gpus" ] && worlds+=("$w"); done
 summary=()
@@ -47,6 +51,22 @@ if [ "${#worlds[@]}" -gt 0 ]; then
     --experts $((32 * gpus)) --tokens 4096 --json "$logs/caracal_bench.json"
   run torch_ep_bench 900 torchrun --nproc_per_node="$gpus" "$root/bench/torch_ep_bench.py" \
     --models deepseek-v3,kimi-k2 --json "$logs/torch_ep_bench.json"
+fi
+
+if [ "$gpus" -ge 2 ]; then
+  crashes=0
+  for i in $(seq 1 50); do
+    timeout 120 "$build/tests/test_gpu_comm_nccl" --gtest_filter=NcclWorld.ThreadPerGpuExchange >"$logs/thread_per_gpu.$i.log" 2>&1 || crashes=$((crashes + 1))
+  done
+  record "ThreadPerGpuExchange x50" "$crashes failures"
+  run stall_recovery_W2 300 torchrun --nproc_per_node=2 "$root/examples/stall_recovery.py"
+  run concurrent_allreduce_W2 600 torchrun --nproc_per_node=2 "$root/examples/concurrent_allreduce.py"
+  for i in 1 2; do
+    run "soak_nccl_W2_run$i" 600 "$build/caracal-soak" --backend nccl --ep 2 --steps 1000 --seed 2026 \
+      --checksums "$logs/soak_nccl_W2.$i.txt"
+  done
+  cmp -s "$logs/soak_nccl_W2.1.txt" "$logs/soak_nccl_W2.2.txt" && record "soak_nccl_W2: two runs" "bitwise identical" \
+    || record "soak_nccl_W2: two runs" "DIFFER"
 fi
 
 echo

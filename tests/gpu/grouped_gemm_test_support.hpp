@@ -111,14 +111,15 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 
 // Bounds of the grouped-GEMM outputs: relative Frobenius error over the output (`frobenius`) and
 // of the worst expert's rows (`row`), about 3x the largest error measured on an H200 (2026-12-01,
-// every case of both suites; docs/PERF.md). An expert's rows are few in some cases (0, 1, 64
-// rows), so its block is noisier than the whole.
-inline constexpr caracal::test::ErrorBound kGateUpBound{5e-4, 1e-2};         // F1
-inline constexpr caracal::test::ErrorBound kHiddenBound{6e-4, 1e-2};         // F2
-inline constexpr caracal::test::ErrorBound kDownBound{1.2e-3, 1e-2};         // F3
-inline constexpr caracal::test::ErrorBound kDgradBound{5e-4, 1e-2};          // B2: d_gate, d_up
+// three runs of every case of both suites; docs/PERF.md). Measured (whole / worst expert): gate,
+// up 1.5e-4 / 1.9e-4, hidden 2.8e-4 / 3.6e-4, y 4.2e-4 / 5.0e-4, d_gate, d_up 1.6e-4 / 2.1e-4,
+// dx 3.3e-4 / 3.6e-4, scaled_hidden exactly 0.
+inline constexpr caracal::test::ErrorBound kGateUpBound{5e-4, 7e-4};         // F1
+inline constexpr caracal::test::ErrorBound kHiddenBound{9e-4, 1.2e-3};       // F2
+inline constexpr caracal::test::ErrorBound kDownBound{1.3e-3, 1.6e-3};       // F3
+inline constexpr caracal::test::ErrorBound kDgradBound{5e-4, 7e-4};          // B2: d_gate, d_up
 inline constexpr caracal::test::ErrorBound kScaledHiddenBound{1e-5, 1e-5};   // bf16(g * hidden)
-inline constexpr caracal::test::ErrorBound kDxBound{1e-3, 1e-2};             // B3
+inline constexpr caracal::test::ErrorBound kDxBound{1e-3, 1.2e-3};           // B3
 
 // One bf16 output over the real rows (counts[e] rows from offset[e]) against `ref` ([rows][cols],
 // indexed like the row buffers), expert by expert; `value(row, col)` reads the kernel's output

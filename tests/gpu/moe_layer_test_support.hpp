@@ -396,11 +396,11 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
 // docs/PERF.md has them). The reference rounds where the kernels store bf16, so what is left is
 // fp32 accumulation order and the bf16 ties it tips: y = bf16(shared + sum g * row) of bf16 rows
 // lands on a rounding tie often (all-to-one: one row with sum g = 1), where a 1e-7 difference
-// flips an ulp; that sets y's 1.2e-3 (worst row 3.1e-3). Measured maxima: y 1.2e-3 / 3.1e-3,
-// dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert), d_shared_scale 2.7e-4,
-// d_topk_scores 1.3e-4 B_t.
+// flips an ulp; that sets y's 1.3e-3 (worst row 4.4e-3). Measured maxima over three runs: y
+// 1.3e-3 / 4.4e-3, dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert),
+// d_shared_scale 2.7e-4, d_topk_scores 1.3e-4 B_t.
 struct LayerBounds {
-  test::ErrorBound y{4e-3, 1e-2};            // per token row
+  test::ErrorBound y{4e-3, 1.3e-2};          // per token row
   test::ErrorBound dx{1.5e-3, 1.2e-2};       // per token row
   test::ErrorBound weight_grad{2e-3, 3e-3};  // frobenius over all experts; row = one expert's
   test::ErrorBound shared_scale_grad{1e-3, 1e-3};

@@ -108,6 +108,8 @@ TEST(GpuMoELayerNccl, SingleRankMatchesReference) {
   check_step(c, layer, buffers, weights, RoutingCase::kEmptySlots);  // every buffer reused
 }
 
+const LayerCase kMismatchCase{"mismatch_W2", 2, 64, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
+
 // One rank per GPU, one host thread each (the tools' mode; W GPUs over NVLink): every rank's outputs
 // and gradients against the reference of the whole world, on Zipf, -1-slot and all-to-one routings,
 // then the Zipf step again, bitwise. Skipped where fewer than W GPUs exist.
@@ -163,6 +165,34 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
       ASSERT_NO_THROW(again = run_threads(c, weights, step));
       expect_same_bits(got, again, "a second run");
     }
+  }
+}
+
+// Ranks built with different configurations would lay out their heaps differently: every rank
+// refuses at construction, naming the field and each rank's value.
+TEST(GpuMoELayerNccl, MismatchedRanksAreRefusedOnEveryRank) {
+  CARACAL_REQUIRE_GPUS(2);
+  LayerConfig configs[2] = {config_of(kMismatchCase), config_of(kMismatchCase)};
+  configs[1].shape.top_k = 3;
+  const size_t heap = std::max(MoELayer::heap_bytes(configs[0]), MoELayer::heap_bytes(configs[1]));
+  std::vector<comm::NcclComm> comms = comm::init_all({0, 1});
+  std::string messages[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        check_cuda(cudaSetDevice(r), "cudaSetDevice");
+        comm::NcclWorld world(comms[static_cast<size_t>(r)].get(), heap);  // same heap: the layer must notice
+        MoELayer layer(configs[r], world);
+      } catch (const std::exception& e) {
+        messages[r] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("MoELayer: the ranks of this world were built differently"), std::string::npos) << m;
+    EXPECT_NE(m.find("top_k differs (rank 0: 2, rank 1: 3)"), std::string::npos) << m;
   }
 }
 
