@@ -18,6 +18,7 @@
 #include "caracal/bf16.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
+#include "caracal/comm/loopback_world.hpp"
 #include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/reference.hpp"
@@ -27,7 +28,14 @@
 
 namespace caracal::layer_test {
 
+using exchange_test::fresh_seed;
 using exchange_test::RoutingCase;
+using exchange_test::seed_note;
+using exchange_test::Stream;
+
+inline constexpr RouterNormalization kNormalized{true, 1.0};
+inline constexpr RouterNormalization kNormalizedScaled{true, 2.5};  // DeepSeek-V3's routed_scaling_factor
+inline constexpr RouterNormalization kUnnormalized{false, 2.5};
 
 inline constexpr int kHidden = 256;
 inline constexpr int kIntermediate = 128;
@@ -303,6 +311,16 @@ struct WorldBuffers {
     for (const RankBuffers& r : ranks) out.push_back(r.download());
     return out;
   }
+};
+
+// A layer of case `c` on a loopback world of its own, with every local rank's buffers (weights
+// uploaded).
+struct LoopbackLayer {
+  LoopbackLayer(const LayerCase& c, const HostWeights& weights, const MoELayerOptions& options = {})
+      : world(c.world, MoELayer::heap_bytes(config_of(c))), layer(config_of(c), world, options), buffers(c, weights, world) {}
+  comm::LoopbackWorld world;
+  MoELayer layer;
+  WorldBuffers buffers;
 };
 
 // Forward then backward of every local rank on `stream`, waited for, with the layer's check.

@@ -30,14 +30,6 @@
 namespace caracal::layer_test {
 namespace {
 
-using exchange_test::fresh_seed;
-using exchange_test::seed_note;
-using exchange_test::Stream;
-
-constexpr RouterNormalization kNormalized{true, 1.0};
-constexpr RouterNormalization kNormalizedScaled{true, 2.5};  // DeepSeek-V3's routed_scaling_factor
-constexpr RouterNormalization kUnnormalized{false, 2.5};
-
 // One step on `layer` (fresh routing and inputs for `routing`) checked against the reference.
 void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers, const HostWeights& weights,
                 RoutingCase routing) {
@@ -52,10 +44,8 @@ void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers
 
 void check_loopback(const LayerCase& c) {
   const HostWeights weights = random_weights(c, fresh_seed());
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  check_step(c, layer, buffers, weights, c.routing);
+  LoopbackLayer l(c, weights);
+  check_step(c, l.layer, l.buffers, weights, c.routing);
 }
 
 // ---- Loopback sweep ----------------------------------------------------------------------------------
@@ -342,13 +332,11 @@ TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
   SCOPED_TRACE(seed_note(seed));
   const HostWeights weights = random_weights(c, seed);
   const HostStep step = random_step(c, RoutingCase::kUniform, seed);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(step, world);
+  LoopbackLayer l(c, weights);
+  l.buffers.prepare(step, l.world);
   Stream stream;
-  run_step(layer, buffers, stream);
-  const std::vector<RankOutputs> got = buffers.download();
+  run_step(l.layer, l.buffers, stream);
+  const std::vector<RankOutputs> got = l.buffers.download();
   const ReferenceLayer reference = reference_layer(c, weights);
   const StepExpected want = reference_step(c, reference, step);
   ASSERT_EQ(step_failures(c, step, want, got), std::vector<std::string>{}) << "the real outputs pass";

@@ -27,12 +27,6 @@
 namespace caracal::layer_test {
 namespace {
 
-using exchange_test::fresh_seed;
-using exchange_test::seed_note;
-using exchange_test::Stream;
-
-constexpr RouterNormalization kNormalized{true, 1.0};
-
 std::string error_message(MoELayer& layer) {
   try {
     layer.check();
@@ -107,11 +101,9 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(seed_note(seed));
   const HostWeights weights = random_weights(c, seed);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
-  buffers.prepare(step, world);
+  LoopbackLayer l(c, weights);
+  auto& [world, layer, buffers] = l;
+  buffers.prepare(random_step(c, RoutingCase::kUniform, seed), world);
   zero_outputs(buffers);
   Stream stream;
 
@@ -160,11 +152,9 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(seed_note(seed));
   const HostWeights weights = random_weights(c, seed);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
-  buffers.prepare(step, world);
+  LoopbackLayer l(c, weights);
+  auto& [world, layer, buffers] = l;
+  buffers.prepare(random_step(c, RoutingCase::kUniform, seed), world);
   zero_outputs(buffers);
   Stream stream;
   world.set_wait_timeout(std::chrono::milliseconds(200));
@@ -186,9 +176,8 @@ TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
   const LayerCase c{"short_stall", world_size, 37, 2 * world_size, 2, true, false, kNormalized,
                     RoutingCase::kUniform};
   const HostWeights weights = random_weights(c, fresh_seed());
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
+  LoopbackLayer l(c, weights);
+  auto& [world, layer, buffers] = l;
   Stream stream;
   world.set_wait_timeout(std::chrono::seconds(10));
   world.stall_next_launch(world_size - 1, std::chrono::milliseconds(500));
@@ -222,13 +211,11 @@ TEST(GpuMoELayerNumerics, ZeroScoreSumGivesZeroWeights) {
       }
     }
   }
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(step, world);
+  LoopbackLayer l(c, weights);
+  l.buffers.prepare(step, l.world);
   Stream stream;
-  run_step(layer, buffers, stream);
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+  run_step(l.layer, l.buffers, stream);
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), l.buffers.download());
 }
 
 // A NaN in one token's x: that token's y, dx and score gradients are NaN; every other token's
@@ -246,13 +233,11 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
   HostStep step = clean;
   step.x[kRank][kToken * kHidden + 3] = bf16_bits(std::numeric_limits<float>::quiet_NaN());
 
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(step, world);
+  LoopbackLayer l(c, weights);
+  l.buffers.prepare(step, l.world);
   Stream stream;
-  run_step(layer, buffers, stream);
-  std::vector<RankOutputs> got = buffers.download();
+  run_step(l.layer, l.buffers, stream);
+  std::vector<RankOutputs> got = l.buffers.download();
 
   // The reference of the clean step holds for everything the bad token does not reach.
   const StepExpected want = reference_step(c, reference_layer(c, weights), clean);

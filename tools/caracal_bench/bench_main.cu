@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_validate.hpp"
+#include "gpu_threads.hpp"
 #include "shape_options.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
@@ -394,38 +395,20 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const Args& a, 
   if (!nccl) {
     comm::LoopbackWorld world(W, heap, 0);
     t = time_layer(world, c, routing, a);
+  } else if (W == 1) {
+    std::vector<comm::NcclComm> comms = comm::init_all({0});
+    comm::NcclWorld world(comms[0].get(), heap);
+    t = time_layer(world, c, routing, a);
   } else {
-    std::vector<int> ids(static_cast<size_t>(W), 0);
-    for (int d = 0; d < W; ++d) ids[size_t(d)] = d;
-    std::vector<comm::NcclComm> comms = comm::init_all(ids);
-    if (W == 1) {
-      comm::NcclWorld world(comms[0].get(), heap);
-      t = time_layer(world, c, routing, a);
-    } else {
-      // One thread per GPU; each builds its world and layer (collective) and times its rank.
-      std::vector<LayerTimes> per_rank(static_cast<size_t>(W));
-      std::vector<std::exception_ptr> errors(static_cast<size_t>(W));
-      std::vector<std::thread> threads;
-      for (int d = 0; d < W; ++d) {
-        threads.emplace_back([&, d] {
-          try {
-            check_cuda(cudaSetDevice(d), "cudaSetDevice");
-            comm::NcclWorld world(comms[size_t(d)].get(), heap);
-            per_rank[size_t(d)] = time_layer(world, c, routing, a);
-          } catch (...) {
-            errors[size_t(d)] = std::current_exception();
-          }
-        });
-      }
-      for (std::thread& th : threads) th.join();
-      for (const std::exception_ptr& e : errors) {
-        if (e) std::rethrow_exception(e);
-      }
-      for (const LayerTimes& p : per_rank) {  // the slowest rank
-        t.forward = std::max(t.forward, p.forward);
-        t.backward = std::max(t.backward, p.backward);
-        t.step = std::max(t.step, p.step);
-      }
+    // One thread per GPU; each builds its world and layer (collective) and times its rank.
+    std::vector<LayerTimes> per_rank(static_cast<size_t>(W));
+    cli::on_each_gpu(W, heap, [&](comm::World& world, int rank) {
+      per_rank[size_t(rank)] = time_layer(world, c, routing, a);
+    });
+    for (const LayerTimes& p : per_rank) {  // the slowest rank
+      t.forward = std::max(t.forward, p.forward);
+      t.backward = std::max(t.backward, p.backward);
+      t.step = std::max(t.step, p.step);
     }
   }
   const double fwd_flops = c.shape.forward_flops(r.tokens_per_gpu);

@@ -16,26 +16,23 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/loopback_world.hpp"
-#include "caracal/comm/nccl_bootstrap.hpp"
-#include "caracal/comm/nccl_world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/routing.hpp"
 #include "device_random.cuh"
 #include "expert_weights.hpp"
+#include "gpu_threads.hpp"
 
 namespace caracal::soak {
 namespace {
@@ -328,26 +325,9 @@ int run(const Args& a) {
     comm::LoopbackWorld world(W, heap, 0);
     run_world(world, c, a, mutex, lines, summary, 0);
   } else {
-    std::vector<int> ids(static_cast<size_t>(W));
-    for (int d = 0; d < W; ++d) ids[size_t(d)] = d;
-    std::vector<comm::NcclComm> comms = comm::init_all(ids);
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(W));
-    std::vector<std::thread> threads;
-    for (int d = 0; d < W; ++d) {
-      threads.emplace_back([&, d] {
-        try {
-          check_cuda(cudaSetDevice(d), "cudaSetDevice");
-          comm::NcclWorld world(comms[size_t(d)].get(), heap);
-          run_world(world, c, a, mutex, lines, summary, size_t(d));
-        } catch (...) {
-          errors[size_t(d)] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    cli::on_each_gpu(W, heap, [&](comm::World& world, int rank) {
+      run_world(world, c, a, mutex, lines, summary, size_t(rank));
+    });
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
