@@ -7,6 +7,7 @@
 #include "caracal/comm/barrier_layout.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/device_world.cuh"
+#include "caracal/comm/first_error.hpp"
 #include "caracal/comm/launch.cuh"
 #include "caracal/error.hpp"
 
@@ -32,14 +33,21 @@ const WorldShape& validated(const WorldShape& s, size_t heap_bytes_per_rank) {
   return s;
 }
 
+// Makes the world's device current first: what the members allocate (the error channel's device
+// word) must live on it.
+const WorldShape& made_current(const WorldShape& s) {
+  check_cuda(cudaSetDevice(s.device), "cudaSetDevice");
+  return s;
+}
+
 }  // namespace
 
 World::World(const WorldShape& shape, size_t heap_bytes_per_rank)
-    : shape_(validated(shape, heap_bytes_per_rank)),
+    : shape_(made_current(validated(shape, heap_bytes_per_rank))),
       allocator_(barrier_layout::bytes(shape.world_size), round_up(heap_bytes_per_rank, SymmetricHeapAllocator::kAlignment)),
       heap_stride_(barrier_layout::bytes(shape.world_size) + allocator_.capacity()),
-      timeout_ns_(static_cast<uint64_t>(kDefaultWaitTimeout.count())) {
-  check_cuda(cudaSetDevice(shape_.device), "cudaSetDevice");
+      timeout_ns_(static_cast<uint64_t>(kDefaultWaitTimeout.count())),
+      errors_("device error") {
   int cooperative = 0;
   check_cuda(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, shape_.device),
              "cudaDeviceGetAttribute(cudaDevAttrCooperativeLaunch)");
@@ -48,13 +56,6 @@ World::World(const WorldShape& shape, size_t heap_bytes_per_rank)
   check_cuda(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, shape_.device),
              "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
 
-  error_host_ = pinned_mapped_alloc<DeviceErrorRecord>(1, "cudaHostAlloc(device error record)");
-  *error_host_ = DeviceErrorRecord{};
-  void* mapped = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&mapped, error_host_.get(), 0), "cudaHostGetDevicePointer(device error record)");
-  error_device_ = static_cast<DeviceErrorRecord*>(mapped);
-  error_claim_ = device_alloc<unsigned>(1, "cudaMalloc(device error claim)");
-  check_cuda(cudaMemset(error_claim_.get(), 0, sizeof(unsigned)), "cudaMemset(device error claim)");
   heap_table_ = device_alloc<char*>(static_cast<size_t>(shape_.world_size), "cudaMalloc(heap table)");
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize(world setup)");
 }
@@ -88,8 +89,8 @@ DeviceWorld World::device_view(int ctas_per_rank, const char* launch_name) {
   view.local_ranks = shape_.local_ranks;
   view.ctas_per_rank = ctas_per_rank;
   view.heap = heap_table_.get();
-  view.error = error_device_;
-  view.error_claim = error_claim_.get();
+  view.error = errors_.device_record();
+  view.error_claim = errors_.device_claim();
   view.timeout_ns = timeout_ns_;
   view.launch_id = next_launch_;
   view.generation = generation_;
@@ -114,30 +115,8 @@ std::string World::launch_name(uint32_t launch) const {
 }
 
 void World::take_device_error() {
-  // The device writes the fields, then fences, then `wait`; read in the opposite order.
-  volatile DeviceErrorRecord* shared = error_host_.get();
-  const uint32_t wait = shared->wait;
-  if (wait == 0) return;
-  std::atomic_thread_fence(std::memory_order_acquire);
   DeviceErrorRecord error{};
-  error.wait = wait;
-  error.rank = shared->rank;
-  error.peer = shared->peer;
-  error.launch = shared->launch;
-  error.seen = shared->seen;
-  error.timeout_ns = shared->timeout_ns;
-  error.generation = shared->generation;
-  // Clear, then open the next period: a device error that sees the new `cleared` finds the record
-  // empty (see record_wait_failure).
-  shared->rank = 0;
-  shared->peer = 0;
-  shared->launch = 0;
-  shared->seen = 0;
-  shared->timeout_ns = 0;
-  shared->generation = 0;
-  shared->wait = 0;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  shared->cleared = shared->cleared + 1;
+  if (!errors_.take(error)) return;
   // A launch made before the last reset() may still fail after it (loopback resets without
   // waiting for it): its error belongs to the fault that reset already cleared.
   if (error.generation != generation_) return;

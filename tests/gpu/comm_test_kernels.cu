@@ -2,6 +2,7 @@
 
 #include "caracal/comm/device_sync.cuh"
 #include "caracal/comm/launch.cuh"
+#include "caracal/comm/ready_flags.cuh"
 
 namespace caracal::test {
 namespace {
@@ -44,7 +45,53 @@ __global__ void barrier_without_rank_kernel(DeviceWorld world, int absent_rank) 
   (void)comm::world_barrier(world);
 }
 
+// Roles by CTA index: producers first, then consumers (a cooperative launch: all co-resident).
+__global__ void ready_stress_kernel(DeviceWorld world, ReadyBuffers b, uint32_t launch) {
+  const int cta = world.cta();
+  const uint32_t base = launch * static_cast<uint32_t>(b.rounds);
+  const auto block_of = [&](int round, int producer) {
+    return b.data + (static_cast<size_t>(round) * b.producers + producer) * b.block_words;
+  };
+  if (cta < b.producers) {
+    for (int r = 0; r < b.rounds; ++r) {
+      uint32_t* block = block_of(r, cta);
+      for (int i = static_cast<int>(threadIdx.x); i < b.block_words; i += static_cast<int>(blockDim.x)) {
+        block[i] = pattern(base + static_cast<uint32_t>(r), cta, static_cast<size_t>(i));
+      }
+      comm::signal_ready(&b.counters[cta]);
+    }
+    return;
+  }
+  const int consumer = cta - b.producers;
+  unsigned long long bad = 0;
+  for (int r = 0; r < b.rounds; ++r) {
+    for (int k = 0; k < b.producers; ++k) {
+      const int p = (k + consumer) % b.producers;  // consumers take the producers in different orders
+      if (!comm::wait_ready(world, &b.counters[p], base + static_cast<uint32_t>(r) + 1, p)) return;
+      const uint32_t* block = block_of(r, p);
+      for (int i = static_cast<int>(threadIdx.x); i < b.block_words; i += static_cast<int>(blockDim.x)) {
+        bad += block[i] != pattern(base + static_cast<uint32_t>(r), p, static_cast<size_t>(i));
+      }
+    }
+  }
+  if (bad != 0) atomicAdd(b.mismatches, bad);
+}
+
+__global__ void ready_wait_for_nothing_kernel(DeviceWorld world, uint32_t* counter, int index) {
+  (void)comm::wait_ready(world, counter, 1, index);
+}
+
 }  // namespace
+
+void launch_ready_stress(comm::World& world, const ReadyBuffers& buffers, uint32_t launch, cudaStream_t stream) {
+  comm::launch(world, "ready_stress", comm::LaunchShape{buffers.producers + buffers.consumers, kExchangeThreads, 0},
+               stream, ready_stress_kernel, buffers, launch);
+}
+
+void launch_ready_wait_for_nothing(comm::World& world, uint32_t* counter, int index, cudaStream_t stream) {
+  comm::launch(world, "ready_wait_for_nothing", comm::LaunchShape{1, kExchangeThreads, 0}, stream,
+               ready_wait_for_nothing_kernel, counter, index);
+}
 
 void launch_exchange(comm::World& world, const ExchangeBuffers& buffers, int ctas_per_rank, int iterations,
                      cudaStream_t stream) {

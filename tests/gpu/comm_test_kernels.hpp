@@ -34,4 +34,21 @@ int exchange_max_ctas_per_rank(const comm::World& world);
 // One world barrier that rank `absent_rank`'s CTAs never reach: they return at once.
 void launch_barrier_without_rank(comm::World& world, int absent_rank, int ctas_per_rank, cudaStream_t stream);
 
+// The readiness-flag stress test (ready_flags.cuh) on a world of one rank: CTAs [0, producers)
+// each publish `rounds` blocks of `block_words` words and raise their counter after each; the
+// other `consumers` CTAs wait for every producer's every block, each walking the producers in its
+// own order, and count the words that do not hold the value the producer wrote.
+struct ReadyBuffers {
+  uint32_t* data = nullptr;                  // [rounds][producers][block_words]
+  uint32_t* counters = nullptr;              // [producers], raised by every launch
+  unsigned long long* mismatches = nullptr;  // [1]
+  int producers = 0, consumers = 0, rounds = 0, block_words = 0;
+};
+// `launch` numbers this launch among those on the same counters (0, 1, ...): every counter starts
+// it at launch * rounds, and the data pattern differs per launch.
+void launch_ready_stress(comm::World& world, const ReadyBuffers& buffers, uint32_t launch, cudaStream_t stream);
+
+// One CTA waits for counter `index` to reach 1; nothing raises it: the wait times out.
+void launch_ready_wait_for_nothing(comm::World& world, uint32_t* counter, int index, cudaStream_t stream);
+
 }  // namespace caracal::test

@@ -1,9 +1,11 @@
 // The world barrier and symmetric heap on the loopback backend: W virtual ranks on one GPU.
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/loopback_world.hpp"
 #include "caracal/error.hpp"
 #include "comm_test_support.hpp"
@@ -151,6 +153,56 @@ TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
   stream.sync();
   EXPECT_NO_THROW(world.check());
   exchange.expect_clean(1);
+}
+
+// ---- Readiness flags (ready_flags.cuh) -----------------------------------------------------
+
+// Producer CTAs publish blocks and raise their counters; consumer CTAs wait for each block and
+// check every word. Three launches on the same counters (they only grow: each launch's targets
+// start where the last one ended), then a graph replay.
+TEST(ReadyFlags, ConsumersSeeWhatProducersPublished) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(1, kHeapBytes);
+  ReadyBuffers b;
+  b.producers = 16;
+  b.consumers = 16;
+  b.rounds = 12;
+  b.block_words = 2048;
+  auto data = comm::device_alloc<uint32_t>(size_t(b.rounds) * b.producers * b.block_words, "cudaMalloc(data)");
+  auto counters = comm::device_alloc<uint32_t>(size_t(b.producers), "cudaMalloc(counters)");
+  auto mismatches = comm::device_alloc<unsigned long long>(1, "cudaMalloc(mismatches)");
+  CARACAL_ASSERT_CUDA(cudaMemset(counters.get(), 0, sizeof(uint32_t) * b.producers));
+  CARACAL_ASSERT_CUDA(cudaMemset(mismatches.get(), 0, sizeof(unsigned long long)));
+  b.data = data.get();
+  b.counters = counters.get();
+  b.mismatches = mismatches.get();
+  Stream stream;
+  for (uint32_t launch = 0; launch < 3; ++launch) launch_ready_stress(world, b, launch, stream.get());
+  replay_graph(stream, 1, [&](cudaStream_t s) { launch_ready_stress(world, b, 3, s); });
+  EXPECT_NO_THROW(world.check());
+  unsigned long long bad = 0;
+  std::vector<uint32_t> count(static_cast<size_t>(b.producers));
+  CARACAL_ASSERT_CUDA(cudaMemcpy(&bad, mismatches.get(), sizeof(bad), cudaMemcpyDeviceToHost));
+  CARACAL_ASSERT_CUDA(cudaMemcpy(count.data(), counters.get(), sizeof(uint32_t) * count.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(bad, 0u) << "consumers read words the producers had not published";
+  for (uint32_t c : count) EXPECT_EQ(c, 4u * static_cast<uint32_t>(b.rounds));
+}
+
+TEST(ReadyFlags, AWaitNobodyServesTimesOutNamingTheCounter) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(1, kHeapBytes);
+  auto counter = comm::device_alloc<uint32_t>(1, "cudaMalloc(counter)");
+  CARACAL_ASSERT_CUDA(cudaMemset(counter.get(), 0, sizeof(uint32_t)));
+  Stream stream;
+  world.set_wait_timeout(std::chrono::milliseconds(50));
+  launch_ready_wait_for_nothing(world, counter.get(), 3, stream.get());
+  stream.sync();
+  const std::string message = check_message(world);
+  EXPECT_TRUE(contains(message, "readiness counter")) << message;
+  EXPECT_TRUE(contains(message, "waited on counter 3 for 50 ms")) << message;
+  EXPECT_TRUE(contains(message, "'ready_wait_for_nothing'")) << message;
+  world.reset(stream.get());
+  EXPECT_NO_THROW(world.check());
 }
 
 TEST(LoopbackWorld, RefusesAGridThatCannotBeCoResident) {

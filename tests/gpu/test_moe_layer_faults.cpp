@@ -4,7 +4,8 @@
 //     is exact; a stall in backward poisons backward's outputs; a stall below the timeout is fine;
 //   * edge numerics: tokens whose valid scores sum to 0 get g = 0 (exact against the reference,
 //     no NaN); a NaN in one token's x stays in that token's outputs and in the weight gradients of
-//     the experts it reached (and the shared expert's), nowhere else.
+//     the experts it reached (and the shared expert's), nowhere else; an Inf in one token's x makes
+//     that token's y non-finite and no other.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -67,7 +68,9 @@ void expect_all_nan(const std::vector<RankOutputs>& outputs, bool forward, bool 
   for (size_t r = 0; r < outputs.size(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     const RankOutputs& o = outputs[r];
-    if (forward) EXPECT_EQ(count_nan(o.y), o.y.size()) << "y";
+    if (forward) {
+      EXPECT_EQ(count_nan(o.y), o.y.size()) << "y";
+    }
     if (!backward) continue;
     EXPECT_EQ(count_nan(o.dx), o.dx.size()) << "dx";
     EXPECT_EQ(count_nan(o.d_scores), o.d_scores.size()) << "d_topk_scores";
@@ -264,8 +267,8 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
   for (int e : reached) {
     if (e < 0) continue;
     RankOutputs& owner = got[static_cast<size_t>(e) / L];
-    const size_t l = static_cast<size_t>(e) % L;
-    EXPECT_EQ(count_nan(std::vector<float>(owner.d_w_down.begin() + l * D * I, owner.d_w_down.begin() + (l + 1) * D * I)),
+    const size_t local = static_cast<size_t>(e) % L;
+    EXPECT_EQ(count_nan(std::vector<float>(owner.d_w_down.begin() + local * D * I, owner.d_w_down.begin() + (local + 1) * D * I)),
               D * I)
         << "d_w_down of expert " << e;
     // Put the reference's gradient in (interleaved like the kernels' layout) for the checks below.
@@ -276,8 +279,8 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
       up[i] = static_cast<float>(g.up[i]);
     }
     interleave_gate_up_weights_host(gate.data(), up.data(), gate_up.data(), 1, kIntermediate, kHidden);
-    std::copy(gate_up.begin(), gate_up.end(), owner.d_w_gate_up.begin() + static_cast<int64_t>(l * 2 * I * D));
-    for (size_t i = 0; i < D * I; ++i) owner.d_w_down[l * D * I + i] = static_cast<float>(g.down[i]);
+    std::copy(gate_up.begin(), gate_up.end(), owner.d_w_gate_up.begin() + static_cast<int64_t>(local * 2 * I * D));
+    for (size_t i = 0; i < D * I; ++i) owner.d_w_down[local * D * I + i] = static_cast<float>(g.down[i]);
   }
   // The shared expert's gradients are per rank: the bad rank's saw the token, rank 0's did not.
   EXPECT_EQ(count_nan(got[kRank].d_shared_w_down), got[kRank].d_shared_w_down.size());
@@ -288,6 +291,39 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
                                 [](const std::string& f) { return f.find("rank 1 d_shared_w_") == 0; }),
                  failures.end());
   EXPECT_EQ(failures, std::vector<std::string>{});
+}
+
+// An Inf in one token's x: that token's y is non-finite everywhere; every other token's y is
+// finite and matches the reference of the same step without the Inf.
+TEST(GpuMoELayerNumerics, InfInOneTokenStaysInThatTokensOutput) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"inf_token_W2", 2, 53, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  const HostWeights weights = random_weights(c, seed);
+  const HostStep clean = random_step(c, RoutingCase::kUniform, seed);
+  constexpr size_t kRank = 0, kToken = 29;
+  HostStep step = clean;
+  step.x[kRank][kToken * kHidden + 11] = bf16_bits(std::numeric_limits<float>::infinity());
+  LoopbackLayer l(c, weights);
+  l.buffers.prepare(step, l.world);
+  Stream stream;
+  run_step(l.layer, l.buffers, stream);
+  std::vector<RankOutputs> got = l.buffers.download();
+  const StepExpected want = reference_step(c, reference_layer(c, weights), clean);
+  const size_t D = kHidden;
+  size_t finite = 0;
+  for (size_t d = 0; d < D; ++d) {
+    finite += std::isfinite(bf16_to_float(got[kRank].y[kToken * D + d])) ? 1 : 0;
+    got[kRank].y[kToken * D + d] = bf16_bits(static_cast<float>(want.ranks[kRank].forward.y[kToken * D + d]));
+  }
+  EXPECT_EQ(finite, 0u) << "elements of the Inf token's y are finite";
+  for (size_t r = 0; r < got.size(); ++r) {
+    const std::vector<std::string> failures = test::compare_rows(
+        "rank " + std::to_string(r) + " y", [&](size_t i) { return static_cast<double>(bf16_to_float(got[r].y[i])); },
+        want.ranks[r].forward.y, static_cast<size_t>(c.tokens), D, kLayerBounds.y);
+    EXPECT_EQ(failures, std::vector<std::string>{});
+  }
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TEST(NcclWorld, RejectsANullCommunicator) {
 
 TEST(DeviceError, NamesTheWaitTheRanksAndTheLaunch) {
   DeviceErrorRecord record{};
-  record.wait = static_cast<uint32_t>(WaitId::barrier_peer);
+  record.tag = static_cast<uint32_t>(WaitId::barrier_peer);
   record.rank = 1;
   record.peer = 3;
   record.launch = 7;
@@ -120,17 +120,22 @@ TEST(DeviceError, NamesTheWaitTheRanksAndTheLaunch) {
   EXPECT_TRUE(contains(message, "World::reset()")) << message;
   EXPECT_TRUE(contains(message, "poisoned (NaN)")) << message;
 
-  record.wait = static_cast<uint32_t>(WaitId::barrier_release);
+  record.tag = static_cast<uint32_t>(WaitId::barrier_release);
   record.peer = -1;
   const std::string release = describe_device_error(record, "combine");
   EXPECT_TRUE(contains(release, "a CTA waiting for the rest of its own rank")) << release;
   EXPECT_TRUE(contains(release, "rank 1 waited for 50 ms")) << release;
   EXPECT_EQ(wait_description(static_cast<WaitId>(99)), "unknown wait 99");
 
-  record.wait = static_cast<uint32_t>(WaitId::world_aborted);
+  record.tag = static_cast<uint32_t>(WaitId::world_aborted);
   record.rank = 0;
   record.peer = 2;
   const std::string aborted = describe_device_error(record, "dispatch");
+  record.tag = static_cast<uint32_t>(WaitId::ready_counter);
+  record.peer = 5;
+  const std::string ready = describe_device_error(record, "fused forward");
+  EXPECT_TRUE(contains(ready, "readiness counter")) << ready;
+  EXPECT_TRUE(contains(ready, "rank 0 waited on counter 5 for 50 ms")) << ready;
   EXPECT_TRUE(contains(aborted, "rank 0 found the world aborted by rank 2 in launch 7 'dispatch'")) << aborted;
 }
 

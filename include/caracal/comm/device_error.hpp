@@ -16,6 +16,7 @@ enum class WaitId : uint32_t {
   barrier_peer = 1,     // world barrier: a rank's leader waits for a peer rank to arrive
   barrier_release = 2,  // world barrier: a CTA waits for its own rank's barrier to complete
   world_aborted = 3,    // any wait: another rank (`peer`) timed out earlier and aborted the world
+  ready_counter = 4,    // a CTA waited for data other CTAs of its GPU produce (`peer`: the counter)
 };
 
 // Where a wait happens, as recorded on timeout: the wait and, if it waits on another rank, that rank.
@@ -24,11 +25,10 @@ struct WaitSite {
   int peer = -1;
 };
 
-// Lives in pinned host memory mapped into the device (one per World). The first failed wait of a
-// period claims it (see record_wait_timeout in device_sync.cuh), fills the fields, and writes `wait`
-// last; the host zeroes the fields and then bumps `cleared`, which opens the next period.
+// Lives in pinned host memory mapped into the device (one per World): a first-error channel
+// (first_error.hpp) whose tag is the WaitId of the failed wait.
 struct DeviceErrorRecord {
-  uint32_t wait;        // WaitId; 0 = no error
+  uint32_t tag;         // WaitId; 0 = no error
   int32_t rank;         // the rank whose wait timed out
   int32_t peer;         // the rank it waited for, or -1
   uint32_t launch;      // World launch id (see World::device_view)

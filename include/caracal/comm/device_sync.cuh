@@ -34,6 +34,7 @@
 
 #include "caracal/comm/barrier_layout.hpp"
 #include "caracal/comm/device_world.cuh"
+#include "caracal/comm/first_error.hpp"
 
 namespace caracal::comm {
 
@@ -55,15 +56,11 @@ __device__ __forceinline__ uint32_t world_abort_word(const DeviceWorld& world) {
       .load(cuda::memory_order_relaxed);
 }
 
-// Records that `site` failed with its flag at `seen` after `timeout_ns`. Only the first failed
-// wait of a period is kept: the period is the host's `cleared` count, and claiming it is a CAS on a
-// device word (atomics on mapped host memory are not relied upon). The record's fields go out
-// before `wait`, which the host reads first.
+// Records that `site` failed with its flag at `seen` after `timeout_ns`, unless an earlier error
+// of the period was recorded (first_error.hpp).
 __device__ inline void record_wait_failure(const DeviceWorld& world, WaitSite site, uint64_t seen,
                                            uint64_t timeout_ns) {
-  const uint32_t period =
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(world.error->cleared).load(cuda::memory_order_acquire);
-  if (atomicCAS(world.error_claim, period, period + 1) != period) return;  // an earlier error won
+  if (!claim_first_error(world.error, world.error_claim)) return;
   volatile DeviceErrorRecord* record = world.error;
   record->rank = world.rank();
   record->peer = site.peer;
@@ -71,8 +68,7 @@ __device__ inline void record_wait_failure(const DeviceWorld& world, WaitSite si
   record->seen = seen;
   record->timeout_ns = timeout_ns;
   record->generation = world.generation;
-  __threadfence_system();
-  record->wait = static_cast<uint32_t>(site.wait);
+  publish_first_error(world.error, static_cast<uint32_t>(site.wait));
 }
 
 // What a wait does when its time is up: record the error, then abort the world (see the top).

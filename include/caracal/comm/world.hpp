@@ -26,6 +26,7 @@
 
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/device_error.hpp"
+#include "caracal/comm/first_error.hpp"
 #include "caracal/comm/heap_allocator.hpp"
 #include "caracal/comm/symmetric_ptr.hpp"
 
@@ -143,9 +144,7 @@ class World {
   uint64_t timeout_ns_;
   std::vector<char*> heaps_;                   // [world_size] as mapped in this process
   DeviceMemory<char*> heap_table_;             // device copy of heaps_
-  PinnedMemory<DeviceErrorRecord> error_host_;  // pinned, host-mapped
-  DeviceErrorRecord* error_device_ = nullptr;  // the same record as the device addresses it
-  DeviceMemory<unsigned> error_claim_;         // device word: first error of a period wins
+  FirstErrorChannel<DeviceErrorRecord> errors_;  // failed waits (first error of a period)
   uint32_t next_launch_ = 0;
   std::array<std::string, kKeptLaunchNames> launch_names_;
   uint32_t generation_ = 0;  // reset() count

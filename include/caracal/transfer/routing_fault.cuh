@@ -1,8 +1,8 @@
 #pragma once
 // Device side of routing_fault.hpp: recording an out-of-range expert id.
 #include <cstdint>
-#include <cuda/atomic>
 
+#include "caracal/comm/first_error.hpp"
 #include "caracal/transfer/routing_fault.hpp"
 
 namespace caracal::transfer {
@@ -16,14 +16,11 @@ __device__ __forceinline__ bool is_valid_slot(int32_t expert, int num_experts) {
   return expert >= -1 && expert < num_experts;
 }
 
-// Records that `seen_by` found `expert` at route `route` of `rank`'s topk_idx. Only the first
-// fault of a period is kept (see routing_fault.hpp); its fields go out before `fault`, which the
-// host reads first.
+// Records that `seen_by` found `expert` at route `route` of `rank`'s topk_idx, unless an earlier
+// fault of the period was recorded (caracal/comm/first_error.hpp).
 __device__ inline void report_expert_out_of_range(RoutingFaultSink sink, int seen_by, int rank, int route, int top_k,
                                                   int32_t expert, int num_experts) {
-  const uint32_t period =
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(sink.record->cleared).load(cuda::memory_order_acquire);
-  if (atomicCAS(sink.claim, period, period + 1) != period) return;  // an earlier fault won
+  if (!comm::claim_first_error(sink.record, sink.claim)) return;
   volatile RoutingFaultRecord* record = sink.record;
   record->seen_by = seen_by;
   record->rank = rank;
@@ -31,8 +28,7 @@ __device__ inline void report_expert_out_of_range(RoutingFaultSink sink, int see
   record->slot = route % top_k;
   record->expert = expert;
   record->num_experts = num_experts;
-  __threadfence_system();
-  record->fault = static_cast<uint32_t>(RoutingFault::expert_out_of_range);
+  comm::publish_first_error(sink.record, static_cast<uint32_t>(RoutingFault::expert_out_of_range));
 }
 
 }  // namespace caracal::transfer

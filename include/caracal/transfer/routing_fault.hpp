@@ -4,12 +4,10 @@
 // the first fault of a period in pinned, host-mapped memory; RoutingFaultFlag::check() raises it
 // as caracal::Error without synchronizing, like World::check() does for timed-out waits.
 //
-// Periods: the device claims the record with a CAS on a device word from `cleared` to cleared + 1
-// (atomics on mapped host memory are not relied upon), fills the fields, fences, and writes
-// `fault` last; the host reads `fault` first, clears the fields and then bumps `cleared`.
+// The record is a first-error channel (caracal/comm/first_error.hpp) whose tag is the RoutingFault.
 #include <cstdint>
 
-#include "caracal/comm/cuda_memory.hpp"
+#include "caracal/comm/first_error.hpp"
 
 namespace caracal::transfer {
 
@@ -19,7 +17,7 @@ enum class RoutingFault : uint32_t {
 };
 
 struct RoutingFaultRecord {
-  uint32_t fault;   // RoutingFault; written last
+  uint32_t tag;     // RoutingFault; written last
   int32_t seen_by;  // the rank whose schedule builder found it (every rank reads every route)
   int32_t rank;     // the home rank of the route
   int32_t token;
@@ -39,15 +37,13 @@ struct RoutingFaultSink {
 class RoutingFaultFlag {
  public:
   RoutingFaultFlag();  // allocates and zeroes (synchronizes the device: setup only)
-  RoutingFaultSink sink() const { return {device_record_, claim_.get()}; }
+  RoutingFaultSink sink() const { return {channel_.device_record(), channel_.device_claim()}; }
   // Throws caracal::Error describing the first fault since the last check, and clears it.
   // Reads pinned memory only: a fault shows up at the first check after its kernel wrote it.
   void check();
 
  private:
-  comm::PinnedMemory<RoutingFaultRecord> host_record_;
-  RoutingFaultRecord* device_record_ = nullptr;
-  comm::DeviceMemory<unsigned> claim_;
+  comm::FirstErrorChannel<RoutingFaultRecord> channel_;
 };
 
 }  // namespace caracal::transfer
