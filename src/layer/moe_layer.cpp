@@ -53,73 +53,74 @@ struct RankState {
 
 // Throws caracal::Error on every rank unless all ranks of `world` hold the same configuration
 // (collective; before anything else, so that no rank throws alone and leaves the others waiting).
-void require_same_config(const LayerConfig& c, comm::World& world) {
+void require_same_config(const LayerConfig& config, comm::World& world) {
   int64_t scale_bits = 0;
-  static_assert(sizeof(scale_bits) == sizeof(c.router.scale));
-  std::memcpy(&scale_bits, &c.router.scale, sizeof(scale_bits));
+  static_assert(sizeof(scale_bits) == sizeof(config.router.scale));
+  std::memcpy(&scale_bits, &config.router.scale, sizeof(scale_bits));
   world.require_same_on_all_ranks(
       "MoELayer",
       {"hidden", "intermediate", "num_experts", "top_k", "num_shared_experts", "shared_intermediate",
        "tokens_per_rank", "ep_size", "precision", "router.normalize", "router.scale (bits)"},
-      {c.shape.hidden, c.shape.intermediate, c.shape.num_experts, c.shape.top_k, c.shape.num_shared_experts,
-       c.shape.shared_intermediate, c.tokens_per_rank, c.ep_size, static_cast<int64_t>(c.precision),
-       c.router.normalize ? 1 : 0, scale_bits});
+      {config.shape.hidden, config.shape.intermediate, config.shape.num_experts, config.shape.top_k,
+       config.shape.num_shared_experts, config.shape.shared_intermediate, config.tokens_per_rank, config.ep_size,
+       static_cast<int64_t>(config.precision), config.router.normalize ? 1 : 0, scale_bits});
 }
 
-RankState make_rank_state(const layer::LayerSizes& s, const transfer::TokenExchange& exchange,
+RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
                           const comm::World& world, int l, int gemm_ctas) {
-  RankState r{layer::LocalMemory(s), {}, {}, {}, nullptr, nullptr};
-  const layer::LocalBuffers& b = r.local.buffers();
+  RankState state{layer::LocalMemory(sizes), {}, {}, {}, nullptr, nullptr};
+  const layer::LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
   const transfer::RouterBuffers& router = exchange.router_buffers();
   const transfer::ForwardBuffers& fwd = exchange.forward_buffers();
   const transfer::BackwardBuffers& bwd = exchange.backward_buffers();
   const auto at = [&](auto ptr) { return world.local_pointer(ptr, l); };
 
-  r.io.x = at(fwd.x);
-  r.io.topk_idx = at(schedule.topk_idx);
-  r.io.topk_scores = at(router.topk_scores);
-  r.io.y = at(fwd.y);
-  r.io.dy = at(bwd.dy);
-  r.io.dx = at(bwd.dx);
-  r.io.d_topk_scores = at(router.d_topk_scores);
+  state.io.x = at(fwd.x);
+  state.io.topk_idx = at(schedule.topk_idx);
+  state.io.topk_scores = at(router.topk_scores);
+  state.io.y = at(fwd.y);
+  state.io.dy = at(bwd.dy);
+  state.io.dx = at(bwd.dx);
+  state.io.d_topk_scores = at(router.d_topk_scores);
 
   // The exchange's schedule holds int32 offsets and counts, as the grouped GEMMs read them.
-  layer::ExpertPass& p = r.routed;
-  p.rows = kernels::ExpertRows{at(schedule.expert_offset), at(schedule.expert_count), s.local_experts, s.routed_rows};
-  p.hidden = s.hidden;
-  p.intermediate = s.intermediate;
-  p.num_ctas = gemm_ctas;
-  p.x = at(fwd.expert_x);
-  p.gate_up = b.gate_up;
-  p.hidden_act = b.hidden;
-  p.out = at(fwd.expert_out);
-  p.dy = at(bwd.expert_dy);
-  p.gates = at(bwd.expert_gates);
-  p.d_gate_up = b.d_gate_up;
-  p.dg = at(bwd.expert_dg);
-  p.workspace = b.workspace;
-  p.dx = at(bwd.expert_dx);
-  if (!s.has_shared) return r;
+  layer::ExpertPass& routed = state.routed;
+  routed.rows =
+      kernels::ExpertRows{at(schedule.expert_offset), at(schedule.expert_count), sizes.local_experts, sizes.routed_rows};
+  routed.hidden = sizes.hidden;
+  routed.intermediate = sizes.intermediate;
+  routed.num_ctas = gemm_ctas;
+  routed.x = at(fwd.expert_x);
+  routed.gate_up = local.gate_up;
+  routed.hidden_act = local.hidden;
+  routed.out = at(fwd.expert_out);
+  routed.dy = at(bwd.expert_dy);
+  routed.gates = at(bwd.expert_gates);
+  routed.d_gate_up = local.d_gate_up;
+  routed.dg = at(bwd.expert_dg);
+  routed.workspace = local.workspace;
+  routed.dx = at(bwd.expert_dx);
+  if (!sizes.has_shared) return state;
 
-  layer::ExpertPass& q = r.shared;
-  q.rows = kernels::ExpertRows{b.shared_offset, b.shared_count, 1, s.shared_rows};
-  q.hidden = s.hidden;
-  q.intermediate = s.shared_intermediate;
-  q.num_ctas = gemm_ctas;
-  q.x = b.shared_x;
-  q.gate_up = b.shared_gate_up;
-  q.hidden_act = b.shared_hidden;
-  q.out = b.shared_out;
-  q.dy = b.shared_dy;
-  q.gates = b.shared_gates;
-  q.d_gate_up = b.shared_d_gate_up;
-  q.dg = b.shared_dg;
-  q.workspace = b.shared_workspace;
-  q.dx = b.shared_dx;
-  r.shared_out_slot = at(fwd.shared_out);
-  r.shared_dx_slot = at(bwd.shared_dx);
-  return r;
+  layer::ExpertPass& shared = state.shared;
+  shared.rows = kernels::ExpertRows{local.shared_offset, local.shared_count, 1, sizes.shared_rows};
+  shared.hidden = sizes.hidden;
+  shared.intermediate = sizes.shared_intermediate;
+  shared.num_ctas = gemm_ctas;
+  shared.x = local.shared_x;
+  shared.gate_up = local.shared_gate_up;
+  shared.hidden_act = local.shared_hidden;
+  shared.out = local.shared_out;
+  shared.dy = local.shared_dy;
+  shared.gates = local.shared_gates;
+  shared.d_gate_up = local.shared_d_gate_up;
+  shared.dg = local.shared_dg;
+  shared.workspace = local.shared_workspace;
+  shared.dx = local.shared_dx;
+  state.shared_out_slot = at(fwd.shared_out);
+  state.shared_dx_slot = at(bwd.shared_dx);
+  return state;
 }
 
 }  // namespace
@@ -144,8 +145,8 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   // First, before anything can throw on some ranks only: every rank must hold the same
   // configuration (collective).
   require_same_config(config, world);
-  Impl& s = *impl_;
-  s.sizes = layer::layer_sizes(config);
+  Impl& state = *impl_;
+  state.sizes = layer::layer_sizes(config);
   CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
                 options.gemm_ctas);
   CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),
@@ -160,10 +161,10 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                 " left");
   transfer::ExchangeOptions exchange = layer::exchange_options(config);
   exchange.max_sms = options.exchange_sms;
-  s.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
-  s.ranks.reserve(static_cast<size_t>(world.local_ranks()));
+  state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
+  state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
-    s.ranks.push_back(make_rank_state(s.sizes, *s.exchange, world, l, options.gemm_ctas));
+    state.ranks.push_back(make_rank_state(state.sizes, *state.exchange, world, l, options.gemm_ctas));
   }
 }
 
@@ -192,37 +193,37 @@ void MoELayer::backward(const MoEBackwardArgs& rank, const MoEContext& context, 
 }
 
 MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) {
-  Impl& s = *impl_;
-  const layer::LayerSizes& z = s.sizes;
+  Impl& state = *impl_;
+  const layer::LayerSizes& sizes = state.sizes;
   const layer::RelaxedCaptureScope relaxed;
   layer::check_current_device(world_.device(), kForward);
   world_.check();  // a faulted world refuses work until reset()
   layer::check_rank_count(ranks.size(), world_.local_ranks(), kForward);
   for (int l = 0; l < world_.local_ranks(); ++l) {
-    const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[static_cast<size_t>(l)], z);
+    const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[static_cast<size_t>(l)], sizes);
     layer::check_pointer_args(args, kForward, l);
-    layer::check_pointer_devices(args, s.ranks[static_cast<size_t>(l)].owned(), world_.device(), kForward, l);
+    layer::check_pointer_devices(args, state.ranks[static_cast<size_t>(l)].owned(), world_.device(), kForward, l);
   }
 
-  const int64_t rows = static_cast<int64_t>(z.tokens) * z.hidden;
-  const int64_t routes = static_cast<int64_t>(z.tokens) * z.top_k;
+  const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
+  const int64_t routes = static_cast<int64_t>(sizes.tokens) * sizes.top_k;
   MoEContext context;
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEForwardArgs& a = ranks[l];
-    RankState& r = s.ranks[l];
-    copy_unless_same(r.io.x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(x)");
-    copy_unless_same(r.io.topk_idx, a.topk_idx, routes, stream, "MoELayer::forward: cudaMemcpyAsync(topk_idx)");
-    copy_unless_same(r.io.topk_scores, a.topk_scores, routes, stream,
+    RankState& rank_state = state.ranks[l];
+    copy_unless_same(rank_state.io.x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(x)");
+    copy_unless_same(rank_state.io.topk_idx, a.topk_idx, routes, stream, "MoELayer::forward: cudaMemcpyAsync(topk_idx)");
+    copy_unless_same(rank_state.io.topk_scores, a.topk_scores, routes, stream,
                      "MoELayer::forward: cudaMemcpyAsync(topk_scores)");
-    if (z.has_shared) {
+    if (sizes.has_shared) {
       // The shared expert's rows are padded to 128 with zeros: its own copy of x.
-      copy_unless_same(r.local.buffers().shared_x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(shared x)");
-      layer::write_shared_gates(a.shared_scale, z.tokens, r.local.buffers().shared_gates, stream);
-      layer::expert_forward(r.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
+      copy_unless_same(rank_state.local.buffers().shared_x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(shared x)");
+      layer::write_shared_gates(a.shared_scale, sizes.tokens, rank_state.local.buffers().shared_gates, stream);
+      layer::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
       if (a.shared_scale != nullptr) {
-        layer::scale_rows(r.shared.out, r.shared.gates, z.tokens, z.hidden, r.shared_out_slot, stream);
+        layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden, rank_state.shared_out_slot, stream);
       } else {
-        copy_unless_same(r.shared_out_slot, r.shared.out, rows, stream,
+        copy_unless_same(rank_state.shared_out_slot, rank_state.shared.out, rows, stream,
                          "MoELayer::forward: cudaMemcpyAsync(shared out)");
       }
     }
@@ -230,16 +231,16 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     context.shared_scaled_.push_back(a.shared_scale != nullptr);
   }
 
-  s.exchange->build_schedule(stream);
-  s.exchange->compute_gates(config_.router, stream);
-  s.exchange->dispatch(stream);
+  state.exchange->build_schedule(stream);
+  state.exchange->compute_gates(config_.router, stream);
+  state.exchange->dispatch(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
-    layer::expert_forward(s.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+    layer::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
   }
-  s.exchange->combine(stream);
+  state.exchange->combine(stream);
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
-    copy_unless_same(ranks[l].y, s.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+    copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
     outputs.push_back({ranks[l].y, static_cast<size_t>(rows) * sizeof(bf16), world_.abort_word(static_cast<int>(l))});
   }
   layer::poison_if_aborted(outputs, stream);
@@ -250,8 +251,8 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
 }
 
 void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, cudaStream_t stream) {
-  Impl& s = *impl_;
-  const layer::LayerSizes& z = s.sizes;
+  Impl& state = *impl_;
+  const layer::LayerSizes& sizes = state.sizes;
   const layer::RelaxedCaptureScope relaxed;
   layer::check_current_device(world_.device(), kBackward);
   world_.check();  // a faulted world refuses work until reset()
@@ -262,47 +263,47 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   for (int l = 0; l < world_.local_ranks(); ++l) {
     const auto i = static_cast<size_t>(l);
     const std::vector<layer::PointerArg> args =
-        layer::backward_pointer_args(ranks[i], z, context.shared_scaled_[i]);
+        layer::backward_pointer_args(ranks[i], sizes, context.shared_scaled_[i]);
     layer::check_pointer_args(args, kBackward, l);
-    layer::check_pointer_devices(args, s.ranks[i].owned(), world_.device(), kBackward, l);
+    layer::check_pointer_devices(args, state.ranks[i].owned(), world_.device(), kBackward, l);
   }
 
-  const int64_t rows = static_cast<int64_t>(z.tokens) * z.hidden;
-  const int64_t routes = static_cast<int64_t>(z.tokens) * z.top_k;
+  const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
+  const int64_t routes = static_cast<int64_t>(sizes.tokens) * sizes.top_k;
   for (size_t l = 0; l < ranks.size(); ++l) {
-    RankState& r = s.ranks[l];
-    copy_unless_same(r.io.dy, ranks[l].dy, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dy)");
-    if (z.has_shared) {
-      copy_unless_same(r.local.buffers().shared_dy, ranks[l].dy, rows, stream,
+    RankState& rank_state = state.ranks[l];
+    copy_unless_same(rank_state.io.dy, ranks[l].dy, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dy)");
+    if (sizes.has_shared) {
+      copy_unless_same(rank_state.local.buffers().shared_dy, ranks[l].dy, rows, stream,
                        "MoELayer::backward: cudaMemcpyAsync(shared dy)");
     }
   }
 
-  s.exchange->reverse_combine(stream);
+  state.exchange->reverse_combine(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.weights_[l];
-    RankState& r = s.ranks[l];
-    layer::expert_backward(r.routed, {w.w_gate_up, w.w_down},
+    RankState& rank_state = state.ranks[l];
+    layer::expert_backward(rank_state.routed, {w.w_gate_up, w.w_down},
                            {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
-    if (!z.has_shared) continue;
+    if (!sizes.has_shared) continue;
     layer::expert_backward(
-        r.shared, {w.shared_w_gate_up, w.shared_w_down},
+        rank_state.shared, {w.shared_w_gate_up, w.shared_w_down},
         {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16}, stream);
-    copy_unless_same(r.shared_dx_slot, r.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
+    copy_unless_same(rank_state.shared_dx_slot, rank_state.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
     if (a.d_shared_scale != nullptr) {
-      copy_unless_same(a.d_shared_scale, r.shared.dg, z.tokens, stream,
+      copy_unless_same(a.d_shared_scale, rank_state.shared.dg, sizes.tokens, stream,
                        "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");
     }
   }
-  s.exchange->reverse_dispatch(config_.router, stream);
+  state.exchange->reverse_dispatch(config_.router, stream);
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
-    const RankState& r = s.ranks[l];
-    copy_unless_same(ranks[l].dx, r.io.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dx)");
-    copy_unless_same(ranks[l].d_topk_scores, r.io.d_topk_scores, routes, stream,
+    const RankState& rank_state = state.ranks[l];
+    copy_unless_same(ranks[l].dx, rank_state.io.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dx)");
+    copy_unless_same(ranks[l].d_topk_scores, rank_state.io.d_topk_scores, routes, stream,
                      "MoELayer::backward: cudaMemcpyAsync(d_topk_scores)");
-    for (const layer::OutputBuffer& out : layer::backward_outputs(ranks[l], z)) {
+    for (const layer::OutputBuffer& out : layer::backward_outputs(ranks[l], sizes)) {
       outputs.push_back({out.data, out.bytes, world_.abort_word(static_cast<int>(l))});
     }
   }

@@ -13,9 +13,10 @@ namespace {
 
 __global__ void __launch_bounds__(kReduceThreads, 1)
     combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+  const comm::CtaPlace place = comm::whole_launch_place(world);
   // No home rank is still summing its slots in an earlier combine.
-  if (!comm::world_barrier(world)) return;
-  const WarpWorkers warps = launch_warps();
+  if (!comm::world_barrier(world, place)) return;
+  const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const ScheduleBuffers& schedule = args.schedule.buffers;
   for_each_local_row(world, schedule.total_rows, warps, [&](int rank, int row) {
@@ -24,7 +25,7 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
                   args.hidden, lane);
   });
   // Every routed slot of every home rank has been written.
-  if (!comm::world_barrier(world)) return;
+  if (!comm::world_barrier(world, place)) return;
   for_each_local_token(world, args.tokens, warps, [&](int rank, int token) {
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     reduce_token_slots<true>(

@@ -16,14 +16,15 @@ namespace {
 template <bool kReverseCombine, bool kCoherent>
 __global__ void __launch_bounds__(kPullThreads, 1)
     pull_rows_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+  const comm::CtaPlace place = comm::whole_launch_place(world);
   // The home rows (and gates) of every rank are in place, and no rank is still in an earlier
   // launch that reads what this one overwrites.
-  if (!comm::world_barrier(world)) return;
+  if (!comm::world_barrier(world, place)) return;
   const comm::SymmetricPtr<__nv_bfloat16> home_rows = kReverseCombine ? args.backward.dy : args.forward.x;
   const comm::SymmetricPtr<__nv_bfloat16> expert_rows =
       kReverseCombine ? args.backward.expert_dy : args.forward.expert_x;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  for_each_local_row(world, args.schedule.buffers.total_rows, launch_warps(), [&](int rank, int row) {
+  for_each_local_row(world, args.schedule.buffers.total_rows, role_warps(world, place), [&](int rank, int row) {
     const int2 entry = world.at(args.schedule.buffers.rows, rank)[row];
     if constexpr (kReverseCombine) {
       // g travels beside dy, not applied to it: the router-score gradient needs <dy, E(x)> before

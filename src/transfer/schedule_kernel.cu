@@ -11,7 +11,8 @@ namespace {
 __global__ void __launch_bounds__(kScheduleThreads, 1)
     build_schedule_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   extern __shared__ int shared[];
-  (void)schedule::build_schedule(world, args.schedule, shared);  // a timeout is recorded; nothing left to do
+  // A timeout is recorded; nothing is left to do.
+  (void)schedule::build_schedule(world, comm::whole_launch_place(world), args.schedule, shared);
 }
 
 }  // namespace

@@ -18,56 +18,60 @@ __device__ uint32_t pattern(uint32_t step, int rank, size_t index) {
 }
 
 __global__ void exchange_kernel(DeviceWorld world, ExchangeBuffers buffers, int iterations) {
-  const int rank = world.rank();
-  const int local = world.local_rank();
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  const int rank = place.rank;
+  const int local = place.local_rank;
   // Read before the first barrier, written after the last one: every CTA sees the same round.
   const uint32_t round = buffers.rounds[local];
   uint32_t* mine = world.at(buffers.data, rank);
-  const size_t stride = static_cast<size_t>(world.ctas_per_rank) * blockDim.x;
-  const size_t first = static_cast<size_t>(world.cta()) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(place.count) * blockDim.x;
+  const size_t first = static_cast<size_t>(place.index) * blockDim.x + threadIdx.x;
   unsigned long long bad = 0;
   for (int it = 0; it < iterations; ++it) {
     const uint32_t step = round * static_cast<uint32_t>(iterations) + static_cast<uint32_t>(it);
     for (size_t i = first; i < buffers.words; i += stride) mine[i] = pattern(step, rank, i);
-    if (!comm::world_barrier(world)) return;
+    if (!comm::world_barrier(world, place)) return;
     for (int peer = 0; peer < world.world_size; ++peer) {
       const uint32_t* theirs = world.at(buffers.data, peer);
       for (size_t i = first; i < buffers.words; i += stride) bad += theirs[i] != pattern(step, peer, i);
     }
-    if (!comm::world_barrier(world)) return;
+    if (!comm::world_barrier(world, place)) return;
   }
   if (bad != 0) atomicAdd(&buffers.mismatches[local], bad);
-  if (world.cta() == 0 && threadIdx.x == 0) buffers.rounds[local] = round + 1;
+  if (place.index == 0 && threadIdx.x == 0) buffers.rounds[local] = round + 1;
 }
 
 __global__ void barrier_without_rank_kernel(DeviceWorld world, int absent_rank) {
-  if (world.rank() == absent_rank) return;
-  (void)comm::world_barrier(world);
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  if (place.rank == absent_rank) return;
+  (void)comm::world_barrier(world, place);
 }
 
-// Roles by CTA index: producers first, then consumers (a cooperative launch: all co-resident).
+// Two roles: CTAs [0, producers) produce, the next `consumers` consume (a cooperative launch:
+// all co-resident).
 __global__ void ready_stress_kernel(DeviceWorld world, ReadyBuffers b, uint32_t launch) {
-  const int cta = world.cta();
   const uint32_t base = launch * static_cast<uint32_t>(b.rounds);
   const auto block_of = [&](int round, int producer) {
     return b.data + (static_cast<size_t>(round) * b.producers + producer) * b.block_words;
   };
-  if (cta < b.producers) {
+  if (comm::in_role(world, 0, b.producers)) {
+    const int producer = comm::role_place(world, 0, b.producers).index;
     for (int r = 0; r < b.rounds; ++r) {
-      uint32_t* block = block_of(r, cta);
+      uint32_t* block = block_of(r, producer);
       for (int i = static_cast<int>(threadIdx.x); i < b.block_words; i += static_cast<int>(blockDim.x)) {
-        block[i] = pattern(base + static_cast<uint32_t>(r), cta, static_cast<size_t>(i));
+        block[i] = pattern(base + static_cast<uint32_t>(r), producer, static_cast<size_t>(i));
       }
-      comm::signal_ready(&b.counters[cta]);
+      comm::signal_ready(&b.counters[producer]);
     }
     return;
   }
-  const int consumer = cta - b.producers;
+  const comm::CtaPlace place = comm::role_place(world, b.producers, b.consumers);
+  const int consumer = place.index;
   unsigned long long bad = 0;
   for (int r = 0; r < b.rounds; ++r) {
     for (int k = 0; k < b.producers; ++k) {
       const int p = (k + consumer) % b.producers;  // consumers take the producers in different orders
-      if (!comm::wait_ready(world, &b.counters[p], base + static_cast<uint32_t>(r) + 1, p)) return;
+      if (!comm::wait_ready(world, place, &b.counters[p], base + static_cast<uint32_t>(r) + 1, p)) return;
       const uint32_t* block = block_of(r, p);
       for (int i = static_cast<int>(threadIdx.x); i < b.block_words; i += static_cast<int>(blockDim.x)) {
         bad += block[i] != pattern(base + static_cast<uint32_t>(r), p, static_cast<size_t>(i));
@@ -78,7 +82,7 @@ __global__ void ready_stress_kernel(DeviceWorld world, ReadyBuffers b, uint32_t 
 }
 
 __global__ void ready_wait_for_nothing_kernel(DeviceWorld world, uint32_t* counter, int index) {
-  (void)comm::wait_ready(world, counter, 1, index);
+  (void)comm::wait_ready(world, comm::whole_launch_place(world), counter, 1, index);
 }
 
 }  // namespace

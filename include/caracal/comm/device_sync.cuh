@@ -2,9 +2,9 @@
 // Bounded waits and the world barrier (DESIGN §3: cross-rank ordering comes only from barriers;
 // spin waits are bounded — a hang is a bug).
 //
-//   wait_until(world, flag, done, site[, timeout_ns])  one thread spins until done(*flag); acquire
-//   world_barrier(world)                               every CTA of every rank, all threads
-//   fail_wait(world, site, seen, timeout_ns)           what a timed-out wait does
+//   wait_until(world, place, flag, done, site[, ns])  one thread spins until done(*flag); acquire
+//   world_barrier(world, place)                       every CTA of a role of every rank, all threads
+//   fail_wait(world, rank, site, seen, timeout_ns)    what a timed-out wait does
 //   global_time_ns()                                   %globaltimer, the clock of every timeout
 //
 // wait_until and world_barrier return false after a timeout (recorded for World::check()); the
@@ -33,6 +33,7 @@
 #include <cuda/atomic>
 
 #include "caracal/comm/barrier_layout.hpp"
+#include "caracal/comm/cta_place.cuh"
 #include "caracal/comm/device_world.cuh"
 #include "caracal/comm/first_error.hpp"
 
@@ -50,19 +51,20 @@ __device__ __forceinline__ uint32_t* barrier_state(const DeviceWorld& world, int
   return world.at(SymmetricPtr<uint32_t>{0}, rank);
 }
 
-// 0 while the world is healthy, else 1 + the rank that aborted it (relaxed, system scope).
-__device__ __forceinline__ uint32_t world_abort_word(const DeviceWorld& world) {
-  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, world.rank())[barrier_layout::kAbort])
+// 0 while the world is healthy, else 1 + the rank that aborted it, as `rank` sees it (relaxed,
+// system scope).
+__device__ __forceinline__ uint32_t world_abort_word(const DeviceWorld& world, int rank) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, rank)[barrier_layout::kAbort])
       .load(cuda::memory_order_relaxed);
 }
 
 // Records that `site` failed with its flag at `seen` after `timeout_ns`, unless an earlier error
 // of the period was recorded (first_error.hpp).
-__device__ inline void record_wait_failure(const DeviceWorld& world, WaitSite site, uint64_t seen,
+__device__ inline void record_wait_failure(const DeviceWorld& world, int rank, WaitSite site, uint64_t seen,
                                            uint64_t timeout_ns) {
   if (!claim_first_error(world.error, world.error_claim)) return;
   volatile DeviceErrorRecord* record = world.error;
-  record->rank = world.rank();
+  record->rank = rank;
   record->peer = site.peer;
   record->launch = world.launch_id;
   record->seen = seen;
@@ -73,19 +75,21 @@ __device__ inline void record_wait_failure(const DeviceWorld& world, WaitSite si
 
 // What a wait does when its time is up: record the error, then abort the world (see the top).
 // Every rank's abort word gets 1 + this rank, so later waits anywhere end at once.
-__device__ inline void fail_wait(const DeviceWorld& world, WaitSite site, uint64_t seen, uint64_t timeout_ns) {
-  record_wait_failure(world, site, seen, timeout_ns);
+__device__ inline void fail_wait(const DeviceWorld& world, int rank, WaitSite site, uint64_t seen,
+                                 uint64_t timeout_ns) {
+  record_wait_failure(world, rank, site, seen, timeout_ns);
   __threadfence_system();  // the record before the abort that makes other ranks stop
-  const auto mark = static_cast<uint32_t>(world.rank() + 1);
+  const auto mark = static_cast<uint32_t>(rank + 1);
   for (int p = 0; p < world.world_size; ++p) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, p)[barrier_layout::kAbort])
         .store(mark, cuda::memory_order_relaxed);
   }
 }
 
-// A wait that found the world aborted by rank `abort_word - 1`: recorded, nothing else to do.
-__device__ inline void record_world_aborted(const DeviceWorld& world, uint32_t abort_word) {
-  record_wait_failure(world, WaitSite{WaitId::world_aborted, static_cast<int>(abort_word) - 1}, abort_word, 0);
+// A wait of `rank` that found the world aborted by rank `abort_word - 1`: recorded, nothing else
+// to do.
+__device__ inline void record_world_aborted(const DeviceWorld& world, int rank, uint32_t abort_word) {
+  record_wait_failure(world, rank, WaitSite{WaitId::world_aborted, static_cast<int>(abort_word) - 1}, abort_word, 0);
 }
 
 namespace detail {
@@ -95,7 +99,7 @@ namespace detail {
 // least once, so an expired deadline still succeeds when the condition already holds. No acquire:
 // callers add the fence they need.
 template <cuda::thread_scope Scope, typename T, typename Done>
-__device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, WaitSite site,
+__device__ bool spin_until(const DeviceWorld& world, int rank, const T* flag, Done done, WaitSite site,
                            uint64_t timeout_ns, uint64_t start) {
   cuda::atomic_ref<T, Scope> ref(*const_cast<T*>(flag));
   T value = ref.load(cuda::memory_order_relaxed);
@@ -103,12 +107,12 @@ __device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, W
   for (;;) {
     value = ref.load(cuda::memory_order_relaxed);
     if (done(value)) return true;
-    if (const uint32_t aborted = world_abort_word(world); aborted != 0) {
-      record_world_aborted(world, aborted);
+    if (const uint32_t aborted = world_abort_word(world, rank); aborted != 0) {
+      record_world_aborted(world, rank, aborted);
       return false;
     }
     if (global_time_ns() - start >= timeout_ns) {
-      fail_wait(world, site, static_cast<uint64_t>(value), timeout_ns);
+      fail_wait(world, rank, site, static_cast<uint64_t>(value), timeout_ns);
       return false;
     }
   }
@@ -123,16 +127,16 @@ __device__ bool spin_until(const DeviceWorld& world, const T* flag, Done done, W
 // world is aborted. Use thread_scope_system for flags written by other GPUs, thread_scope_device for
 // local counters.
 template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
-__device__ bool wait_until(const DeviceWorld& world, const T* flag, Done done, WaitSite site,
+__device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site,
                            uint64_t timeout_ns) {
-  if (!detail::spin_until<Scope>(world, flag, done, site, timeout_ns, global_time_ns())) return false;
+  if (!detail::spin_until<Scope>(world, place.rank, flag, done, site, timeout_ns, global_time_ns())) return false;
   cuda::atomic_thread_fence(cuda::memory_order_acquire, Scope);
   return true;
 }
 
 template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
-__device__ bool wait_until(const DeviceWorld& world, const T* flag, Done done, WaitSite site) {
-  return wait_until<Scope>(world, flag, done, site, world.timeout_ns);
+__device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site) {
+  return wait_until<Scope>(world, place, flag, done, site, world.timeout_ns);
 }
 
 namespace detail {
@@ -161,12 +165,12 @@ namespace detail {
 // `released`; waiting CTAs acquire `released` (wait_until) before __syncthreads lets their threads
 // go on. So every write made before the barrier by any CTA of any rank is visible after it to
 // every thread of every rank.
-__device__ inline bool barrier_step(const DeviceWorld& world) {
+__device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& place) {
   using Word = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
-  const int rank = world.rank();
+  const int rank = place.rank;
   uint32_t* state = barrier_state(world, rank);
-  if (const uint32_t aborted = world_abort_word(world); aborted != 0) {
-    record_world_aborted(world, aborted);
+  if (const uint32_t aborted = world_abort_word(world, rank); aborted != 0) {
+    record_world_aborted(world, rank, aborted);
     return false;
   }
   Word arrived(state[barrier_layout::kArrived]);
@@ -176,8 +180,8 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
   // `released` may move on at any time.
   const uint32_t epoch = released.load(cuda::memory_order_relaxed);
   const uint32_t before = arrived.fetch_add(1u, cuda::memory_order_acq_rel);
-  if (before + 1 < static_cast<uint32_t>(world.ctas_per_rank)) {
-    return wait_until(world, &state[barrier_layout::kReleased], [epoch](uint32_t v) { return v != epoch; },
+  if (before + 1 < static_cast<uint32_t>(place.count)) {
+    return wait_until(world, place, &state[barrier_layout::kReleased], [epoch](uint32_t v) { return v != epoch; },
                       WaitSite{WaitId::barrier_release, -1}, 2 * world.timeout_ns);
   }
 
@@ -193,7 +197,7 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
   const uint64_t start = global_time_ns();
   for (int p = 0; p < world.world_size; ++p) {
     const auto arrived_at_next = [next](uint32_t v) { return static_cast<int32_t>(v - next) >= 0; };
-    if (!spin_until<cuda::thread_scope_system>(world, &state[barrier_layout::kInbox + p], arrived_at_next,
+    if (!spin_until<cuda::thread_scope_system>(world, rank, &state[barrier_layout::kInbox + p], arrived_at_next,
                                                WaitSite{WaitId::barrier_peer, p}, world.timeout_ns, start)) {
       return false;
     }
@@ -206,24 +210,26 @@ __device__ inline bool barrier_step(const DeviceWorld& world) {
 // Fault injection for the tests (World::stall_next_launch): the stalled rank's CTAs arrive
 // `stall_ns` late at each barrier, or as soon as the world is aborted (so a test waits about one
 // timeout, not the whole stall once per barrier).
-__device__ inline void injected_stall(const DeviceWorld& world) {
-  if (world.stall_ns == 0 || world.rank() != world.stall_rank) return;
+__device__ inline void injected_stall(const DeviceWorld& world, int rank) {
+  if (world.stall_ns == 0 || rank != world.stall_rank) return;
   const uint64_t start = global_time_ns();
-  while (global_time_ns() - start < world.stall_ns && world_abort_word(world) == 0) {
+  while (global_time_ns() - start < world.stall_ns && world_abort_word(world, rank) == 0) {
   }
 }
 
 }  // namespace detail
 
-// Returns when every CTA of every rank has arrived: writes made before it (to any rank's heap)
-// are visible after it everywhere. Call from all threads of every CTA of the launch, the same
-// number of times in every CTA. False after a timeout (recorded): return from the kernel.
-__device__ inline bool world_barrier(const DeviceWorld& world) {
+// Returns when every CTA of `place`'s role of every rank has arrived: writes made before it (to any
+// rank's heap) are visible after it everywhere. Call from all threads of every CTA of the role, the
+// same number of times in every CTA; one role per launch uses the barrier (its state counts the
+// arrivals of place.count CTAs per rank). False after a timeout or in an aborted world (recorded):
+// return from the kernel.
+__device__ inline bool world_barrier(const DeviceWorld& world, const CtaPlace& place) {
   __syncthreads();  // this CTA's threads are done with their pre-barrier accesses
   bool ok = true;
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    detail::injected_stall(world);
-    ok = detail::barrier_step(world);
+    detail::injected_stall(world, place.rank);
+    ok = detail::barrier_step(world, place);
   }
   return __syncthreads_and(ok) != 0;  // broadcasts thread 0's result; orders the rest after it
 }

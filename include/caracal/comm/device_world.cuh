@@ -8,7 +8,8 @@
 //     launch (the grid holds local_ranks * ctas_per_rank CTAs);
 //   * NCCL: one rank per process or thread, heap[r] = the registered window's LSA pointer for r.
 // Kernels are written for one rank: CTA blockIdx.x serves local rank blockIdx.x / ctas_per_rank
-// (a 1-D grid, as launch() makes it), and find their rank and CTA index with rank() and cta().
+// (a 1-D grid, as launch() makes it); a kernel computes its CTA's place once (cta_place.cuh) and
+// passes it to the blocks it calls.
 //
 // Cross-rank ordering comes only from world_barrier (device_sync.cuh, DESIGN §3). Waits are
 // bounded: a wait that times out records an error (first error wins), aborts the world (every
@@ -37,13 +38,6 @@ struct DeviceWorld {
   uint32_t generation = 0;              // World::reset() count, stamped on error records
   int stall_rank = -1;                  // fault injection (tests): this rank's CTAs wait stall_ns
   uint64_t stall_ns = 0;                //   before each barrier of the launch (World::stall_next_launch)
-
-  // Index of this CTA's rank among the process's local ranks.
-  __device__ int local_rank() const { return static_cast<int>(blockIdx.x) / ctas_per_rank; }
-  // Global rank served by this CTA.
-  __device__ int rank() const { return first_local_rank + local_rank(); }
-  // Index of this CTA among its rank's ctas_per_rank CTAs.
-  __device__ int cta() const { return static_cast<int>(blockIdx.x) % ctas_per_rank; }
 
   // Buffer `p` in rank `rank`'s heap (any rank: loads and stores go over NVLink for remote ones).
   template <typename T>

@@ -4,7 +4,7 @@
 // consumer CTA waits until the counter reaches a target, then reads the data.
 //
 //   signal_ready(counter, amount)                    all threads of the producer CTA; release
-//   wait_ready(world, counter, target, index)        all threads of the consumer CTA; acquire;
+//   wait_ready(world, place, counter, target, index) all threads of the consumer CTA; acquire;
 //                                                    bounded by the world's timeout, and over
 //                                                    at once when the world is aborted
 //
@@ -39,11 +39,12 @@ __device__ inline void signal_ready(uint32_t* counter, uint32_t amount = 1) {
 // producers published before raising it), false when the wait timed out or the world is aborted
 // (recorded for World::check(), with `index` naming the counter): the CTA must then stop. Call
 // from all threads of the CTA; they all get the same result.
-__device__ inline bool wait_ready(const DeviceWorld& world, const uint32_t* counter, uint32_t target, int index) {
+__device__ inline bool wait_ready(const DeviceWorld& world, const CtaPlace& place, const uint32_t* counter,
+                                  uint32_t target, int index) {
   bool ok = true;
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     const auto reached = [target](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
-    ok = wait_until<cuda::thread_scope_device>(world, counter, reached, WaitSite{WaitId::ready_counter, index});
+    ok = wait_until<cuda::thread_scope_device>(world, place, counter, reached, WaitSite{WaitId::ready_counter, index});
   }
   return __syncthreads_and(ok) != 0;
 }

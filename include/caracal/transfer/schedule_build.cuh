@@ -69,17 +69,16 @@ __device__ __forceinline__ int round_robin_row(const int* count, int world_size,
 }
 
 // Phase 0, before the barrier that opens phase 1: nothing processes this rank's routes yet.
-__device__ inline void reset_route_locations(const comm::DeviceWorld& world, const ScheduleParams& p, int thread,
+__device__ inline void reset_route_locations(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int thread,
                                              int threads) {
-  int2* location = world.at(p.buffers.route_location, world.rank());
+  int2* location = world.at(p.buffers.route_location, rank);
   for (int r = thread; r < p.routes; r += threads) location[r] = make_int2(-1, -1);
 }
 
 // Phase 1, one warp: pulls chunk `chunk` of `source`'s topk_idx, keeps each route's local expert
 // (or -1) and writes the chunk's per-expert counts. `counts` is the warp's [L] scratch.
-__device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, const ScheduleParams& p, int source,
+__device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source,
                                             int chunk, int* counts, int lane) {
-  const int rank = world.rank();
   const int first_expert = rank * p.local_experts;
   const int32_t* ids = world.at(p.buffers.topk_idx, source);
   int32_t* kept = world.at(p.buffers.kept_experts, rank) + static_cast<int64_t>(source) * p.routes;
@@ -116,11 +115,11 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, cons
 }
 
 // Phase 2, all threads of the CTA: this rank's counts and segment offsets into shared memory.
-__device__ inline void load_layout(const comm::DeviceWorld& world, const ScheduleParams& p,
+__device__ inline void load_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
                                    const SharedLayout& layout) {
   const int L = p.local_experts;
   const int W = p.world_size;
-  const int* chunk_counts = world.at(p.buffers.chunk_counts, world.rank());
+  const int* chunk_counts = world.at(p.buffers.chunk_counts, rank);
   // (source, expert) with the expert fastest, so neighbouring threads read neighbouring words.
   for (int i = static_cast<int>(threadIdx.x); i < W * L; i += static_cast<int>(blockDim.x)) {
     const int source = i / L;
@@ -158,9 +157,8 @@ __device__ inline void load_layout(const comm::DeviceWorld& world, const Schedul
 }
 
 // Phase 2, the threads of one CTA per rank: the layout as the schedule's outputs.
-__device__ inline void publish_layout(const comm::DeviceWorld& world, const ScheduleParams& p,
+__device__ inline void publish_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
                                       const SharedLayout& layout) {
-  const int rank = world.rank();
   const int L = p.local_experts;
   int32_t* offset = world.at(p.buffers.expert_offset, rank);
   int32_t* count = world.at(p.buffers.expert_count, rank);
@@ -175,9 +173,9 @@ __device__ inline void publish_layout(const comm::DeviceWorld& world, const Sche
 }
 
 // Phase 2, this rank's warps: padding rows {-1, -1} at the end of every segment.
-__device__ inline void pad_segments(const comm::DeviceWorld& world, const ScheduleParams& p, const SharedLayout& layout,
+__device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, const SharedLayout& layout,
                                     WarpWorkers workers, int lane) {
-  int2* rows = world.at(p.buffers.rows, world.rank());
+  int2* rows = world.at(p.buffers.rows, rank);
   for (int e = workers.index; e < p.local_experts; e += workers.count) {
     for (int r = layout.offset[e] + layout.expert_count[e] + lane; r < layout.offset[e + 1]; r += kWarpSize) {
       rows[r] = make_int2(-1, -1);
@@ -187,9 +185,8 @@ __device__ inline void pad_segments(const comm::DeviceWorld& world, const Schedu
 
 // Phase 2, one warp: places chunk `chunk` of `source`'s routes. `next_j` is the warp's [L]
 // scratch: per expert, the index j of the source's next route to it.
-__device__ inline void place_chunk(const comm::DeviceWorld& world, const ScheduleParams& p, int source, int chunk,
+__device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
                                    const SharedLayout& layout, int* next_j, int lane) {
-  const int rank = world.rank();
   const int L = p.local_experts;
   const int* counts = world.at(p.buffers.chunk_counts, rank) + static_cast<int64_t>(source) * p.chunks * L;
   for (int e = lane; e < L; e += kWarpSize) {
@@ -227,35 +224,36 @@ __device__ inline void place_chunk(const comm::DeviceWorld& world, const Schedul
   }
 }
 
-// The whole builder for the calling CTA's rank. Every CTA of the launch calls it (it holds three
-// world barriers) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`.
+// The whole builder for `place`'s rank. Every CTA of the role calls it (it holds three world
+// barriers) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`.
 // Inputs: every rank's topk_idx, written before the launch. False after a timed-out barrier
 // (recorded by the comm layer): the caller returns.
-__device__ inline bool build_schedule(const comm::DeviceWorld& world, const ScheduleParams& p, int* shared) {
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+__device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                      const ScheduleParams& p, int* shared) {
+  const int rank = place.rank;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const WarpWorkers rank_warps{world.cta() * warps + warp, world.ctas_per_rank * warps};
+  const WarpWorkers warps = rank_warps(place);
   const SharedLayout layout = carve_shared(shared, p, warp);
   const int items = p.world_size * p.chunks;  // (source, chunk), source-major
 
-  reset_route_locations(world, p, world.cta() * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x),
-                        world.ctas_per_rank * static_cast<int>(blockDim.x));
+  reset_route_locations(world, rank, p, place.index * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x),
+                        place.count * static_cast<int>(blockDim.x));
   // Every rank's topk_idx is published and its route table reset before anyone reads or pushes.
-  if (!comm::world_barrier(world)) return false;
-  for (int item = rank_warps.index; item < items; item += rank_warps.count) {
-    pull_and_count_chunk(world, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
+  if (!comm::world_barrier(world, place)) return false;
+  for (int item = warps.index; item < items; item += warps.count) {
+    pull_and_count_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
   }
   // This rank's kept experts and chunk counts are complete.
-  if (!comm::world_barrier(world)) return false;
-  load_layout(world, p, layout);
-  if (world.cta() == 0) publish_layout(world, p, layout);
-  pad_segments(world, p, layout, rank_warps, lane);
-  for (int item = rank_warps.index; item < items; item += rank_warps.count) {
-    place_chunk(world, p, item / p.chunks, item % p.chunks, layout, layout.warp_scratch, lane);
+  if (!comm::world_barrier(world, place)) return false;
+  load_layout(world, rank, p, layout);
+  if (place.index == 0) publish_layout(world, rank, p, layout);
+  pad_segments(world, rank, p, layout, warps, lane);
+  for (int item = warps.index; item < items; item += warps.count) {
+    place_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout, layout.warp_scratch, lane);
   }
   // Every route location has landed in its home rank's table.
-  return comm::world_barrier(world);
+  return comm::world_barrier(world, place);
 }
 
 }  // namespace caracal::transfer::schedule

@@ -6,6 +6,7 @@
 // Every lane of a warp visits the same items, so visit() may use warp-wide operations.
 #include <cstdint>
 
+#include "caracal/comm/cta_place.cuh"
 #include "caracal/comm/device_world.cuh"
 #include "caracal/comm/symmetric_ptr.hpp"
 
@@ -17,11 +18,18 @@ struct WarpWorkers {
   int count = 1;
 };
 
-// All warps of the launch, in (CTA, warp) order.
-__device__ __forceinline__ WarpWorkers launch_warps() {
+// Every warp of `place`'s role, over all local ranks, in (local rank, CTA, warp) order: in a launch
+// of one role, all warps of the launch.
+__device__ __forceinline__ WarpWorkers role_warps(const comm::DeviceWorld& world, const comm::CtaPlace& place) {
   const int warps_per_cta = static_cast<int>(blockDim.x) / 32;
-  return {static_cast<int>(blockIdx.x) * warps_per_cta + static_cast<int>(threadIdx.x) / 32,
-          static_cast<int>(gridDim.x) * warps_per_cta};
+  return {(place.local_rank * place.count + place.index) * warps_per_cta + static_cast<int>(threadIdx.x) / 32,
+          world.local_ranks * place.count * warps_per_cta};
+}
+
+// The warps of `place`'s role that serve its own rank, in (CTA, warp) order.
+__device__ __forceinline__ WarpWorkers rank_warps(const comm::CtaPlace& place) {
+  const int warps_per_cta = static_cast<int>(blockDim.x) / 32;
+  return {place.index * warps_per_cta + static_cast<int>(threadIdx.x) / 32, place.count * warps_per_cta};
 }
 
 // Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the
