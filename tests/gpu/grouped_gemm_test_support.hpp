@@ -100,6 +100,18 @@ inline std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64
   return v;
 }
 
+// The case of the ...CatchDeliberateErrors tests: expert 7 holds 300 of 814 rows.
+inline const Case kChecksCase{"checks", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}};
+
+// `rows` rows of `cols` bf16 values from `first_row`, each multiplied by `factor` (a deliberate error).
+inline std::vector<uint16_t> scaled_rows(std::vector<uint16_t> v, size_t first_row, size_t rows, size_t cols,
+                                         float factor) {
+  for (size_t i = first_row * cols; i < (first_row + rows) * cols; ++i) {
+    v[i] = caracal::bf16_bits(factor * caracal::bf16_to_float(v[i]));
+  }
+  return v;
+}
+
 inline std::vector<double> widen(const std::vector<uint16_t>& bits) {
   return caracal::from_bf16_bits(bits);
 }

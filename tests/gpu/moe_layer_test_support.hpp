@@ -331,6 +331,16 @@ inline void run_step(MoELayer& layer, const WorldBuffers& buffers, const exchang
   layer.check();
 }
 
+// One step of `step` on a loopback layer of its own (weights `weights`), checked; every rank's
+// outputs.
+inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& weights, const HostStep& step) {
+  LoopbackLayer l(c, weights);
+  l.buffers.prepare(step, l.world);
+  const Stream stream;
+  run_step(l.layer, l.buffers, stream);
+  return l.buffers.download();
+}
+
 // ---- The fp64 reference of a step ---------------------------------------------------------------------
 
 inline std::vector<double> widen(const Bf16& bits) { return from_bf16_bits(bits); }
