@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "caracal/bf16.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::bench {
 
@@ -18,7 +18,7 @@ std::vector<double> download_bf16(const __nv_bfloat16* p, size_t count) {
 
 namespace {
 
-using caracal::kernels::gate_up_row;
+using caracal::gemm::gate_up_row;
 
 int largest_expert(const Case& c) {
   int largest = 0;

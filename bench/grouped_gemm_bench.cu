@@ -35,8 +35,8 @@
 #include <nlohmann/json.hpp>
 
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
-#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
@@ -50,7 +50,7 @@ using caracal::bench::Bf16Array;
 using caracal::bench::Case;
 using caracal::bench::DeviceArray;
 using caracal::bench::InputSet;
-using caracal::kernels::kGroupedGemmTileM;
+using caracal::gemm::kGroupedGemmTileM;
 
 #define BENCH_CUBLAS(expr)                                                                        \
   do {                                                                                            \
@@ -210,9 +210,9 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     }
   }
   Bf16Array hidden(cap * I), gate_up(cap * 2 * I), y(cap * D);
-  Bf16Array d_gate_up(cap * 2 * I), scaled_hidden(cap * I), dx(cap * D);
+  Bf16Array d_gate_up(cap * 2 * I), scaled_activation(cap * I), dx(cap * D);
   DeviceArray<float> gates(cap), dg(cap);
-  DeviceArray<float> workspace(caracal::kernels::down_dgrad_workspace_floats(int(cap), int(I)));
+  DeviceArray<float> workspace(caracal::gemm::down_dgrad_workspace_floats(int(cap), int(I)));
   DeviceArray<float> d_w_gate_up(L * 2 * I * D), d_w_down(L * D * I);
   DeviceArray<__nv_bfloat16> d_w_gate_up_bf16(L * 2 * I * D), d_w_down_bf16(L * D * I);
   Bf16Array dense_out(std::max<size_t>(1, size_t(rows) * std::max(2 * I, D)));
@@ -225,37 +225,37 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   const std::vector<float> gates_host = caracal::bench::padded_row_gates(c.counts, seed);
   BENCH_CUDA(cudaMemcpy(gates.get(), gates_host.data(), cap * 4, cudaMemcpyHostToDevice));
 
-  caracal::kernels::ExpertRows er;
+  caracal::ScheduleView er;
   er.expert_offset = d_offsets.get();
   er.expert_count = d_counts.get();
   er.num_experts = int(L);
   er.row_capacity = int(cap);
   auto up = [&](int iter, bool store_gate_up) {
     const InputSet& s = in[size_t(iter % sets)];
-    caracal::kernels::UpGateSwigluArgs a;
+    caracal::gemm::UpGateSwigluArgs a;
     a.rows = er;
     a.hidden = c.hidden;
     a.intermediate = c.intermediate;
     a.x = s.x.get();
     a.w_gate_up = s.w_gate_up.get();
-    a.hidden_out = hidden.get();
+    a.activation_out = hidden.get();
     a.gate_up_out = store_gate_up ? gate_up.get() : nullptr;
-    caracal::kernels::grouped_up_gate_swiglu(a, nullptr);
+    caracal::gemm::grouped_up_gate_swiglu(a, nullptr);
   };
   auto down = [&](int iter) {
     const InputSet& s = in[size_t(iter % sets)];
-    caracal::kernels::DownProjArgs a;
+    caracal::gemm::DownProjArgs a;
     a.rows = er;
     a.hidden = c.hidden;
     a.intermediate = c.intermediate;
-    a.hidden_in = hidden.get();
+    a.activation = hidden.get();
     a.w_down = s.w_down.get();
     a.y_out = y.get();
-    caracal::kernels::grouped_down_proj(a, nullptr);
+    caracal::gemm::grouped_down_proj(a, nullptr);
   };
   auto dgrad = [&](int iter) {
     const InputSet& s = in[size_t(iter % sets)];
-    caracal::kernels::DownDgradSwigluArgs a;
+    caracal::gemm::DownDgradSwigluArgs a;
     a.rows = er;
     a.hidden = c.hidden;
     a.intermediate = c.intermediate;
@@ -264,32 +264,32 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     a.gate_up = gate_up.get();
     a.gates = gates.get();
     a.d_gate_up_out = d_gate_up.get();
-    a.scaled_hidden_out = scaled_hidden.get();
+    a.scaled_activation_out = scaled_activation.get();
     a.d_gates_out = dg.get();
     a.workspace = workspace.get();
-    caracal::kernels::grouped_down_dgrad_swiglu(a, nullptr);
+    caracal::gemm::grouped_down_dgrad_swiglu(a, nullptr);
   };
   auto dgrad_x = [&](int iter) {
     const InputSet& s = in[size_t(iter % sets)];
-    caracal::kernels::GateUpDgradArgs a;
+    caracal::gemm::GateUpDgradArgs a;
     a.rows = er;
     a.hidden = c.hidden;
     a.intermediate = c.intermediate;
     a.d_gate_up = d_gate_up.get();
     a.w_gate_up = s.w_gate_up.get();
     a.dx_out = dx.get();
-    caracal::kernels::grouped_gate_up_dgrad(a, nullptr);
+    caracal::gemm::grouped_gate_up_dgrad(a, nullptr);
   };
   auto wgrad = [&](int iter, bool bf16_grads) {
     const InputSet& s = in[size_t(iter % sets)];
-    caracal::kernels::WeightGradArgs a;
+    caracal::gemm::WeightGradArgs a;
     a.rows = er;
     a.hidden = c.hidden;
     a.intermediate = c.intermediate;
     a.x = s.x.get();
     a.dy = s.dy.get();
     a.d_gate_up = d_gate_up.get();
-    a.scaled_hidden = scaled_hidden.get();
+    a.scaled_activation = scaled_activation.get();
     if (bf16_grads) {
       a.d_w_gate_up_bf16 = d_w_gate_up_bf16.get();
       a.d_w_down_bf16 = d_w_down_bf16.get();
@@ -297,7 +297,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
       a.d_w_gate_up = d_w_gate_up.get();
       a.d_w_down = d_w_down.get();
     }
-    caracal::kernels::grouped_weight_grads(a, nullptr);
+    caracal::gemm::grouped_weight_grads(a, nullptr);
   };
 
   const double up_flops = 2.0 * double(rows) * double(D) * double(2 * I);
@@ -365,7 +365,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
       const InputSet& s = in[size_t(i % sets)];
       cublas_gemm(cublas, d_gate_up.get(), false, s.x.get(), false, dense_grad.get(), CUDA_R_32F,
                   2 * n_i, n_d, rows);
-      cublas_gemm(cublas, s.dy.get(), false, scaled_hidden.get(), false, dense_grad.get(),
+      cublas_gemm(cublas, s.dy.get(), false, scaled_activation.get(), false, dense_grad.get(),
                   CUDA_R_32F, n_d, n_i, rows);
     };
     time_it("cublas_up", dense_up, up_flops, up_flops);

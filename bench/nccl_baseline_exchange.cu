@@ -4,8 +4,8 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
-#include "caracal/transfer/row_copy.cuh"
-#include "comm/nccl_check.hpp"
+#include "device/transfer/row_copy.cuh"
+#include "caracal/comm/nccl_check.hpp"
 #include "nccl_baseline_exchange.hpp"
 
 namespace caracal::bench {

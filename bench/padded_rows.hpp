@@ -1,5 +1,5 @@
 #pragma once
-// Expert-contiguous rows as the grouped GEMMs take them (caracal/kernels/grouped_gemm.hpp): expert
+// Expert-contiguous rows as the grouped GEMMs take them (caracal/gemm/grouped_gemm.hpp): expert
 // e's rows start at offsets[e], its segment padded to the 128-row M tile. Host-side helpers for the
 // benchmarks that lay such rows out themselves (caracal_gemm_bench, caracal bench's NCCL baseline).
 #include <cstddef>
@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::bench {
 
 // The [L + 1] row offsets for counts[e] real rows of expert e; throws when they pass int32.
 template <typename Count>
 std::vector<int32_t> padded_offsets(const std::vector<Count>& counts) {
-  constexpr int64_t kTile = kernels::kGroupedGemmTileM;
+  constexpr int64_t kTile = gemm::kGroupedGemmTileM;
   std::vector<int32_t> offsets{0};
   int64_t at = 0;
   for (const Count count : counts) {

@@ -92,7 +92,8 @@ void ExchangeRanks::read(int rank, size_t heap_offset, void* host, size_t bytes)
 
 std::string check_total_rows(const ExchangeRanks& ranks, const std::vector<int64_t>& expected) {
   for (int r = 0; r < ranks.world_size(); ++r) {
-    const int32_t got = ranks.fetch(ranks.exchange().schedule_buffers().total_rows, r, 0, 1)[0];
+    const int64_t L = ranks.exchange().sizes().local_experts;
+    const int32_t got = ranks.fetch(ranks.exchange().schedule_buffers().expert_offset, r, L, 1)[0];
     if (got != expected[static_cast<size_t>(r)]) {
       return caracal::detail::concat("schedule: rank ", r, " has ", got, " rows, the host expects ",
                                      expected[static_cast<size_t>(r)]);

@@ -1,7 +1,7 @@
 #pragma once
 // MoELayer: the complete expert-parallel MoE layer (DESIGN §1-§2, issue 5), forward and backward,
 // composed from the token exchange (caracal/transfer/token_exchange.hpp) and the grouped-GEMM
-// engine (caracal/kernels/grouped_gemm*.hpp). v1 runs them as separate launches; the fused
+// engine (caracal/gemm/grouped_gemm*.hpp). v1 runs them as separate launches; the fused
 // megakernel will keep this API.
 //
 // One layer object serves the local ranks of its World: all W virtual ranks of a LoopbackWorld,
@@ -56,20 +56,20 @@
 #include <vector>
 
 #include "caracal/comm/world.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/layer_config.hpp"
 
 namespace caracal {
 
 // ---- Weight layout ---------------------------------------------------------------------------
 // Routed and shared experts read their gate and up projections as one interleaved matrix
-// W_gate_up [2I][D] per expert (8 gate rows, 8 up rows, ...: kernels::gate_up_row). Build it from
-// separate W_gate, W_up [experts][I][D] with kernels::interleave_gate_up_weights (device) or
-// kernels::interleave_gate_up_weights_host; the weight gradients come back in the same layout and
+// W_gate_up [2I][D] per expert (8 gate rows, 8 up rows, ...: gemm::gate_up_row). Build it from
+// separate W_gate, W_up [experts][I][D] with gemm::interleave_gate_up_weights (device) or
+// gemm::interleave_gate_up_weights_host; the weight gradients come back in the same layout and
 // deinterleave_gate_up_host splits them.
-using kernels::gate_up_row;
-using kernels::interleave_gate_up_weights;
-using kernels::interleave_gate_up_weights_host;
+using gemm::gate_up_row;
+using gemm::interleave_gate_up_weights;
+using gemm::interleave_gate_up_weights_host;
 
 // Inverse of interleave_gate_up_weights_host, for any element type (fp32 gradients, bf16 bits):
 // gate_up [experts][2I][D] -> gate, up [experts][I][D].

@@ -15,7 +15,7 @@
 // routed experts contribute nothing; dg is still computed), never a NaN.
 //
 // Backward, for dy = dL/dy:
-//   dg_j         = <dy_t, E_j(x_t)>, computed as <W_down^T dy_t, hidden_j> before g is applied
+//   dg_j         = <dy_t, E_j(x_t)>, computed as <W_down^T dy_t, act_j> before g is applied
 //                  (exact where g_j = 0: nothing divides by g);
 //   d_topk_score = dg through the normalization Jacobian and the scale; 0 for empty slots;
 //   d_shared_scale_t = <dy_t, E_shared(x_t)>, the same way;
@@ -28,21 +28,21 @@
 // are assumed bf16-representable already; scores, shared scales and g stay as given/computed.
 // Forward, per route (routed or shared):
 //   F1. gate = W_gate x and up = W_up x (GEMM outputs)            -> bf16
-//   F2. hidden = SiLU(gate) * up, from the rounded gate and up     -> bf16
-//   F3. the expert output row E(x) = W_down hidden (unweighted)    -> bf16 (it travels as bf16)
+//   F2. act = SiLU(gate) * up (the activation), from the rounded gate and up -> bf16
+//   F3. the expert output row E(x) = W_down act (unweighted)       -> bf16 (it travels as bf16)
 //   F4. y_t = bf16(c_t * shared_row) + sum_j g_j * routed_row_j, summed in that order (shared
 //       first, then slots in slot order) without intermediate rounding -> bf16 once. (The layer
 //       stores the scaled shared row as bf16 before the combine; with c_t = 1 that is the row.)
 // Backward, per route with weight w (g_j, or c_t for the shared expert):
-//   B1. d_hidden = w * (W_down^T dy): not stored (kept in fp32 registers)  -> not rounded
-//       dw = <W_down^T dy, hidden> (the router-score / shared-scale gradient) -> not rounded
-//   B2. d_gate = d_hidden * up * SiLU'(gate), d_up = d_hidden * SiLU(gate), from the saved
+//   B1. d_activation = w * (W_down^T dy): not stored (kept in fp32 registers)  -> not rounded
+//       dw = <W_down^T dy, act> (the router-score / shared-scale gradient) -> not rounded
+//   B2. d_gate = d_activation * up * SiLU'(gate), d_up = d_activation * SiLU(gate), from the saved
 //       (rounded) gate and up; they feed GEMMs                      -> bf16
 //   B3. the route's dx row W_gate^T d_gate + W_up^T d_up           -> bf16 (it travels as bf16)
 //   B4. dx_t = shared dx row + sum of routed dx rows in slot order, without intermediate
 //       rounding                                                   -> bf16 once.
-//   B5. weight gradients (dW_gate = d_gate x^T, dW_up = d_up x^T, dW_down = dy bf16(w * hidden)^T,
-//       from the rounded d_gate/d_up and the weighted hidden as the kernels store it) and
+//   B5. weight gradients (dW_gate = d_gate x^T, dW_up = d_up x^T, dW_down = dy bf16(w * act)^T,
+//       from the rounded d_gate/d_up and the weighted act as the kernels store it) and
 //       d_topk_scores / d_shared_scale -> not rounded.
 // All sums are carried out in fp64. A kernel accumulating in fp32 therefore matches to within fp32
 // rounding before each bf16 rounding point, i.e. up to one bf16 ulp where a value lands next to
@@ -98,7 +98,7 @@ struct ExpertActivations {
   int64_t hidden = 0;
   std::vector<double> gate;    // [rows][I] W_gate x
   std::vector<double> up;      // [rows][I] W_up x
-  std::vector<double> swiglu;  // [rows][I] SiLU(gate) * up: the "hidden" activation
+  std::vector<double> swiglu;  // [rows][I] SiLU(gate) * up: the activation
   std::vector<double> output;  // [rows][D] E(x), unweighted
 };
 

@@ -15,7 +15,7 @@ over all ranks' tokens and all E experts is the reference of the expert-parallel
 import torch
 import torch.nn.functional as F
 
-GATE_UP_INTERLEAVE = 8  # kernels::kGateUpInterleave
+GATE_UP_INTERLEAVE = 8  # gemm::kGateUpInterleave
 
 
 def split_gate_up(w_gate_up):

@@ -16,7 +16,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
-#include "nccl_check.hpp"
+#include "caracal/comm/nccl_check.hpp"
 
 namespace caracal::comm {
 namespace {

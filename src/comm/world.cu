@@ -4,11 +4,11 @@
 #include <atomic>
 #include <climits>
 
-#include "caracal/comm/barrier_layout.hpp"
+#include "device/comm/barrier_layout.hpp"
 #include "caracal/comm/cuda_check.hpp"
-#include "caracal/comm/device_world.cuh"
+#include "device/comm/device_world.cuh"
 #include "caracal/comm/first_error.hpp"
-#include "caracal/comm/launch.cuh"
+#include "device/comm/launch.cuh"
 #include "caracal/error.hpp"
 
 namespace caracal::comm {

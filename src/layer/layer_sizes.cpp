@@ -4,13 +4,13 @@
 #include <string>
 
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::layer {
 
 namespace {
 
-constexpr int kTileM = kernels::kGroupedGemmTileM;
+constexpr int kTileM = gemm::kGroupedGemmTileM;
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }

@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "caracal/comm/cuda_check.hpp"
-#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 
 namespace caracal::layer {
 
@@ -36,10 +36,10 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   const int64_t D = s.hidden;
   LocalBuffers b;
   b.gate_up = block.take<bf16>(rows * 2 * I);
-  b.hidden = block.take<bf16>(rows * I);
+  b.activation = block.take<bf16>(rows * I);
   b.d_gate_up = block.take<bf16>(rows * 2 * I);
   b.workspace =
-      block.take<float>(static_cast<int64_t>(kernels::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
+      block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
   if (!s.has_shared) return b;
   const int64_t shared = s.shared_rows;
   const int64_t Is = s.shared_intermediate;
@@ -47,7 +47,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_count = block.take<int32_t>(1);
   b.shared_x = block.take<bf16>(shared * D);
   b.shared_gate_up = block.take<bf16>(shared * 2 * Is);
-  b.shared_hidden = block.take<bf16>(shared * Is);
+  b.shared_activation = block.take<bf16>(shared * Is);
   b.shared_out = block.take<bf16>(shared * D);
   b.shared_dy = block.take<bf16>(shared * D);
   b.shared_d_gate_up = block.take<bf16>(shared * 2 * Is);
@@ -55,7 +55,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_gates = block.take<float>(shared);
   b.shared_dg = block.take<float>(shared);
   b.shared_workspace = block.take<float>(
-      static_cast<int64_t>(kernels::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
+      static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
   return b;
 }
 

@@ -15,7 +15,7 @@
 #include "caracal/transfer/token_exchange.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
-#include "layer/expert_pass.hpp"
+#include "caracal/gemm/expert_pass.hpp"
 #include "layer/layer_sizes.hpp"
 #include "layer/local_buffers.hpp"
 #include "layer/poison_outputs.hpp"
@@ -41,8 +41,8 @@ void copy_unless_same(T* dst, const T* src, int64_t count, cudaStream_t stream, 
 struct RankState {
   layer::LocalMemory local;
   MoELayerBuffers io;            // the exchange's input/output buffers (zero-copy path)
-  layer::ExpertPass routed;      // L experts over the schedule's rows
-  layer::ExpertPass shared;      // the shared expert over the rank's tokens (unused without one)
+  gemm::ExpertPass routed;      // L experts over the schedule's rows
+  gemm::ExpertPass shared;      // the shared expert over the rank's tokens (unused without one)
   bf16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
   bf16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch
 
@@ -84,16 +84,15 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   state.io.dx = at(bwd.dx);
   state.io.d_topk_scores = at(router.d_topk_scores);
 
-  // The exchange's schedule holds int32 offsets and counts, as the grouped GEMMs read them.
-  layer::ExpertPass& routed = state.routed;
-  routed.rows =
-      kernels::ExpertRows{at(schedule.expert_offset), at(schedule.expert_count), sizes.local_experts, sizes.routed_rows};
+  // The routed experts' GEMMs read the same schedule view as the transfers.
+  gemm::ExpertPass& routed = state.routed;
+  routed.rows = exchange.schedule_view(l);
   routed.hidden = sizes.hidden;
   routed.intermediate = sizes.intermediate;
   routed.num_ctas = gemm_ctas;
   routed.x = at(fwd.expert_x);
   routed.gate_up = local.gate_up;
-  routed.hidden_act = local.hidden;
+  routed.activation = local.activation;
   routed.out = at(fwd.expert_out);
   routed.dy = at(bwd.expert_dy);
   routed.gates = at(bwd.expert_gates);
@@ -103,14 +102,14 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.dx = at(bwd.expert_dx);
   if (!sizes.has_shared) return state;
 
-  layer::ExpertPass& shared = state.shared;
-  shared.rows = kernels::ExpertRows{local.shared_offset, local.shared_count, 1, sizes.shared_rows};
+  gemm::ExpertPass& shared = state.shared;
+  shared.rows = ScheduleView{local.shared_offset, local.shared_count, 1, sizes.shared_rows};
   shared.hidden = sizes.hidden;
   shared.intermediate = sizes.shared_intermediate;
   shared.num_ctas = gemm_ctas;
   shared.x = local.shared_x;
   shared.gate_up = local.shared_gate_up;
-  shared.hidden_act = local.shared_hidden;
+  shared.activation = local.shared_activation;
   shared.out = local.shared_out;
   shared.dy = local.shared_dy;
   shared.gates = local.shared_gates;
@@ -219,7 +218,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
       // The shared expert's rows are padded to 128 with zeros: its own copy of x.
       copy_unless_same(rank_state.local.buffers().shared_x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(shared x)");
       layer::write_shared_gates(a.shared_scale, sizes.tokens, rank_state.local.buffers().shared_gates, stream);
-      layer::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
+      gemm::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
       if (a.shared_scale != nullptr) {
         layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden, rank_state.shared_out_slot, stream);
       } else {
@@ -235,7 +234,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   state.exchange->compute_gates(config_.router, stream);
   state.exchange->dispatch(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
-    layer::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+    gemm::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
   }
   state.exchange->combine(stream);
   std::vector<layer::PoisonSpan> outputs;
@@ -284,10 +283,10 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.weights_[l];
     RankState& rank_state = state.ranks[l];
-    layer::expert_backward(rank_state.routed, {w.w_gate_up, w.w_down},
+    gemm::expert_backward(rank_state.routed, {w.w_gate_up, w.w_down},
                            {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
     if (!sizes.has_shared) continue;
-    layer::expert_backward(
+    gemm::expert_backward(
         rank_state.shared, {w.shared_w_gate_up, w.shared_w_down},
         {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16}, stream);
     copy_unless_same(rank_state.shared_dx_slot, rank_state.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");

@@ -4,7 +4,7 @@
 #include "caracal/comm/heap_allocator.hpp"
 #include "caracal/error.hpp"
 #include "caracal/transfer/token_exchange.hpp"
-#include "exchange_kernels.hpp"
+#include "transfer/exchange_launch.hpp"
 
 namespace caracal::transfer {
 
@@ -51,7 +51,6 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   b.schedule.expert_offset = heap.take<int32_t>(L + 1);
   b.schedule.expert_count = heap.take<int32_t>(L);
   b.schedule.source_count = heap.take<int32_t>(L * W);
-  b.schedule.total_rows = heap.take<int32_t>(1);
   b.schedule.route_location = heap.take<int2>(routes);
   b.schedule.kept_experts = heap.take<int32_t>(W * routes);
   b.schedule.chunk_counts = heap.take<int32_t>(W * sizes.chunks * L);
@@ -80,6 +79,11 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   return b;
 }
 
+// Segments are padded to tile_m rows, so a rank's schedule has at most R rounded down to them.
+int most_schedule_rows(const ExchangeShape& shape, const ExchangeSizes& sizes) {
+  return static_cast<int>(sizes.row_capacity / shape.tile_m * shape.tile_m);
+}
+
 RouterScaling scaling_of(const RouterNormalization& router) {
   CARACAL_CHECK(std::isfinite(router.scale), "TokenExchange: router scale must be finite, got ", router.scale);
   return RouterScaling{static_cast<float>(router.scale), router.normalize};
@@ -90,7 +94,8 @@ RouterScaling scaling_of(const RouterNormalization& router) {
 struct TokenExchange::Kernels {
   comm::LaunchShape schedule;
   comm::LaunchShape gates;
-  comm::LaunchShape pull;
+  comm::LaunchShape dispatch;
+  comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
   comm::LaunchShape reverse_dispatch;
   detail::ExchangeArgs args;  // scaling is filled in per call
@@ -122,7 +127,8 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_ = std::make_unique<Kernels>();
   kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
   kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
-  kernels_->pull = detail::pull_launch_shape(world, sm_budget, sizes_);
+  kernels_->dispatch = detail::dispatch_launch_shape(world, sm_budget, sizes_);
+  kernels_->reverse_combine = detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
   kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
   kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
@@ -138,6 +144,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.schedule.world_size = static_cast<int>(sizes_.world_size);
   a.schedule.tile_m = static_cast<int>(shape_.tile_m);
   a.schedule.chunks = static_cast<int>(sizes_.chunks);
+  a.schedule.row_capacity = most_schedule_rows(shape_, sizes_);
   a.schedule.buffers = schedule_;
   a.schedule.fault = fault_.sink();
   a.router = router_;
@@ -148,6 +155,12 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
 }
 
 TokenExchange::~TokenExchange() = default;
+
+ScheduleView TokenExchange::schedule_view(int local_rank) const {
+  const auto at = [&](auto ptr) { return world_.local_pointer(ptr, local_rank); };
+  return ScheduleView{at(schedule_.expert_offset), at(schedule_.expert_count), static_cast<int>(sizes_.local_experts),
+                      most_schedule_rows(shape_, sizes_), 0, at(schedule_.rows)};
+}
 
 void TokenExchange::build_schedule(cudaStream_t stream) {
   detail::launch_schedule(world_, kernels_->schedule, kernels_->args, stream);
@@ -161,7 +174,7 @@ void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_
 
 void TokenExchange::dispatch(cudaStream_t stream) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  detail::launch_dispatch(world_, kernels_->pull, kernels_->args, stream);
+  detail::launch_dispatch(world_, kernels_->dispatch, kernels_->args, stream);
 }
 
 void TokenExchange::combine(cudaStream_t stream) {
@@ -171,7 +184,7 @@ void TokenExchange::combine(cudaStream_t stream) {
 
 void TokenExchange::reverse_combine(cudaStream_t stream) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  detail::launch_reverse_combine(world_, kernels_->pull, kernels_->args, stream);
+  detail::launch_reverse_combine(world_, kernels_->reverse_combine, kernels_->args, stream);
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {

@@ -1,8 +1,8 @@
 #include "comm_test_kernels.hpp"
 
-#include "caracal/comm/device_sync.cuh"
-#include "caracal/comm/launch.cuh"
-#include "caracal/comm/ready_flags.cuh"
+#include "device/comm/device_sync.cuh"
+#include "device/comm/launch.cuh"
+#include "device/comm/ready_flags.cuh"
 
 namespace caracal::test {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "caracal/bf16.hpp"
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
 #include "output_checks.hpp"
@@ -84,7 +84,7 @@ struct RowLayout {
 };
 
 inline RowLayout layout_rows(const std::vector<int>& counts) {
-  constexpr int kTile = caracal::kernels::kGroupedGemmTileM;
+  constexpr int kTile = caracal::gemm::kGroupedGemmTileM;
   RowLayout l;
   l.offset.push_back(0);
   for (int c : counts) l.offset.push_back(l.offset.back() + (c + kTile - 1) / kTile * kTile);
@@ -125,7 +125,7 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 // of the worst expert's rows (`row`), about 3x the largest error measured on an H200 (2026-12-01,
 // three runs of every case of both suites; docs/PERF.md). Measured (whole / worst expert): gate,
 // up 1.5e-4 / 1.9e-4, hidden 2.8e-4 / 3.6e-4, y 4.2e-4 / 5.0e-4, d_gate, d_up 1.6e-4 / 2.1e-4,
-// dx 3.3e-4 / 3.6e-4, scaled_hidden exactly 0.
+// dx 3.3e-4 / 3.6e-4, scaled_activation exactly 0.
 inline constexpr caracal::test::ErrorBound kGateUpBound{5e-4, 7e-4};         // F1
 inline constexpr caracal::test::ErrorBound kHiddenBound{9e-4, 1.2e-3};       // F2
 inline constexpr caracal::test::ErrorBound kDownBound{1.3e-3, 1.6e-3};       // F3
@@ -185,7 +185,7 @@ inline std::vector<int> routed_counts(caracal::RoutingKind kind, int64_t world, 
   spec.seed = seed;
   const caracal::Routing routing = caracal::make_routing(spec, world, tokens, top_k, experts);
   const caracal::RankSchedule s = caracal::build_rank_schedule(
-      routing, experts, caracal::kernels::kGroupedGemmTileM, rank);
+      routing, experts, caracal::gemm::kGroupedGemmTileM, rank);
   return std::vector<int>(s.expert_count.begin(), s.expert_count.end());
 }
 

@@ -4,7 +4,7 @@
 //        0, 1, 63/64/65, 127/128/129 rows, partial N tiles, odd token counts, skewed routing;
 //        empty layers; bitwise determinism across runs, grid sizes and the optional counts.
 //   Host: argument validation (no GPU needed) and the interleaved up/gate layout.
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -25,10 +25,10 @@
 namespace {
 
 using namespace caracal::test::gemm;
-using caracal::kernels::DownProjArgs;
-using caracal::kernels::ExpertRows;
-using caracal::kernels::gate_up_row;
-using caracal::kernels::UpGateSwigluArgs;
+using caracal::gemm::DownProjArgs;
+using caracal::ScheduleView;
+using caracal::gemm::gate_up_row;
+using caracal::gemm::UpGateSwigluArgs;
 
 // ---- Problems -----------------------------------------------------------------------------------
 
@@ -41,7 +41,7 @@ struct Problem {
   std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
   std::vector<uint16_t> w_down;        // [L][D][I]
   DeviceBuffer<uint16_t> d_x, d_w_gate_up, d_w_down;
-  DeviceBuffer<uint16_t> d_hidden, d_gate_up, d_y;
+  DeviceBuffer<uint16_t> d_activation, d_gate_up, d_y;
   DeviceBuffer<int32_t> d_offset, d_count;
 };
 
@@ -64,14 +64,14 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
   p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
 
   std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::kernels::interleave_gate_up_weights_host(
+  caracal::gemm::interleave_gate_up_weights_host(
       p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
   ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
   ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.upload(w_gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_w_down.upload(p.w_down));
   ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
   ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
-  ASSERT_NO_FATAL_FAILURE(p.d_hidden.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
   ASSERT_NO_FATAL_FAILURE(p.d_y.allocate(cap * D));
 }
@@ -88,10 +88,10 @@ struct Outputs {
 
 // Poisons the outputs, runs up/gate + SwiGLU then down, downloads everything.
 void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
-  ASSERT_NO_FATAL_FAILURE(p.d_hidden.poison());
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.poison());
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.poison());
   ASSERT_NO_FATAL_FAILURE(p.d_y.poison());
-  ExpertRows rows;
+  ScheduleView rows;
   rows.expert_offset = p.d_offset.get();
   rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
   rows.num_experts = p.num_experts;
@@ -103,23 +103,23 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   up.intermediate = p.c.intermediate;
   up.x = as_bf16(p.d_x.get());
   up.w_gate_up = as_bf16(p.d_w_gate_up.get());
-  up.hidden_out = as_bf16(p.d_hidden.get());
+  up.activation_out = as_bf16(p.d_activation.get());
   up.gate_up_out = o.store_gate_up ? as_bf16(p.d_gate_up.get()) : nullptr;
   up.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
 
   DownProjArgs down;
   down.rows = rows;
   down.hidden = p.c.hidden;
   down.intermediate = p.c.intermediate;
-  down.hidden_in = as_bf16(p.d_hidden.get());
+  down.activation = as_bf16(p.d_activation.get());
   down.w_down = as_bf16(p.d_w_down.get());
   down.y_out = as_bf16(p.d_y.get());
   down.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::kernels::grouped_down_proj(down, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-  ASSERT_NO_FATAL_FAILURE(p.d_hidden.download(out.hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.download(out.hidden));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(out.gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_y.download(out.y));
 }
@@ -325,13 +325,13 @@ TEST(GroupedGemmEmpty, ZeroCapacityLaunchesNothing) {
   up.hidden = 128;
   up.intermediate = 64;
   up.w_gate_up = as_bf16(w.get());
-  EXPECT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+  EXPECT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
   DownProjArgs down;
   down.rows = up.rows;
   down.hidden = 128;
   down.intermediate = 64;
   down.w_down = as_bf16(w.get());
-  EXPECT_NO_THROW(caracal::kernels::grouped_down_proj(down, nullptr));
+  EXPECT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
 }
 
@@ -342,13 +342,13 @@ TEST(GroupedGemmLayout, DeviceInterleaveMatchesHost) {
   const auto gate = random_bf16(size_t(L) * I * D, 1.0, rng);
   const auto up = random_bf16(size_t(L) * I * D, 1.0, rng);
   std::vector<uint16_t> expected(size_t(L) * 2 * I * D);
-  caracal::kernels::interleave_gate_up_weights_host(gate.data(), up.data(), expected.data(), L, I,
+  caracal::gemm::interleave_gate_up_weights_host(gate.data(), up.data(), expected.data(), L, I,
                                                     D);
   DeviceBuffer<uint16_t> d_gate, d_up, d_out;
   ASSERT_NO_FATAL_FAILURE(d_gate.upload(gate));
   ASSERT_NO_FATAL_FAILURE(d_up.upload(up));
   ASSERT_NO_FATAL_FAILURE(d_out.allocate(expected.size()));
-  ASSERT_NO_THROW(caracal::kernels::interleave_gate_up_weights(
+  ASSERT_NO_THROW(caracal::gemm::interleave_gate_up_weights(
       as_bf16(d_gate.get()), as_bf16(d_up.get()), as_bf16(d_out.get()), L, I, D, nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> got;
@@ -378,7 +378,7 @@ TEST(GroupedGemmLayout, GateUpRowsAlternateInGroupsOfEight) {
   const std::vector<uint16_t> up = {101, 102, 103, 104, 105, 106, 107, 108,
                                     109, 110, 111, 112, 113, 114, 115, 116};
   std::vector<uint16_t> out(32);
-  caracal::kernels::interleave_gate_up_weights_host(gate.data(), up.data(), out.data(), 1, 16, 1);
+  caracal::gemm::interleave_gate_up_weights_host(gate.data(), up.data(), out.data(), 1, 16, 1);
   const std::vector<uint16_t> expected = {1,   2,   3,   4,   5,   6,   7,   8,   101, 102, 103,
                                           104, 105, 106, 107, 108, 9,   10,  11,  12,  13,  14,
                                           15,  16,  109, 110, 111, 112, 113, 114, 115, 116};
@@ -392,7 +392,7 @@ UpGateSwigluArgs valid_up_args() {
   a.intermediate = 128;
   a.x = fake_ptr();
   a.w_gate_up = fake_ptr();
-  a.hidden_out = fake_ptr();
+  a.activation_out = fake_ptr();
   return a;
 }
 
@@ -401,14 +401,14 @@ DownProjArgs valid_down_args() {
   a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
   a.hidden = 256;
   a.intermediate = 128;
-  a.hidden_in = fake_ptr();
+  a.activation = fake_ptr();
   a.w_down = fake_ptr();
   a.y_out = fake_ptr();
   return a;
 }
 
 TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
-  using caracal::kernels::grouped_up_gate_swiglu;
+  using caracal::gemm::grouped_up_gate_swiglu;
   auto with = [](const std::function<void(UpGateSwigluArgs&)>& change) {
     UpGateSwigluArgs a = valid_up_args();
     change(a);
@@ -429,13 +429,13 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});
   expect_error(with([](auto& a) { a.x = fake_ptr(2); }), {"x must be 16-byte aligned"});
   expect_error(with([](auto& a) { a.w_gate_up = nullptr; }), {"w_gate_up"});
-  expect_error(with([](auto& a) { a.hidden_out = fake_ptr(8); }), {"hidden_out", "16-byte"});
+  expect_error(with([](auto& a) { a.activation_out = fake_ptr(8); }), {"activation_out", "16-byte"});
   expect_error(with([](auto& a) { a.gate_up_out = fake_ptr(4); }), {"gate_up_out", "16-byte"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", ">= 0", "-1"});
 }
 
 TEST(GroupedGemmArgs, DownRejectsBadArguments) {
-  using caracal::kernels::grouped_down_proj;
+  using caracal::gemm::grouped_down_proj;
   auto with = [](const std::function<void(DownProjArgs&)>& change) {
     DownProjArgs a = valid_down_args();
     change(a);
@@ -445,14 +445,14 @@ TEST(GroupedGemmArgs, DownRejectsBadArguments) {
                {"grouped_down_proj", "hidden (D)", "multiple of 64", "7000"});
   expect_error(with([](auto& a) { a.intermediate = -64; }), {"intermediate (I)", "-64"});
   expect_error(with([](auto& a) { a.rows.row_capacity = 129; }), {"rows.row_capacity", "129"});
-  expect_error(with([](auto& a) { a.hidden_in = fake_ptr(2); }), {"hidden_in", "16-byte"});
+  expect_error(with([](auto& a) { a.activation = fake_ptr(2); }), {"activation", "16-byte"});
   expect_error(with([](auto& a) { a.w_down = nullptr; }), {"w_down"});
   expect_error(with([](auto& a) { a.y_out = nullptr; }), {"y_out"});
   expect_error(with([](auto& a) { a.num_ctas = -5; }), {"num_ctas", "-5"});
 }
 
 TEST(GroupedGemmArgs, InterleaveRejectsBadArguments) {
-  using caracal::kernels::interleave_gate_up_weights;
+  using caracal::gemm::interleave_gate_up_weights;
   expect_error(
       [] { interleave_gate_up_weights(fake_ptr(), fake_ptr(), fake_ptr(), 2, 12, 64, nullptr); },
       {"interleave_gate_up_weights", "intermediate (I)", "multiple of 8", "12"});

@@ -1,14 +1,14 @@
-// Tests of the grouped-GEMM engine's backward kernels (caracal/kernels/grouped_gemm_backward.hpp).
+// Tests of the grouped-GEMM engine's backward kernels (caracal/gemm/grouped_gemm_backward.hpp).
 //   GPU: the forward up/gate kernel saves gate_up and hidden, then the three backward steps run.
 //        Every output is checked against an fp64 host computation with the bf16-rounding contract
 //        (B1-B5 of caracal/reference.hpp) on fresh random inputs, outputs poisoned (NaN) first:
-//        d_gate/d_up, scaled_hidden, dx, the router-score gradient per row (absolute + relative
+//        d_gate/d_up, scaled_activation, dx, the router-score gradient per row (absolute + relative
 //        tolerance, taken before g: right where g = 0) and the fp32 weight gradients per expert.
 //        Experts with 0, 1, 64/65, 127/128/129 rows, partial tiles, odd totals, skewed routing,
 //        rows with g = 0 and g = 1; bitwise determinism across runs and grid sizes; experts
 //        without rows get exact zeros.
 //   Host: argument validation (no GPU needed).
-#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "caracal/bf16.hpp"
-#include "caracal/kernels/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/routing.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "gpu/grouped_gemm_test_support.hpp"
@@ -31,11 +31,11 @@
 namespace {
 
 using namespace caracal::test::gemm;
-using caracal::kernels::DownDgradSwigluArgs;
-using caracal::kernels::ExpertRows;
-using caracal::kernels::gate_up_row;
-using caracal::kernels::GateUpDgradArgs;
-using caracal::kernels::WeightGradArgs;
+using caracal::gemm::DownDgradSwigluArgs;
+using caracal::ScheduleView;
+using caracal::gemm::gate_up_row;
+using caracal::gemm::GateUpDgradArgs;
+using caracal::gemm::WeightGradArgs;
 
 constexpr uint32_t kPoisonF32 = 0xFFFFFFFFu;  // what poison() leaves in an fp32 buffer: a NaN
 
@@ -58,7 +58,7 @@ struct Problem {
   std::vector<float> gates;            // [capacity]; 0 on padding and spare rows
   std::vector<uint16_t> gate_up;       // [capacity][2I] interleaved, as the forward kernel saved it
   std::vector<uint16_t> hidden;        // [capacity][I], the forward kernel's hidden
-  DeviceBuffer<uint16_t> d_x, d_dy, d_w_gate_up, d_w_down, d_gate_up, d_hidden;
+  DeviceBuffer<uint16_t> d_x, d_dy, d_w_gate_up, d_w_down, d_gate_up, d_activation;
   DeviceBuffer<float> d_gates;
   DeviceBuffer<int32_t> d_offset, d_count;
   DeviceBuffer<uint16_t> d_d_gate_up, d_scaled_hidden, d_dx;
@@ -100,7 +100,7 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
   p.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
   p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
   std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::kernels::interleave_gate_up_weights_host(
+  caracal::gemm::interleave_gate_up_weights_host(
       p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
 
   ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
@@ -111,30 +111,30 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
   ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
   ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
-  ASSERT_NO_FATAL_FAILURE(p.d_hidden.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.allocate(cap * 2 * I));
   ASSERT_NO_FATAL_FAILURE(p.d_scaled_hidden.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_dx.allocate(cap * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dg.allocate(cap));
   ASSERT_NO_FATAL_FAILURE(p.d_workspace.allocate(
-      caracal::kernels::down_dgrad_workspace_floats(p.rows.capacity, c.intermediate)));
+      caracal::gemm::down_dgrad_workspace_floats(p.rows.capacity, c.intermediate)));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down.allocate(L * D * I));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.allocate(L * D * I));
 
-  caracal::kernels::UpGateSwigluArgs up;
+  caracal::gemm::UpGateSwigluArgs up;
   up.rows = {p.d_offset.get(), p.d_count.get(), p.num_experts, p.rows.capacity};
   up.hidden = c.hidden;
   up.intermediate = c.intermediate;
   up.x = as_bf16(p.d_x.get());
   up.w_gate_up = as_bf16(p.d_w_gate_up.get());
-  up.hidden_out = as_bf16(p.d_hidden.get());
+  up.activation_out = as_bf16(p.d_activation.get());
   up.gate_up_out = as_bf16(p.d_gate_up.get());
-  ASSERT_NO_THROW(caracal::kernels::grouped_up_gate_swiglu(up, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(p.gate_up));
-  ASSERT_NO_FATAL_FAILURE(p.d_hidden.download(p.hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.download(p.hidden));
 }
 
 struct RunOptions {
@@ -144,7 +144,7 @@ struct RunOptions {
 };
 
 struct Outputs {
-  std::vector<uint16_t> d_gate_up, scaled_hidden, dx;
+  std::vector<uint16_t> d_gate_up, scaled_activation, dx;
   std::vector<float> dg, dw_gate_up, dw_down;
   std::vector<uint16_t> dw_gate_up_bf16, dw_down_bf16;
 };
@@ -156,7 +156,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
     ASSERT_NO_FATAL_FAILURE(b->poison());
   }
   for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
-  ExpertRows rows;
+  ScheduleView rows;
   rows.expert_offset = p.d_offset.get();
   rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
   rows.num_experts = p.num_experts;
@@ -171,11 +171,11 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   dgrad.gate_up = as_bf16(p.d_gate_up.get());
   dgrad.gates = p.d_gates.get();
   dgrad.d_gate_up_out = as_bf16(p.d_d_gate_up.get());
-  dgrad.scaled_hidden_out = as_bf16(p.d_scaled_hidden.get());
+  dgrad.scaled_activation_out = as_bf16(p.d_scaled_hidden.get());
   dgrad.d_gates_out = p.d_dg.get();
   dgrad.workspace = p.d_workspace.get();
   dgrad.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::kernels::grouped_down_dgrad_swiglu(dgrad, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
 
   GateUpDgradArgs dx;
   dx.rows = rows;
@@ -185,7 +185,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   dx.w_gate_up = as_bf16(p.d_w_gate_up.get());
   dx.dx_out = as_bf16(p.d_dx.get());
   dx.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::kernels::grouped_gate_up_dgrad(dx, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
 
   WeightGradArgs w;
   w.rows = rows;
@@ -194,7 +194,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   w.x = as_bf16(p.d_x.get());
   w.dy = as_bf16(p.d_dy.get());
   w.d_gate_up = as_bf16(p.d_d_gate_up.get());
-  w.scaled_hidden = as_bf16(p.d_scaled_hidden.get());
+  w.scaled_activation = as_bf16(p.d_scaled_hidden.get());
   if (o.bf16_weight_grads) {
     w.d_w_gate_up_bf16 = as_bf16(p.d_dw_gate_up_bf16.get());
     w.d_w_down_bf16 = as_bf16(p.d_dw_down_bf16.get());
@@ -203,11 +203,11 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
     w.d_w_down = p.d_dw_down.get();
   }
   w.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::kernels::grouped_weight_grads(w, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(w, nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.download(out.d_gate_up));
-  ASSERT_NO_FATAL_FAILURE(p.d_scaled_hidden.download(out.scaled_hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_scaled_hidden.download(out.scaled_activation));
   ASSERT_NO_FATAL_FAILURE(p.d_dx.download(out.dx));
   ASSERT_NO_FATAL_FAILURE(p.d_dg.download(out.dg));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(out.dw_gate_up));
@@ -220,11 +220,11 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
 
 // The backward of the real rows with the bf16-rounding contract, from the forward kernel's saved
 // gate/up and hidden (what the contract's backward reads): d_gate, d_up (B2), dx (B3) rounded
-// where the kernels store bf16; dg (B1) and the weight gradients (B5) not rounded. scaled_hidden
+// where the kernels store bf16; dg (B1) and the weight gradients (B5) not rounded. scaled_activation
 // is bf16(g * hidden), the kernels' own operand for dW_down, and the reference's too (B5). Row arrays are indexed like the row
 // buffers; padding rows stay 0.
 struct Reference {
-  std::vector<double> d_gate, d_up, scaled_hidden;  // [capacity][I]
+  std::vector<double> d_gate, d_up, scaled_activation;  // [capacity][I]
   std::vector<double> dx;                           // [capacity][D]
   std::vector<double> dg;                           // [capacity]
   std::vector<double> dg_scale;                     // [capacity]: sqrt(sum_j (d_h_j hidden_j)^2)
@@ -247,7 +247,7 @@ Reference reference_backward(const Problem& p) {
   Reference r;
   r.d_gate.assign(cap * I, 0.0);
   r.d_up.assign(cap * I, 0.0);
-  r.scaled_hidden.assign(cap * I, 0.0);
+  r.scaled_activation.assign(cap * I, 0.0);
   r.dx.assign(cap * D, 0.0);
   r.dg.assign(cap, 0.0);
   r.dg_scale.assign(cap, 0.0);
@@ -278,12 +278,12 @@ Reference reference_backward(const Problem& p) {
       for (size_t j = 0; j < I; ++j) {
         const double gate = gu[row * 2 * I + size_t(gate_up_row(int64_t(j), false))];
         const double up = gu[row * 2 * I + size_t(gate_up_row(int64_t(j), true))];
-        const double d_hidden = g * d_h[j];
-        const double d_gate = caracal::round_to_bf16(d_hidden * up * silu_grad(gate));
-        const double d_up = caracal::round_to_bf16(d_hidden * silu(gate));
+        const double d_activation = g * d_h[j];
+        const double d_gate = caracal::round_to_bf16(d_activation * up * silu_grad(gate));
+        const double d_up = caracal::round_to_bf16(d_activation * silu(gate));
         r.d_gate[row * I + j] = d_gate;
         r.d_up[row * I + j] = d_up;
-        r.scaled_hidden[row * I + j] = caracal::round_to_bf16(g * h[j]);
+        r.scaled_activation[row * I + j] = caracal::round_to_bf16(g * h[j]);
         const double* wg_row = &wg[(e * I + j) * D];
         const double* wu_row = &wu[(e * I + j) * D];
         double* dwg_row = &r.dw_gate[(e * I + j) * D];
@@ -298,7 +298,7 @@ Reference reference_backward(const Problem& p) {
         r.dx[row * D + d] = caracal::round_to_bf16(dx_row[d]);
         double* dwd_row = &r.dw_down[(e * D + d) * I];
         // B5: dW_down from the weighted hidden as the kernels store it, bf16(g * hidden).
-        for (size_t j = 0; j < I; ++j) dwd_row[j] += dy_row[d] * r.scaled_hidden[row * I + j];
+        for (size_t j = 0; j < I; ++j) dwd_row[j] += dy_row[d] * r.scaled_activation[row * I + j];
       }
     }
   }
@@ -349,8 +349,8 @@ void expect_router_grad(const Problem& p, const Reference& ref, const std::vecto
   std::cout << "  dg: relative Frobenius error " << rel << "\n";
 }
 
-// Rows with g = 0 get exact zeros in d_gate_up and scaled_hidden (their dg is checked above);
-// rows with g = 1 get scaled_hidden equal to the forward's hidden, bit for bit: the backward
+// Rows with g = 0 get exact zeros in d_gate_up and scaled_activation (their dg is checked above);
+// rows with g = 1 get scaled_activation equal to the forward's hidden, bit for bit: the backward
 // recomputes hidden exactly as the forward did.
 void expect_gate_edge_rows(const Problem& p, const Outputs& out) {
   const size_t I = size_t(p.c.intermediate);
@@ -361,17 +361,17 @@ void expect_gate_edge_rows(const Problem& p, const Outputs& out) {
       if (p.gates[row] == 0.0f) {
         ++zero_rows;
         for (size_t j = 0; j < 2 * I; ++j) nonzero += (out.d_gate_up[row * 2 * I + j] & 0x7FFF) != 0;
-        for (size_t j = 0; j < I; ++j) nonzero += (out.scaled_hidden[row * I + j] & 0x7FFF) != 0;
+        for (size_t j = 0; j < I; ++j) nonzero += (out.scaled_activation[row * I + j] & 0x7FFF) != 0;
       } else if (p.gates[row] == 1.0f) {
         ++one_rows;
         for (size_t j = 0; j < I; ++j) {
-          hidden_mismatch += out.scaled_hidden[row * I + j] != p.hidden[row * I + j];
+          hidden_mismatch += out.scaled_activation[row * I + j] != p.hidden[row * I + j];
         }
       }
     }
   }
-  EXPECT_EQ(nonzero, 0u) << "rows with g = 0 must get zero d_gate_up and scaled_hidden";
-  EXPECT_EQ(hidden_mismatch, 0u) << "rows with g = 1: scaled_hidden differs from the forward's hidden";
+  EXPECT_EQ(nonzero, 0u) << "rows with g = 0 must get zero d_gate_up and scaled_activation";
+  EXPECT_EQ(hidden_mismatch, 0u) << "rows with g = 1: scaled_activation differs from the forward's hidden";
   std::cout << "  rows with g = 0: " << zero_rows << ", with g = 1: " << one_rows << "\n";
 }
 
@@ -450,9 +450,9 @@ void check_against_reference(Problem& p, const RunOptions& o) {
       [&](size_t row, size_t j) { return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))]; },
       kDgradBound);
   expect_padding("d_gate_up", p.rows, counts, 2 * I, out.d_gate_up);
-  expect_close("scaled_hidden", p.rows, counts, I, ref.scaled_hidden,
-               [&](size_t row, size_t j) { return out.scaled_hidden[row * I + j]; }, kScaledHiddenBound);
-  expect_padding("scaled_hidden", p.rows, counts, I, out.scaled_hidden);
+  expect_close("scaled_activation", p.rows, counts, I, ref.scaled_activation,
+               [&](size_t row, size_t j) { return out.scaled_activation[row * I + j]; }, kScaledHiddenBound);
+  expect_padding("scaled_activation", p.rows, counts, I, out.scaled_activation);
   expect_close("dx", p.rows, counts, D, ref.dx, [&](size_t row, size_t d) { return out.dx[row * D + d]; },
                kDxBound);
   expect_padding("dx", p.rows, counts, D, out.dx);
@@ -559,7 +559,7 @@ TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
     Outputs again;
     ASSERT_NO_FATAL_FAILURE(run_backward(p, o, again));
     EXPECT_TRUE(same_bits(first.d_gate_up, again.d_gate_up)) << "d_gate_up differs";
-    EXPECT_TRUE(same_bits(first.scaled_hidden, again.scaled_hidden)) << "scaled_hidden differs";
+    EXPECT_TRUE(same_bits(first.scaled_activation, again.scaled_activation)) << "scaled_activation differs";
     EXPECT_TRUE(same_bits(first.dx, again.dx)) << "dx differs";
     EXPECT_TRUE(same_bits(first.dg, again.dg)) << "dg differs";
     EXPECT_TRUE(same_bits(first.dw_gate_up, again.dw_gate_up)) << "dW_gate_up differs";
@@ -601,7 +601,7 @@ TEST(GroupedGemmBackwardEmpty, EmptyLayerZeroesOnlyTheGradients) {
   ASSERT_NO_FATAL_FAILURE(make_problem(p, {"empty", 256, 128, {0, 0, 0, 0}}, fresh_seed()));
   Outputs out;
   ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
-  for (const auto* v : {&out.d_gate_up, &out.scaled_hidden, &out.dx}) {
+  for (const auto* v : {&out.d_gate_up, &out.scaled_activation, &out.dx}) {
     size_t touched = 0;
     for (uint16_t b : *v) touched += b != kPoison;
     EXPECT_EQ(touched, 0u);
@@ -628,27 +628,27 @@ TEST(GroupedGemmBackwardEmpty, ZeroCapacityZeroesTheGradients) {
   ASSERT_NO_FATAL_FAILURE(dw_down.allocate(size_t(L) * D * I));
   ASSERT_NO_FATAL_FAILURE(dw_gate_up.poison());
   ASSERT_NO_FATAL_FAILURE(dw_down.poison());
-  const ExpertRows rows{offsets.get(), nullptr, L, 0};
+  const ScheduleView rows{offsets.get(), nullptr, L, 0};
 
   DownDgradSwigluArgs dgrad;
   dgrad.rows = rows;
   dgrad.hidden = D;
   dgrad.intermediate = I;
   dgrad.w_down = as_bf16(w.get());
-  EXPECT_NO_THROW(caracal::kernels::grouped_down_dgrad_swiglu(dgrad, nullptr));
+  EXPECT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
   GateUpDgradArgs dx;
   dx.rows = rows;
   dx.hidden = D;
   dx.intermediate = I;
   dx.w_gate_up = as_bf16(w.get());
-  EXPECT_NO_THROW(caracal::kernels::grouped_gate_up_dgrad(dx, nullptr));
+  EXPECT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
   WeightGradArgs wg;
   wg.rows = rows;
   wg.hidden = D;
   wg.intermediate = I;
   wg.d_w_gate_up = dw_gate_up.get();
   wg.d_w_down = dw_down.get();
-  EXPECT_NO_THROW(caracal::kernels::grouped_weight_grads(wg, nullptr));
+  EXPECT_NO_THROW(caracal::gemm::grouped_weight_grads(wg, nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
 
   std::vector<float> a, b;
@@ -662,7 +662,7 @@ TEST(GroupedGemmBackwardEmpty, ZeroCapacityZeroesTheGradients) {
 
 // ---- Host-only tests ----------------------------------------------------------------------------
 
-ExpertRows fake_rows() { return {fake_ptr<const int32_t>(), nullptr, 4, 1024}; }
+ScheduleView fake_rows() { return {fake_ptr<const int32_t>(), nullptr, 4, 1024}; }
 
 DownDgradSwigluArgs valid_dgrad_args() {
   DownDgradSwigluArgs a;
@@ -674,7 +674,7 @@ DownDgradSwigluArgs valid_dgrad_args() {
   a.gate_up = fake_ptr();
   a.gates = fake_ptr<const float>();
   a.d_gate_up_out = fake_ptr();
-  a.scaled_hidden_out = fake_ptr();
+  a.scaled_activation_out = fake_ptr();
   a.d_gates_out = fake_ptr<float>();
   a.workspace = fake_ptr<float>();
   return a;
@@ -699,7 +699,7 @@ WeightGradArgs valid_weight_args() {
   a.x = fake_ptr();
   a.dy = fake_ptr();
   a.d_gate_up = fake_ptr();
-  a.scaled_hidden = fake_ptr();
+  a.scaled_activation = fake_ptr();
   a.d_w_gate_up = fake_ptr<float>();
   a.d_w_down = fake_ptr<float>();
   return a;
@@ -714,7 +714,7 @@ std::function<void()> call_with(Args a, const std::function<void(Args&)>& change
 
 TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
   auto with = [](const std::function<void(DownDgradSwigluArgs&)>& change) {
-    return call_with(valid_dgrad_args(), change, &caracal::kernels::grouped_down_dgrad_swiglu);
+    return call_with(valid_dgrad_args(), change, &caracal::gemm::grouped_down_dgrad_swiglu);
   };
   expect_error(with([](auto& a) { a.hidden = 100; }),
                {"grouped_down_dgrad_swiglu", "hidden (D)", "multiple of 64", "100"});
@@ -726,7 +726,7 @@ TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
   expect_error(with([](auto& a) { a.gate_up = nullptr; }), {"gate_up"});
   expect_error(with([](auto& a) { a.gates = nullptr; }), {"gates"});
   expect_error(with([](auto& a) { a.d_gate_up_out = fake_ptr(8); }), {"d_gate_up_out", "16-byte"});
-  expect_error(with([](auto& a) { a.scaled_hidden_out = nullptr; }), {"scaled_hidden_out"});
+  expect_error(with([](auto& a) { a.scaled_activation_out = nullptr; }), {"scaled_activation_out"});
   expect_error(with([](auto& a) { a.d_gates_out = nullptr; }), {"d_gates_out"});
   expect_error(with([](auto& a) { a.workspace = nullptr; }), {"workspace"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
@@ -734,7 +734,7 @@ TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
 
 TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
   auto with = [](const std::function<void(GateUpDgradArgs&)>& change) {
-    return call_with(valid_dx_args(), change, &caracal::kernels::grouped_gate_up_dgrad);
+    return call_with(valid_dx_args(), change, &caracal::gemm::grouped_gate_up_dgrad);
   };
   expect_error(with([](auto& a) { a.hidden = 7000; }),
                {"grouped_gate_up_dgrad", "hidden (D)", "7000"});
@@ -747,7 +747,7 @@ TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
 
 TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   auto with = [](const std::function<void(WeightGradArgs&)>& change) {
-    return call_with(valid_weight_args(), change, &caracal::kernels::grouped_weight_grads);
+    return call_with(valid_weight_args(), change, &caracal::gemm::grouped_weight_grads);
   };
   expect_error(with([](auto& a) { a.hidden = -64; }), {"grouped_weight_grads", "hidden (D)", "-64"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
@@ -755,7 +755,7 @@ TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});
   expect_error(with([](auto& a) { a.dy = fake_ptr(4); }), {"dy", "16-byte"});
   expect_error(with([](auto& a) { a.d_gate_up = nullptr; }), {"d_gate_up"});
-  expect_error(with([](auto& a) { a.scaled_hidden = nullptr; }), {"scaled_hidden"});
+  expect_error(with([](auto& a) { a.scaled_activation = nullptr; }), {"scaled_activation"});
   expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"d_w_gate_up", "exactly one", "null for both"});
   expect_error(with([](auto& a) { a.d_w_down_bf16 = fake_ptr(); }), {"d_w_down_bf16", "exactly one", "both"});
   expect_error(with([](auto& a) {
@@ -767,14 +767,14 @@ TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   // With no rows the row buffers may be null, the gradients may not.
   expect_error(with([](auto& a) {
                  a.rows.row_capacity = 0;
-                 a.x = a.dy = a.d_gate_up = a.scaled_hidden = nullptr;
+                 a.x = a.dy = a.d_gate_up = a.scaled_activation = nullptr;
                  a.d_w_down = nullptr;
                }),
                {"d_w_down", "null"});
 }
 
 TEST(GroupedGemmBackwardArgs, WorkspaceHoldsOnePartialPerRowAndNTile) {
-  using caracal::kernels::down_dgrad_workspace_floats;
+  using caracal::gemm::down_dgrad_workspace_floats;
   EXPECT_EQ(down_dgrad_workspace_floats(1024, 256), 1024u);
   EXPECT_EQ(down_dgrad_workspace_floats(1024, 320), 2048u);
   EXPECT_EQ(down_dgrad_workspace_floats(256, 2048), 2048u);

@@ -48,7 +48,6 @@ void poison_schedule(const TokenExchange& exchange) {
     poison(world, b.expert_offset, l, L + 1, kPoisonByte);
     poison(world, b.expert_count, l, L, kPoisonByte);
     poison(world, b.source_count, l, L * world.world_size(), kPoisonByte);
-    poison(world, b.total_rows, l, 1, kPoisonByte);
     poison(world, b.route_location, l, exchange.sizes().routes, kPoisonByte);
   }
 }
@@ -72,7 +71,7 @@ void expect_schedule(const TokenExchange& exchange, const Schedule& want) {
     const int rank = world.first_local_rank() + l;
     SCOPED_TRACE("rank " + std::to_string(rank));
     const RankSchedule& rs = want.ranks[static_cast<size_t>(rank)];
-    const int64_t total = download<int32_t>(world, b.total_rows, l, 1)[0];
+    const int64_t total = download<int32_t>(world, b.expert_offset, l, L + 1)[static_cast<size_t>(L)];
     ASSERT_EQ(total, rs.padded_rows());
     const std::vector<ScheduleRow> rows = download<ScheduleRow>(world, b.rows, l, exchange.sizes().row_capacity);
     EXPECT_TRUE(std::equal(rs.rows.begin(), rs.rows.end(), rows.begin())) << "rows differ";

@@ -1,6 +1,6 @@
 // GPU tests of the CuTe/wgmma smoke GEMM: accuracy against an fp64 host product of the same
 // bf16 inputs, run-to-run bitwise determinism, and argument validation.
-#include "caracal/kernels/wgmma_smoke.hpp"
+#include "caracal/gemm/wgmma_smoke.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@
 
 namespace {
 
-using caracal::kernels::wgmma_smoke_gemm;
+using caracal::gemm::wgmma_smoke_gemm;
 
 struct GemmShape {
   int m, n, k;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/plan.hpp"
 #include "caracal/presets.hpp"
@@ -65,7 +65,7 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
     EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8, layer::exchange_options(c)));
     EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
     const size_t rows = 4480;
-    size_t routed = rows * (2 * 128 + 128 + 2 * 128) * 2 + kernels::down_dgrad_workspace_floats(4480, 128) * 4;
+    size_t routed = rows * (2 * 128 + 128 + 2 * 128) * 2 + gemm::down_dgrad_workspace_floats(4480, 128) * 4;
     EXPECT_GE(m.local, routed);
     if (shared) {
       const size_t shared_rows = 256;

@@ -52,7 +52,7 @@
 #include "device_random.cuh"
 #include "event_timer.hpp"
 #include "expert_weights.hpp"
-#include "layer/expert_pass.hpp"
+#include "caracal/gemm/expert_pass.hpp"
 #include "nccl_baseline_exchange.hpp"
 #include "padded_expert_pass.hpp"
 
@@ -287,7 +287,7 @@ Baseline time_cublas(const LayerConfig& c, int64_t tokens, const Args& a, int de
 }
 
 // The NCCL host-synchronized exchange at W = 1 (dispatch + combine; the backward moves the same
-// rows again, dy out and dx back), plus the layer's own grouped GEMMs (layer::expert_forward and
+// rows again, dy out and dx back), plus the layer's own grouped GEMMs (gemm::expert_forward and
 // expert_backward: the routed experts on the rows the exchange delivered, the shared expert on the
 // tokens), timed separately and summed. The rows are padded to the 128-row tile, and the padded
 // offsets computed on the host and uploaded, once, outside the timed region: a framework would
@@ -351,14 +351,14 @@ Baseline time_nccl_baseline(const LayerConfig& c, const Routing& routing, const 
     });
     // The layer's order: the shared expert's forward first, its backward after the routed one's.
     forward_gemms_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
-      if (shared) layer::expert_forward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, stream);
-      layer::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream);
+      if (shared) gemm::expert_forward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, stream);
+      gemm::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream);
     });
     backward_gemms_ms = bench::median_ms(stream, a.warmup, a.reps, [&] {
-      layer::expert_backward(routed.pass(), {w.w_gate_up, w.w_down},
+      gemm::expert_backward(routed.pass(), {w.w_gate_up, w.w_down},
                              {weights.d_w_gate_up.get(), weights.d_w_down.get()}, stream);
       if (shared) {
-        layer::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down},
+        gemm::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down},
                                {weights.d_shared_w_gate_up.get(), weights.d_shared_w_down.get()}, stream);
       }
     });

@@ -5,7 +5,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
-#include "caracal/kernels/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "padded_rows.hpp"
 
 namespace caracal::bench_tool {
@@ -42,7 +42,7 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
   dx_ = rows_alloc<bf16>(rows * D, "cudaMalloc(baseline expert dx)");
   gates_ = rows_alloc<float>(rows, "cudaMalloc(baseline expert gates)");
   dg_ = rows_alloc<float>(rows, "cudaMalloc(baseline expert dg)");
-  workspace_ = rows_alloc<float>(kernels::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
+  workspace_ = rows_alloc<float>(gemm::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
                                  "cudaMalloc(baseline dgrad workspace)");
 
   check_cuda(cudaMemcpyAsync(expert_offset_.get(), offsets_.data(), (L + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -60,14 +60,14 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
              "cudaMemsetAsync(baseline gate_up)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(baseline expert rows)");  // the host sources
 
-  pass_.rows = kernels::ExpertRows{expert_offset_.get(), expert_count_.get(), static_cast<int>(L),
+  pass_.rows = ScheduleView{expert_offset_.get(), expert_count_.get(), static_cast<int>(L),
                                    static_cast<int>(rows)};
   pass_.hidden = hidden;
   pass_.intermediate = intermediate;
   pass_.num_ctas = 0;  // one per SM, as MoELayer's default options
   pass_.x = x_.get();
   pass_.gate_up = gate_up_.get();
-  pass_.hidden_act = hidden_act_.get();
+  pass_.activation = hidden_act_.get();
   pass_.out = out_.get();
   pass_.dy = dy_.get();
   pass_.gates = gates_.get();

@@ -1,5 +1,5 @@
 #pragma once
-// The row buffers of one layer::ExpertPass (src/layer/expert_pass.hpp) over expert-contiguous rows
+// The row buffers of one gemm::ExpertPass (src/layer/expert_pass.hpp) over expert-contiguous rows
 // padded to the grouped GEMMs' 128-row tile, filled from unpadded expert-major rows: what a
 // framework hands the grouped GEMMs once its exchange has delivered the rows and the host knows the
 // per-expert counts. caracal bench's NCCL baseline runs the layer's own expert_forward and
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "caracal/comm/cuda_memory.hpp"
-#include "layer/expert_pass.hpp"
+#include "caracal/gemm/expert_pass.hpp"
 
 namespace caracal::bench_tool {
 
@@ -29,14 +29,14 @@ class PaddedExpertPass {
   void load_x(const __nv_bfloat16* rows, cudaStream_t stream);
   void load_dy(const __nv_bfloat16* rows, cudaStream_t stream);
 
-  const layer::ExpertPass& pass() const { return pass_; }
+  const gemm::ExpertPass& pass() const { return pass_; }
 
  private:
   void scatter(const __nv_bfloat16* rows, __nv_bfloat16* padded, cudaStream_t stream) const;
 
   std::vector<int64_t> counts_;
   std::vector<int32_t> offsets_;
-  layer::ExpertPass pass_;
+  gemm::ExpertPass pass_;
   comm::DeviceMemory<int32_t> expert_offset_, expert_count_;
   comm::DeviceMemory<__nv_bfloat16> x_, gate_up_, hidden_act_, out_, dy_, d_gate_up_, dx_;
   comm::DeviceMemory<float> gates_, dg_, workspace_;

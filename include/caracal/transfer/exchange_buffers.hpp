@@ -20,15 +20,15 @@ namespace caracal::transfer {
 template <typename T>
 using Sym = comm::SymmetricPtr<T>;
 
-// The schedule table (DESIGN §2), built on the GPU by TokenExchange::build_schedule.
+// The schedule table (DESIGN §2), built on the GPU by TokenExchange::build_schedule. What the
+// kernels read of a rank's table is its ScheduleView (caracal/schedule_view.hpp).
 struct ScheduleBuffers {
   Sym<int32_t> topk_idx;       // [T*k] input: global expert ids, -1 = empty slot
   Sym<int2> rows;              // [R] {src_rank, src_route = token*k + slot}; padding rows {-1, -1};
-                               //     rows at and past total_rows are left untouched
+                               //     rows at and past expert_offset[L] are left untouched
   Sym<int32_t> expert_offset;  // [L+1] first row of each local expert's segment (multiples of tile_m)
   Sym<int32_t> expert_count;   // [L] routes per local expert
   Sym<int32_t> source_count;   // [L][W] routes per (local expert, source rank)
-  Sym<int32_t> total_rows;     // [1] padded rows = expert_offset[L]
   Sym<int2> route_location;    // [T*k] inverse view: {dst_rank, row} processing each home route,
                                //     {-1, -1} for an empty slot
   Sym<int32_t> kept_experts;   // workspace [W][T*k]: local expert of each pulled route, or -1

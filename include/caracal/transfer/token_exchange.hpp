@@ -30,6 +30,7 @@
 
 #include "caracal/comm/world.hpp"
 #include "caracal/layer_config.hpp"
+#include "caracal/schedule_view.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
 #include "caracal/transfer/routing_fault.hpp"
@@ -73,6 +74,9 @@ class TokenExchange {
   const RouterBuffers& router_buffers() const { return router_; }
   const ForwardBuffers& forward_buffers() const { return forward_; }
   const BackwardBuffers& backward_buffers() const { return backward_; }
+  // Local rank `local_rank`'s schedule as the kernels read it (device pointers; valid after
+  // build_schedule has run on the stream): what the grouped GEMMs take as their rows.
+  ScheduleView schedule_view(int local_rank) const;
 
   // The schedule table from every rank's topk_idx, plus the inverse view (route_location).
   // Out-of-range expert ids are treated as empty slots and raised by check().

@@ -9,7 +9,7 @@
 //     from shared memory (SS), fp32 accumulators in registers.
 //   - epilogue: each thread stores its accumulator fragment directly to C through the tiled MMA's
 //     partition of the C tile (no shared-memory staging; fine for a smoke test).
-#include "caracal/kernels/wgmma_smoke.hpp"
+#include "caracal/gemm/wgmma_smoke.hpp"
 
 #include <cstdint>
 
@@ -20,7 +20,7 @@
 #error "wgmma_smoke.cu needs the arch-specific Hopper target: -gencode=arch=compute_90a,code=sm_90a"
 #endif
 
-namespace caracal::kernels {
+namespace caracal::gemm {
 namespace {
 
 using namespace cute;
@@ -213,4 +213,4 @@ cudaError_t wgmma_smoke_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, flo
   return cudaGetLastError();
 }
 
-}  // namespace caracal::kernels
+}  // namespace caracal::gemm

@@ -1,0 +1,50 @@
+#pragma once
+// One group of SwiGLU experts over expert-contiguous rows, forward and backward, through the
+// grouped-GEMM engine. The routed experts (L experts over the schedule's rows) and the shared
+// expert (one expert over the rank's tokens) both run through it.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "caracal/gemm/grouped_gemm.hpp"
+
+namespace caracal::gemm {
+
+// The row buffers of one pass; every one has rows.row_capacity rows with zeros in padding rows.
+struct ExpertPass {
+  ScheduleView rows;
+  int hidden = 0;                       // D
+  int intermediate = 0;                 // I of these experts
+  int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
+  const __nv_bfloat16* x = nullptr;     // [rows][D]
+  __nv_bfloat16* gate_up = nullptr;     // [rows][2I] forward output, backward input
+  __nv_bfloat16* activation = nullptr;  // [rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
+  __nv_bfloat16* out = nullptr;         // [rows][D] forward output E(x)
+  const __nv_bfloat16* dy = nullptr;    // [rows][D] backward input, g not applied
+  const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
+  __nv_bfloat16* d_gate_up = nullptr;   // [rows][2I]
+  float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
+  float* workspace = nullptr;           // gemm::down_dgrad_workspace_floats(rows, I)
+  __nv_bfloat16* dx = nullptr;          // [rows][D] backward output
+};
+
+struct ExpertPassWeights {
+  const __nv_bfloat16* w_gate_up = nullptr;  // [experts][2I][D] interleaved
+  const __nv_bfloat16* w_down = nullptr;     // [experts][D][I]
+};
+
+// Where the weight gradients go: fp32, or bf16 (one rounding of the fp32 sums); one of each pair.
+struct ExpertPassGradients {
+  float* w_gate_up = nullptr;               // [experts][2I][D] interleaved
+  float* w_down = nullptr;                  // [experts][D][I]
+  __nv_bfloat16* w_gate_up_bf16 = nullptr;  // instead of w_gate_up
+  __nv_bfloat16* w_down_bf16 = nullptr;     // instead of w_down
+};
+
+// gate_up and the activation (F1, F2), then out = activation · W_down^T (F3).
+void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
+
+// dg, d_gate_up and g·activation (B1, B2), dx (B3), then the weight gradients (B5), written.
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream);
+
+}  // namespace caracal::gemm

@@ -1,0 +1,98 @@
+#pragma once
+// The Hopper grouped-GEMM engine, backward half: gradients of the routed experts' SwiGLU
+// feed-forward over the expert-contiguous rows of one rank (DESIGN §1, §3; contract B1-B5 of
+// caracal/reference.hpp). Rows, padding and the device-side offsets/counts follow
+// caracal/gemm/grouped_gemm.hpp (the rows: a ScheduleView). Per row r of local expert e, with g = g_r:
+//
+//   1. grouped_down_dgrad_swiglu   d_h = dy · W_down[e]                (fp32, never stored)
+//                                  dg  = <d_h, act>                    (fp32, before g: exact at g = 0)
+//                                  d_gate, d_up = SwiGLU backward of g·d_h (bf16, interleaved)
+//                                  scaled_activation = bf16(g · act)
+//   2. grouped_gate_up_dgrad       dx = d_gate · W_gate[e] + d_up · W_up[e]   (bf16, one GEMM
+//                                  over K = 2I with the interleaved weights)
+//   3. grouped_weight_grads        dW_gate_up[e] = sum_r d_gate_up[r]^T x[r]      (fp32)
+//                                  dW_down[e]    = sum_r dy[r]^T scaled_activation[r] (fp32)
+//
+// hidden = bf16(SiLU(gate) · up) is recomputed from the saved gate/up exactly as the forward
+// computed it. g enters the down weight gradient through scaled_activation, rounded to bf16 once
+// (the contract's dW_down = g·dy·act^T leaves g·dy unrounded; a tensor-core operand must be
+// bf16, so one of the two factors is rounded: ~2^-9 relative per term, well inside the tests'
+// 1e-2). Weight gradients are fp32: one CTA owns each 128 x 256 output tile and reduces over all
+// of its expert's rows in schedule order, so they are deterministic without split-K; an expert
+// without rows gets exact zeros.
+//
+// Inputs' padding rows (dy, x, gate_up) must hold zeros and g must be 0 there (the transfers and
+// the forward leave them so); then every padding row of the row outputs is written with zeros
+// (+-0) and nothing depends on whether expert_count is given. Rows at or past expert_offset[L]
+// are untouched. Results are bitwise identical across runs and grid sizes (num_ctas).
+//
+// Each function validates its arguments on the host first (caracal::Error naming the argument
+// and the value expected, before any CUDA call), then enqueues its kernels on `stream` without
+// synchronising. Hopper (sm_90a) only. This header stays free of CuTe.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "caracal/gemm/grouped_gemm.hpp"
+
+namespace caracal::gemm {
+
+// Floats of the workspace grouped_down_dgrad_swiglu needs: one dg partial per row and 256-column
+// N tile of I.
+size_t down_dgrad_workspace_floats(int row_capacity, int intermediate);
+
+struct DownDgradSwigluArgs {
+  ScheduleView rows;
+  int hidden = 0;                              // D: the K of this GEMM
+  int intermediate = 0;                        // I: its N
+  const __nv_bfloat16* dy = nullptr;           // [row_capacity][D], not scaled by g
+  const __nv_bfloat16* w_down = nullptr;       // [L][D][I] (I contiguous), as in the forward
+  const __nv_bfloat16* gate_up = nullptr;      // [row_capacity][2I] interleaved, forward-saved
+  const float* gates = nullptr;                // [row_capacity] g of each row's route
+  __nv_bfloat16* d_gate_up_out = nullptr;      // [row_capacity][2I] interleaved like gate_up
+  __nv_bfloat16* scaled_activation_out = nullptr;  // [row_capacity][I]: bf16(g · activation); may be
+                                               // the forward's activation buffer (not read here)
+  float* d_gates_out = nullptr;                // [row_capacity] dL/dg of each row's route
+  float* workspace = nullptr;                  // down_dgrad_workspace_floats(...) floats
+  int num_ctas = 0;                            // persistent CTAs; 0 = one per SM
+};
+
+struct GateUpDgradArgs {
+  ScheduleView rows;
+  int hidden = 0;                              // D: the N of this GEMM
+  int intermediate = 0;                        // I: its K is 2I
+  const __nv_bfloat16* d_gate_up = nullptr;    // [row_capacity][2I] interleaved
+  const __nv_bfloat16* w_gate_up = nullptr;    // [L][2I][D] interleaved, as in the forward
+  __nv_bfloat16* dx_out = nullptr;             // [row_capacity][D]
+  int num_ctas = 0;
+};
+
+struct WeightGradArgs {
+  ScheduleView rows;
+  int hidden = 0;                              // D
+  int intermediate = 0;                        // I
+  const __nv_bfloat16* x = nullptr;            // [row_capacity][D]
+  const __nv_bfloat16* dy = nullptr;           // [row_capacity][D], not scaled by g
+  const __nv_bfloat16* d_gate_up = nullptr;    // [row_capacity][2I] interleaved
+  const __nv_bfloat16* scaled_activation = nullptr;  // [row_capacity][I]
+  // Outputs, in fp32 or in bf16: exactly one pointer of each pair. bf16 is the same fp32 sum
+  // rounded once to nearest-even bf16 (what autograd yields for bf16 parameters) and halves the
+  // bytes stored.
+  float* d_w_gate_up = nullptr;                // [L][2I][D], rows interleaved like W_gate_up
+  float* d_w_down = nullptr;                   // [L][D][I]
+  __nv_bfloat16* d_w_gate_up_bf16 = nullptr;   // [L][2I][D]
+  __nv_bfloat16* d_w_down_bf16 = nullptr;      // [L][D][I]
+  int num_ctas = 0;
+};
+
+// Argument rules: those of the forward (D and I positive multiples of 64, num_experts >= 1,
+// row_capacity a non-negative multiple of 128, expert_offset non-null, num_ctas >= 0), every
+// pointer non-null and 16-byte aligned except the row buffers when row_capacity == 0 (then the
+// row kernels launch nothing; grouped_weight_grads still writes zero gradients).
+void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t stream);
+void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream);
+void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::gemm

@@ -1,0 +1,237 @@
+#pragma once
+// Bounded waits and the world barrier (DESIGN §3: cross-rank ordering comes only from barriers;
+// spin waits are bounded — a hang is a bug).
+//
+//   wait_until(world, place, flag, done, site[, ns])  one thread spins until done(*flag); acquire
+//   world_barrier(world, place)                       every CTA of a role of every rank, all threads
+//   fail_wait(world, rank, site, seen, timeout_ns)    what a timed-out wait does
+//   global_time_ns()                                   %globaltimer, the clock of every timeout
+//
+// wait_until and world_barrier return false after a timeout (recorded for World::check()); the
+// kernel must then return. Every thread of a CTA gets the same world_barrier result, so that
+// return is uniform per CTA.
+//
+// Aborting: the wait that times out first records its error and then aborts the world: it
+// stores 1 + its rank into the `abort` word of every rank's barrier state. Every wait polls its own
+// rank's abort word and every barrier checks it on entry, so once one wait has expired every other
+// wait of every rank ends at once (recording "world aborted by rank r") instead of expiring one
+// after another, and every later launch stops at its first barrier. The word stays set until
+// World::reset() zeroes the barrier state on every rank, so a world that lost a rank refuses work
+// until it is brought back collectively; the layer poisons the outputs of such passes (NaN).
+// The barrier state is per rank, not per launch: one launch at a time per world may use it
+// (launches in stream order, as graphs replay them, are fine).
+//
+// Why not ncclLsaBarrierSession for the NCCL backend: its wait() (nccl_device/impl/
+// lsa_barrier__funcs.h, NCCL 2.28) spins in `while (true)` on the peers' inbox words with no exit
+// and no error path, so a rank that never arrives would hang every other rank forever; bounding it
+// would mean re-implementing wait() against ncclLsaBarrierSession_internal's fields (the inbox
+// layout in NCCL's resource buffer), which are not a stable API. The barrier here runs the same kind of epoch/inbox exchange over the
+// symmetric heap, bounded by %globaltimer, and serves both backends unchanged (in NCCL the heap is
+// the LSA window, so the inbox stores go straight over NVLink).
+#include <cstdint>
+
+#include <cuda/atomic>
+
+#include "device/comm/barrier_layout.hpp"
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "caracal/comm/first_error.hpp"
+
+namespace caracal::comm {
+
+// Nanoseconds of the GPU's global timer (the same clock on every SM).
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The barrier state (barrier_layout.hpp) sits at heap offset 0 of every rank.
+__device__ __forceinline__ uint32_t* barrier_state(const DeviceWorld& world, int rank) {
+  return world.at(SymmetricPtr<uint32_t>{0}, rank);
+}
+
+// 0 while the world is healthy, else 1 + the rank that aborted it, as `rank` sees it (relaxed,
+// system scope).
+__device__ __forceinline__ uint32_t world_abort_word(const DeviceWorld& world, int rank) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, rank)[barrier_layout::kAbort])
+      .load(cuda::memory_order_relaxed);
+}
+
+// Records that `site` failed with its flag at `seen` after `timeout_ns`, unless an earlier error
+// of the period was recorded (first_error.hpp).
+__device__ inline void record_wait_failure(const DeviceWorld& world, int rank, WaitSite site, uint64_t seen,
+                                           uint64_t timeout_ns) {
+  if (!claim_first_error(world.error, world.error_claim)) return;
+  volatile DeviceErrorRecord* record = world.error;
+  record->rank = rank;
+  record->peer = site.peer;
+  record->launch = world.launch_id;
+  record->seen = seen;
+  record->timeout_ns = timeout_ns;
+  record->generation = world.generation;
+  publish_first_error(world.error, static_cast<uint32_t>(site.wait));
+}
+
+// What a wait does when its time is up: record the error, then abort the world (see the top).
+// Every rank's abort word gets 1 + this rank, so later waits anywhere end at once.
+__device__ inline void fail_wait(const DeviceWorld& world, int rank, WaitSite site, uint64_t seen,
+                                 uint64_t timeout_ns) {
+  record_wait_failure(world, rank, site, seen, timeout_ns);
+  __threadfence_system();  // the record before the abort that makes other ranks stop
+  const auto mark = static_cast<uint32_t>(rank + 1);
+  for (int p = 0; p < world.world_size; ++p) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, p)[barrier_layout::kAbort])
+        .store(mark, cuda::memory_order_relaxed);
+  }
+}
+
+// A wait of `rank` that found the world aborted by rank `abort_word - 1`: recorded, nothing else
+// to do.
+__device__ inline void record_world_aborted(const DeviceWorld& world, int rank, uint32_t abort_word) {
+  record_wait_failure(world, rank, WaitSite{WaitId::world_aborted, static_cast<int>(abort_word) - 1}, abort_word, 0);
+}
+
+namespace detail {
+
+// Polls *flag with relaxed loads at `Scope` until done(value) holds (true), `timeout_ns` has passed
+// since `start` (fail_wait, false) or the world is aborted (recorded, false). The flag is read at
+// least once, so an expired deadline still succeeds when the condition already holds. No acquire:
+// callers add the fence they need.
+template <cuda::thread_scope Scope, typename T, typename Done>
+__device__ bool spin_until(const DeviceWorld& world, int rank, const T* flag, Done done, WaitSite site,
+                           uint64_t timeout_ns, uint64_t start) {
+  cuda::atomic_ref<T, Scope> ref(*const_cast<T*>(flag));
+  T value = ref.load(cuda::memory_order_relaxed);
+  if (done(value)) return true;
+  for (;;) {
+    value = ref.load(cuda::memory_order_relaxed);
+    if (done(value)) return true;
+    if (const uint32_t aborted = world_abort_word(world, rank); aborted != 0) {
+      record_world_aborted(world, rank, aborted);
+      return false;
+    }
+    if (global_time_ns() - start >= timeout_ns) {
+      fail_wait(world, rank, site, static_cast<uint64_t>(value), timeout_ns);
+      return false;
+    }
+  }
+}
+
+}  // namespace detail
+
+// Spins (one thread) until done(*flag), then acquires at `Scope`: what the writer released before
+// the store that made done() true is visible to this thread. Polling uses relaxed loads so that a
+// waiting warp does not invalidate its SM's L1 on every iteration; one fence follows success.
+// On timeout, records `site`, aborts the world and returns false; returns false at once when the
+// world is aborted. Use thread_scope_system for flags written by other GPUs, thread_scope_device for
+// local counters.
+template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
+__device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site,
+                           uint64_t timeout_ns) {
+  if (!detail::spin_until<Scope>(world, place.rank, flag, done, site, timeout_ns, global_time_ns())) return false;
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, Scope);
+  return true;
+}
+
+template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
+__device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site) {
+  return wait_until<Scope>(world, place, flag, done, site, world.timeout_ns);
+}
+
+namespace detail {
+
+// The world barrier's per-CTA step, run by one thread after __syncthreads. Protocol (state layout
+// in barrier_layout.hpp; `epoch` = the rank's completed barriers):
+//   1. read epoch, then arrive on the rank's `arrived` counter;
+//   2. the last CTA to arrive is the rank's leader for this barrier: it resets `arrived`, stores
+//      epoch+1 into inbox[rank] of every rank (itself included), waits until every inbox[p] of its
+//      own rank reaches epoch+1, then publishes `released` = epoch+1;
+//   3. the other CTAs wait for `released` to move past epoch.
+// Why it cannot deadlock: a leader announces before it waits and waits only for announcements,
+// and every announcement needs only that rank's CTAs to arrive — guaranteed when all CTAs of a
+// launch are co-resident (launch() launches cooperatively) and every CTA calls the barrier the
+// same number of times. Ranks advance in lock step, so a peer is at most one barrier ahead (it
+// cannot pass epoch+1 without our announcement); hence inbox values are compared as "≥ epoch+1"
+// with wrap-around arithmetic and nothing is ever reset between barriers, launches or replays.
+// Why it cannot hang: every wait is bounded. A leader gives all its peers world.timeout_ns in
+// total; its CTAs wait twice as long, so when a peer is missing the leader's error, which names
+// the missing rank, is recorded first (and its abort then ends the other waits at once). A barrier
+// entered in an aborted world fails at once.
+// Memory order, all at system scope because data may have been stored into peers' memory over
+// NVLink: each CTA's arrival is a release (after __syncthreads, cumulative over its threads'
+// writes) and an acquire; the leader, which read the last arrival, issues one release fence before
+// its announcements and one acq_rel fence between reading the peers' announcements and
+// `released`; waiting CTAs acquire `released` (wait_until) before __syncthreads lets their threads
+// go on. So every write made before the barrier by any CTA of any rank is visible after it to
+// every thread of every rank.
+__device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& place) {
+  using Word = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
+  const int rank = place.rank;
+  uint32_t* state = barrier_state(world, rank);
+  if (const uint32_t aborted = world_abort_word(world, rank); aborted != 0) {
+    record_world_aborted(world, rank, aborted);
+    return false;
+  }
+  Word arrived(state[barrier_layout::kArrived]);
+  Word released(state[barrier_layout::kReleased]);
+
+  // Must be read before arriving (the release below keeps it there): once every CTA has arrived,
+  // `released` may move on at any time.
+  const uint32_t epoch = released.load(cuda::memory_order_relaxed);
+  const uint32_t before = arrived.fetch_add(1u, cuda::memory_order_acq_rel);
+  if (before + 1 < static_cast<uint32_t>(place.count)) {
+    return wait_until(world, place, &state[barrier_layout::kReleased], [epoch](uint32_t v) { return v != epoch; },
+                      WaitSite{WaitId::barrier_release, -1}, 2 * world.timeout_ns);
+  }
+
+  // Leader. The next barrier's arrivals begin only after they see `released` move, which the
+  // acq_rel fence below orders after this reset.
+  const uint32_t next = epoch + 1;
+  arrived.store(0u, cuda::memory_order_relaxed);
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+  for (int p = 0; p < world.world_size; ++p) {
+    Word(barrier_state(world, p)[barrier_layout::kInbox + rank]).store(next, cuda::memory_order_relaxed);
+  }
+  // One deadline for all peers: the leader gives them world.timeout_ns in total.
+  const uint64_t start = global_time_ns();
+  for (int p = 0; p < world.world_size; ++p) {
+    const auto arrived_at_next = [next](uint32_t v) { return static_cast<int32_t>(v - next) >= 0; };
+    if (!spin_until<cuda::thread_scope_system>(world, rank, &state[barrier_layout::kInbox + p], arrived_at_next,
+                                               WaitSite{WaitId::barrier_peer, p}, world.timeout_ns, start)) {
+      return false;
+    }
+  }
+  cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_system);
+  released.store(next, cuda::memory_order_relaxed);
+  return true;
+}
+
+// Fault injection for the tests (World::stall_next_launch): the stalled rank's CTAs arrive
+// `stall_ns` late at each barrier, or as soon as the world is aborted (so a test waits about one
+// timeout, not the whole stall once per barrier).
+__device__ inline void injected_stall(const DeviceWorld& world, int rank) {
+  if (world.stall_ns == 0 || rank != world.stall_rank) return;
+  const uint64_t start = global_time_ns();
+  while (global_time_ns() - start < world.stall_ns && world_abort_word(world, rank) == 0) {
+  }
+}
+
+}  // namespace detail
+
+// Returns when every CTA of `place`'s role of every rank has arrived: writes made before it (to any
+// rank's heap) are visible after it everywhere. Call from all threads of every CTA of the role, the
+// same number of times in every CTA; one role per launch uses the barrier (its state counts the
+// arrivals of place.count CTAs per rank). False after a timeout or in an aborted world (recorded):
+// return from the kernel.
+__device__ inline bool world_barrier(const DeviceWorld& world, const CtaPlace& place) {
+  __syncthreads();  // this CTA's threads are done with their pre-barrier accesses
+  bool ok = true;
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    detail::injected_stall(world, place.rank);
+    ok = detail::barrier_step(world, place);
+  }
+  return __syncthreads_and(ok) != 0;  // broadcasts thread 0's result; orders the rest after it
+}
+
+}  // namespace caracal::comm

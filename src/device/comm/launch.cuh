@@ -1,0 +1,72 @@
+#pragma once
+// Launching backend-agnostic kernels: `__global__ void k(DeviceWorld world, Params...)`, grid =
+// local_ranks × ctas_per_rank CTAs on one stream.
+//
+// Co-residency: world_barrier needs every CTA of the launch resident at once (a CTA that waits
+// for a CTA that was never scheduled would only end by timing out). launch() therefore launches
+// cooperatively (cudaLaunchAttributeCooperative), for which CUDA guarantees co-residency and
+// refuses a grid that cannot fit; that refusal is turned into a caracal::Error giving the limit.
+// Cooperative launches are captured into CUDA graphs like any other (CUDA >= 12) and replayed
+// with the same guarantee, so launch() is graph-capturable: it only reads host state and enqueues.
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "device/comm/device_world.cuh"
+#include "caracal/comm/world.hpp"
+
+namespace caracal::comm {
+
+struct LaunchShape {
+  int ctas_per_rank = 1;
+  int threads_per_cta = 256;
+  size_t shared_bytes = 0;  // dynamic shared memory per CTA
+};
+
+namespace detail {
+[[noreturn]] void throw_not_coresident(const World& world, const char* name, const LaunchShape& shape,
+                                       int ctas_per_sm);
+}  // namespace detail
+
+// The largest ctas_per_rank whose grid can be co-resident for `kernel` on world's device.
+template <typename... Params>
+int max_ctas_per_rank(const World& world, void (*kernel)(DeviceWorld, Params...), int threads_per_cta,
+                      size_t shared_bytes = 0) {
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_per_cta, shared_bytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return per_sm * world.multiprocessors() / world.local_ranks();
+}
+
+// Launches `kernel(world.device_view(...), args...)` cooperatively on `stream`. `name` names the
+// launch in device-error messages. Throws caracal::Error if the launch fails.
+template <typename... Params, typename... Args>
+void launch(World& world, const char* name, const LaunchShape& shape, cudaStream_t stream,
+            void (*kernel)(DeviceWorld, Params...), Args&&... args) {
+  const DeviceWorld view = world.device_view(shape.ctas_per_rank, name);
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(world.local_ranks() * shape.ctas_per_rank));
+  config.blockDim = dim3(static_cast<unsigned>(shape.threads_per_cta));
+  config.dynamicSmemBytes = shape.shared_bytes;
+  config.stream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, view, std::forward<Args>(args)...);
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();  // launch errors are not sticky: clear it so later calls do not see it
+  // The usual cause (cudaErrorCooperativeLaunchTooLarge) deserves a message with the limit.
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads_per_cta, shape.shared_bytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (static_cast<long long>(world.local_ranks()) * shape.ctas_per_rank >
+      static_cast<long long>(per_sm) * world.multiprocessors()) {
+    detail::throw_not_coresident(world, name, shape, per_sm);
+  }
+  check_cuda(err, name);
+}
+
+}  // namespace caracal::comm

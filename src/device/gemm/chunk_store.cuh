@@ -1,0 +1,124 @@
+#pragma once
+// Epilogue store path: a consumer warpgroup turns its accumulators into 8 KiB chunks (bf16 64 x 64
+// or fp32 64 x 32), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
+// and stores it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
+// next chunk be written while the last one's TMA store still reads its buffer; the stores run on
+// while the warpgroup goes on to the next tile's mainloop.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "device/gemm/gemm_config.cuh"
+
+namespace caracal::gemm {
+
+// The epilogues' shared storage: each consumer warpgroup's ring of swizzled chunk buffers (one
+// 128-byte swizzled TMA box each, on the 1024-byte swizzle period).
+struct ChunkStoreStorage {
+  alignas(1024) Element chunks[kConsumerWarpgroups][kChunkBuffers][kChunkElements];
+};
+
+// One thread's share of a chunk (8 KiB: 64 x 64 bf16 or 64 x 32 fp32), in the accumulator's
+// pattern (warp w, lane l of the warpgroup):
+//   bf16: w[2*t + h] is the bf16 pair at row 16w + l/4 + 8h, columns 8t + 2(l%4) and +1;
+//   fp32: w[4*t + 2*h + v] is the float at row 16w + l/4 + 8h, column 8t + 2(l%4) + v (t < 4).
+struct ChunkWords {
+  uint32_t w[16];
+};
+
+// Two floats rounded to bf16 (nearest even), the first in the low half (the lower address).
+__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+class ChunkStoreRing {
+ public:
+  // `warpgroup`: consumer warpgroup index (0-based); `thread`: index within it (0..127).
+  __device__ ChunkStoreRing(Element (&buffers)[kChunkBuffers][kChunkElements], int warpgroup,
+                            int thread)
+      : buffers_(&buffers[0][0]),
+        base_(uint32_t(__cvta_generic_to_shared(&buffers[0][0]))),
+        barrier_id_(uint32_t(warpgroup)),
+        // Byte offset of this thread's first row, and of its first word in it; see write().
+        row_base_(uint32_t((16 * (thread / 32) + (thread % 32) / 4) * kChunkCols * 2)),
+        lane4_(uint32_t(thread % 4)),
+        swizzle_(uint32_t((thread % 32) / 4)),
+        leader_(thread == 0) {}
+
+  // Waits until the next buffer is no longer read by an earlier TMA store.
+  __device__ void acquire() {
+    if (leader_) cute::tma_store_wait<kChunkBuffers - 1>();
+    sync();
+  }
+
+  // Every thread writes its words. Rows are 128 bytes; the 16-byte unit t of row r sits at unit
+  // t ^ (r % 8) (CU_TENSOR_MAP_SWIZZLE_128B). Here r % 8 == l / 4 for both of a thread's rows,
+  // so the 32 lanes of a store hit 32 different banks.
+  __device__ void write(ChunkWords const& words) const {
+    uint32_t const buffer = base_ + uint32_t(index_) * kChunkElements * 2;
+    CUTE_UNROLL
+    for (int t = 0; t < 8; ++t) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint32_t const addr = buffer + row_base_ + lane4_ * 4 + uint32_t(h * 8 * kChunkCols * 2) +
+                              ((uint32_t(t) ^ swizzle_) << 4);
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(words.w[2 * t + h]) : "memory");
+      }
+    }
+  }
+
+  // The fp32 chunk: rows are again 128 bytes (32 floats); the thread's float pair of group t sits
+  // in 16-byte unit 2t + (l%4)/2, at byte 8 (l%2) of it. Rows r and r^1 share units, so a warp's
+  // 256 bytes take two wavefronts, the least they can.
+  __device__ void write_f32(ChunkWords const& words) const {
+    uint32_t const buffer = base_ + uint32_t(index_) * kChunkElements * 2;
+    CUTE_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint32_t const unit = (uint32_t(2 * t) + lane4_ / 2) ^ swizzle_;
+        uint32_t const addr = buffer + row_base_ + uint32_t(h * 8 * kChunkCols * 2) + (unit << 4) + (lane4_ % 2) * 8;
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(addr), "r"(words.w[4 * t + 2 * h]),
+                     "r"(words.w[4 * t + 2 * h + 1])
+                     : "memory");
+      }
+    }
+  }
+
+  // Publishes the buffer to the TMA unit and stores it at (col, row) of `map`'s tensor (whose box
+  // is the chunk: 64 x 64 bf16 or 64 x 32 fp32).
+  __device__ void store(CUtensorMap const* map, int col, int row) {
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the TMA
+    sync();
+    if (leader_) {
+      cute::SM90_TMA_STORE_2D::copy(map, buffers_ + index_ * kChunkElements, col, row);
+      cute::tma_store_arrive();  // commits the store as one bulk group
+    }
+    index_ = (index_ + 1) % kChunkBuffers;
+  }
+
+  // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
+  __device__ void drain() const {
+    if (leader_) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+
+ private:
+  __device__ void sync() const {
+    cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, barrier_id_);
+  }
+
+  Element const* buffers_;  // generic address of buffer 0, for the TMA store
+  uint32_t base_;           // its shared-memory address, for the stores into it
+  uint32_t barrier_id_;
+  uint32_t row_base_;
+  uint32_t lane4_;
+  uint32_t swizzle_;
+  bool leader_;
+  int index_ = 0;
+};
+
+}  // namespace caracal::gemm

@@ -1,0 +1,65 @@
+#pragma once
+// The tile configuration shared by the grouped-GEMM collectives: tile sizes, warp roles, stage and
+// chunk counts. Each collective has its own parameters and shared storage (mainloop.cuh, the
+// epilogues, the schedulers); grouped_gemm_kernel.cuh composes them.
+//
+//   CTA tile 128 x 256 x 64 (M x N x K), bf16 operands, fp32 accumulators.
+//   Warpgroup 0: producer. One thread streams A (128 x 64) and B (256 x 64) tiles with TMA into a
+//                kStages-deep ring of 128B-swizzled buffers (48 KiB a stage).
+//   Warpgroups 1, 2: consumers. Each owns 64 rows of the tile: 64 x 256 x 16 wgmma, both operands
+//                from shared memory, 128 fp32 accumulators a thread; then the epilogue.
+// The operands' majorness (K- or MN-major in memory) is a per-kernel choice: mma_config.cuh.
+#include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>  // also brings the GMMA atoms
+
+#include "device/gemm/tile_shape.hpp"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error \
+    "the grouped GEMM needs the arch-specific Hopper target: -gencode=arch=compute_90a,code=sm_90a"
+#endif
+
+namespace caracal::gemm {
+
+using Element = cute::bfloat16_t;  // same bits as __nv_bfloat16
+static_assert(sizeof(Element) == 2);
+using cute::GMMA::Major;  // K- or MN-major operands
+
+inline constexpr int kStages = 4;  // 4 x 48 KiB in flight
+
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kConsumerWarpgroups = 2;
+inline constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
+inline constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupThreads / 32;
+inline constexpr int kWarpgroupRows = kBlockM / kConsumerWarpgroups;  // 64 = one wgmma M
+
+// setmaxnreg budgets: the producer needs few registers, the consumers hold 128 accumulators.
+// 40 x 128 + 232 x 256 = 64512 <= 65536 registers of the SM.
+inline constexpr uint32_t kProducerRegisters = 40;
+inline constexpr uint32_t kConsumerRegisters = 232;
+
+// Epilogue: each consumer warpgroup stages bf16 64 x 64 chunks (one 128-byte swizzled TMA box)
+// in a ring of kChunkBuffers buffers, so writing one chunk overlaps the TMA store of the last.
+inline constexpr int kChunkRows = kWarpgroupRows;
+inline constexpr int kChunkCols = 64;
+inline constexpr int kChunkBuffers = 2;
+inline constexpr int kChunkElements = kChunkRows * kChunkCols;
+
+// Tiles of one expert are visited in groups of this many M blocks, N blocks outer, M blocks
+// inner: the CTAs running at one time share a few A blocks and a few weight slabs in L2.
+inline constexpr int kRasterGroupBlocks = 8;
+
+// The epilogues index the accumulator fragment directly; mma_config.cuh pins the layout they
+// assume (CuTe's SM90 64xN fp32 accumulator): value i = v0 + 2*v1 + 4*t of a thread (warp w,
+// lane l of its warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the
+// warpgroup's 64 x kBlockN slice.
+inline constexpr int kAccumulators = kBlockN / 2;  // per thread: 64 * kBlockN / 128
+
+// Bytes the TMA deposits per stage: one A tile and one B tile.
+inline constexpr uint32_t kStageBytes = uint32_t(sizeof(Element)) * (kBlockM + kBlockN) * kBlockK;
+
+}  // namespace caracal::gemm

@@ -1,0 +1,110 @@
+#pragma once
+// The persistent, warp-specialized grouped-GEMM kernel: warpgroup 0 produces (TMA), warpgroups
+// 1 and 2 consume (wgmma + epilogue). Each CTA walks its tiles from the Gemm's scheduler;
+// producer and consumers meet only through the stage ring, so the producer loads the next tile
+// while the consumers run the epilogue of the last.
+//
+// `Gemm` describes one kernel:
+//   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
+//   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
+//                       its Params, the CTA's first tile and the stride between its tiles
+//   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
+// The kernel's parameters and shared storage are composed of the collectives' own.
+#include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/mma_config.cuh"
+#include "device/gemm/tile_coord.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+
+namespace caracal::gemm {
+
+// Launch parameters: passed as a __grid_constant__ so the TMA descriptors stay in parameter space,
+// where the TMA unit can read them.
+template <class SchedulerParams, class EpilogueParams>
+struct KernelParams {
+  MainloopParams mainloop;
+  SchedulerParams scheduler;
+  EpilogueParams epilogue;
+};
+
+template <class Gemm>
+using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params>;
+
+struct KernelStorage {
+  MainloopStorage mainloop;
+  ChunkStoreStorage epilogue;
+};
+// The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
+inline constexpr int kSmemBytes = int(sizeof(KernelStorage)) + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
+
+template <class Gemm>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
+  using namespace cute;
+  using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
+  extern __shared__ uint8_t smem_raw[];
+  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
+  KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  // Warp-uniform role indices (the shuffle tells the compiler they are uniform).
+  int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+  int const lane = int(threadIdx.x) % 32;
+
+  TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
+  if (threadIdx.x == 0) {
+    pipe.init();
+    prefetch_tma_descriptor(&p.mainloop.a);
+    prefetch_tma_descriptor(&p.mainloop.b);
+  }
+  __syncthreads();
+
+  // Standalone, the CTAs of the launch share the tiles; a fused kernel would pass its GEMM role's.
+  typename Gemm::Scheduler scheduler(p.scheduler, int(blockIdx.x), int(gridDim.x));
+
+  if (warpgroup == 0) {
+    // Producer: one thread issues every TMA load; the rest of the warpgroup retires.
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      PipelineState st;
+      for (; scheduler.has_tile(); scheduler.advance()) {
+        load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, scheduler.coord());
+      }
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    int const consumer = warpgroup - 1;                       // 0 or 1
+    int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
+    int const wg_thread = thread % kWarpgroupThreads;
+
+    // wgmma operands are shared-memory descriptors: these "fragments" are views of the stages.
+    typename Mma::TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(thread);
+    Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, stage)
+    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, stage)
+    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    static_assert(decltype(size(accum))::value == kAccumulators);
+
+    ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+    PipelineState st;
+    for (; scheduler.has_tile(); scheduler.advance()) {
+      TileCoord const tile = scheduler.coord();
+      bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
+      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+      Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
+    }
+    ring.drain();
+  }
+}
+
+}  // namespace caracal::gemm

@@ -1,0 +1,120 @@
+#pragma once
+// The tile GEMM mainloop: the producer's TMA loads and the consumers' wgmma loop for one
+// 128 x 256 output tile, K in a fixed order (k tile 0, 1, ...): the result of a tile does not
+// depend on which CTA computes it or when.
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/tile_coord.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+
+namespace caracal::gemm {
+
+// The operands of one kernel: TMA descriptors (operand_loads.cuh gives each kind's tensor and box)
+// and, for an MN-major operand, its MN extent (rows or columns of the output); unused when
+// K-major.
+struct MainloopParams {
+  CUtensorMap a;
+  CUtensorMap b;
+  int a_mn_extent;
+  int b_mn_extent;
+};
+
+// The stage ring. Swizzled buffers start on a 1024-byte (swizzle period) boundary: TMA and the
+// wgmma descriptors both derive the swizzle from address bits, assuming that base.
+struct MainloopStorage {
+  alignas(1024) Element a[kStages][kBlockM * kBlockK];
+  alignas(1024) Element b[kStages][kBlockN * kBlockK];
+  alignas(8) uint64_t full[kStages];   // TMA bytes of the stage landed
+  alignas(8) uint64_t empty[kStages];  // every consumer warp is done reading the stage
+};
+
+// An epilogue that reads a source tensor may declare
+//   static __device__ void prefetch_source(Params const&, TileCoord const&);
+// the producer calls it this many k tiles before the end of the tile's loads (plus the kStages
+// it runs ahead of the consumers), so the source sits in L2 when the epilogue reads it, without
+// being fetched so early that the operand stream evicts it again.
+inline constexpr int kSourcePrefetchLead = 8;
+
+template <class Epilogue, class = void>
+inline constexpr bool kPrefetchesSource = false;
+template <class Epilogue>
+inline constexpr bool
+    kPrefetchesSource<Epilogue, std::void_t<decltype(&Epilogue::prefetch_source)>> = true;
+
+// Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
+// Gemm's operand kind (operand_loads.cuh).
+template <class Gemm>
+__device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
+                          MainloopStorage& smem, TmaPipeline const& pipe, PipelineState& st,
+                          TileCoord const& tile) {
+  int const prefetch_at = max(tile.k_tiles - kSourcePrefetchLead, 0);
+  for (int k = 0; k < tile.k_tiles; ++k) {
+    if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
+      if (k == prefetch_at) Gemm::Epilogue::prefetch_source(epilogue, tile);
+    }
+    pipe.producer_acquire(st);
+    uint64_t* full = pipe.producer_expect(st, kStageBytes);
+    int const k_index = tile.k_begin + k * kBlockK;
+    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_begin,
+                                           p.a_mn_extent, k_index, tile.expert);
+    Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
+                                           p.b_mn_extent, k_index, tile.expert);
+    st.advance();
+  }
+}
+
+// Consumer warpgroup: accumulates its 64 x 256 slice of the tile in `accum`, keeping one batch of
+// wgmmas in flight while it waits for the next stage. With `active` false (the warpgroup's 64
+// rows need no work) it only walks the ring in step with the producer and leaves `accum` alone
+// (the epilogue stores zeros instead; defining accumulators outside wgmma here would make the
+// compiler serialize the wgmmas). With k_tiles == 0 there is nothing to walk: the caller passes
+// active == false.
+template <class TiledMma, class FragA, class FragB, class Accum>
+__device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
+                         TmaPipeline const& pipe, PipelineState& st, int k_tiles, bool active,
+                         int lane) {
+  using namespace cute;
+  if (!active) {
+    for (int k = 0; k < k_tiles; ++k) {
+      pipe.consumer_wait(st);  // keeps this warpgroup from releasing a stage before it is filled
+      pipe.consumer_release(st, lane);
+      st.advance();
+    }
+    return;
+  }
+
+  // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
+  // accumulators between two register sets, which forces a full wait). The first wgmma of the
+  // tile overwrites the accumulators, so they need no clearing.
+  tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+  PipelineState release = st;
+  CUTE_NO_UNROLL
+  for (int k = 0; k < k_tiles; ++k) {
+    pipe.consumer_wait(st);
+    warpgroup_fence_operand(accum);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+      cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), accum);
+      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();  // the previous k tile's wgmmas are done: its stage can be refilled
+    warpgroup_fence_operand(accum);
+    if (k > 0) {
+      pipe.consumer_release(release, lane);
+      release.advance();
+    }
+    st.advance();
+  }
+
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(accum);
+  pipe.consumer_release(release, lane);
+}
+
+}  // namespace caracal::gemm

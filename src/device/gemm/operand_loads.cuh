@@ -1,0 +1,94 @@
+#pragma once
+// The kinds of GEMM operand the grouped kernels stream through TMA, each with the tensor map its
+// loads need (host) and the copies of one k tile into a stage (device, the producer thread).
+//
+//   KMajorRows      row buffer [row_capacity][K]       forward A; backward dgrad A
+//   KMajorWeights   expert weights [L][N][K]           forward B
+//   MNMajorWeights  expert weights [L][K][N]           backward dgrad B (W_down, W_gate_up as stored)
+//   MNMajorRows     row buffer [row_capacity][MN]      weight gradients: both operands, the rows
+//                                                      of the buffer being the GEMM's K
+// MN-major operands are loaded as 64 x 64 boxes stacked along MN (layout in mma_config.cuh); the
+// wgmma reads them transposed from shared memory, so no operand is ever transposed in memory.
+// A K-major box reaching past a tensor's end is zero-filled by the TMA and still delivers its full
+// byte count. An MN-major box lying wholly past the operand's MN extent (a multiple of 64) is
+// loaded from the extent's last 64 instead: it only feeds output rows or columns that are never
+// stored, and no copy depends on how the TMA treats a box with no element in bounds. Either way
+// every stage receives kStageBytes.
+#include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include "device/gemm/gemm_config.cuh"
+#include "gemm/tensor_map.hpp"
+
+namespace caracal::gemm {
+
+inline constexpr uint64_t kLoadCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
+inline constexpr int kMnBox = 64;  // MN extent of one MN-major box: a 128-byte row of bf16
+
+// Where an MN-major box starting at `mn` is loaded from (see above).
+__device__ inline int mn_box(int mn, int mn_extent) { return min(mn, mn_extent - kMnBox); }
+
+struct KMajorRows {
+  static constexpr Major kMajor = Major::K;
+  template <int Rows>
+  static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t k, const char* what) {
+    return make_tensor_map_2d(base, rows, k, Rows, kBlockK, what);
+  }
+  template <int Rows>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+                              int /*mn_extent*/, int k, int /*expert*/) {
+    cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem, k, mn);
+  }
+};
+
+struct KMajorWeights {
+  static constexpr Major kMajor = Major::K;
+  template <int Rows>
+  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t n, uint64_t k,
+                              const char* what) {
+    return make_tensor_map_3d(base, experts, n, k, Rows, kBlockK, what);
+  }
+  template <int Rows>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+                              int /*mn_extent*/, int k, int expert) {
+    cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem, k, mn, expert);
+  }
+};
+
+struct MNMajorWeights {
+  static constexpr Major kMajor = Major::MN;
+  template <int Rows>
+  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,
+                              const char* what) {
+    return make_tensor_map_3d(base, experts, k, n, kBlockK, kMnBox, what);
+  }
+  template <int Rows>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+                              int mn_extent, int k, int expert) {
+    CUTE_UNROLL
+    for (int j = 0; j < Rows / kMnBox; ++j) {
+      cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem + j * kMnBox * kBlockK,
+                                   mn_box(mn + j * kMnBox, mn_extent), k, expert);
+    }
+  }
+};
+
+struct MNMajorRows {
+  static constexpr Major kMajor = Major::MN;
+  template <int Rows>
+  static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t mn, const char* what) {
+    return make_tensor_map_2d(base, rows, mn, kBlockK, kMnBox, what);
+  }
+  template <int Rows>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+                              int mn_extent, int k, int /*expert*/) {
+    CUTE_UNROLL
+    for (int j = 0; j < Rows / kMnBox; ++j) {
+      cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem + j * kMnBox * kBlockK,
+                                   mn_box(mn + j * kMnBox, mn_extent), k);
+    }
+  }
+};
+
+}  // namespace caracal::gemm

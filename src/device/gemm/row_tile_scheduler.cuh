@@ -1,0 +1,104 @@
+#pragma once
+// Persistent tile scheduler over expert-contiguous rows whose offsets live in device memory: the
+// tiles of the GEMMs whose M is the rows (forward, backward dgrad).
+//
+// Every 128-row M block belongs to exactly one expert (segments are padded to the M tile), so the
+// grouped GEMM is one GEMM over all row blocks in which each block uses its expert's weights.
+// Tiles are numbered expert by expert: expert e owns tiles [B_e * nb, B_{e+1} * nb) where
+// B_e = expert_offset[e] / 128 and nb is the number of N blocks; inside an expert, groups of
+// kRasterGroupBlocks M blocks are visited N block by N block (M fastest), so the CTAs working at
+// one time share a few A blocks and a few weight slabs in L2.
+//
+// A CTA takes tiles first, first + stride, ... while they are below the device-side total (the
+// standalone kernel: first = blockIdx.x, stride = gridDim.x). Each role
+// (producer, consumers) runs its own copy and walks the same sequence; tile indices only grow, so
+// the owning expert is found by moving a cursor forward (amortised O(1) per tile).
+#include <cstdint>
+
+#include "caracal/schedule_view.hpp"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/tile_coord.cuh"
+
+namespace caracal::gemm {
+
+class RowTileScheduler {
+ public:
+  struct Params {
+    ScheduleView schedule;  // the rows' grouping by expert (ring_rows 0: the whole schedule)
+    int n_blocks;           // ceil(N / kBlockN)
+    int k_tiles;            // K / kBlockK
+  };
+
+  // The most tiles `p` can hold: every row block of the capacity, N block by N block.
+  static int64_t max_tiles(Params const& p) {
+    return int64_t(p.schedule.row_capacity / kBlockM) * p.n_blocks;
+  }
+
+  __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride)
+      : offsets_(p.schedule.expert_offset),
+        counts_(p.schedule.expert_count),
+        num_experts_(p.schedule.num_experts),
+        n_blocks_(p.n_blocks),
+        k_tiles_(p.k_tiles),
+        tile_(first_tile),
+        stride_(tile_stride) {
+    // Never past the row buffers, whatever the offsets say.
+    int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
+    num_tiles_ = max(total_blocks, 0) * n_blocks_;
+    begin_block_ = __ldg(offsets_) / kBlockM;
+    end_block_ = __ldg(offsets_ + 1) / kBlockM;
+  }
+
+  __device__ bool has_tile() const { return tile_ < num_tiles_; }
+  __device__ void advance() { tile_ += stride_; }
+
+  // The current tile (has_tile() must hold).
+  __device__ TileCoord coord() {
+    while (tile_ >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
+      ++expert_;
+      begin_block_ = end_block_;
+      end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
+    }
+    int const local = tile_ - begin_block_ * n_blocks_;
+    int const blocks = end_block_ - begin_block_;
+    int const grouped_blocks = blocks - blocks % kRasterGroupBlocks;  // in full groups
+    int m, n;
+    if (local < grouped_blocks * n_blocks_) {
+      int const group_tiles = kRasterGroupBlocks * n_blocks_;
+      int const group = local / group_tiles;
+      int const r = local - group * group_tiles;
+      m = group * kRasterGroupBlocks + r % kRasterGroupBlocks;
+      n = r / kRasterGroupBlocks;
+    } else {  // the last, partial group
+      int const r = local - grouped_blocks * n_blocks_;
+      int const width = blocks - grouped_blocks;
+      m = grouped_blocks + r % width;
+      n = r / width;
+    }
+    TileCoord c;
+    c.expert = expert_;
+    c.m_begin = (begin_block_ + m) * kBlockM;
+    c.n_begin = n * kBlockN;
+    c.k_begin = 0;
+    c.k_tiles = k_tiles_;
+    // The end of the expert's real rows (its padded end when counts are not given).
+    c.active_end = counts_ != nullptr ? begin_block_ * kBlockM + __ldg(counts_ + expert_)
+                                      : end_block_ * kBlockM;
+    return c;
+  }
+
+ private:
+  const int32_t* offsets_;
+  const int32_t* counts_;
+  int num_experts_;
+  int n_blocks_;
+  int k_tiles_;
+  int tile_;
+  int stride_;
+  int num_tiles_;
+  int expert_ = 0;
+  int begin_block_;  // first M block of expert_
+  int end_block_;    // one past its last
+};
+
+}  // namespace caracal::gemm

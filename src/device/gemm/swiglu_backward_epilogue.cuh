@@ -1,0 +1,165 @@
+#pragma once
+// The epilogue of the down projection's dgrad: SwiGLU backward fused with the router-score
+// gradient (DESIGN §3, contract B1, B2, B5 of caracal/reference.hpp). Per row r with weight
+// g = g_r, the tile's fp32 accumulators hold d_h = dy_r · W_down[e] (dy not scaled by g), and
+//   act           = bf16(SiLU(gate) * up), recomputed from the saved bf16 gate/up exactly as the
+//                   forward epilogue computed it (swiglu_math.cuh)
+//   dg partial    = <d_h, act> over the tile's columns: the dot product is taken before g is
+//                   applied, so dL/dg is exact where g = 0 and nothing divides by g
+//   d_gate        = bf16(g d_h * up * SiLU'(gate)),  d_up = bf16(g d_h * SiLU(gate)), stored in
+//                   the interleaved gate_up column order (they feed the dx and weight GEMMs)
+//   scaled_activation = bf16(g * act): the down weight gradient's operand, which thus carries g
+// Each (row, N tile) partial of dg is written once to dg_partials[row][n_block]; a fixed-order
+// pass (router_grad_reduce) adds a row's partials. No atomics anywhere.
+//
+// The thread holding d_h column j also needs gate_j and up_j: with the 8-row interleave they are
+// the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 512 columns
+// for accumulator group t, read straight from global memory (the producer prefetched them into
+// L2 shortly before).
+#include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/swiglu_math.cuh"
+#include "device/gemm/tile_coord.cuh"
+
+namespace caracal::gemm {
+
+static_assert(kGateUpInterleave == 8, "the SwiGLU backward pairs 8-column accumulator groups");
+
+inline constexpr int kDhChunkGroups = kChunkCols / 8;  // accumulator groups of a 64-column chunk
+// Half a d_h chunk: the groups behind one 64-column chunk of d_gate_up.
+inline constexpr int kHalfGroups = kDhChunkGroups / 2;
+
+// This thread's saved gate and up pairs for the groups of half a d_h chunk: [2q + h] for group q,
+// row +8h.
+struct GateUpPairs {
+  uint32_t gate[2 * kHalfGroups];
+  uint32_t up[2 * kHalfGroups];
+};
+
+__device__ inline float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ inline float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
+
+// What one d_h element turns into.
+struct SwigluGrad {
+  float d_gate, d_up, scaled_activation, dg_term;
+};
+
+__device__ inline SwigluGrad swiglu_backward(float d_h, float gate, float up, float g) {
+  float const den = silu_denominator(gate);
+  float const silu = __fdiv_rn(gate, den);
+  float const act = round_to_bf16(__fmul_rn(silu, up));  // = the forward's bf16 activation
+  float const sigmoid = __frcp_rn(den);
+  float const d_silu = fmaf(silu, 1.0f - sigmoid, sigmoid);  // SiLU'(x) = s + SiLU(x)(1 - s)
+  float const d_activation = g * d_h;
+  return {d_activation * up * d_silu, d_activation * silu, g * act, d_h * act};
+}
+
+struct SwigluBackwardEpilogue {
+  struct Params {
+    CUtensorMap d_gate_up;      // bf16 [row_capacity][2I], box 64 x 64
+    CUtensorMap scaled_activation;  // bf16 [row_capacity][I], box 64 x 64: bf16(g * SwiGLU)
+    CUtensorMap gate_up_source;     // the saved gate_up [row_capacity][2I], box 128 x 64, prefetched
+                                    // into L2 ahead of the epilogue
+    const __nv_bfloat16* gate_up;   // the same, read by the epilogue
+    const float* row_gates;         // [row_capacity] g per row
+    float* dg_partials;             // [row_capacity][n_blocks]
+    int intermediate;               // I
+    int n_blocks;                   // N blocks of the GEMM (N = I)
+  };
+
+  // Producer: pull the tile's 128 rows x 512 columns of gate_up into L2 (mainloop.cuh says when).
+  __device__ static void prefetch_source(Params const& p, TileCoord const& tile) {
+    CUTE_UNROLL
+    for (int c = 0; c < 2 * kBlockN / kChunkCols; ++c) {
+      int const col = 2 * tile.n_begin + c * kChunkCols;
+      if (col >= 2 * p.intermediate) break;
+      cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_begin);
+    }
+  }
+
+  template <class Accum>
+  __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
+                               bool active, ChunkStoreRing& ring, int warpgroup) {
+    int const thread = int(threadIdx.x) % kWarpgroupThreads;
+    int const lane = thread % 32;
+    int const block_row = tile.m_begin + warpgroup * kWarpgroupRows;
+    int const row = block_row + 16 * (thread / 32) + lane / 4;  // and row + 8
+    int const intermediate = p.intermediate;
+
+    // Row r of gate_up as bf16 pairs: I words; this thread's gate pair of group t sits at word
+    // n_begin + 8t + l%4 (16t + 2(l%4) in bf16), its up pair 4 words later.
+    const uint32_t* src[2];
+    float g[2] = {0.0f, 0.0f};
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      src[h] = reinterpret_cast<const uint32_t*>(p.gate_up) +
+               int64_t(row + 8 * h) * intermediate + tile.n_begin + lane % 4;
+      if (active) g[h] = __ldg(p.row_gates + row + 8 * h);
+    }
+
+    float dg[2] = {0.0f, 0.0f};
+    CUTE_UNROLL
+    for (int hc = 0; hc < kBlockN / kChunkCols; ++hc) {
+      if (tile.n_begin + hc * kChunkCols >= intermediate) break;
+      ChunkWords activation_words{};  // an inactive slice stores zeros
+      CUTE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        ChunkWords grad_words{};
+        if (active) {
+          int const group0 = kDhChunkGroups * hc + kHalfGroups * half;  // first group of the half
+          GateUpPairs pairs;
+          CUTE_UNROLL
+          for (int q = 0; q < kHalfGroups; ++q) {
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              pairs.gate[2 * q + h] = __ldg(src[h] + 8 * (group0 + q));
+              pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
+            }
+          }
+          CUTE_UNROLL
+          for (int q = 0; q < kHalfGroups; ++q) {
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              int const i = 4 * (group0 + q) + 2 * h;
+              uint32_t const gp = pairs.gate[2 * q + h], up = pairs.up[2 * q + h];
+              SwigluGrad const lo = swiglu_backward(acc(i), bf16_low(gp), bf16_low(up), g[h]);
+              SwigluGrad const hi =
+                  swiglu_backward(acc(i + 1), bf16_high(gp), bf16_high(up), g[h]);
+              dg[h] += lo.dg_term;
+              dg[h] += hi.dg_term;
+              // Output group 2q holds d_gate of the d_h group, 2q + 1 its d_up (gate_up order).
+              grad_words.w[2 * (2 * q) + h] = pack_bf16x2(lo.d_gate, hi.d_gate);
+              grad_words.w[2 * (2 * q + 1) + h] = pack_bf16x2(lo.d_up, hi.d_up);
+              activation_words.w[2 * (kHalfGroups * half + q) + h] =
+                  pack_bf16x2(lo.scaled_activation, hi.scaled_activation);
+            }
+          }
+        }
+        ring.acquire();
+        ring.write(grad_words);
+        ring.store(&p.d_gate_up, 2 * (tile.n_begin + hc * kChunkCols) + half * kChunkCols, block_row);
+      }
+      ring.acquire();
+      ring.write(activation_words);
+      ring.store(&p.scaled_activation, tile.n_begin + hc * kChunkCols, block_row);
+    }
+
+    // The four lanes of a row hold disjoint columns: add them in a fixed butterfly (every lane
+    // ends with the same bits), then one lane writes the row's partial.
+    int const n_block = tile.n_begin / kBlockN;
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float s = dg[h];
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (lane % 4 == 0) p.dg_partials[int64_t(row + 8 * h) * p.n_blocks + n_block] = s;
+    }
+  }
+};
+
+}  // namespace caracal::gemm

@@ -1,0 +1,71 @@
+#pragma once
+// The shared-memory stage ring between the TMA producer and the wgmma consumers.
+//
+// Every stage has a "full" mbarrier (the producer's arrive_and_expect_tx plus the TMA's
+// transaction bytes) and an "empty" mbarrier (one arrival per consumer warp once its wgmmas have
+// finished reading the stage). Both sides walk the ring in the same order across all the tiles
+// of a persistent CTA; mbarrier waits name the phase by its parity.
+#include <cstdint>
+
+#include <cutlass/arch/barrier.h>
+
+#include "device/gemm/gemm_config.cuh"
+
+namespace caracal::gemm {
+
+// Position in the ring: the stage and the parity of its current use.
+struct PipelineState {
+  int stage = 0;
+  uint32_t phase = 0;
+
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+class TmaPipeline {
+ public:
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+  __device__ TmaPipeline(uint64_t* full, uint64_t* empty) : full_(full), empty_(empty) {}
+
+  // One thread, before the CTA-wide barrier that precedes any use.
+  __device__ void init() const {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&full_[s], 1);
+      EmptyBarrier::init(&empty_[s], kConsumerWarps);
+    }
+    cutlass::arch::fence_barrier_init();  // make the inits visible to the async (TMA) proxy
+  }
+
+  // Producer: wait until the consumers released the stage's previous use. A fresh barrier
+  // counts as having completed the phase before its first, so the first lap does not wait.
+  __device__ void producer_acquire(PipelineState st) const {
+    EmptyBarrier::wait(&empty_[st.stage], st.phase ^ 1u);
+  }
+  // Producer: announce the bytes the stage's TMA copies will deliver; returns the barrier they
+  // complete on.
+  __device__ uint64_t* producer_expect(PipelineState st, uint32_t bytes) const {
+    FullBarrier::arrive_and_expect_tx(&full_[st.stage], bytes);
+    return &full_[st.stage];
+  }
+
+  // Consumers: wait until the stage's bytes have landed.
+  __device__ void consumer_wait(PipelineState st) const {
+    FullBarrier::wait(&full_[st.stage], st.phase);
+  }
+  // Consumers, every thread of a warp after its reads of the stage completed: one arrival.
+  __device__ void consumer_release(PipelineState st, int lane) const {
+    if (lane == 0) EmptyBarrier::arrive(&empty_[st.stage]);
+  }
+
+ private:
+  uint64_t* full_;
+  uint64_t* empty_;
+};
+
+}  // namespace caracal::gemm

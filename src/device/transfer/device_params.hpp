@@ -1,0 +1,30 @@
+#pragma once
+// Parameters of the exchange's device blocks, as plain data that host launchers fill in.
+#include <cstdint>
+
+#include "caracal/transfer/exchange_buffers.hpp"
+#include "caracal/transfer/routing_fault.hpp"
+
+namespace caracal::transfer {
+
+// What the schedule builder (schedule_build.cuh) needs; sizes as in exchange_shape.hpp.
+struct ScheduleParams {
+  int routes = 0;  // T * k
+  int top_k = 0;
+  int num_experts = 0;    // E
+  int local_experts = 0;  // L
+  int world_size = 0;     // W
+  int tile_m = 0;
+  int chunks = 0;  // ceil(routes / kScheduleChunkRoutes)
+  int row_capacity = 0;  // the most rows a rank's schedule can have (TokenExchange::schedule_view)
+  ScheduleBuffers buffers;
+  RoutingFaultSink fault;
+};
+
+// The router normalization of DESIGN §1 in the precision the kernels use.
+struct RouterScaling {
+  float scale = 1.0f;
+  bool normalize = true;
+};
+
+}  // namespace caracal::transfer

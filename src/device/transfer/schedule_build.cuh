@@ -1,0 +1,258 @@
+#pragma once
+// The schedule table built on the GPU (DESIGN §2): the device blocks, and build_schedule() which
+// chains them for one rank. The placement rule is the host twin's (schedule.hpp), bit for bit.
+//
+// Work unit: a chunk = kScheduleChunkRoutes consecutive routes (token*k + slot) of one source
+// rank, handled by one warp in kChunkSteps steps of 32 routes, lane i holding route 32*step + i.
+// Three phases per rank, separated by world barriers:
+//   0. reset this rank's route_location table to {-1, -1} (peers fill it in phase 2);
+//   1. pull: each chunk of each source's topk_idx is read once from the source's heap,
+//      validated, reduced to "local expert or -1" in kept_experts, and counted per local expert
+//      into chunk_counts[source][chunk][expert];
+//   2. place: every CTA sums the chunk counts into the rank's per-(expert, source) counts and
+//      padded segment offsets (in shared memory); each chunk's warp then ranks its routes and
+//      writes rows[...] = {source, route} and, into the source's table, route_location[route] =
+//      {rank, row}; padding rows get {-1, -1}.
+// Determinism: a route's index j among its source's routes to its expert is
+//   (routes to that expert in the source's earlier chunks: a sum of chunk counts)
+//   + (routes to it in earlier steps of this chunk: a per-warp running base in shared memory)
+//   + (lower lanes of this step with the same expert: __match_any_sync + popc),
+// all integers computed in a fixed way, so placement never depends on timing and no atomics are
+// used. The counts themselves are plain sums too.
+#include <cstdint>
+
+#include "device/comm/device_sync.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/transfer/device_params.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
+#include "device/transfer/routing_fault.cuh"
+#include "device/transfer/row_copy.cuh"
+#include "device/transfer/warp_work.cuh"
+
+namespace caracal::transfer::schedule {
+
+inline constexpr int kChunkRoutes = static_cast<int>(kScheduleChunkRoutes);
+inline constexpr int kChunkSteps = kChunkRoutes / kWarpSize;
+static_assert(kChunkSteps * kWarpSize == kChunkRoutes, "a chunk is a whole number of warp steps");
+
+// Ints of dynamic shared memory build_schedule() needs per CTA of `warps` warps.
+__host__ __device__ constexpr int64_t shared_ints(int64_t num_experts, int64_t local_experts, int64_t warps) {
+  return num_experts + 2 * local_experts + 1 + warps * local_experts;
+}
+
+// One CTA's view of its rank's layout, in shared memory.
+struct SharedLayout {
+  int* source_count;  // [L][W] routes per (local expert, source)
+  int* expert_count;  // [L]
+  int* offset;        // [L + 1] padded segment offsets
+  int* warp_scratch;  // [L] this warp's per-expert counters
+};
+
+__device__ inline SharedLayout carve_shared(int* shared, const ScheduleParams& p, int warp) {
+  SharedLayout layout;
+  layout.source_count = shared;
+  layout.expert_count = layout.source_count + p.num_experts;  // L * W = E
+  layout.offset = layout.expert_count + p.local_experts;
+  layout.warp_scratch = layout.offset + p.local_experts + 1 + warp * p.local_experts;
+  return layout;
+}
+
+// Row of the j-th route from `source` within its expert's segment, given every source's count:
+// sum_q min(c_q, j) + #{q < source : c_q > j} (the round-robin deal of DESIGN §2).
+__device__ __forceinline__ int round_robin_row(const int* count, int world_size, int source, int j) {
+  int row = 0;
+  for (int q = 0; q < world_size; ++q) {
+    const int c = count[q];
+    row += min(c, j) + (q < source && c > j ? 1 : 0);
+  }
+  return row;
+}
+
+// Phase 0, before the barrier that opens phase 1: nothing processes this rank's routes yet.
+__device__ inline void reset_route_locations(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int thread,
+                                             int threads) {
+  int2* location = world.at(p.buffers.route_location, rank);
+  for (int r = thread; r < p.routes; r += threads) location[r] = make_int2(-1, -1);
+}
+
+// Phase 1, one warp: pulls chunk `chunk` of `source`'s topk_idx, keeps each route's local expert
+// (or -1) and writes the chunk's per-expert counts. `counts` is the warp's [L] scratch.
+__device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source,
+                                            int chunk, int* counts, int lane) {
+  const int first_expert = rank * p.local_experts;
+  const int32_t* ids = world.at(p.buffers.topk_idx, source);
+  int32_t* kept = world.at(p.buffers.kept_experts, rank) + static_cast<int64_t>(source) * p.routes;
+  const int begin = chunk * kChunkRoutes;
+
+  for (int e = lane; e < p.local_experts; e += kWarpSize) counts[e] = 0;
+  int32_t id[kChunkSteps];  // all loads of the chunk in flight at once
+#pragma unroll
+  for (int step = 0; step < kChunkSteps; ++step) {
+    const int route = begin + step * kWarpSize + lane;
+    id[step] = route < p.routes ? ids[route] : -1;
+  }
+  __syncwarp();  // counts are zeroed
+#pragma unroll
+  for (int step = 0; step < kChunkSteps; ++step) {
+    const int route = begin + step * kWarpSize + lane;
+    const int32_t expert = id[step];
+    const bool valid = is_valid_slot(expert, p.num_experts);
+    const unsigned invalid = __ballot_sync(~0u, !valid);
+    if (invalid != 0u && lane == __ffs(invalid) - 1) {  // one report per step: faults are rare
+      report_expert_out_of_range(p.fault, rank, source, route, p.top_k, expert, p.num_experts);
+    }
+    const bool ours = valid && expert >= first_expert && expert < first_expert + p.local_experts;
+    const int local = ours ? expert - first_expert : -1;
+    if (route < p.routes) kept[route] = local;
+    const unsigned same = __match_any_sync(~0u, local);
+    if (local >= 0 && lane == kWarpSize - 1 - __clz(same)) counts[local] += __popc(same);  // one lane per expert
+    __syncwarp();  // the next step's updates come after this one's
+  }
+  int* out =
+      world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + chunk) * p.local_experts;
+  for (int e = lane; e < p.local_experts; e += kWarpSize) out[e] = counts[e];
+  __syncwarp();  // counts is reused by the warp's next chunk
+}
+
+// Phase 2, all threads of the CTA: this rank's counts and segment offsets into shared memory.
+__device__ inline void load_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
+                                   const SharedLayout& layout) {
+  const int L = p.local_experts;
+  const int W = p.world_size;
+  const int* chunk_counts = world.at(p.buffers.chunk_counts, rank);
+  // (source, expert) with the expert fastest, so neighbouring threads read neighbouring words.
+  for (int i = static_cast<int>(threadIdx.x); i < W * L; i += static_cast<int>(blockDim.x)) {
+    const int source = i / L;
+    const int e = i % L;
+    const int* counts = chunk_counts + static_cast<int64_t>(source) * p.chunks * L + e;
+    int n = 0;
+    for (int c = 0; c < p.chunks; ++c) n += counts[static_cast<int64_t>(c) * L];
+    layout.source_count[e * W + source] = n;
+  }
+  __syncthreads();
+  // Warp 0: exclusive prefix sum of the padded counts, 32 experts at a time.
+  if (threadIdx.x < kWarpSize) {
+    const int lane = static_cast<int>(threadIdx.x);
+    if (lane == 0) layout.offset[0] = 0;
+    int carry = 0;
+    for (int base = 0; base < L; base += kWarpSize) {
+      const int e = base + lane;
+      int padded = 0;
+      if (e < L) {
+        int n = 0;
+        for (int q = 0; q < W; ++q) n += layout.source_count[e * W + q];
+        layout.expert_count[e] = n;
+        padded = (n + p.tile_m - 1) / p.tile_m * p.tile_m;
+      }
+      int inclusive = padded;
+      for (int d = 1; d < kWarpSize; d <<= 1) {
+        const int below = __shfl_up_sync(~0u, inclusive, d);
+        if (lane >= d) inclusive += below;
+      }
+      if (e < L) layout.offset[e + 1] = carry + inclusive;
+      carry += __shfl_sync(~0u, inclusive, kWarpSize - 1);
+    }
+  }
+  __syncthreads();
+}
+
+// Phase 2, the threads of one CTA per rank: the layout as the schedule's outputs.
+__device__ inline void publish_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
+                                      const SharedLayout& layout) {
+  const int L = p.local_experts;
+  int32_t* offset = world.at(p.buffers.expert_offset, rank);
+  int32_t* count = world.at(p.buffers.expert_count, rank);
+  int32_t* source_count = world.at(p.buffers.source_count, rank);
+  for (int i = static_cast<int>(threadIdx.x); i <= L; i += static_cast<int>(blockDim.x)) offset[i] = layout.offset[i];
+  for (int i = static_cast<int>(threadIdx.x); i < L; i += static_cast<int>(blockDim.x))
+    count[i] = layout.expert_count[i];
+  for (int i = static_cast<int>(threadIdx.x); i < L * p.world_size; i += static_cast<int>(blockDim.x)) {
+    source_count[i] = layout.source_count[i];
+  }
+}
+
+// Phase 2, this rank's warps: padding rows {-1, -1} at the end of every segment.
+__device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, const SharedLayout& layout,
+                                    WarpWorkers workers, int lane) {
+  int2* rows = world.at(p.buffers.rows, rank);
+  for (int e = workers.index; e < p.local_experts; e += workers.count) {
+    for (int r = layout.offset[e] + layout.expert_count[e] + lane; r < layout.offset[e + 1]; r += kWarpSize) {
+      rows[r] = make_int2(-1, -1);
+    }
+  }
+}
+
+// Phase 2, one warp: places chunk `chunk` of `source`'s routes. `next_j` is the warp's [L]
+// scratch: per expert, the index j of the source's next route to it.
+__device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
+                                   const SharedLayout& layout, int* next_j, int lane) {
+  const int L = p.local_experts;
+  const int* counts = world.at(p.buffers.chunk_counts, rank) + static_cast<int64_t>(source) * p.chunks * L;
+  for (int e = lane; e < L; e += kWarpSize) {
+    int n = 0;
+    for (int c = 0; c < chunk; ++c) n += counts[static_cast<int64_t>(c) * L + e];
+    next_j[e] = n;
+  }
+  const int32_t* kept = world.at(p.buffers.kept_experts, rank) + static_cast<int64_t>(source) * p.routes;
+  const int begin = chunk * kChunkRoutes;
+  int32_t local[kChunkSteps];
+#pragma unroll
+  for (int step = 0; step < kChunkSteps; ++step) {
+    const int route = begin + step * kWarpSize + lane;
+    local[step] = route < p.routes ? kept[route] : -1;
+  }
+  __syncwarp();  // next_j is initialized
+  int2* rows = world.at(p.buffers.rows, rank);
+  int2* home_location = world.at(p.buffers.route_location, source);
+  const unsigned lower_lanes = (1u << lane) - 1u;
+#pragma unroll
+  for (int step = 0; step < kChunkSteps; ++step) {
+    const int route = begin + step * kWarpSize + lane;
+    const int e = local[step];
+    const unsigned same = __match_any_sync(~0u, e);
+    if (e >= 0) {
+      const int j = next_j[e] + __popc(same & lower_lanes);
+      const int row =
+          layout.offset[e] + round_robin_row(layout.source_count + e * p.world_size, p.world_size, source, j);
+      rows[row] = make_int2(source, route);
+      home_location[route] = make_int2(rank, row);
+    }
+    __syncwarp();  // every lane has read next_j[e] before its update
+    if (e >= 0 && lane == kWarpSize - 1 - __clz(same)) next_j[e] += __popc(same);
+    __syncwarp();
+  }
+}
+
+// The whole builder for `place`'s rank. Every CTA of the role calls it (it holds three world
+// barriers) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`.
+// Inputs: every rank's topk_idx, written before the launch. False after a timed-out barrier
+// (recorded by the comm layer): the caller returns.
+__device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                      const ScheduleParams& p, int* shared) {
+  const int rank = place.rank;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const WarpWorkers warps = rank_warps(place);
+  const SharedLayout layout = carve_shared(shared, p, warp);
+  const int items = p.world_size * p.chunks;  // (source, chunk), source-major
+
+  reset_route_locations(world, rank, p, place.index * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x),
+                        place.count * static_cast<int>(blockDim.x));
+  // Every rank's topk_idx is published and its route table reset before anyone reads or pushes.
+  if (!comm::world_barrier(world, place)) return false;
+  for (int item = warps.index; item < items; item += warps.count) {
+    pull_and_count_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
+  }
+  // This rank's kept experts and chunk counts are complete.
+  if (!comm::world_barrier(world, place)) return false;
+  load_layout(world, rank, p, layout);
+  if (place.index == 0) publish_layout(world, rank, p, layout);
+  pad_segments(world, rank, p, layout, warps, lane);
+  for (int item = warps.index; item < items; item += warps.count) {
+    place_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout, layout.warp_scratch, lane);
+  }
+  // Every route location has landed in its home rank's table.
+  return comm::world_barrier(world, place);
+}
+
+}  // namespace caracal::transfer::schedule

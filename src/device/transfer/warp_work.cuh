@@ -1,0 +1,58 @@
+#pragma once
+// Handing out rows and tokens to warps. The transfers flatten the work of all the process's
+// local ranks into one sequence that every warp of the launch strides through: in loopback a
+// rank that receives most of the rows (skewed routing) is then served by the whole GPU rather
+// than by its own share of the CTAs. With one local rank (NCCL) this is a plain grid-stride loop.
+// Every lane of a warp visits the same items, so visit() may use warp-wide operations.
+#include <cstdint>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "caracal/comm/symmetric_ptr.hpp"
+
+namespace caracal::transfer {
+
+// A warp's place among the `count` warps that share some work.
+struct WarpWorkers {
+  int index = 0;
+  int count = 1;
+};
+
+// Every warp of `place`'s role, over all local ranks, in (local rank, CTA, warp) order: in a launch
+// of one role, all warps of the launch.
+__device__ __forceinline__ WarpWorkers role_warps(const comm::DeviceWorld& world, const comm::CtaPlace& place) {
+  const int warps_per_cta = static_cast<int>(blockDim.x) / 32;
+  return {(place.local_rank * place.count + place.index) * warps_per_cta + static_cast<int>(threadIdx.x) / 32,
+          world.local_ranks * place.count * warps_per_cta};
+}
+
+// The warps of `place`'s role that serve its own rank, in (CTA, warp) order.
+__device__ __forceinline__ WarpWorkers rank_warps(const comm::CtaPlace& place) {
+  const int warps_per_cta = static_cast<int>(blockDim.x) / 32;
+  return {place.index * warps_per_cta + static_cast<int>(threadIdx.x) / 32, place.count * warps_per_cta};
+}
+
+// Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the
+// warps taking turns over the flattened sequence. Only 32-bit divisions: a 64-bit one is a
+// subroutine call, around which ptxas spills.
+template <typename CountOf, typename Visit>
+__device__ void for_each_local_item(const comm::DeviceWorld& world, WarpWorkers workers, CountOf count_of,
+                                    Visit&& visit) {
+  int phase = 0;  // flattened index of the local rank's item 0, modulo workers.count
+  for (int local = 0; local < world.local_ranks; ++local) {
+    const int rank = world.first_local_rank + local;
+    const int items = count_of(rank);
+    const int first = workers.index >= phase ? workers.index - phase : workers.index - phase + workers.count;
+    for (int64_t item = first; item < items; item += workers.count) visit(rank, static_cast<int>(item));
+    phase = (phase + items % workers.count) % workers.count;
+  }
+}
+
+// Tokens [0, tokens) of every local rank.
+template <typename Visit>
+__device__ void for_each_local_token(const comm::DeviceWorld& world, int tokens, WarpWorkers workers, Visit&& visit) {
+  for_each_local_item(
+      world, workers, [tokens](int) { return tokens; }, visit);
+}
+
+}  // namespace caracal::transfer

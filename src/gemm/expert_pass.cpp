@@ -1,0 +1,74 @@
+#include "caracal/gemm/expert_pass.hpp"
+
+#include "caracal/gemm/grouped_gemm_backward.hpp"
+
+namespace caracal::gemm {
+
+void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
+  gemm::UpGateSwigluArgs up;
+  up.rows = pass.rows;
+  up.hidden = pass.hidden;
+  up.intermediate = pass.intermediate;
+  up.x = pass.x;
+  up.w_gate_up = weights.w_gate_up;
+  up.activation_out = pass.activation;
+  up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
+  up.num_ctas = pass.num_ctas;
+  gemm::grouped_up_gate_swiglu(up, stream);
+
+  gemm::DownProjArgs down;
+  down.rows = pass.rows;
+  down.hidden = pass.hidden;
+  down.intermediate = pass.intermediate;
+  down.activation = pass.activation;
+  down.w_down = weights.w_down;
+  down.y_out = pass.out;
+  down.num_ctas = pass.num_ctas;
+  gemm::grouped_down_proj(down, stream);
+}
+
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
+  // g enters after the dot product, so dg stays exact where g = 0 (DESIGN §3).
+  gemm::DownDgradSwigluArgs dgrad;
+  dgrad.rows = pass.rows;
+  dgrad.hidden = pass.hidden;
+  dgrad.intermediate = pass.intermediate;
+  dgrad.dy = pass.dy;
+  dgrad.w_down = weights.w_down;
+  dgrad.gate_up = pass.gate_up;
+  dgrad.gates = pass.gates;
+  dgrad.d_gate_up_out = pass.d_gate_up;
+  dgrad.scaled_activation_out = pass.activation;
+  dgrad.d_gates_out = pass.dg;
+  dgrad.workspace = pass.workspace;
+  dgrad.num_ctas = pass.num_ctas;
+  gemm::grouped_down_dgrad_swiglu(dgrad, stream);
+
+  gemm::GateUpDgradArgs dx;
+  dx.rows = pass.rows;
+  dx.hidden = pass.hidden;
+  dx.intermediate = pass.intermediate;
+  dx.d_gate_up = pass.d_gate_up;
+  dx.w_gate_up = weights.w_gate_up;
+  dx.dx_out = pass.dx;
+  dx.num_ctas = pass.num_ctas;
+  gemm::grouped_gate_up_dgrad(dx, stream);
+
+  gemm::WeightGradArgs wgrad;
+  wgrad.rows = pass.rows;
+  wgrad.hidden = pass.hidden;
+  wgrad.intermediate = pass.intermediate;
+  wgrad.x = pass.x;
+  wgrad.dy = pass.dy;
+  wgrad.d_gate_up = pass.d_gate_up;
+  wgrad.scaled_activation = pass.activation;
+  wgrad.d_w_gate_up = grads.w_gate_up;
+  wgrad.d_w_down = grads.w_down;
+  wgrad.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
+  wgrad.d_w_down_bf16 = grads.w_down_bf16;
+  wgrad.num_ctas = pass.num_ctas;
+  gemm::grouped_weight_grads(wgrad, stream);
+}
+
+}  // namespace caracal::gemm

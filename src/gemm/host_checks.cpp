@@ -1,0 +1,169 @@
+#include "gemm/host_checks.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "caracal/error.hpp"
+#include "device/gemm/tile_shape.hpp"
+
+namespace caracal::gemm {
+namespace {
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+void check_dim(int value, const char* fn, const char* name) {
+  CARACAL_CHECK(value > 0 && value % kGroupedGemmDimAlignment == 0, fn, ": ", name,
+                " must be a positive multiple of ", kGroupedGemmDimAlignment, ", got ", value);
+}
+
+void check_rows(const ScheduleView& rows, const char* fn) {
+  CARACAL_CHECK(rows.num_experts >= 1, fn, ": rows.num_experts must be >= 1, got ",
+                rows.num_experts);
+  CARACAL_CHECK(rows.row_capacity >= 0 && rows.row_capacity % kGroupedGemmTileM == 0, fn,
+                ": rows.row_capacity must be a non-negative multiple of ", kGroupedGemmTileM,
+                ", got ", rows.row_capacity);
+  CARACAL_CHECK(rows.expert_offset != nullptr && aligned(rows.expert_offset, 4), fn,
+                ": rows.expert_offset must be a 4-byte aligned device pointer to num_experts + 1 "
+                "int32 offsets, got ",
+                static_cast<const void*>(rows.expert_offset));
+  CARACAL_CHECK(aligned(rows.expert_count, 4), fn,
+                ": rows.expert_count must be null or a 4-byte aligned device pointer, got ",
+                static_cast<const void*>(rows.expert_count));
+  CARACAL_CHECK(rows.ring_rows == 0, fn,
+                ": rows.ring_rows must be 0 (the standalone GEMMs run over the whole schedule, buffer row = "
+                "schedule row), got ",
+                rows.ring_rows);
+}
+
+// A matrix or fp32 array: non-null and 16-byte aligned (TMA boxes, vector stores), except row
+// buffers of an empty capacity.
+void check_pointer(const void* p, bool may_be_null, const char* fn, const char* name) {
+  CARACAL_CHECK(may_be_null || p != nullptr, fn, ": ", name,
+                " must be a 16-byte aligned device pointer, got null");
+  CARACAL_CHECK(aligned(p, 16), fn, ": ", name, " must be 16-byte aligned, got ", p);
+}
+
+// A gradient output given in fp32 or in bf16: exactly one of the pair, 16-byte aligned.
+void check_one_output(const void* f32, const void* bf16, const char* fn, const char* name) {
+  CARACAL_CHECK((f32 != nullptr) != (bf16 != nullptr), fn, ": exactly one of ", name, " (fp32) and ", name,
+                "_bf16 must be a 16-byte aligned device pointer, got ", f32 ? "both" : "null for both");
+  const std::string bf16_name = std::string(name) + "_bf16";
+  check_pointer(f32 ? f32 : bf16, false, fn, f32 ? name : bf16_name.c_str());
+}
+
+void check_num_ctas(int num_ctas, const char* fn) {
+  CARACAL_CHECK(num_ctas >= 0, fn, ": num_ctas must be >= 0 (0: one per SM), got ", num_ctas);
+}
+
+// Tile indices are 32-bit on the device.
+void check_tile_count(const ScheduleView& rows, int64_t n, const char* fn) {
+  int64_t const tiles =
+      int64_t(rows.row_capacity / kGroupedGemmTileM) * ((n + kBlockN - 1) / kBlockN);
+  CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
+                ": rows.row_capacity x N is too large (", tiles, " tiles, must be < 2^31)");
+}
+
+// Weight-gradient tiles (num_experts x ceil(M / 128) x ceil(N / 256)) too.
+void check_weight_tile_count(int num_experts, int64_t m, int64_t n, const char* fn) {
+  int64_t const tiles = int64_t(num_experts) * ((m + kBlockM - 1) / kBlockM) *
+                        ((n + kBlockN - 1) / kBlockN);
+  CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
+                ": num_experts x M x N is too large (", tiles, " tiles of ", m, " x ", n,
+                ", must be < 2^31)");
+}
+
+}  // namespace
+
+void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
+  const char* fn = "grouped_up_gate_swiglu";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.x, no_rows, fn, "x");
+  check_pointer(a.w_gate_up, false, fn, "w_gate_up");
+  check_pointer(a.activation_out, no_rows, fn, "activation_out");
+  check_pointer(a.gate_up_out, true, fn, "gate_up_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
+}
+
+void check_down_proj_args(const DownProjArgs& a) {
+  const char* fn = "grouped_down_proj";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.activation, no_rows, fn, "activation");
+  check_pointer(a.w_down, false, fn, "w_down");
+  check_pointer(a.y_out, no_rows, fn, "y_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.hidden, fn);
+}
+
+void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
+  const char* fn = "grouped_down_dgrad_swiglu";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.dy, no_rows, fn, "dy");
+  check_pointer(a.w_down, false, fn, "w_down");
+  check_pointer(a.gate_up, no_rows, fn, "gate_up");
+  check_pointer(a.gates, no_rows, fn, "gates");
+  check_pointer(a.d_gate_up_out, no_rows, fn, "d_gate_up_out");
+  check_pointer(a.scaled_activation_out, no_rows, fn, "scaled_activation_out");
+  check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
+  check_pointer(a.workspace, no_rows, fn, "workspace");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.intermediate, fn);
+}
+
+void check_gate_up_dgrad_args(const GateUpDgradArgs& a) {
+  const char* fn = "grouped_gate_up_dgrad";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
+  check_pointer(a.w_gate_up, false, fn, "w_gate_up");
+  check_pointer(a.dx_out, no_rows, fn, "dx_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_count(a.rows, a.hidden, fn);
+}
+
+void check_weight_grads_args(const WeightGradArgs& a) {
+  const char* fn = "grouped_weight_grads";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)");
+  check_dim(a.intermediate, fn, "intermediate (I)");
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_pointer(a.x, no_rows, fn, "x");
+  check_pointer(a.dy, no_rows, fn, "dy");
+  check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
+  check_pointer(a.scaled_activation, no_rows, fn, "scaled_activation");
+  check_one_output(a.d_w_gate_up, a.d_w_gate_up_bf16, fn, "d_w_gate_up");
+  check_one_output(a.d_w_down, a.d_w_down_bf16, fn, "d_w_down");
+  check_num_ctas(a.num_ctas, fn);
+  check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn);
+  check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn);
+}
+
+int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn) {
+  int ctas = num_ctas;
+  if (ctas == 0) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device);
+    }
+    CARACAL_CHECK(err == cudaSuccess, fn, ": cannot read the SM count: ", cudaGetErrorString(err));
+  }
+  return int(std::max<int64_t>(1, std::min<int64_t>(ctas, max_tiles)));
+}
+
+}  // namespace caracal::gemm

@@ -1,0 +1,22 @@
+#pragma once
+// Host-side argument checks of the grouped-GEMM entry points. Each throws caracal::Error whose
+// message names the function, the argument, the value expected and the value given; none of them
+// touches CUDA, so they run (and are tested) without a GPU.
+#include <cstdint>
+
+#include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
+
+namespace caracal::gemm {
+
+void check_up_gate_swiglu_args(const UpGateSwigluArgs& args);
+void check_down_proj_args(const DownProjArgs& args);
+void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& args);
+void check_gate_up_dgrad_args(const GateUpDgradArgs& args);
+void check_weight_grads_args(const WeightGradArgs& args);
+
+// Persistent grid size: num_ctas, or one CTA per SM of the current device when 0; never more
+// than the tiles the row capacity can hold, never less than 1.
+int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn);
+
+}  // namespace caracal::gemm

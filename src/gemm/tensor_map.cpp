@@ -1,0 +1,68 @@
+#include "gemm/tensor_map.hpp"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+
+#include "caracal/error.hpp"
+
+namespace caracal::gemm {
+namespace {
+
+constexpr uint64_t kElementBytes = 2;  // bf16
+constexpr uint64_t kF32Bytes = 4;
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    cudaError_t const err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &status);
+    CARACAL_CHECK(err == cudaSuccess && status == cudaDriverEntryPointSuccess && ptr != nullptr,
+                  "grouped GEMM: cannot find the driver's cuTensorMapEncodeTiled (",
+                  cudaGetErrorString(err), ")");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+CUtensorMap encode(const void* base, uint32_t rank, const cuuint64_t* dims,
+                   const cuuint64_t* strides, const cuuint32_t* box, const char* what,
+                   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
+  CUtensorMap map{};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUresult const r = encode_function()(
+      &map, type, rank, const_cast<void*>(base), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CARACAL_CHECK(r == CUDA_SUCCESS, "grouped GEMM: cuTensorMapEncodeTiled failed for ", what,
+                " (CUresult ", int(r), ")");
+  return map;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                               uint32_t box_cols, const char* what) {
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * kElementBytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  return encode(base, 2, dims, strides, box, what);
+}
+
+CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                                   uint32_t box_cols, const char* what) {
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * kF32Bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  return encode(base, 2, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+}
+
+CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,
+                               uint32_t box_rows, uint32_t box_cols, const char* what) {
+  const cuuint64_t dims[3] = {cols, rows, batch};
+  const cuuint64_t strides[2] = {cols * kElementBytes, rows * cols * kElementBytes};
+  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  return encode(base, 3, dims, strides, box, what);
+}
+
+}  // namespace caracal::gemm

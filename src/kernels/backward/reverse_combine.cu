@@ -1,0 +1,40 @@
+// reverse_combine: the expert side pulls the dy rows of its schedule from their home ranks, with
+// each route's g beside them.
+#include "device/comm/device_sync.cuh"
+#include "device/transfer/pull_rows.cuh"
+#include "transfer/exchange_launch.hpp"
+
+namespace caracal::transfer::detail {
+namespace {
+
+// The shape of dispatch_kernel (dispatch.cu): one CTA of 32 warps per SM, 64 registers.
+template <bool kCoherent>
+__global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  // The home dy rows and gates of every rank are in place, and no rank is still in an earlier
+  // launch that reads what this one overwrites.
+  if (!comm::world_barrier(world, place)) return;
+  pull_schedule_rows<true, kCoherent>(
+      world, args.schedule, role_warps(world, place),
+      PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates, args.backward.expert_gates, args.top_k,
+               args.hidden});
+}
+
+}  // namespace
+
+comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
+  comm::LaunchShape shape;
+  shape.threads_per_cta = kPullThreads;
+  const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_combine_kernel<true>, shape.threads_per_cta),
+                                comm::max_ctas_per_rank(world, reverse_combine_kernel<false>, shape.threads_per_cta));
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);  // a warp per row
+  return shape;
+}
+
+void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                            cudaStream_t stream) {
+  comm::launch(world, "TokenExchange::reverse_combine", shape, stream,
+               args.noncoherent_pull_loads ? reverse_combine_kernel<false> : reverse_combine_kernel<true>, args);
+}
+
+}  // namespace caracal::transfer::detail

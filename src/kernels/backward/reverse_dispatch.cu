@@ -1,0 +1,66 @@
+// reverse_dispatch: the expert side pushes each row's dx and dL/dg into their home slots; after
+// one barrier each home rank sums its tokens' dx slots in slot order onto the shared expert's dx
+// and turns dL/dg into d topk_scores through the normalization's Jacobian.
+#include "device/comm/device_sync.cuh"
+#include "device/transfer/router_math.cuh"
+#include "device/transfer/slot_reduce.cuh"
+#include "device/transfer/token_rows.cuh"
+#include "device/transfer/schedule_rows.cuh"
+#include "device/transfer/warp_work.cuh"
+#include "transfer/exchange_launch.hpp"
+
+namespace caracal::transfer::detail {
+namespace {
+
+// 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
+
+__global__ void __launch_bounds__(kReduceThreads, 1)
+    reverse_dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  // No home rank is still summing its slots in an earlier reverse dispatch.
+  if (!comm::world_barrier(world, place)) return;
+  const WarpWorkers warps = role_warps(world, place);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const ScheduleBuffers& schedule = args.schedule.buffers;
+  const BackwardBuffers& backward = args.backward;
+  for_each_schedule_row(world, args.schedule, warps, [&](int rank, int row, int2 entry) {
+    if (entry.x >= 0 && lane == 0)
+      world.at(backward.dg_slots, entry.x)[entry.y] = world.at(backward.expert_dg, rank)[row];
+    push_slot_row(world, entry, row_vectors(world.at(backward.expert_dx, rank), row, args.hidden), backward.dx_slots,
+                  args.hidden, lane);
+  });
+  // Every routed slot of every home rank has been written.
+  if (!comm::world_barrier(world, place)) return;
+  for_each_local_token(world, args.tokens, warps, [&](int rank, int token) {
+    const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
+    const int32_t* ids = world.at(schedule.topk_idx, rank) + first_route;
+    token_score_gradients(ids, world.at(args.router.topk_scores, rank) + first_route,
+                          world.at(backward.dg_slots, rank) + first_route, args.num_experts, args.top_k, args.scaling,
+                          world.at(args.router.d_topk_scores, rank) + first_route, lane);
+    reduce_token_slots<false>(
+        ids, nullptr, args.num_experts, args.top_k,
+        row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden),
+        args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) : nullptr,
+        row_vectors(world.at(backward.dx, rank), token, args.hidden), args.hidden / kBf16PerVector, lane);
+  });
+}
+
+}  // namespace
+
+comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
+                                                const ExchangeSizes& sizes) {
+  comm::LaunchShape shape;
+  shape.threads_per_cta = kReduceThreads;
+  const int max_ctas = comm::max_ctas_per_rank(world, reverse_dispatch_kernel, shape.threads_per_cta);
+  // A warp per row while pushing, a warp per token while summing.
+  shape.ctas_per_rank =
+      ctas_for_items(world, sm_budget, max_ctas, std::max(sizes.row_capacity, exchange.tokens), kReduceThreads / kWarpSize);
+  return shape;
+}
+
+void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                             cudaStream_t stream) {
+  comm::launch(world, "TokenExchange::reverse_dispatch", shape, stream, reverse_dispatch_kernel, args);
+}
+
+}  // namespace caracal::transfer::detail

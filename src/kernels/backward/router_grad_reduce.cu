@@ -1,0 +1,39 @@
+// The router-score gradient's cross-tile reduction (router_grad_reduce.hpp): one thread per row,
+// partials added in N-tile order, so the result does not depend on the grid or on the order in
+// which the dgrad tiles ran. A plain kernel, no CuTe.
+#include "gemm/router_grad_reduce.hpp"
+
+#include <algorithm>
+
+#include "caracal/error.hpp"
+
+namespace caracal::gemm {
+namespace {
+
+__global__ void reduce_router_grad_kernel(const float* partials, int n_blocks,
+                                          const int32_t* expert_offset, int num_experts,
+                                          int row_capacity, float* dg) {
+  int const rows = min(__ldg(expert_offset + num_experts), row_capacity);
+  for (int r = int(blockIdx.x * blockDim.x + threadIdx.x); r < rows;
+       r += int(gridDim.x * blockDim.x)) {
+    const float* row = partials + int64_t(r) * n_blocks;
+    float sum = 0.0f;
+    for (int n = 0; n < n_blocks; ++n) sum += row[n];
+    dg[r] = sum;
+  }
+}
+
+}  // namespace
+
+void reduce_router_grad(const float* partials, int n_blocks, const ScheduleView& rows, float* dg,
+                        cudaStream_t stream, const char* fn) {
+  constexpr int kThreads = 256;
+  int const blocks = std::max(1, std::min((rows.row_capacity + kThreads - 1) / kThreads, 4096));
+  reduce_router_grad_kernel<<<blocks, kThreads, 0, stream>>>(partials, n_blocks, rows.expert_offset,
+                                                             rows.num_experts, rows.row_capacity, dg);
+  cudaError_t const err = cudaGetLastError();
+  CARACAL_CHECK(err == cudaSuccess, fn, ": router-gradient reduction launch failed: ",
+                cudaGetErrorString(err));
+}
+
+}  // namespace caracal::gemm

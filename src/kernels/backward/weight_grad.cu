@@ -1,0 +1,82 @@
+// Backward step 3: the experts' weight gradients, dW[e] = sum over e's rows r of lhs[r]^T rhs[r]
+// (the fp32 kernel is the only grouped-GEMM instantiation in this unit, launched once per
+// gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel).
+//
+// Both operands are row buffers whose rows are this GEMM's K, so both are MN-major: TMA loads
+// 64-row x 64-column boxes as they lie in memory and wgmma reads them transposed from shared
+// memory (no transpose pass, no transposing producer). The K loop of a tile runs over the
+// expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the device.
+#include <cuda_runtime.h>
+
+#include "caracal/error.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "gemm/host_checks.hpp"
+#include "gemm/launch.cuh"
+#include "device/gemm/operand_loads.cuh"
+#include "gemm/tensor_map.hpp"
+#include "gemm/weight_grad_bf16.hpp"
+#include "device/gemm/weight_grad_epilogue.cuh"
+#include "device/gemm/weight_tile_scheduler.cuh"
+
+namespace caracal::gemm {
+namespace {
+
+struct WeightGradGemm {
+  using OperandA = gemm::MNMajorRows;
+  using OperandB = gemm::MNMajorRows;
+  using Scheduler = gemm::WeightTileScheduler;
+  using Epilogue = gemm::WeightGradEpilogue;
+};
+
+// grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
+// lhs [row_capacity][m], rhs [row_capacity][n].
+void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int m, const char* lhs_name,
+                        const __nv_bfloat16* rhs, int n, const char* rhs_name, float* grad,
+                        __nv_bfloat16* grad_bf16, const char* grad_name, int num_ctas, cudaStream_t stream) {
+  using namespace gemm;
+  uint64_t const capacity = uint64_t(rows.row_capacity);
+  uint64_t const grad_rows = uint64_t(rows.num_experts) * uint64_t(m);
+  WeightGradParams p{};
+  p.mainloop.a = MNMajorRows::make_map<kBlockM>(lhs, capacity, uint64_t(m), lhs_name);
+  p.mainloop.b = MNMajorRows::make_map<kBlockN>(rhs, capacity, uint64_t(n), rhs_name);
+  p.mainloop.a_mn_extent = m;
+  p.mainloop.b_mn_extent = n;
+  p.scheduler = {rows, (m + kBlockM - 1) / kBlockM, (n + kBlockN - 1) / kBlockN, m};
+  p.epilogue.grad_rows = m;
+  p.epilogue.grad_cols = n;
+  if (grad_bf16 != nullptr) {
+    p.epilogue.grad = make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
+    launch_weight_grad_bf16(p, num_ctas, stream);
+    return;
+  }
+  p.epilogue.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
+  launch_grouped_gemm<WeightGradGemm>(p, num_ctas, stream, "grouped_weight_grads");
+}
+
+// Sets `count` gradient elements to zero, in whichever of the two dtypes was given.
+void zero_gradient(float* grad, __nv_bfloat16* grad_bf16, size_t count, cudaStream_t stream) {
+  cudaError_t const err = grad != nullptr ? cudaMemsetAsync(grad, 0, count * sizeof(float), stream)
+                                          : cudaMemsetAsync(grad_bf16, 0, count * sizeof(__nv_bfloat16), stream);
+  CARACAL_CHECK(err == cudaSuccess, "grouped_weight_grads: cannot zero the gradients: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
+  gemm::check_weight_grads_args(args);
+  size_t const experts = size_t(args.rows.num_experts);
+  size_t const di = size_t(args.hidden) * size_t(args.intermediate);
+  if (args.rows.row_capacity == 0) {  // no rows at all: every gradient is zero
+    zero_gradient(args.d_w_gate_up, args.d_w_gate_up_bf16, experts * 2 * di, stream);
+    zero_gradient(args.d_w_down, args.d_w_down_bf16, experts * di, stream);
+    return;
+  }
+  // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
+  launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
+                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.num_ctas, stream);
+  // dW_down[e] = dy^T (g hidden): [D][I].
+  launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_activation, args.intermediate,
+                     "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", args.num_ctas, stream);
+}
+
+}  // namespace caracal::gemm

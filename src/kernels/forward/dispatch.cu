@@ -1,0 +1,39 @@
+// dispatch: the expert side pulls the x rows of its schedule from their home ranks.
+#include "device/comm/device_sync.cuh"
+#include "device/transfer/pull_rows.cuh"
+#include "transfer/exchange_launch.hpp"
+
+namespace caracal::transfer::detail {
+namespace {
+
+// One CTA of 32 warps per SM (64 registers), each warp with kCopyUnroll vectors per lane in flight.
+// Below 64 registers ptxas spills around the row loop. kCoherent: ExchangeOptions::
+// noncoherent_pull_loads off (the default).
+template <bool kCoherent>
+__global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  // The home rows of every rank are in place, and no rank is still in an earlier launch that
+  // reads what this one overwrites.
+  if (!comm::world_barrier(world, place)) return;
+  pull_schedule_rows<false, kCoherent>(world, args.schedule, role_warps(world, place),
+                                       PullRows{args.forward.x, args.forward.expert_x, {}, {}, args.top_k, args.hidden});
+}
+
+}  // namespace
+
+comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
+  comm::LaunchShape shape;
+  shape.threads_per_cta = kPullThreads;
+  const int max_ctas = std::min(comm::max_ctas_per_rank(world, dispatch_kernel<true>, shape.threads_per_cta),
+                                comm::max_ctas_per_rank(world, dispatch_kernel<false>, shape.threads_per_cta));
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);  // a warp per row
+  return shape;
+}
+
+void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                     cudaStream_t stream) {
+  comm::launch(world, "TokenExchange::dispatch", shape, stream,
+               args.noncoherent_pull_loads ? dispatch_kernel<false> : dispatch_kernel<true>, args);
+}
+
+}  // namespace caracal::transfer::detail

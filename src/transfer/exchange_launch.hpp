@@ -1,0 +1,73 @@
+#pragma once
+// The standalone exchange kernels behind TokenExchange, one per .cu file under src/kernels/forward
+// and src/kernels/backward, each with its launch shape (fixed at setup) and its launcher. CUDA
+// code only (device/comm/launch.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "device/comm/launch.cuh"
+#include "caracal/comm/world.hpp"
+#include "device/transfer/device_params.hpp"
+#include "caracal/transfer/exchange_buffers.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
+
+namespace caracal::transfer::detail {
+
+// Everything an exchange kernel reads, for every rank (buffers resolved per rank on the device).
+struct ExchangeArgs {
+  int tokens = 0;
+  int top_k = 0;
+  int hidden = 0;
+  int num_experts = 0;
+  ScheduleParams schedule;
+  RouterBuffers router;
+  ForwardBuffers forward;
+  BackwardBuffers backward;
+  RouterScaling scaling;    // compute_gates and reverse_dispatch
+  bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
+  bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
+};
+
+// The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but
+// kExchangeFreeSms), at least one per local rank.
+inline int exchange_sm_budget(const comm::World& world, int max_sms) {
+  const int budget = max_sms > 0 ? std::min(max_sms, world.multiprocessors())
+                                 : std::max(1, world.multiprocessors() - kExchangeFreeSms);
+  return std::max(budget, world.local_ranks());
+}
+
+// CTAs per rank giving each of `items_per_rank` work items its own worker (`per_cta` of them in a
+// CTA), capped at what can be co-resident (`max_ctas`: world barriers need it) and at the SM
+// budget shared by the local ranks (a CTA touches one SM), at least 1.
+inline int ctas_for_items(const comm::World& world, int sm_budget, int max_ctas, int64_t items_per_rank,
+                          int64_t per_cta) {
+  const int64_t wanted = (items_per_rank + per_cta - 1) / per_cta;
+  const int64_t budget = sm_budget / world.local_ranks();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, max_ctas, budget})));
+}
+
+comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
+void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
+
+comm::LaunchShape gates_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange);
+void launch_gates(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
+
+comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
+void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
+
+comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
+void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                            cudaStream_t stream);
+
+comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
+                                       const ExchangeSizes& sizes);
+void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
+
+comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
+                                                const ExchangeSizes& sizes);
+void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                             cudaStream_t stream);
+
+}  // namespace caracal::transfer::detail
