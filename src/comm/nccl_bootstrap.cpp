@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "caracal/comm/cuda_check.hpp"
-#include "caracal/error.hpp"
 #include "caracal/comm/nccl_check.hpp"
+#include "caracal/error.hpp"
 
 namespace caracal::comm {
 namespace {

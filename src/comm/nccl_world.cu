@@ -9,8 +9,8 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
-#include "caracal/error.hpp"
 #include "caracal/comm/nccl_check.hpp"
+#include "caracal/error.hpp"
 
 namespace caracal::comm {
 namespace {

@@ -4,12 +4,12 @@
 #include <atomic>
 #include <climits>
 
-#include "device/comm/barrier_layout.hpp"
 #include "caracal/comm/cuda_check.hpp"
-#include "device/comm/device_world.cuh"
 #include "caracal/comm/first_error.hpp"
-#include "device/comm/launch.cuh"
 #include "caracal/error.hpp"
+#include "device/comm/barrier_layout.hpp"
+#include "device/comm/device_world.cuh"
+#include "device/comm/launch.cuh"
 
 namespace caracal::comm {
 namespace {

@@ -12,10 +12,10 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/expert_pass.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
-#include "caracal/gemm/expert_pass.hpp"
 #include "layer/layer_sizes.hpp"
 #include "layer/local_buffers.hpp"
 #include "layer/poison_outputs.hpp"

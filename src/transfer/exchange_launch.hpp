@@ -7,11 +7,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "device/comm/launch.cuh"
 #include "caracal/comm/world.hpp"
-#include "device/transfer/device_params.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
+#include "device/comm/launch.cuh"
+#include "device/transfer/device_params.hpp"
+#include "device/transfer/row_copy.cuh"  // kWarpSize
 
 namespace caracal::transfer::detail {
 
@@ -46,6 +47,19 @@ inline int ctas_for_items(const comm::World& world, int sm_budget, int max_ctas,
   const int64_t wanted = (items_per_rank + per_cta - 1) / per_cta;
   const int64_t budget = sm_budget / world.local_ranks();
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, max_ctas, budget})));
+}
+
+// The shape of a pull (dispatch, reverse combine): a warp per row of the capacity, as many CTAs as
+// both instantiations (ld.global and ld.global.nc) can keep co-resident.
+template <typename Kernel>
+comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes, Kernel coherent,
+                                    Kernel noncoherent) {
+  comm::LaunchShape shape;
+  shape.threads_per_cta = kPullThreads;
+  const int max_ctas = std::min(comm::max_ctas_per_rank(world, coherent, shape.threads_per_cta),
+                                comm::max_ctas_per_rank(world, noncoherent, shape.threads_per_cta));
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);
+  return shape;
 }
 
 comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);

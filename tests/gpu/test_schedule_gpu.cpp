@@ -19,6 +19,7 @@
 #include "caracal/error.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
+#include "caracal/schedule_view.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "exchange_test_support.hpp"
 #include "gpu_test_util.hpp"
@@ -79,6 +80,16 @@ void expect_schedule(const TokenExchange& exchange, const Schedule& want) {
       ASSERT_EQ(bits_of(rows[r]), 0xA5A5A5A5A5A5A5A5ull) << "row " << r << " past the total was written";
     }
     EXPECT_EQ(widen(download<int32_t>(world, b.expert_offset, l, L + 1)), rs.expert_offset);
+    // The view the kernels read is this rank's table, sized to the most rows it can hold.
+    const ScheduleView view = exchange.schedule_view(l);
+    EXPECT_EQ(view.expert_offset, world.local_pointer(b.expert_offset, l));
+    EXPECT_EQ(view.expert_count, world.local_pointer(b.expert_count, l));
+    EXPECT_EQ(view.rows, world.local_pointer(b.rows, l));
+    EXPECT_EQ(view.num_experts, L);
+    EXPECT_EQ(view.ring_rows, 0);
+    EXPECT_EQ(view.row_capacity % exchange.shape().tile_m, 0);
+    EXPECT_LE(view.row_capacity, exchange.sizes().row_capacity);
+    EXPECT_GE(view.row_capacity, rs.padded_rows());
     EXPECT_EQ(widen(download<int32_t>(world, b.expert_count, l, L)), rs.expert_count);
     EXPECT_EQ(widen(download<int32_t>(world, b.source_count, l, L * world.world_size())), rs.source_count);
     EXPECT_EQ(download<RouteLocation>(world, b.route_location, l, exchange.sizes().routes),
@@ -242,6 +253,20 @@ void expect_error(const ExchangeShape& shape, int64_t world, const std::string& 
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
   }
+}
+
+TEST(ScheduleViewRows, BufferRowIsTheScheduleRowWithoutARing) {
+  const ScheduleView view{nullptr, nullptr, 4, 1024, 0, nullptr};
+  for (int r : {0, 1, 127, 128, 1023}) EXPECT_EQ(view.buffer_row(r), r);
+}
+
+TEST(ScheduleViewRows, RingWrapsScheduleRowsOntoItsRows) {
+  const ScheduleView view{nullptr, nullptr, 4, 1024, 256, nullptr};
+  EXPECT_EQ(view.buffer_row(0), 0);
+  EXPECT_EQ(view.buffer_row(255), 255);
+  EXPECT_EQ(view.buffer_row(256), 0);
+  EXPECT_EQ(view.buffer_row(300), 44);
+  EXPECT_EQ(view.buffer_row(1023), 255);
 }
 
 TEST(ExchangeShapeValidation, SizesOfDeepSeekV3) {

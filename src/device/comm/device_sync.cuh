@@ -32,10 +32,10 @@
 
 #include <cuda/atomic>
 
+#include "caracal/comm/first_error.hpp"
 #include "device/comm/barrier_layout.hpp"
 #include "device/comm/cta_place.cuh"
 #include "device/comm/device_world.cuh"
-#include "caracal/comm/first_error.hpp"
 
 namespace caracal::comm {
 

@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 
 #include "caracal/comm/cuda_check.hpp"
-#include "device/comm/device_world.cuh"
 #include "caracal/comm/world.hpp"
+#include "device/comm/device_world.cuh"
 
 namespace caracal::comm {
 

@@ -6,11 +6,10 @@
 // while the warpgroup goes on to the next tile's mainloop.
 #include <cstdint>
 
-#include <cuda_bf16.h>
-
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "device/common/bf16_pairs.cuh"
 #include "device/gemm/gemm_config.cuh"
 
 namespace caracal::gemm {
@@ -28,12 +27,6 @@ struct ChunkStoreStorage {
 struct ChunkWords {
   uint32_t w[16];
 };
-
-// Two floats rounded to bf16 (nearest even), the first in the low half (the lower address).
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 class ChunkStoreRing {
  public:

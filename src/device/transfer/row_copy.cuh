@@ -26,6 +26,8 @@
 
 #include <cstdint>
 
+#include "device/common/bf16_pairs.cuh"
+
 namespace caracal::transfer {
 
 inline constexpr int kWarpSize = 32;
@@ -108,12 +110,6 @@ __device__ __forceinline__ void unpack_bf16x8(uint4 v, float (&out)[kBf16PerVect
     out[2 * w] = __uint_as_float(words[w] << 16);
     out[2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
   }
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t pair;  // cvt puts its first source in the upper half
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
-  return pair;
 }
 
 __device__ __forceinline__ uint4 pack_bf16x8(const float (&in)[kBf16PerVector]) {

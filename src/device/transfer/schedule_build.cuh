@@ -21,10 +21,10 @@
 // used. The counts themselves are plain sums too.
 #include <cstdint>
 
+#include "caracal/transfer/exchange_shape.hpp"
 #include "device/comm/device_sync.cuh"
 #include "device/comm/device_world.cuh"
 #include "device/transfer/device_params.hpp"
-#include "caracal/transfer/exchange_shape.hpp"
 #include "device/transfer/routing_fault.cuh"
 #include "device/transfer/row_copy.cuh"
 #include "device/transfer/warp_work.cuh"

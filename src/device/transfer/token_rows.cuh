@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "device/comm/device_world.cuh"
 #include "caracal/comm/symmetric_ptr.hpp"
+#include "device/comm/device_world.cuh"
 #include "device/transfer/row_copy.cuh"
 
 namespace caracal::transfer {

@@ -6,9 +6,9 @@
 // Every lane of a warp visits the same items, so visit() may use warp-wide operations.
 #include <cstdint>
 
+#include "caracal/comm/symmetric_ptr.hpp"
 #include "device/comm/cta_place.cuh"
 #include "device/comm/device_world.cuh"
-#include "caracal/comm/symmetric_ptr.hpp"
 
 namespace caracal::transfer {
 

@@ -2,12 +2,12 @@
 // with the SwiGLU-backward + router-score epilogue (the only grouped-GEMM instantiation in this
 // unit), then the fixed-order reduction of the router-score partials.
 #include "caracal/gemm/grouped_gemm_backward.hpp"
-#include "gemm/host_checks.hpp"
-#include "gemm/launch.cuh"
 #include "device/gemm/operand_loads.cuh"
-#include "gemm/router_grad_reduce.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/swiglu_backward_epilogue.cuh"
+#include "gemm/host_checks.hpp"
+#include "gemm/launch.cuh"
+#include "gemm/router_grad_reduce.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {

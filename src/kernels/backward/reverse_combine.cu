@@ -23,12 +23,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
 }  // namespace
 
 comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  comm::LaunchShape shape;
-  shape.threads_per_cta = kPullThreads;
-  const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_combine_kernel<true>, shape.threads_per_cta),
-                                comm::max_ctas_per_rank(world, reverse_combine_kernel<false>, shape.threads_per_cta));
-  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);  // a warp per row
-  return shape;
+  return pull_launch_shape(world, sm_budget, sizes, reverse_combine_kernel<true>, reverse_combine_kernel<false>);
 }
 
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,

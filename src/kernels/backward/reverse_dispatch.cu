@@ -3,9 +3,9 @@
 // and turns dL/dg into d topk_scores through the normalization's Jacobian.
 #include "device/comm/device_sync.cuh"
 #include "device/transfer/router_math.cuh"
+#include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/slot_reduce.cuh"
 #include "device/transfer/token_rows.cuh"
-#include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/warp_work.cuh"
 #include "transfer/exchange_launch.hpp"
 

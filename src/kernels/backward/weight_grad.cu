@@ -10,13 +10,13 @@
 
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
-#include "gemm/host_checks.hpp"
-#include "gemm/launch.cuh"
 #include "device/gemm/operand_loads.cuh"
-#include "gemm/tensor_map.hpp"
-#include "gemm/weight_grad_bf16.hpp"
 #include "device/gemm/weight_grad_epilogue.cuh"
 #include "device/gemm/weight_tile_scheduler.cuh"
+#include "gemm/host_checks.hpp"
+#include "gemm/launch.cuh"
+#include "gemm/tensor_map.hpp"
+#include "gemm/weight_grad_bf16.hpp"
 
 namespace caracal::gemm {
 namespace {

@@ -1,11 +1,11 @@
 // Backward step 3 with bf16 weight gradients: the weight-gradient GEMM of weight_grad.cu with the
 // bf16 epilogue (the only grouped-GEMM instantiation in this unit). weight_grad.cu builds the
 // parameters and calls this for the gradients asked for in bf16.
-#include "gemm/launch.cuh"
 #include "device/gemm/operand_loads.cuh"
-#include "gemm/weight_grad_bf16.hpp"
 #include "device/gemm/weight_grad_epilogue.cuh"
 #include "device/gemm/weight_tile_scheduler.cuh"
+#include "gemm/launch.cuh"
+#include "gemm/weight_grad_bf16.hpp"
 
 namespace caracal::gemm {
 namespace {

@@ -1,9 +1,9 @@
 // combine: the expert side pushes its output rows into their home slots; after one barrier each
 // home rank sums its tokens' slots in slot order, weighted by g, onto the shared expert's output.
 #include "device/comm/device_sync.cuh"
+#include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/slot_reduce.cuh"
 #include "device/transfer/token_rows.cuh"
-#include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/warp_work.cuh"
 #include "transfer/exchange_launch.hpp"
 

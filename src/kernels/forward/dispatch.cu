@@ -22,12 +22,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceW
 }  // namespace
 
 comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  comm::LaunchShape shape;
-  shape.threads_per_cta = kPullThreads;
-  const int max_ctas = std::min(comm::max_ctas_per_rank(world, dispatch_kernel<true>, shape.threads_per_cta),
-                                comm::max_ctas_per_rank(world, dispatch_kernel<false>, shape.threads_per_cta));
-  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);  // a warp per row
-  return shape;
+  return pull_launch_shape(world, sm_budget, sizes, dispatch_kernel<true>, dispatch_kernel<false>);
 }
 
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,

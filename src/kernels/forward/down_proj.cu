@@ -2,10 +2,10 @@
 // bf16 epilogue (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "device/gemm/bf16_epilogue.cuh"
-#include "gemm/host_checks.hpp"
-#include "gemm/launch.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "gemm/host_checks.hpp"
+#include "gemm/launch.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {

@@ -1,11 +1,11 @@
 // Forward up/gate + SwiGLU over expert-contiguous rows: the grouped-GEMM kernel with the SwiGLU
 // epilogue (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm.hpp"
-#include "gemm/host_checks.hpp"
-#include "gemm/launch.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/swiglu_epilogue.cuh"
+#include "gemm/host_checks.hpp"
+#include "gemm/launch.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
