@@ -39,12 +39,6 @@ void sync(cudaStream_t stream) { check_cuda(cudaStreamSynchronize(stream), "cuda
 
 }  // namespace
 
-Stream::Stream() {
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-}
-Stream::~Stream() { (void)cudaStreamDestroy(stream_); }
-void Stream::sync() const { bench::sync(stream_); }
-
 std::array<Pass, 2> passes_of(bool forward) {
   if (forward) return {Pass::kDispatch, Pass::kCombine};
   return {Pass::kReverseCombine, Pass::kReverseDispatch};

@@ -15,24 +15,11 @@
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "cuda_stream.hpp"
 #include "transfer_bytes.hpp"
 #include "transfer_spot_checks.hpp"
 
 namespace caracal::bench {
-
-// A non-blocking stream on the current device.
-class Stream {
- public:
-  Stream();
-  ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  void sync() const;
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 // Forward: dispatch, combine; backward: reverse combine, reverse dispatch.
 std::array<Pass, 2> passes_of(bool forward);

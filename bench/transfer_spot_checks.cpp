@@ -105,9 +105,7 @@ std::string check_total_rows(const ExchangeRanks& ranks, const std::vector<int64
 std::string check_pull(const ExchangeRanks& ranks, const Routing& routing, bool reverse_combine, uint64_t seed) {
   const transfer::TokenExchange& ex = ranks.exchange();
   const transfer::ScheduleBuffers& schedule = ex.schedule_buffers();
-  const int64_t D = ex.shape().hidden;
-  const int64_t k = ex.shape().top_k;
-  const int64_t L = ex.sizes().local_experts;
+  const int64_t D = ex.shape().hidden, k = ex.shape().top_k, L = ex.sizes().local_experts;
   const char* what = reverse_combine ? "reverse_combine" : "dispatch";
   const comm::SymmetricPtr<__nv_bfloat16> expert_rows =
       reverse_combine ? ex.backward_buffers().expert_dy : ex.forward_buffers().expert_x;
@@ -167,10 +165,7 @@ std::string check_slot_sum(const ExchangeRanks& ranks, const Routing& routing, b
                            uint64_t seed) {
   const transfer::TokenExchange& ex = ranks.exchange();
   const transfer::ScheduleBuffers& schedule = ex.schedule_buffers();
-  const int64_t D = ex.shape().hidden;
-  const int64_t k = ex.shape().top_k;
-  const int64_t E = ex.shape().num_experts;
-  const int64_t L = ex.sizes().local_experts;
+  const int64_t D = ex.shape().hidden, k = ex.shape().top_k, E = ex.shape().num_experts, L = ex.sizes().local_experts;
   const char* what = reverse_dispatch ? "reverse_dispatch" : "combine";
   const comm::SymmetricPtr<__nv_bfloat16> expert_rows =
       reverse_dispatch ? ex.backward_buffers().expert_dx : ex.forward_buffers().expert_out;

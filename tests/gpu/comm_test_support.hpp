@@ -51,25 +51,23 @@ class Exchange {
   ExchangeBuffers buffers_;
 };
 
-// Captures `enqueue(stream)` into a graph, replays it `replays` times on `stream`, waits.
-// Thread-local capture mode: with one thread per GPU, the other threads keep making calls that a
-// global-mode capture forbids process-wide (cudaMalloc, cudaDeviceSynchronize, NCCL's setup and
-// teardown); under global mode those fail and invalidate the capture, and NCCL, getting such
-// errors in the middle of its teardown, crashed the process now and then.
+// One exchange launch (`ctas_per_rank` CTAs, `iterations` rounds) on `stream` that goes through:
+// the world reports no fault, and every local rank has completed `launches` launches in all.
+inline void expect_clean_launch(comm::World& world, const Exchange& exchange, int ctas_per_rank, int iterations,
+                                const Stream& stream, uint32_t launches) {
+  launch_exchange(world, exchange.buffers(), ctas_per_rank, iterations, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(launches);
+}
+
+// Captures `enqueue(stream)` into a graph (CapturedGraph), replays it `replays` times on `stream`,
+// waits.
 template <typename Enqueue>
 void replay_graph(const Stream& stream, int replays, Enqueue enqueue) {
-  cudaGraph_t graph = nullptr;
-  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  enqueue(stream.get());
-  check_cuda(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  check_cuda(instantiated, "cudaGraphInstantiate");
-  for (int i = 0; i < replays; ++i) check_cuda(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
-  const cudaError_t synced = cudaStreamSynchronize(stream.get());
-  (void)cudaGraphExecDestroy(exec);
-  check_cuda(synced, "cudaStreamSynchronize(graph replays)");
+  const CapturedGraph graph(stream, enqueue);
+  for (int i = 0; i < replays; ++i) graph.launch(stream);
+  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(graph replays)");
 }
 
 }  // namespace caracal::test

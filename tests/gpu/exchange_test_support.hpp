@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
@@ -20,16 +20,9 @@
 
 namespace caracal::exchange_test {
 
-// A fresh seed per run, or CARACAL_TEST_SEED to replay a failure (tests print theirs).
-inline uint64_t fresh_seed() {
-  if (const char* fixed = std::getenv("CARACAL_TEST_SEED")) return std::strtoull(fixed, nullptr, 0);
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
-inline std::string seed_note(uint64_t seed) {
-  return "seed " + std::to_string(seed) + " (rerun with CARACAL_TEST_SEED=" + std::to_string(seed) + ")";
-}
+using test::fresh_seed;
+using test::seed_note;
+using test::TracedSeed;
 
 // The routings the tests run: random ones and the adversarial corners of the schedule.
 enum class RoutingCase {
@@ -65,6 +58,15 @@ inline const char* name_of(RoutingCase c) {
 inline const RoutingCase kAllRoutingCases[] = {
     RoutingCase::kUniform,  RoutingCase::kZipf,       RoutingCase::kAllToOne,  RoutingCase::kEmptyRanks,
     RoutingCase::kAllEmpty, RoutingCase::kDuplicates, RoutingCase::kEmptySlots};
+
+// The loopback sweeps' grid: every world size the tests run (1, 2, 4, 8) with every routing case.
+inline std::vector<std::pair<int, RoutingCase>> loopback_sweep() {
+  std::vector<std::pair<int, RoutingCase>> grid;
+  for (int world : {1, 2, 4, 8}) {
+    for (RoutingCase routing : kAllRoutingCases) grid.emplace_back(world, routing);
+  }
+  return grid;
+}
 
 inline Routing make_test_routing(RoutingCase c, int64_t world, int64_t tokens, int64_t top_k, int64_t experts,
                                  uint64_t seed) {

@@ -1,6 +1,6 @@
 #pragma once
 // Helpers shared by the GPU tests: the gate that decides whether a GPU test runs, skips or fails,
-// and a stream.
+// seeds, a stream, a CUDA graph, a device buffer and one host thread per GPU.
 //
 // A GPU test skips only where it cannot run: no CUDA device at all ("skipped: no GPU"), a device
 // that is not a Hopper GPU ("skipped: no Hopper GPU"), or fewer GPUs than it needs ("skipped: needs
@@ -14,8 +14,14 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
 
@@ -65,6 +71,29 @@ inline int gpu_count() {
   return count;
 }
 
+// A fresh seed per run, or CARACAL_TEST_SEED to replay a failure (tests print theirs).
+inline uint64_t fresh_seed() {
+  if (const char* fixed = std::getenv("CARACAL_TEST_SEED")) return std::strtoull(fixed, nullptr, 0);
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+inline std::string seed_note(uint64_t seed) {
+  return "seed " + std::to_string(seed) + " (rerun with CARACAL_TEST_SEED=" + std::to_string(seed) + ")";
+}
+
+// A fresh seed that every failure reported while this object lives names, after `context`.
+class TracedSeed {
+ public:
+  explicit TracedSeed(const std::string& context = "")
+      : seed_(fresh_seed()), trace_(__FILE__, __LINE__, context + seed_note(seed_)) {}
+  uint64_t value() const { return seed_; }
+
+ private:
+  uint64_t seed_;
+  ::testing::ScopedTrace trace_;
+};
+
 // A non-blocking stream, destroyed with the object.
 class Stream {
  public:
@@ -78,6 +107,96 @@ class Stream {
  private:
   cudaStream_t stream_ = nullptr;
 };
+
+// What `enqueue(stream)` enqueues on `stream`, captured into a CUDA graph and instantiated, to be
+// launched any number of times. Thread-local capture mode: with one thread per GPU, the other
+// threads keep making calls that a global-mode capture forbids process-wide (cudaMalloc,
+// cudaDeviceSynchronize, NCCL's setup and teardown); under global mode those fail and invalidate
+// the capture, and NCCL, getting such errors in the middle of its teardown, crashed the process
+// now and then.
+class CapturedGraph {
+ public:
+  template <typename Enqueue>
+  CapturedGraph(const Stream& stream, Enqueue enqueue) {
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue(stream.get());
+    } catch (...) {
+      if (cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+      throw;
+    }
+    check_cuda(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec_, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    check_cuda(instantiated, "cudaGraphInstantiate");
+  }
+  ~CapturedGraph() {
+    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  void launch(const Stream& stream) const { check_cuda(cudaGraphLaunch(exec_, stream.get()), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// Owns one device allocation (at least one element, so that an empty buffer is still a valid
+// pointer); failures are fatal to the calling test function (wrap in ASSERT_NO_FATAL_FAILURE).
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  void allocate(size_t count) {
+    count_ = count;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)),
+              cudaSuccess);
+  }
+  void upload(const std::vector<T>& host) {
+    allocate(host.size());
+    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void download(std::vector<T>& host) const {
+    host.resize(count_);
+    ASSERT_EQ(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  // All-ones bytes: NaN in bf16 and fp32 buffers.
+  void poison() { ASSERT_EQ(cudaMemset(ptr_, 0xFF, bytes()), cudaSuccess); }
+  T* get() const { return ptr_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+// Runs body(rank) for ranks 0 .. ranks-1 at once, one thread each with GPU `rank` current (NCCL
+// worlds are built by all their ranks together). Each rank's failure: the message of what body
+// threw, "" where it returned.
+template <typename Body>
+std::vector<std::string> on_each_gpu(int ranks, Body body) {
+  std::vector<std::string> failures(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        check_cuda(cudaSetDevice(r), "cudaSetDevice");
+        body(r);
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return failures;
+}
 
 }  // namespace caracal::test
 

@@ -1,13 +1,12 @@
 #pragma once
-// Helpers shared by the grouped-GEMM tests (forward and backward): device buffers, random bf16
-// data, expert row layouts, routed counts from the schedule host twin, argument-error checks.
+// Helpers shared by the grouped-GEMM tests (forward and backward): the cases and their row
+// layouts, random bf16 data, one case's inputs on the device, the kernels' argument structs, the
+// reference suites' fixture, output checks and argument-error checks.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
-#include <iostream>
 #include <ostream>
 #include <random>
 #include <string>
@@ -18,54 +17,31 @@
 #include <gtest/gtest.h>
 
 #include "caracal/bf16.hpp"
-#include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
+#include "error_checks.hpp"
+#include "gpu_test_util.hpp"
 #include "output_checks.hpp"
 
 namespace caracal::test::gemm {
 
+using caracal::ScheduleView;
+using caracal::test::DeviceBuffer;
+using caracal::test::expect_error;
+using caracal::test::fresh_seed;
+using caracal::test::TracedSeed;
+
 inline constexpr uint16_t kPoison = 0xFFFF;  // a bf16 NaN (and, twice, an fp32 NaN)
 
-inline uint64_t fresh_seed() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) | uint64_t(rd());
+inline __nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+
+// Elements of a poisoned bf16 output that something wrote.
+inline size_t touched(const std::vector<uint16_t>& out) {
+  return size_t(std::count_if(out.begin(), out.end(), [](uint16_t b) { return b != kPoison; }));
 }
 
-// Owns one device allocation.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  void allocate(size_t count) {
-    count_ = count;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(count, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  void upload(const std::vector<T>& host) {
-    allocate(host.size());
-    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void download(std::vector<T>& host) const {
-    host.resize(count_);
-    ASSERT_EQ(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  void poison() { ASSERT_EQ(cudaMemset(ptr_, 0xFF, bytes()), cudaSuccess); }
-  T* get() const { return ptr_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
-
-inline __nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+// ---- Cases --------------------------------------------------------------------------------------
 
 // One problem shape: D, I and the real rows of each local expert.
 struct Case {
@@ -76,6 +52,47 @@ struct Case {
 };
 
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// gtest's name of a case's instance: the case's own.
+inline std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+// Per-expert counts of one receiving rank under a generated routing (host schedule twin).
+inline std::vector<int> routed_counts(caracal::RoutingKind kind, int64_t world, int64_t tokens,
+                                      int64_t top_k, int64_t experts, int64_t rank, uint64_t seed) {
+  caracal::RoutingSpec spec;
+  spec.kind = kind;
+  spec.seed = seed;
+  const caracal::Routing routing = caracal::make_routing(spec, world, tokens, top_k, experts);
+  const caracal::RankSchedule s = caracal::build_rank_schedule(
+      routing, experts, caracal::gemm::kGroupedGemmTileM, rank);
+  return std::vector<int>(s.expert_count.begin(), s.expert_count.end());
+}
+
+// 0, 1, tile-1, tile, tile+1 rows; 64/65 rows put a whole or partial 64-row half in padding.
+// Expert 7 holds 300 of the 814 rows.
+inline const std::vector<int> kEdgeCounts{0, 1, 127, 128, 129, 64, 65, 300};
+
+// The case of the ...CatchDeliberateErrors tests.
+inline const Case kChecksCase{"checks", 256, 128, kEdgeCounts};
+
+// Experts of every size class, for the bitwise-determinism tests.
+inline const Case kDeterminismCase{"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}};
+
+// All experts empty.
+inline const Case kEmptyCase{"empty", 256, 128, {0, 0, 0, 0}};
+
+// `cases` followed by the routed cases both reference suites run: an odd token count routed
+// uniformly over 16 experts, 2 ranks, seen from rank 1 (L = 8); Zipf-skewed routing, one rank,
+// 8 experts.
+inline std::vector<Case> with_routed_cases(std::vector<Case> cases) {
+  cases.push_back({"routed_odd_tokens", 512, 256,
+                   routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)});
+  cases.push_back(
+      {"zipf_skewed", 384, 192, routed_counts(caracal::RoutingKind::kZipf, 1, 257, 6, 8, 0, 12)});
+  return cases;
+}
+
+// ---- Rows and data ------------------------------------------------------------------------------
 
 // Expert segments padded to 128 rows, plus one spare block at the end that no expert owns.
 struct RowLayout {
@@ -100,8 +117,17 @@ inline std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64
   return v;
 }
 
-// The case of the ...CatchDeliberateErrors tests: expert 7 holds 300 of 814 rows.
-inline const Case kChecksCase{"checks", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}};
+// [capacity][cols]: random values in [-1, 1] on each expert's real rows, zeros on padding and
+// spare rows (as the transfers leave them).
+inline std::vector<uint16_t> random_rows(const std::vector<int>& counts, const RowLayout& rows, size_t cols,
+                                         std::mt19937_64& rng) {
+  std::vector<uint16_t> v(size_t(rows.capacity) * cols, 0);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const auto real = random_bf16(size_t(counts[e]) * cols, 1.0, rng);
+    std::copy(real.begin(), real.end(), v.begin() + ptrdiff_t(size_t(rows.offset[e]) * cols));
+  }
+  return v;
+}
 
 // `rows` rows of `cols` bf16 values from `first_row`, each multiplied by `factor` (a deliberate error).
 inline std::vector<uint16_t> scaled_rows(std::vector<uint16_t> v, size_t first_row, size_t rows, size_t cols,
@@ -120,6 +146,94 @@ template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
+
+// ---- One case's inputs on the device ------------------------------------------------------------
+
+// What the forward and the backward both start from: x over the real rows, the experts' weights
+// (gate and up apart for the references, interleaved on the device), the rows and their layout.
+struct ExpertInputs {
+  const TracedSeed seed;  // of every input: each failure reported while the inputs live names it
+  Case c;
+  RowLayout rows;
+  int num_experts = 0;
+  std::vector<uint16_t> x;             // [capacity][D]; padding and spare rows zero
+  std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
+  std::vector<uint16_t> w_down;        // [L][D][I]
+  DeviceBuffer<uint16_t> d_x, d_w_gate_up, d_w_down;
+  DeviceBuffer<int32_t> d_offset, d_count;
+
+  // The rows as the kernels take them; without the optional counts they cannot skip padding halves.
+  ScheduleView schedule(bool pass_counts) const {
+    return {d_offset.get(), pass_counts ? d_count.get() : nullptr, num_experts, rows.capacity};
+  }
+};
+
+// Draws x and the weights of case `c` from `rng` (scaled so that gate/up and y are O(1)) and
+// uploads them with the row layout.
+inline void make_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng) {
+  in.c = c;
+  in.rows = layout_rows(c.counts);
+  in.num_experts = int(c.counts.size());
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(in.num_experts);
+  in.x = random_rows(c.counts, in.rows, D, rng);
+  in.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  in.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
+  in.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
+  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
+  caracal::gemm::interleave_gate_up_weights_host(
+      in.w_gate.data(), in.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
+  ASSERT_NO_FATAL_FAILURE(in.d_x.upload(in.x));
+  ASSERT_NO_FATAL_FAILURE(in.d_w_gate_up.upload(w_gate_up));
+  ASSERT_NO_FATAL_FAILURE(in.d_w_down.upload(in.w_down));
+  ASSERT_NO_FATAL_FAILURE(in.d_offset.upload(in.rows.offset));
+  ASSERT_NO_FATAL_FAILURE(in.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
+}
+
+// ---- The kernels' arguments ---------------------------------------------------------------------
+
+// A kernel's argument struct with the fields every one of them starts with: rows, D, I and the
+// persistent CTAs (0: one per SM).
+template <typename Args>
+Args kernel_args(const ScheduleView& rows, int hidden, int intermediate, int num_ctas = 0) {
+  Args a;
+  a.rows = rows;
+  a.hidden = hidden;
+  a.intermediate = intermediate;
+  a.num_ctas = num_ctas;
+  return a;
+}
+
+// Up/gate + SwiGLU over the inputs' x into `activation`, and into `gate_up` unless it is null.
+inline caracal::gemm::UpGateSwigluArgs up_gate_args(const ExpertInputs& in, const ScheduleView& rows,
+                                                    uint16_t* activation, uint16_t* gate_up, int num_ctas = 0) {
+  auto a = kernel_args<caracal::gemm::UpGateSwigluArgs>(rows, in.c.hidden, in.c.intermediate, num_ctas);
+  a.x = as_bf16(in.d_x.get());
+  a.w_gate_up = as_bf16(in.d_w_gate_up.get());
+  a.activation_out = as_bf16(activation);
+  a.gate_up_out = gate_up != nullptr ? as_bf16(gate_up) : nullptr;
+  return a;
+}
+
+// Fake device pointers: validation must reject the arguments before touching them.
+template <typename T = __nv_bfloat16>
+T* fake_ptr(uintptr_t offset_bytes = 0) {
+  return reinterpret_cast<T*>(uintptr_t(1) << 20 | offset_bytes);
+}
+
+// Valid rows for the argument checks: 4 experts, 1024 rows, fake offsets, no counts.
+inline ScheduleView fake_rows() { return {fake_ptr<const int32_t>(), nullptr, 4, 1024}; }
+
+// For expect_error: with(change) is a call of `launch` on `valid` changed by `change`.
+template <typename Args>
+auto calls_with(Args valid, void (*launch)(const Args&, cudaStream_t)) {
+  return [valid, launch](const std::function<void(Args&)>& change) -> std::function<void()> {
+    Args a = valid;
+    change(a);
+    return [a, launch] { launch(a, nullptr); };
+  };
+}
+
+// ---- Output checks ------------------------------------------------------------------------------
 
 // Bounds of the grouped-GEMM outputs: relative Frobenius error over the output (`frobenius`) and
 // of the worst expert's rows (`row`), about 3x the largest error measured on an H200 (2026-12-01,
@@ -153,17 +267,40 @@ inline std::vector<std::string> close_failures(const char* what, const RowLayout
   return e.failures(bound, report);
 }
 
-inline void expect_close(const char* what, const RowLayout& rows, const std::vector<int>& counts, size_t cols,
-                         const std::vector<double>& ref, const std::function<uint16_t(size_t, size_t)>& value,
-                         const caracal::test::ErrorBound& bound) {
-  for (const std::string& f : close_failures(what, rows, counts, cols, ref, value, bound)) ADD_FAILURE() << f;
+// The same for an output laid out like `ref`: [rows][cols].
+inline std::vector<std::string> close_failures(const char* what, const RowLayout& rows, const std::vector<int>& counts,
+                                               size_t cols, const std::vector<double>& ref,
+                                               const std::vector<uint16_t>& out,
+                                               const caracal::test::ErrorBound& bound, bool report = true) {
+  return close_failures(
+      what, rows, counts, cols, ref, [&](size_t row, size_t col) { return out[row * cols + col]; }, bound, report);
+}
+
+template <typename Output>
+void expect_close(const char* what, const RowLayout& rows, const std::vector<int>& counts, size_t cols,
+                  const std::vector<double>& ref, const Output& out, const caracal::test::ErrorBound& bound) {
+  for (const std::string& f : close_failures(what, rows, counts, cols, ref, out, bound)) ADD_FAILURE() << f;
+}
+
+// The half (gate or up) of an interleaved [rows][2I] output (gate_up, d_gate_up) that `ref`
+// ([rows][I]) holds, against it.
+inline void expect_half_close(const char* what, bool is_up, const RowLayout& rows, const std::vector<int>& counts,
+                              size_t intermediate, const std::vector<double>& ref,
+                              const std::vector<uint16_t>& interleaved, const caracal::test::ErrorBound& bound) {
+  const size_t I = intermediate;
+  expect_close(
+      what, rows, counts, I, ref,
+      [&](size_t row, size_t j) {
+        return interleaved[row * 2 * I + size_t(caracal::gemm::gate_up_row(int64_t(j), is_up))];
+      },
+      bound);
 }
 
 // Padding rows inside expert segments hold zeros (+-0); rows past the last segment keep the
 // poison.
 inline void expect_padding(const char* what, const RowLayout& rows, const std::vector<int>& counts,
                            size_t cols, const std::vector<uint16_t>& out) {
-  size_t nonzero = 0, touched = 0;
+  size_t nonzero = 0, past_end = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     for (size_t row = size_t(rows.offset[e]) + size_t(counts[e]); row < size_t(rows.offset[e + 1]);
          ++row) {
@@ -171,40 +308,24 @@ inline void expect_padding(const char* what, const RowLayout& rows, const std::v
     }
   }
   for (size_t row = size_t(rows.offset.back()); row < size_t(rows.capacity); ++row) {
-    for (size_t col = 0; col < cols; ++col) touched += out[row * cols + col] != kPoison;
+    for (size_t col = 0; col < cols; ++col) past_end += out[row * cols + col] != kPoison;
   }
   EXPECT_EQ(nonzero, 0u) << what << ": padding rows must hold zeros";
-  EXPECT_EQ(touched, 0u) << what << ": rows past expert_offset[L] must be left untouched";
+  EXPECT_EQ(past_end, 0u) << what << ": rows past expert_offset[L] must be left untouched";
 }
 
-// Per-expert counts of one receiving rank under a generated routing (host schedule twin).
-inline std::vector<int> routed_counts(caracal::RoutingKind kind, int64_t world, int64_t tokens,
-                                      int64_t top_k, int64_t experts, int64_t rank, uint64_t seed) {
-  caracal::RoutingSpec spec;
-  spec.kind = kind;
-  spec.seed = seed;
-  const caracal::Routing routing = caracal::make_routing(spec, world, tokens, top_k, experts);
-  const caracal::RankSchedule s = caracal::build_rank_schedule(
-      routing, experts, caracal::gemm::kGroupedGemmTileM, rank);
-  return std::vector<int>(s.expert_count.begin(), s.expert_count.end());
-}
-
-// Fake device pointers: validation must reject the arguments before touching them.
-template <typename T = __nv_bfloat16>
-T* fake_ptr(uintptr_t offset_bytes = 0) {
-  return reinterpret_cast<T*>(uintptr_t(1) << 20 | offset_bytes);
-}
-
-// `call` throws caracal::Error whose message holds every one of `parts`.
-inline void expect_error(const std::function<void()>& call,
-                         std::initializer_list<const char*> parts) {
-  try {
-    call();
-    ADD_FAILURE() << "no caracal::Error thrown";
-  } catch (const caracal::Error& e) {
-    const std::string msg = e.what();
-    for (const char* part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
-  }
+// The bounds are tight enough to catch a small systematic error: kChecksCase's `out`
+// ([capacity][cols]) passes its checks, and fails them with its largest expert (7: 300 rows)
+// 0.5% off.
+inline void expect_catches_expert_off(const char* what, const RowLayout& rows, size_t cols,
+                                      const std::vector<double>& ref, const std::vector<uint16_t>& out,
+                                      const caracal::test::ErrorBound& bound) {
+  const auto failures = [&](const std::vector<uint16_t>& v) {
+    return close_failures(what, rows, kChecksCase.counts, cols, ref, v, bound, false);
+  };
+  ASSERT_EQ(failures(out), std::vector<std::string>{}) << "the real " << what << " passes";
+  EXPECT_NE(failures(scaled_rows(out, size_t(rows.offset[7]), 300, cols, 1.005f)), std::vector<std::string>{})
+      << "an expert's " << what << " 0.5% off passed";
 }
 
 }  // namespace caracal::test::gemm

@@ -32,6 +32,7 @@ using exchange_test::fresh_seed;
 using exchange_test::RoutingCase;
 using exchange_test::seed_note;
 using exchange_test::Stream;
+using exchange_test::TracedSeed;
 
 inline constexpr RouterNormalization kNormalized{true, 1.0};
 inline constexpr RouterNormalization kNormalizedScaled{true, 2.5};  // DeepSeek-V3's routed_scaling_factor
@@ -131,6 +132,16 @@ inline HostStep random_step(const LayerCase& c, RoutingCase routing, uint64_t se
   }
   return s;
 }
+
+// The weights and one step of `c` from one fresh seed, which every failure reported while this
+// lives names.
+struct SeededStep {
+  SeededStep(const LayerCase& c, RoutingCase routing)
+      : weights(random_weights(c, seed.value())), step(random_step(c, routing, seed.value())) {}
+  const TracedSeed seed;
+  const HostWeights weights;
+  const HostStep step;
+};
 
 // ---- Device buffers ------------------------------------------------------------------------------
 
@@ -555,6 +566,17 @@ inline void expect_step_matches(const LayerCase& c, const HostStep& s, const Ste
                                 const std::vector<RankOutputs>& got) {
   const std::vector<std::string> failures = step_failures(c, s, want, got);
   for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+// One step on `layer` (fresh routing and inputs for `routing`) on `stream`, checked against the
+// reference of `weights`.
+inline void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers, const HostWeights& weights,
+                       RoutingCase routing, const Stream& stream = Stream()) {
+  const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
+  const HostStep step = random_step(c, routing, seed.value());
+  buffers.prepare(step, layer.world());
+  ASSERT_NO_THROW(run_step(layer, buffers, stream));
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
 }
 
 // ---- Bitwise comparison -------------------------------------------------------------------------------

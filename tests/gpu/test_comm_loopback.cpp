@@ -67,10 +67,7 @@ TEST_P(LoopbackExchange, OneCtaPerSm) {
   Stream stream;
   const int ctas = world.multiprocessors() / world.local_ranks();
   ASSERT_GE(ctas, 1);
-  launch_exchange(world, exchange.buffers(), ctas, 10, stream.get());
-  stream.sync();
-  EXPECT_NO_THROW(world.check());
-  exchange.expect_clean(1);
+  expect_clean_launch(world, exchange, ctas, 10, stream, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, LoopbackExchange, ::testing::Values(1, 2, 4, 8),
@@ -111,10 +108,7 @@ TEST(LoopbackWorld, RankThatNeverArrivesAbortsTheWorldUntilReset) {
 
     world.reset(stream.get());
     EXPECT_FALSE(world.faulted());
-    launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
-    stream.sync();
-    EXPECT_NO_THROW(world.check());
-    exchange.expect_clean(static_cast<uint32_t>(attempt + 1));
+    expect_clean_launch(world, exchange, 2, 3, stream, static_cast<uint32_t>(attempt + 1));
   }
 }
 
@@ -136,10 +130,7 @@ TEST(LoopbackWorld, StalledRankAbortsTheWorldAfterOneTimeout) {
   EXPECT_TRUE(contains(message, "waited for rank 1")) << message;
   EXPECT_TRUE(contains(message, "100 ms")) << message;
   world.reset(stream.get());
-  launch_exchange(world, exchange.buffers(), 2, 5, stream.get());  // the stall was for one launch only
-  stream.sync();
-  EXPECT_NO_THROW(world.check());
-  exchange.expect_clean(1);
+  expect_clean_launch(world, exchange, 2, 5, stream, 1);  // the stall was for one launch only
 }
 
 TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
@@ -149,10 +140,7 @@ TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
   Stream stream;
   world.set_wait_timeout(std::chrono::seconds(5));
   world.stall_next_launch(0, std::chrono::milliseconds(300));
-  launch_exchange(world, exchange.buffers(), 2, 2, stream.get());
-  stream.sync();
-  EXPECT_NO_THROW(world.check());
-  exchange.expect_clean(1);
+  expect_clean_launch(world, exchange, 2, 2, stream, 1);
 }
 
 // ---- Readiness flags (ready_flags.cuh) -----------------------------------------------------

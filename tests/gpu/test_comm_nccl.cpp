@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -102,21 +101,11 @@ TEST(NcclWorld, ThreadPerGpuExchange) {
   std::vector<int> ids(static_cast<size_t>(devices));
   for (int d = 0; d < devices; ++d) ids[static_cast<size_t>(d)] = d;
   std::vector<comm::NcclComm> comms = comm::init_all(ids);
-  std::vector<std::string> failures(ids.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < ids.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        check_cuda(cudaSetDevice(ids[r]), "cudaSetDevice");
-        NcclWorld world(comms[r].get(), kHeapBytes);  // collective: all threads construct together
-        EXPECT_EQ(world.rank(), static_cast<int>(r));
-        exchange_through(world);
-      } catch (const std::exception& e) {
-        failures[r] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<std::string> failures = on_each_gpu(devices, [&](int r) {
+    NcclWorld world(comms[static_cast<size_t>(r)].get(), kHeapBytes);  // collective: all threads construct together
+    EXPECT_EQ(world.rank(), r);
+    exchange_through(world);
+  });
   for (size_t r = 0; r < failures.size(); ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
 }
 

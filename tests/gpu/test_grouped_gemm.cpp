@@ -26,51 +26,20 @@ namespace {
 
 using namespace caracal::test::gemm;
 using caracal::gemm::DownProjArgs;
-using caracal::ScheduleView;
 using caracal::gemm::gate_up_row;
 using caracal::gemm::UpGateSwigluArgs;
 
 // ---- Problems -----------------------------------------------------------------------------------
 
-// Host inputs and their device copies for one case.
-struct Problem {
-  Case c;
-  RowLayout rows;
-  int num_experts = 0;
-  std::vector<uint16_t> x;             // [capacity][D]; padding and spare rows zero
-  std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
-  std::vector<uint16_t> w_down;        // [L][D][I]
-  DeviceBuffer<uint16_t> d_x, d_w_gate_up, d_w_down;
+// The inputs of one case and the forward's output buffers.
+struct Problem : ExpertInputs {
   DeviceBuffer<uint16_t> d_activation, d_gate_up, d_y;
-  DeviceBuffer<int32_t> d_offset, d_count;
 };
 
-void make_problem(Problem& p, const Case& c, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  p.c = c;
-  p.rows = layout_rows(c.counts);
-  p.num_experts = int(c.counts.size());
-  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
-  const size_t cap = size_t(p.rows.capacity);
-
-  p.x.assign(cap * D, 0);
-  for (size_t e = 0; e < L; ++e) {
-    auto rows = random_bf16(size_t(c.counts[e]) * D, 1.0, rng);
-    std::copy(rows.begin(), rows.end(), p.x.begin() + ptrdiff_t(size_t(p.rows.offset[e]) * D));
-  }
-  // Scaled so that gate/up and y are O(1).
-  p.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  p.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
-
-  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::gemm::interleave_gate_up_weights_host(
-      p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
-  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
-  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.upload(w_gate_up));
-  ASSERT_NO_FATAL_FAILURE(p.d_w_down.upload(p.w_down));
-  ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
-  ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
+void make_problem(Problem& p, const Case& c) {
+  std::mt19937_64 rng(p.seed.value());
+  ASSERT_NO_FATAL_FAILURE(make_inputs(p, c, rng));
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), cap = size_t(p.rows.capacity);
   ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
   ASSERT_NO_FATAL_FAILURE(p.d_y.allocate(cap * D));
@@ -88,40 +57,27 @@ struct Outputs {
 
 // Poisons the outputs, runs up/gate + SwiGLU then down, downloads everything.
 void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
-  ASSERT_NO_FATAL_FAILURE(p.d_activation.poison());
-  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.poison());
-  ASSERT_NO_FATAL_FAILURE(p.d_y.poison());
-  ScheduleView rows;
-  rows.expert_offset = p.d_offset.get();
-  rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
-  rows.num_experts = p.num_experts;
-  rows.row_capacity = p.rows.capacity;
-
-  UpGateSwigluArgs up;
-  up.rows = rows;
-  up.hidden = p.c.hidden;
-  up.intermediate = p.c.intermediate;
-  up.x = as_bf16(p.d_x.get());
-  up.w_gate_up = as_bf16(p.d_w_gate_up.get());
-  up.activation_out = as_bf16(p.d_activation.get());
-  up.gate_up_out = o.store_gate_up ? as_bf16(p.d_gate_up.get()) : nullptr;
-  up.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
-
-  DownProjArgs down;
-  down.rows = rows;
-  down.hidden = p.c.hidden;
-  down.intermediate = p.c.intermediate;
+  for (auto* b : {&p.d_activation, &p.d_gate_up, &p.d_y}) ASSERT_NO_FATAL_FAILURE(b->poison());
+  const ScheduleView rows = p.schedule(o.pass_counts);
+  uint16_t* gate_up = o.store_gate_up ? p.d_gate_up.get() : nullptr;
+  ASSERT_NO_THROW(
+      caracal::gemm::grouped_up_gate_swiglu(up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas), nullptr));
+  auto down = kernel_args<DownProjArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   down.activation = as_bf16(p.d_activation.get());
   down.w_down = as_bf16(p.d_w_down.get());
   down.y_out = as_bf16(p.d_y.get());
-  down.num_ctas = o.num_ctas;
   ASSERT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_activation.download(out.hidden));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(out.gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_y.download(out.y));
+}
+
+// A fresh problem of case `c`, run once with `o`.
+void run_case(Problem& p, const Case& c, const RunOptions& o, Outputs& out) {
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, o, out));
 }
 
 // fp64 reference of the real rows with the bf16-rounding contract: gate, up (F1), hidden (F2)
@@ -139,9 +95,7 @@ Reference reference_forward(const Problem& p) {
   const std::vector<double> x = widen(p.x), wg = widen(p.w_gate), wu = widen(p.w_up),
                             wd = widen(p.w_down);
   Reference r;
-  r.gate.assign(cap * I, 0.0);
-  r.up.assign(cap * I, 0.0);
-  r.hidden.assign(cap * I, 0.0);
+  r.gate = r.up = r.hidden = std::vector<double>(cap * I, 0.0);
   r.y.assign(cap * D, 0.0);
   for (size_t e = 0; e < size_t(p.num_experts); ++e) {
     const size_t begin = size_t(p.rows.offset[e]);
@@ -173,49 +127,34 @@ Reference reference_forward(const Problem& p) {
   return r;
 }
 
-void check_against_reference(Problem& p, const RunOptions& o) {
+// A fresh problem of case `c` run with `o`, every output against the reference.
+void check_against_reference(const Case& c, const RunOptions& o) {
+  Problem p;
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_forward(p, o, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, c, o, out));
   const Reference ref = reference_forward(p);
-  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-  expect_close("hidden", p.rows, p.c.counts, I, ref.hidden,
-               [&](size_t row, size_t col) { return out.hidden[row * I + col]; }, kHiddenBound);
-  expect_close("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return out.y[row * D + col]; },
-               kDownBound);
-  expect_padding("hidden", p.rows, p.c.counts, I, out.hidden);
-  expect_padding("y", p.rows, p.c.counts, D, out.y);
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
+  expect_close("hidden", p.rows, c.counts, I, ref.hidden, out.hidden, kHiddenBound);
+  expect_close("y", p.rows, c.counts, D, ref.y, out.y, kDownBound);
+  expect_padding("hidden", p.rows, c.counts, I, out.hidden);
+  expect_padding("y", p.rows, c.counts, D, out.y);
   if (o.store_gate_up) {
-    expect_close(
-        "gate", p.rows, p.c.counts, I, ref.gate,
-        [&](size_t row, size_t j) { return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))]; },
-        kGateUpBound);
-    expect_close(
-        "up", p.rows, p.c.counts, I, ref.up,
-        [&](size_t row, size_t j) { return out.gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))]; },
-        kGateUpBound);
-    expect_padding("gate_up", p.rows, p.c.counts, 2 * I, out.gate_up);
+    expect_half_close("gate", false, p.rows, c.counts, I, ref.gate, out.gate_up, kGateUpBound);
+    expect_half_close("up", true, p.rows, c.counts, I, ref.up, out.gate_up, kGateUpBound);
+    expect_padding("gate_up", p.rows, c.counts, 2 * I, out.gate_up);
   } else {
-    size_t touched = 0;
-    for (uint16_t b : out.gate_up) touched += b != kPoison;
-    EXPECT_EQ(touched, 0u) << "gate_up was written although gate_up_out was null";
+    EXPECT_EQ(touched(out.gate_up), 0u) << "gate_up was written although gate_up_out was null";
   }
 }
 
 std::vector<Case> reference_cases() {
-  std::vector<Case> cases;
-  // 0, 1, tile-1, tile, tile+1 rows; 64/65 rows put a whole or partial 64-row half in padding.
-  cases.push_back({"edge_counts", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}});
-  // D = 320 and 2I = 384: the last N tile of both GEMMs is partial.
-  cases.push_back({"partial_n_tiles", 320, 192, {200, 0, 77, 129}});
-  // 32 k tiles in the up/gate GEMM: many laps of the stage ring inside one tile.
-  cases.push_back({"long_k", 2048, 128, {130, 60}});
-  // An odd token count routed uniformly over 16 experts, 2 ranks, seen from rank 1 (L = 8).
-  cases.push_back({"routed_odd_tokens", 512, 256,
-                   routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)});
-  // Zipf-skewed routing, one rank, 8 experts.
-  cases.push_back(
-      {"zipf_skewed", 384, 192, routed_counts(caracal::RoutingKind::kZipf, 1, 257, 6, 8, 0, 12)});
-  return cases;
+  return with_routed_cases({
+      {"edge_counts", 256, 128, kEdgeCounts},
+      // D = 320 and 2I = 384: the last N tile of both GEMMs is partial.
+      {"partial_n_tiles", 320, 192, {200, 0, 77, 129}},
+      // 32 k tiles in the up/gate GEMM: many laps of the stage ring inside one tile.
+      {"long_k", 2048, 128, {130, 60}},
+  });
 }
 
 // ---- GPU tests ----------------------------------------------------------------------------------
@@ -224,66 +163,43 @@ class GroupedGemmReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GroupedGemmReference, MatchesFp64Reference) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
-  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, RunOptions{}));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), RunOptions{}));
 }
 
 TEST_P(GroupedGemmReference, MatchesWithoutCountsOrGateUp) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
   RunOptions o;
   o.pass_counts = false;
   o.store_gate_up = false;
-  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, o));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(reference_cases()),
-                         [](const ::testing::TestParamInfo<Case>& param_info) {
-                           return param_info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(reference_cases()), case_name);
 
 // The bounds are tight enough to catch small systematic errors: one expert's output rows 0.5%
 // off (the largest expert: 300 of 814 rows), and one row of another expert never written.
 TEST(GroupedGemmChecks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase, seed));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kChecksCase, RunOptions{}, out));
   const Reference ref = reference_forward(p);
   const size_t D = size_t(p.c.hidden);
-  const auto y_failures = [&](const std::vector<uint16_t>& y) {
-    return close_failures("y", p.rows, p.c.counts, D, ref.y, [&](size_t row, size_t col) { return y[row * D + col]; },
-                          kDownBound, false);
-  };
-  ASSERT_EQ(y_failures(out.y), std::vector<std::string>{}) << "the real output passes";
-  EXPECT_NE(y_failures(scaled_rows(out.y, size_t(p.rows.offset[7]), 300, D, 1.005f)), std::vector<std::string>{})
-      << "an expert 0.5% off passed";
+  ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("y", p.rows, D, ref.y, out.y, kDownBound));
   std::vector<uint16_t> dropped = out.y;
   const size_t row = size_t(p.rows.offset[3]) + 5;
   std::fill(dropped.begin() + int64_t(row * D), dropped.begin() + int64_t((row + 1) * D), uint16_t{0});
-  EXPECT_NE(y_failures(dropped), std::vector<std::string>{}) << "a dropped row passed";
+  EXPECT_NE(close_failures("y", p.rows, p.c.counts, D, ref.y, dropped, kDownBound, false), std::vector<std::string>{})
+      << "a dropped row passed";
 }
 
 // Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
 // run, or whether the optional counts let the kernels skip padding halves.
 TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(
-      make_problem(p, {"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}}, seed));
   Outputs first;
-  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, first));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, RunOptions{}, first));
   for (int num_ctas : {1, 7, 0, 0}) {
     for (bool counts : {true, false}) {
       SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + (counts ? ", counts" : ", no counts"));
@@ -303,14 +219,9 @@ TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
 TEST(GroupedGemmEmpty, EmptyLayerWritesNothing) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"empty", 256, 128, {0, 0, 0, 0}}, fresh_seed()));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, out));
-  for (const auto* v : {&out.hidden, &out.gate_up, &out.y}) {
-    size_t touched = 0;
-    for (uint16_t b : *v) touched += b != kPoison;
-    EXPECT_EQ(touched, 0u);
-  }
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kEmptyCase, RunOptions{}, out));
+  for (const auto* v : {&out.hidden, &out.gate_up, &out.y}) EXPECT_EQ(touched(*v), 0u);
 }
 
 // No row buffers at all: nothing is launched (row pointers may be null).
@@ -320,16 +231,11 @@ TEST(GroupedGemmEmpty, ZeroCapacityLaunchesNothing) {
   ASSERT_NO_FATAL_FAILURE(offsets.upload({0, 0}));
   DeviceBuffer<uint16_t> w;
   ASSERT_NO_FATAL_FAILURE(w.allocate(size_t(256) * 128));
-  UpGateSwigluArgs up;
-  up.rows = {offsets.get(), nullptr, 1, 0};
-  up.hidden = 128;
-  up.intermediate = 64;
+  const ScheduleView rows{offsets.get(), nullptr, 1, 0};
+  auto up = kernel_args<UpGateSwigluArgs>(rows, 128, 64);
   up.w_gate_up = as_bf16(w.get());
   EXPECT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
-  DownProjArgs down;
-  down.rows = up.rows;
-  down.hidden = 128;
-  down.intermediate = 64;
+  auto down = kernel_args<DownProjArgs>(rows, 128, 64);
   down.w_down = as_bf16(w.get());
   EXPECT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -385,35 +291,23 @@ TEST(GroupedGemmLayout, GateUpRowsAlternateInGroupsOfEight) {
   EXPECT_EQ(out, expected);
 }
 
+// Arguments that pass validation (the pointers fake, never read).
 UpGateSwigluArgs valid_up_args() {
-  UpGateSwigluArgs a;
-  a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
-  a.hidden = 256;
-  a.intermediate = 128;
-  a.x = fake_ptr();
-  a.w_gate_up = fake_ptr();
+  auto a = kernel_args<UpGateSwigluArgs>(fake_rows(), 256, 128);
+  a.x = a.w_gate_up = fake_ptr();
   a.activation_out = fake_ptr();
   return a;
 }
 
 DownProjArgs valid_down_args() {
-  DownProjArgs a;
-  a.rows = {fake_ptr<const int32_t>(), nullptr, 4, 1024};
-  a.hidden = 256;
-  a.intermediate = 128;
-  a.activation = fake_ptr();
-  a.w_down = fake_ptr();
+  auto a = kernel_args<DownProjArgs>(fake_rows(), 256, 128);
+  a.activation = a.w_down = fake_ptr();
   a.y_out = fake_ptr();
   return a;
 }
 
 TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
-  using caracal::gemm::grouped_up_gate_swiglu;
-  auto with = [](const std::function<void(UpGateSwigluArgs&)>& change) {
-    UpGateSwigluArgs a = valid_up_args();
-    change(a);
-    return [a] { grouped_up_gate_swiglu(a, nullptr); };
-  };
+  const auto with = calls_with(valid_up_args(), &caracal::gemm::grouped_up_gate_swiglu);
   expect_error(with([](auto& a) { a.hidden = 100; }),
                {"grouped_up_gate_swiglu", "hidden (D)", "multiple of 64", "100"});
   expect_error(with([](auto& a) { a.hidden = 0; }), {"hidden (D)", "got 0"});
@@ -435,12 +329,7 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
 }
 
 TEST(GroupedGemmArgs, DownRejectsBadArguments) {
-  using caracal::gemm::grouped_down_proj;
-  auto with = [](const std::function<void(DownProjArgs&)>& change) {
-    DownProjArgs a = valid_down_args();
-    change(a);
-    return [a] { grouped_down_proj(a, nullptr); };
-  };
+  const auto with = calls_with(valid_down_args(), &caracal::gemm::grouped_down_proj);
   expect_error(with([](auto& a) { a.hidden = 7000; }),
                {"grouped_down_proj", "hidden (D)", "multiple of 64", "7000"});
   expect_error(with([](auto& a) { a.intermediate = -64; }), {"intermediate (I)", "-64"});

@@ -32,7 +32,6 @@ namespace {
 
 using namespace caracal::test::gemm;
 using caracal::gemm::DownDgradSwigluArgs;
-using caracal::ScheduleView;
 using caracal::gemm::gate_up_row;
 using caracal::gemm::GateUpDgradArgs;
 using caracal::gemm::WeightGradArgs;
@@ -47,20 +46,15 @@ uint32_t float_bits(float v) {
 
 // ---- Problems -----------------------------------------------------------------------------------
 
-// Host inputs, the forward's saved activations, and the device buffers of one case.
-struct Problem {
-  Case c;
-  RowLayout rows;
-  int num_experts = 0;
-  std::vector<uint16_t> x, dy;         // [capacity][D]; padding and spare rows zero
-  std::vector<uint16_t> w_gate, w_up;  // [L][I][D]
-  std::vector<uint16_t> w_down;        // [L][D][I]
-  std::vector<float> gates;            // [capacity]; 0 on padding and spare rows
-  std::vector<uint16_t> gate_up;       // [capacity][2I] interleaved, as the forward kernel saved it
-  std::vector<uint16_t> hidden;        // [capacity][I], the forward kernel's hidden
-  DeviceBuffer<uint16_t> d_x, d_dy, d_w_gate_up, d_w_down, d_gate_up, d_activation;
+// The inputs of one case with dy and the row gates, the forward's saved activations, and the
+// backward's output buffers.
+struct Problem : ExpertInputs {
+  std::vector<uint16_t> dy;       // [capacity][D]; padding and spare rows zero
+  std::vector<float> gates;       // [capacity]; 0 on padding and spare rows
+  std::vector<uint16_t> gate_up;  // [capacity][2I] interleaved, as the forward kernel saved it
+  std::vector<uint16_t> hidden;   // [capacity][I], the forward kernel's hidden
+  DeviceBuffer<uint16_t> d_dy, d_gate_up, d_activation;
   DeviceBuffer<float> d_gates;
-  DeviceBuffer<int32_t> d_offset, d_count;
   DeviceBuffer<uint16_t> d_d_gate_up, d_scaled_hidden, d_dx;
   DeviceBuffer<float> d_dg, d_workspace, d_dw_gate_up, d_dw_down;
   DeviceBuffer<uint16_t> d_dw_gate_up_bf16, d_dw_down_bf16;
@@ -77,39 +71,19 @@ float row_gate(int i, std::mt19937_64& rng) {
 }
 
 // Fills the inputs, runs the forward up/gate kernel for gate_up and hidden (as training does).
-void make_problem(Problem& p, const Case& c, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  p.c = c;
-  p.rows = layout_rows(c.counts);
-  p.num_experts = int(c.counts.size());
+void make_problem(Problem& p, const Case& c) {
+  std::mt19937_64 rng(p.seed.value());
+  ASSERT_NO_FATAL_FAILURE(make_inputs(p, c, rng));
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
   const size_t cap = size_t(p.rows.capacity);
-
-  p.x.assign(cap * D, 0);
-  p.dy.assign(cap * D, 0);
+  p.dy = random_rows(c.counts, p.rows, D, rng);
   p.gates.assign(cap, 0.0f);
   for (size_t e = 0; e < L; ++e) {
-    const size_t begin = size_t(p.rows.offset[e]), n = size_t(c.counts[e]);
-    const auto x_rows = random_bf16(n * D, 1.0, rng);
-    const auto dy_rows = random_bf16(n * D, 1.0, rng);
-    std::copy(x_rows.begin(), x_rows.end(), p.x.begin() + ptrdiff_t(begin * D));
-    std::copy(dy_rows.begin(), dy_rows.end(), p.dy.begin() + ptrdiff_t(begin * D));
-    for (size_t i = 0; i < n; ++i) p.gates[begin + i] = row_gate(int(i), rng);
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t i = 0; i < size_t(c.counts[e]); ++i) p.gates[begin + i] = row_gate(int(i), rng);
   }
-  p.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  p.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  p.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
-  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::gemm::interleave_gate_up_weights_host(
-      p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
-
-  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
   ASSERT_NO_FATAL_FAILURE(p.d_dy.upload(p.dy));
-  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.upload(w_gate_up));
-  ASSERT_NO_FATAL_FAILURE(p.d_w_down.upload(p.w_down));
   ASSERT_NO_FATAL_FAILURE(p.d_gates.upload(p.gates));
-  ASSERT_NO_FATAL_FAILURE(p.d_offset.upload(p.rows.offset));
-  ASSERT_NO_FATAL_FAILURE(p.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
   ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.allocate(cap * 2 * I));
@@ -123,15 +97,8 @@ void make_problem(Problem& p, const Case& c, uint64_t seed) {
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.allocate(L * D * I));
 
-  caracal::gemm::UpGateSwigluArgs up;
-  up.rows = {p.d_offset.get(), p.d_count.get(), p.num_experts, p.rows.capacity};
-  up.hidden = c.hidden;
-  up.intermediate = c.intermediate;
-  up.x = as_bf16(p.d_x.get());
-  up.w_gate_up = as_bf16(p.d_w_gate_up.get());
-  up.activation_out = as_bf16(p.d_activation.get());
-  up.gate_up_out = as_bf16(p.d_gate_up.get());
-  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(
+      up_gate_args(p, p.schedule(true), p.d_activation.get(), p.d_gate_up.get()), nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(p.gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_activation.download(p.hidden));
@@ -149,6 +116,44 @@ struct Outputs {
   std::vector<uint16_t> dw_gate_up_bf16, dw_down_bf16;
 };
 
+// The three backward steps' arguments over `rows`.
+DownDgradSwigluArgs dgrad_args(Problem& p, const ScheduleView& rows, int num_ctas) {
+  auto a = kernel_args<DownDgradSwigluArgs>(rows, p.c.hidden, p.c.intermediate, num_ctas);
+  a.dy = as_bf16(p.d_dy.get());
+  a.w_down = as_bf16(p.d_w_down.get());
+  a.gate_up = as_bf16(p.d_gate_up.get());
+  a.gates = p.d_gates.get();
+  a.d_gate_up_out = as_bf16(p.d_d_gate_up.get());
+  a.scaled_activation_out = as_bf16(p.d_scaled_hidden.get());
+  a.d_gates_out = p.d_dg.get();
+  a.workspace = p.d_workspace.get();
+  return a;
+}
+
+GateUpDgradArgs dx_args(Problem& p, const ScheduleView& rows, int num_ctas) {
+  auto a = kernel_args<GateUpDgradArgs>(rows, p.c.hidden, p.c.intermediate, num_ctas);
+  a.d_gate_up = as_bf16(p.d_d_gate_up.get());
+  a.w_gate_up = as_bf16(p.d_w_gate_up.get());
+  a.dx_out = as_bf16(p.d_dx.get());
+  return a;
+}
+
+WeightGradArgs weight_args(Problem& p, const ScheduleView& rows, const RunOptions& o) {
+  auto a = kernel_args<WeightGradArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
+  a.x = as_bf16(p.d_x.get());
+  a.dy = as_bf16(p.d_dy.get());
+  a.d_gate_up = as_bf16(p.d_d_gate_up.get());
+  a.scaled_activation = as_bf16(p.d_scaled_hidden.get());
+  if (o.bf16_weight_grads) {
+    a.d_w_gate_up_bf16 = as_bf16(p.d_dw_gate_up_bf16.get());
+    a.d_w_down_bf16 = as_bf16(p.d_dw_down_bf16.get());
+  } else {
+    a.d_w_gate_up = p.d_dw_gate_up.get();
+    a.d_w_down = p.d_dw_down.get();
+  }
+  return a;
+}
+
 // Poisons every output (and the workspace), runs the three backward steps, downloads the outputs.
 void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   for (auto* b : {&p.d_d_gate_up, &p.d_scaled_hidden, &p.d_dx}) ASSERT_NO_FATAL_FAILURE(b->poison());
@@ -156,54 +161,10 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
     ASSERT_NO_FATAL_FAILURE(b->poison());
   }
   for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
-  ScheduleView rows;
-  rows.expert_offset = p.d_offset.get();
-  rows.expert_count = o.pass_counts ? p.d_count.get() : nullptr;
-  rows.num_experts = p.num_experts;
-  rows.row_capacity = p.rows.capacity;
-
-  DownDgradSwigluArgs dgrad;
-  dgrad.rows = rows;
-  dgrad.hidden = p.c.hidden;
-  dgrad.intermediate = p.c.intermediate;
-  dgrad.dy = as_bf16(p.d_dy.get());
-  dgrad.w_down = as_bf16(p.d_w_down.get());
-  dgrad.gate_up = as_bf16(p.d_gate_up.get());
-  dgrad.gates = p.d_gates.get();
-  dgrad.d_gate_up_out = as_bf16(p.d_d_gate_up.get());
-  dgrad.scaled_activation_out = as_bf16(p.d_scaled_hidden.get());
-  dgrad.d_gates_out = p.d_dg.get();
-  dgrad.workspace = p.d_workspace.get();
-  dgrad.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
-
-  GateUpDgradArgs dx;
-  dx.rows = rows;
-  dx.hidden = p.c.hidden;
-  dx.intermediate = p.c.intermediate;
-  dx.d_gate_up = as_bf16(p.d_d_gate_up.get());
-  dx.w_gate_up = as_bf16(p.d_w_gate_up.get());
-  dx.dx_out = as_bf16(p.d_dx.get());
-  dx.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
-
-  WeightGradArgs w;
-  w.rows = rows;
-  w.hidden = p.c.hidden;
-  w.intermediate = p.c.intermediate;
-  w.x = as_bf16(p.d_x.get());
-  w.dy = as_bf16(p.d_dy.get());
-  w.d_gate_up = as_bf16(p.d_d_gate_up.get());
-  w.scaled_activation = as_bf16(p.d_scaled_hidden.get());
-  if (o.bf16_weight_grads) {
-    w.d_w_gate_up_bf16 = as_bf16(p.d_dw_gate_up_bf16.get());
-    w.d_w_down_bf16 = as_bf16(p.d_dw_down_bf16.get());
-  } else {
-    w.d_w_gate_up = p.d_dw_gate_up.get();
-    w.d_w_down = p.d_dw_down.get();
-  }
-  w.num_ctas = o.num_ctas;
-  ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(w, nullptr));
+  const ScheduleView rows = p.schedule(o.pass_counts);
+  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad_args(p, rows, o.num_ctas), nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx_args(p, rows, o.num_ctas), nullptr));
+  ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(weight_args(p, rows, o), nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up.download(out.d_gate_up));
@@ -214,6 +175,12 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(out.dw_down));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.download(out.dw_gate_up_bf16));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.download(out.dw_down_bf16));
+}
+
+// A fresh problem of case `c`, run once with `o`.
+void run_case(Problem& p, const Case& c, const RunOptions& o, Outputs& out) {
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
 }
 
 // ---- fp64 reference ------------------------------------------------------------------------------
@@ -245,15 +212,10 @@ Reference reference_backward(const Problem& p) {
                             wu = widen(p.w_up), wd = widen(p.w_down), gu = widen(p.gate_up),
                             hidden = widen(p.hidden);
   Reference r;
-  r.d_gate.assign(cap * I, 0.0);
-  r.d_up.assign(cap * I, 0.0);
-  r.scaled_activation.assign(cap * I, 0.0);
+  r.d_gate = r.d_up = r.scaled_activation = std::vector<double>(cap * I, 0.0);
   r.dx.assign(cap * D, 0.0);
-  r.dg.assign(cap, 0.0);
-  r.dg_scale.assign(cap, 0.0);
-  r.dw_gate.assign(L * I * D, 0.0);
-  r.dw_up.assign(L * I * D, 0.0);
-  r.dw_down.assign(L * D * I, 0.0);
+  r.dg = r.dg_scale = std::vector<double>(cap, 0.0);
+  r.dw_gate = r.dw_up = r.dw_down = std::vector<double>(L * I * D, 0.0);
   std::vector<double> d_h(I), dx_row(D);
   for (size_t e = 0; e < L; ++e) {
     const size_t begin = size_t(p.rows.offset[e]);
@@ -435,27 +397,21 @@ void expect_weight_grads(const Problem& p, const Reference& ref, const Outputs& 
             << "  dW_down: relative Frobenius error " << worst_down << " (worst expert)\n";
 }
 
-void check_against_reference(Problem& p, const RunOptions& o) {
+// A fresh problem of case `c` run with `o`, every output against the reference.
+void check_against_reference(const Case& c, const RunOptions& o) {
+  Problem p;
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, c, o, out));
   const Reference ref = reference_backward(p);
-  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-  const auto& counts = p.c.counts;
-  expect_close(
-      "d_gate", p.rows, counts, I, ref.d_gate,
-      [&](size_t row, size_t j) { return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))]; },
-      kDgradBound);
-  expect_close(
-      "d_up", p.rows, counts, I, ref.d_up,
-      [&](size_t row, size_t j) { return out.d_gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))]; },
-      kDgradBound);
-  expect_padding("d_gate_up", p.rows, counts, 2 * I, out.d_gate_up);
-  expect_close("scaled_activation", p.rows, counts, I, ref.scaled_activation,
-               [&](size_t row, size_t j) { return out.scaled_activation[row * I + j]; }, kScaledHiddenBound);
-  expect_padding("scaled_activation", p.rows, counts, I, out.scaled_activation);
-  expect_close("dx", p.rows, counts, D, ref.dx, [&](size_t row, size_t d) { return out.dx[row * D + d]; },
-               kDxBound);
-  expect_padding("dx", p.rows, counts, D, out.dx);
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
+  expect_half_close("d_gate", false, p.rows, c.counts, I, ref.d_gate, out.d_gate_up, kDgradBound);
+  expect_half_close("d_up", true, p.rows, c.counts, I, ref.d_up, out.d_gate_up, kDgradBound);
+  expect_padding("d_gate_up", p.rows, c.counts, 2 * I, out.d_gate_up);
+  expect_close("scaled_activation", p.rows, c.counts, I, ref.scaled_activation, out.scaled_activation,
+               kScaledHiddenBound);
+  expect_padding("scaled_activation", p.rows, c.counts, I, out.scaled_activation);
+  expect_close("dx", p.rows, c.counts, D, ref.dx, out.dx, kDxBound);
+  expect_padding("dx", p.rows, c.counts, D, out.dx);
   expect_router_grad(p, ref, out.dg);
   expect_gate_edge_rows(p, out);
   expect_weight_grads(p, ref, out);
@@ -465,21 +421,12 @@ void check_against_reference(Problem& p, const RunOptions& o) {
 // gradient 0.5% off.
 TEST(GroupedGemmBackwardChecks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase, seed));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kChecksCase, RunOptions{}, out));
   const Reference ref = reference_backward(p);
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-  const auto dx_failures = [&](const std::vector<uint16_t>& dx) {
-    return close_failures("dx", p.rows, p.c.counts, D, ref.dx, [&](size_t row, size_t d) { return dx[row * D + d]; },
-                          kDxBound, false);
-  };
-  ASSERT_EQ(dx_failures(out.dx), std::vector<std::string>{}) << "the real dx passes";
-  EXPECT_NE(dx_failures(scaled_rows(out.dx, size_t(p.rows.offset[7]), 300, D, 1.005f)), std::vector<std::string>{})
-      << "an expert's dx 0.5% off passed";
+  ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("dx", p.rows, D, ref.dx, out.dx, kDxBound));
   // One expert's dW_gate 0.5% off: relative error 5e-3 against a bound of kGateUpGradBound.
   double err2 = 0.0, ref2 = 0.0;
   for (size_t j = 0; j < I; ++j) {
@@ -494,22 +441,16 @@ TEST(GroupedGemmBackwardChecks, CatchDeliberateErrors) {
 }
 
 std::vector<Case> reference_cases() {
-  std::vector<Case> cases;
-  // 0, 1, tile-1, tile, tile+1 rows; 64/65 rows put a whole or partial 64-row half in padding
-  // (row GEMMs) and end an expert's K in the middle of a 64-row step (weight gradients).
-  cases.push_back({"edge_counts", 256, 128, {0, 1, 127, 128, 129, 64, 65, 300}});
-  // D = 320, I = 192: partial N tiles in the row GEMMs (I and D), partial M and N tiles in both
-  // weight gradients (2I = 384 and D = 320 rows; D and I columns).
-  cases.push_back({"partial_tiles", 320, 192, {200, 0, 77, 129}});
-  // 32 k tiles in the dgrad, 11 in the weight gradients of the larger expert.
-  cases.push_back({"long_k", 2048, 128, {700, 60}});
-  // An odd token count routed uniformly over 16 experts, 2 ranks, seen from rank 1 (L = 8).
-  cases.push_back({"routed_odd_tokens", 512, 256,
-                   routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)});
-  // Zipf-skewed routing, one rank, 8 experts.
-  cases.push_back(
-      {"zipf_skewed", 384, 192, routed_counts(caracal::RoutingKind::kZipf, 1, 257, 6, 8, 0, 12)});
-  return cases;
+  return with_routed_cases({
+      // kEdgeCounts' 64/65 rows also end an expert's K in the middle of a 64-row step (weight
+      // gradients).
+      {"edge_counts", 256, 128, kEdgeCounts},
+      // D = 320, I = 192: partial N tiles in the row GEMMs (I and D), partial M and N tiles in both
+      // weight gradients (2I = 384 and D = 320 rows; D and I columns).
+      {"partial_tiles", 320, 192, {200, 0, 77, 129}},
+      // 32 k tiles in the dgrad, 11 in the weight gradients of the larger expert.
+      {"long_k", 2048, 128, {700, 60}},
+  });
 }
 
 // ---- GPU tests ----------------------------------------------------------------------------------
@@ -518,40 +459,25 @@ class GroupedGemmBackwardReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GroupedGemmBackwardReference, MatchesFp64Reference) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
-  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, RunOptions{}));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), RunOptions{}));
 }
 
 TEST_P(GroupedGemmBackwardReference, MatchesWithoutCounts) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("case " + GetParam().name + ", seed " + std::to_string(seed));
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, GetParam(), seed));
   RunOptions o;
   o.pass_counts = false;
-  ASSERT_NO_FATAL_FAILURE(check_against_reference(p, o));
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmBackwardReference, ::testing::ValuesIn(reference_cases()),
-                         [](const ::testing::TestParamInfo<Case>& param_info) {
-                           return param_info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmBackwardReference, ::testing::ValuesIn(reference_cases()), case_name);
 
 // Each output tile (and each dg partial) has one owner and a fixed K order, the partials are added
 // in a fixed order: nothing may depend on the run or the grid size.
 TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(
-      make_problem(p, {"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}}, seed));
   Outputs first;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, first));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, RunOptions{}, first));
   for (int num_ctas : {1, 7, 0, 0}) {
     SCOPED_TRACE("num_ctas " + std::to_string(num_ctas));
     RunOptions o;
@@ -572,13 +498,11 @@ TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
 // lies past the gradient and must not spill into the next expert).
 TEST(GroupedGemmBackwardBf16Grads, AreTheFp32GradientsRoundedOnce) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
   for (const Case& c : reference_cases()) {
-    SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed));
+    SCOPED_TRACE("case " + c.name);
     Problem p;
-    ASSERT_NO_FATAL_FAILURE(make_problem(p, c, seed));
     Outputs f32, bf16;
-    ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, f32));
+    ASSERT_NO_FATAL_FAILURE(run_case(p, c, RunOptions{}, f32));
     RunOptions o;
     o.bf16_weight_grads = true;
     ASSERT_NO_FATAL_FAILURE(run_backward(p, o, bf16));
@@ -598,19 +522,14 @@ TEST(GroupedGemmBackwardBf16Grads, AreTheFp32GradientsRoundedOnce) {
 TEST(GroupedGemmBackwardEmpty, EmptyLayerZeroesOnlyTheGradients) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"empty", 256, 128, {0, 0, 0, 0}}, fresh_seed()));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
-  for (const auto* v : {&out.d_gate_up, &out.scaled_activation, &out.dx}) {
-    size_t touched = 0;
-    for (uint16_t b : *v) touched += b != kPoison;
-    EXPECT_EQ(touched, 0u);
-  }
-  size_t touched = 0, nonzero = 0;
-  for (float v : out.dg) touched += float_bits(v) != kPoisonF32;
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kEmptyCase, RunOptions{}, out));
+  for (const auto* v : {&out.d_gate_up, &out.scaled_activation, &out.dx}) EXPECT_EQ(touched(*v), 0u);
+  size_t dg_written = 0, nonzero = 0;
+  for (float v : out.dg) dg_written += float_bits(v) != kPoisonF32;
   for (float v : out.dw_gate_up) nonzero += float_bits(v) != 0u;
   for (float v : out.dw_down) nonzero += float_bits(v) != 0u;
-  EXPECT_EQ(touched, 0u) << "dg was written";
+  EXPECT_EQ(dg_written, 0u) << "dg was written";
   EXPECT_EQ(nonzero, 0u) << "weight gradients must be +0";
 }
 
@@ -630,22 +549,13 @@ TEST(GroupedGemmBackwardEmpty, ZeroCapacityZeroesTheGradients) {
   ASSERT_NO_FATAL_FAILURE(dw_down.poison());
   const ScheduleView rows{offsets.get(), nullptr, L, 0};
 
-  DownDgradSwigluArgs dgrad;
-  dgrad.rows = rows;
-  dgrad.hidden = D;
-  dgrad.intermediate = I;
+  auto dgrad = kernel_args<DownDgradSwigluArgs>(rows, D, I);
   dgrad.w_down = as_bf16(w.get());
   EXPECT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
-  GateUpDgradArgs dx;
-  dx.rows = rows;
-  dx.hidden = D;
-  dx.intermediate = I;
+  auto dx = kernel_args<GateUpDgradArgs>(rows, D, I);
   dx.w_gate_up = as_bf16(w.get());
   EXPECT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
-  WeightGradArgs wg;
-  wg.rows = rows;
-  wg.hidden = D;
-  wg.intermediate = I;
+  auto wg = kernel_args<WeightGradArgs>(rows, D, I);
   wg.d_w_gate_up = dw_gate_up.get();
   wg.d_w_down = dw_down.get();
   EXPECT_NO_THROW(caracal::gemm::grouped_weight_grads(wg, nullptr));
@@ -662,60 +572,32 @@ TEST(GroupedGemmBackwardEmpty, ZeroCapacityZeroesTheGradients) {
 
 // ---- Host-only tests ----------------------------------------------------------------------------
 
-ScheduleView fake_rows() { return {fake_ptr<const int32_t>(), nullptr, 4, 1024}; }
-
+// Arguments that pass validation (the pointers fake, never read).
 DownDgradSwigluArgs valid_dgrad_args() {
-  DownDgradSwigluArgs a;
-  a.rows = fake_rows();
-  a.hidden = 256;
-  a.intermediate = 128;
-  a.dy = fake_ptr();
-  a.w_down = fake_ptr();
-  a.gate_up = fake_ptr();
+  auto a = kernel_args<DownDgradSwigluArgs>(fake_rows(), 256, 128);
+  a.dy = a.w_down = a.gate_up = fake_ptr();
   a.gates = fake_ptr<const float>();
-  a.d_gate_up_out = fake_ptr();
-  a.scaled_activation_out = fake_ptr();
-  a.d_gates_out = fake_ptr<float>();
-  a.workspace = fake_ptr<float>();
+  a.d_gate_up_out = a.scaled_activation_out = fake_ptr();
+  a.d_gates_out = a.workspace = fake_ptr<float>();
   return a;
 }
 
 GateUpDgradArgs valid_dx_args() {
-  GateUpDgradArgs a;
-  a.rows = fake_rows();
-  a.hidden = 256;
-  a.intermediate = 128;
-  a.d_gate_up = fake_ptr();
-  a.w_gate_up = fake_ptr();
+  auto a = kernel_args<GateUpDgradArgs>(fake_rows(), 256, 128);
+  a.d_gate_up = a.w_gate_up = fake_ptr();
   a.dx_out = fake_ptr();
   return a;
 }
 
 WeightGradArgs valid_weight_args() {
-  WeightGradArgs a;
-  a.rows = fake_rows();
-  a.hidden = 256;
-  a.intermediate = 128;
-  a.x = fake_ptr();
-  a.dy = fake_ptr();
-  a.d_gate_up = fake_ptr();
-  a.scaled_activation = fake_ptr();
-  a.d_w_gate_up = fake_ptr<float>();
-  a.d_w_down = fake_ptr<float>();
+  auto a = kernel_args<WeightGradArgs>(fake_rows(), 256, 128);
+  a.x = a.dy = a.d_gate_up = a.scaled_activation = fake_ptr();
+  a.d_w_gate_up = a.d_w_down = fake_ptr<float>();
   return a;
 }
 
-template <typename Args>
-std::function<void()> call_with(Args a, const std::function<void(Args&)>& change,
-                                void (*fn)(const Args&, cudaStream_t)) {
-  change(a);
-  return [a, fn] { fn(a, nullptr); };
-}
-
 TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
-  auto with = [](const std::function<void(DownDgradSwigluArgs&)>& change) {
-    return call_with(valid_dgrad_args(), change, &caracal::gemm::grouped_down_dgrad_swiglu);
-  };
+  const auto with = calls_with(valid_dgrad_args(), &caracal::gemm::grouped_down_dgrad_swiglu);
   expect_error(with([](auto& a) { a.hidden = 100; }),
                {"grouped_down_dgrad_swiglu", "hidden (D)", "multiple of 64", "100"});
   expect_error(with([](auto& a) { a.intermediate = 96; }), {"intermediate (I)", "96"});
@@ -733,9 +615,7 @@ TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
 }
 
 TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
-  auto with = [](const std::function<void(GateUpDgradArgs&)>& change) {
-    return call_with(valid_dx_args(), change, &caracal::gemm::grouped_gate_up_dgrad);
-  };
+  const auto with = calls_with(valid_dx_args(), &caracal::gemm::grouped_gate_up_dgrad);
   expect_error(with([](auto& a) { a.hidden = 7000; }),
                {"grouped_gate_up_dgrad", "hidden (D)", "7000"});
   expect_error(with([](auto& a) { a.intermediate = 0; }), {"intermediate (I)", "got 0"});
@@ -746,9 +626,7 @@ TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
 }
 
 TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
-  auto with = [](const std::function<void(WeightGradArgs&)>& change) {
-    return call_with(valid_weight_args(), change, &caracal::gemm::grouped_weight_grads);
-  };
+  const auto with = calls_with(valid_weight_args(), &caracal::gemm::grouped_weight_grads);
   expect_error(with([](auto& a) { a.hidden = -64; }), {"grouped_weight_grads", "hidden (D)", "-64"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
                {"rows.expert_count", "4-byte aligned"});

@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "caracal/comm/loopback_world.hpp"
@@ -23,6 +23,7 @@
 #include "caracal/comm/nccl_world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/moe_layer.hpp"
+#include "error_checks.hpp"
 #include "exchange_test_support.hpp"
 #include "gpu_test_util.hpp"
 #include "moe_layer_test_support.hpp"
@@ -30,17 +31,7 @@
 namespace caracal::layer_test {
 namespace {
 
-// One step on `layer` (fresh routing and inputs for `routing`) checked against the reference.
-void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers, const HostWeights& weights,
-                RoutingCase routing) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
-  const HostStep step = random_step(c, routing, seed);
-  buffers.prepare(step, layer.world());
-  Stream stream;
-  ASSERT_NO_THROW(run_step(layer, buffers, stream));
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
-}
+using test::expect_error;
 
 void check_loopback(const LayerCase& c) {
   const HostWeights weights = random_weights(c, fresh_seed());
@@ -111,25 +102,16 @@ std::vector<RankOutputs> run_threads(const LayerCase& c, const HostWeights& weig
   for (int d = 0; d < c.world; ++d) devices[static_cast<size_t>(d)] = d;
   std::vector<comm::NcclComm> comms = comm::init_all(devices);
   std::vector<RankOutputs> outputs(devices.size());
-  std::vector<std::string> failures(devices.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < devices.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        check_cuda(cudaSetDevice(devices[r]), "cudaSetDevice");
-        comm::NcclWorld world(comms[r].get(), MoELayer::heap_bytes(config_of(c)));  // collective
-        MoELayer layer(config_of(c), world);
-        const WorldBuffers buffers(c, weights, world);
-        buffers.prepare(step, world);
-        Stream stream;
-        run_step(layer, buffers, stream);
-        outputs[r] = buffers.download()[0];
-      } catch (const std::exception& e) {
-        failures[r] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<std::string> failures = test::on_each_gpu(c.world, [&](int rank) {
+    const size_t r = static_cast<size_t>(rank);
+    comm::NcclWorld world(comms[r].get(), MoELayer::heap_bytes(config_of(c)));  // collective
+    MoELayer layer(config_of(c), world);
+    const WorldBuffers buffers(c, weights, world);
+    buffers.prepare(step, world);
+    Stream stream;
+    run_step(layer, buffers, stream);
+    outputs[r] = buffers.download()[0];
+  });
   for (size_t r = 0; r < failures.size(); ++r) {
     if (!failures[r].empty()) throw Error("rank " + std::to_string(r) + ": " + failures[r]);
   }
@@ -144,9 +126,8 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
   const ReferenceLayer reference = reference_layer(c, weights);
   std::vector<RankOutputs> first;
   for (RoutingCase routing : {RoutingCase::kZipf, RoutingCase::kEmptySlots, RoutingCase::kAllToOne}) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
-    const HostStep step = random_step(c, routing, seed);
+    const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
+    const HostStep step = random_step(c, routing, seed.value());
     std::vector<RankOutputs> got;
     ASSERT_NO_THROW(got = run_threads(c, weights, step));
     expect_step_matches(c, step, reference_step(c, reference, step), got);
@@ -166,20 +147,10 @@ TEST(GpuMoELayerNccl, MismatchedRanksAreRefusedOnEveryRank) {
   configs[1].shape.top_k = 3;
   const size_t heap = std::max(MoELayer::heap_bytes(configs[0]), MoELayer::heap_bytes(configs[1]));
   std::vector<comm::NcclComm> comms = comm::init_all({0, 1});
-  std::string messages[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        check_cuda(cudaSetDevice(r), "cudaSetDevice");
-        comm::NcclWorld world(comms[static_cast<size_t>(r)].get(), heap);  // same heap: the layer must notice
-        MoELayer layer(configs[r], world);
-      } catch (const std::exception& e) {
-        messages[r] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<std::string> messages = test::on_each_gpu(2, [&](int r) {
+    comm::NcclWorld world(comms[static_cast<size_t>(r)].get(), heap);  // same heap: the layer must notice
+    MoELayer layer(configs[r], world);
+  });
   for (const std::string& m : messages) {
     EXPECT_NE(m.find("MoELayer: the ranks of this world were built differently"), std::string::npos) << m;
     EXPECT_NE(m.find("top_k differs (rank 0: 2, rank 1: 3)"), std::string::npos) << m;
@@ -202,34 +173,27 @@ TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
   check_step(c, layer, buffers, weights, RoutingCase::kZipf);
   Stream stream;
 
-  cudaGraph_t graph = nullptr;
-  CARACAL_ASSERT_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  std::unique_ptr<test::CapturedGraph> graph;
   try {
-    const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
-    layer.backward(buffers.backward_args(), context, stream.get());
+    graph = std::make_unique<test::CapturedGraph>(stream, [&](cudaStream_t s) {
+      const MoEContext context = layer.forward(buffers.forward_args(), s);
+      layer.backward(buffers.backward_args(), context, s);
+    });
   } catch (const Error& e) {
-    (void)cudaStreamEndCapture(stream.get(), &graph);
     FAIL() << "capture failed: " << e.what();
   }
-  CARACAL_ASSERT_CUDA(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  CARACAL_ASSERT_CUDA(instantiated);
 
   const RoutingCase replays[] = {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots,
                                  RoutingCase::kZipf};
   for (RoutingCase routing : replays) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(std::string(exchange_test::name_of(routing)) + ", " + seed_note(seed));
-    const HostStep step = random_step(c, routing, seed);
+    const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
+    const HostStep step = random_step(c, routing, seed.value());
     buffers.prepare(step, world);
-    CARACAL_ASSERT_CUDA(cudaGraphLaunch(exec, stream.get()));
+    graph->launch(stream);
     stream.sync();
     ASSERT_NO_THROW(layer.check());
     expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
   }
-  (void)cudaGraphExecDestroy(exec);
 }
 
 // ---- Determinism -------------------------------------------------------------------------------------
@@ -285,10 +249,7 @@ std::vector<RankOutputs> run_zero_copy(MoELayer& layer, const WorldBuffers& buff
 TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"determinism_W4", 4, 61, 16, 4, true, true, kNormalized, RoutingCase::kZipf};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  const HostStep step = random_step(c, RoutingCase::kZipf, seed);
+  const SeededStep s(c, RoutingCase::kZipf);
   const size_t heap = MoELayer::heap_bytes(config_of(c));
   comm::LoopbackWorld world(c.world, heap);
   comm::LoopbackWorld other_world(c.world, heap);
@@ -296,20 +257,20 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   MoELayerOptions few_ctas;
   few_ctas.gemm_ctas = 7;
   MoELayer other_layer(config_of(c), other_world, few_ctas);
-  const WorldBuffers buffers(c, weights, world);
+  const WorldBuffers buffers(c, s.weights, world);
   Stream stream;
 
   const auto run = [&](MoELayer& l) {
-    buffers.prepare(step, l.world());
+    buffers.prepare(s.step, l.world());
     run_step(l, buffers, stream);
     return buffers.download();
   };
   const std::vector<RankOutputs> first = run(layer);
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), first);
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), first);
   expect_same_bits(first, run(layer), "second run");
   expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
-  buffers.prepare(step, world);  // poisons the weight gradients, which the zero-copy run writes there too
-  expect_same_bits(first, run_zero_copy(layer, buffers, step), "zero-copy path");
+  buffers.prepare(s.step, world);  // poisons the weight gradients, which the zero-copy run writes there too
+  expect_same_bits(first, run_zero_copy(layer, buffers, s.step), "zero-copy path");
 }
 
 // ---- The checks themselves ------------------------------------------------------------------------
@@ -328,12 +289,10 @@ bool any_names(const std::vector<std::string>& failures, const std::string& part
 TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"checks_W2", 2, 97, 8, 2, true, true, kNormalized, RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  const HostStep step = random_step(c, RoutingCase::kUniform, seed);
-  const std::vector<RankOutputs> got = run_once(c, weights, step);
-  const ReferenceLayer reference = reference_layer(c, weights);
+  const SeededStep s(c, RoutingCase::kUniform);
+  const HostStep& step = s.step;
+  const std::vector<RankOutputs> got = run_once(c, s.weights, step);
+  const ReferenceLayer reference = reference_layer(c, s.weights);
   const StepExpected want = reference_step(c, reference, step);
   ASSERT_EQ(step_failures(c, step, want, got), std::vector<std::string>{}) << "the real outputs pass";
 
@@ -376,28 +335,21 @@ TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
 
 // ---- API misuse ----------------------------------------------------------------------------------------
 
-// `call` throws caracal::Error whose message holds every one of `parts`.
-template <typename Call>
-void expect_error(Call call, std::initializer_list<const char*> parts) {
-  try {
-    call();
-    ADD_FAILURE() << "no caracal::Error thrown";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
-}
-
 const LayerCase kApiCase{"api_W2", 2, 37, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
+
+// A loopback layer of `c` whose buffers hold one uniform step's inputs, weights and inputs from
+// fixed seeds (these tests check refusals, not numbers).
+std::unique_ptr<LoopbackLayer> prepared_layer(const LayerCase& c, uint64_t seed) {
+  auto l = std::make_unique<LoopbackLayer>(c, random_weights(c, seed));
+  l->buffers.prepare(random_step(c, RoutingCase::kUniform, seed + 5), l->world);
+  return l;
+}
 
 TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = kApiCase;
-  const HostWeights weights = random_weights(c, 1);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(random_step(c, RoutingCase::kUniform, 6), world);
+  const auto l = prepared_layer(c, 1);
+  auto& [world, layer, buffers] = *l;
   Stream stream;
   const cudaStream_t s = stream.get();
 
@@ -447,12 +399,8 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
 
 TEST(GpuMoELayerApi, BackwardNeedsTheLatestForwardsContext) {
   CARACAL_REQUIRE_GPU();
-  const LayerCase& c = kApiCase;
-  const HostWeights weights = random_weights(c, 2);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(random_step(c, RoutingCase::kUniform, 7), world);
+  const auto l = prepared_layer(kApiCase, 2);
+  auto& [world, layer, buffers] = *l;
   Stream stream;
   const MoEContext stale = layer.forward(buffers.forward_args(), stream.get());
   const MoEContext latest = layer.forward(buffers.forward_args(), stream.get());
@@ -465,11 +413,8 @@ TEST(GpuMoELayerApi, SharedScaleNeedsItsGradient) {
   CARACAL_REQUIRE_GPU();
   LayerCase c = kApiCase;
   c.shared_scale = true;
-  const HostWeights weights = random_weights(c, 3);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  buffers.prepare(random_step(c, RoutingCase::kUniform, 8), world);
+  const auto l = prepared_layer(c, 3);
+  auto& [world, layer, buffers] = *l;
   Stream stream;
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   std::vector<MoEBackwardArgs> backward = buffers.backward_args();
@@ -496,10 +441,8 @@ TEST(GpuMoELayerApi, ConstructorRejectsAMismatchedWorldOrASmallHeap) {
 TEST(GpuMoELayerApi, OutOfRangeExpertIdIsRaisedAtCheck) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = kApiCase;
-  const HostWeights weights = random_weights(c, 4);
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
+  LoopbackLayer l(c, random_weights(c, 4));
+  auto& [world, layer, buffers] = l;
   HostStep step = random_step(c, RoutingCase::kUniform, 5);
   step.routing.topk_idx[static_cast<size_t>((1 * c.tokens + 5) * c.top_k)] = c.experts;  // rank 1, token 5, slot 0
   buffers.prepare(step, world);

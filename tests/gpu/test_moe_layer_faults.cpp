@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -82,18 +83,17 @@ void expect_all_nan(const std::vector<RankOutputs>& outputs, bool forward, bool 
   }
 }
 
-// One step with fresh inputs on `stream`, checked against the reference.
-void check_step_on(MoELayer& layer, const WorldBuffers& buffers, const LayerCase& c, const HostWeights& weights,
-                   RoutingCase routing, const Stream& stream) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostStep step = random_step(c, routing, seed);
-  buffers.prepare(step, layer.world());
-  ASSERT_NO_THROW(run_step(layer, buffers, stream));
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
-}
-
 // ---- Stalled ranks ---------------------------------------------------------------------------------
+
+// A loopback layer of `c` about to stall: the weights and inputs of `s` uploaded, every output zeroed (a
+// finite value the poisoning must replace), waits timing out after 200 ms.
+std::unique_ptr<LoopbackLayer> layer_to_stall(const LayerCase& c, const SeededStep& s) {
+  auto l = std::make_unique<LoopbackLayer>(c, s.weights);
+  l->buffers.prepare(s.step, l->world);
+  zero_outputs(l->buffers);
+  l->world.set_wait_timeout(std::chrono::milliseconds(200));
+  return l;
+}
 
 class GpuMoELayerStall : public testing::TestWithParam<int> {};
 
@@ -101,18 +101,13 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   CARACAL_REQUIRE_GPU();
   const int world_size = GetParam();
   const LayerCase c{"stall", world_size, 61, 4 * world_size, 3, true, true, kNormalized, RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  LoopbackLayer l(c, weights);
-  auto& [world, layer, buffers] = l;
-  buffers.prepare(random_step(c, RoutingCase::kUniform, seed), world);
-  zero_outputs(buffers);
+  const SeededStep s(c, RoutingCase::kUniform);
+  const auto l = layer_to_stall(c, s);
+  auto& [world, layer, buffers] = *l;
   Stream stream;
 
   // The last rank's CTAs arrive 30 s late at the forward's first barrier; the others give up after
   // 200 ms and abort the world, which ends every later wait at once.
-  world.set_wait_timeout(std::chrono::milliseconds(200));
   world.stall_next_launch(world_size - 1, std::chrono::seconds(30));
   const auto start = std::chrono::steady_clock::now();
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
@@ -141,10 +136,10 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "latest forward")) << e.what();
   }
-  const HostStep next = random_step(c, RoutingCase::kZipf, seed + 1);
+  const HostStep next = random_step(c, RoutingCase::kZipf, s.seed.value() + 1);
   buffers.prepare(next, world);
   run_step(layer, buffers, stream);
-  expect_step_matches(c, next, reference_step(c, reference_layer(c, weights), next), buffers.download());
+  expect_step_matches(c, next, reference_step(c, reference_layer(c, s.weights), next), buffers.download());
 }
 
 TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
@@ -152,15 +147,10 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
   const int world_size = GetParam();
   const LayerCase c{"stall_backward", world_size, 45, 4 * world_size, 2, true, false, kNormalized,
                     RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  LoopbackLayer l(c, weights);
-  auto& [world, layer, buffers] = l;
-  buffers.prepare(random_step(c, RoutingCase::kUniform, seed), world);
-  zero_outputs(buffers);
+  const SeededStep s(c, RoutingCase::kUniform);
+  const auto l = layer_to_stall(c, s);
+  auto& [world, layer, buffers] = *l;
   Stream stream;
-  world.set_wait_timeout(std::chrono::milliseconds(200));
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   world.stall_next_launch(0, std::chrono::seconds(30));  // backward's first launch: reverse_combine
   layer.backward(buffers.backward_args(), context, stream.get());
@@ -170,7 +160,7 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
   for (const RankOutputs& o : got) EXPECT_EQ(count_nan(o.y), 0u) << "the forward finished before the stall";
   EXPECT_TRUE(contains(error_message(layer), "'TokenExchange::reverse_combine'"));
   layer.reset(stream.get());
-  check_step_on(layer, buffers, c, weights, RoutingCase::kEmptySlots, stream);
+  check_step(c, layer, buffers, s.weights, RoutingCase::kEmptySlots, stream);
 }
 
 TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
@@ -184,7 +174,7 @@ TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
   Stream stream;
   world.set_wait_timeout(std::chrono::seconds(10));
   world.stall_next_launch(world_size - 1, std::chrono::milliseconds(500));
-  check_step_on(layer, buffers, c, weights, RoutingCase::kZipf, stream);
+  check_step(c, layer, buffers, weights, RoutingCase::kZipf, stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuMoELayerStall, testing::Values(2, 4),
@@ -192,29 +182,45 @@ INSTANTIATE_TEST_SUITE_P(Loopback, GpuMoELayerStall, testing::Values(2, 4),
 
 // ---- Edge numerics -----------------------------------------------------------------------------------
 
+// One step of `c` from a fresh seed with x[rank][token][d] = `bad`: the layer's outputs, and the
+// reference of the clean step (without the bad value).
+struct BadTokenRun {
+  BadTokenRun(const LayerCase& c, size_t rank, size_t token, size_t d, float bad)
+      : clean(c, RoutingCase::kUniform),
+        got(run_once(c, clean.weights, with_bad_x(clean.step, rank, token * kHidden + d, bad))),
+        want(reference_step(c, reference_layer(c, clean.weights), clean.step)) {}
+
+  static HostStep with_bad_x(HostStep step, size_t rank, size_t i, float bad) {
+    step.x[rank][i] = bf16_bits(bad);
+    return step;
+  }
+
+  const SeededStep clean;
+  std::vector<RankOutputs> got;
+  const StepExpected want;
+};
+
 // Tokens whose valid scores sum to exactly 0 (all zero, or +s and -s): g = 0, no NaN anywhere, and
 // everything matches the reference, which defines it so.
 TEST(GpuMoELayerNumerics, ZeroScoreSumGivesZeroWeights) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"zero_sum_W2", 2, 53, 8, 3, true, false, kNormalized, RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  HostStep step = random_step(c, RoutingCase::kUniform, seed);
+  const SeededStep s(c, RoutingCase::kUniform);
+  HostStep step = s.step;
   const size_t k = static_cast<size_t>(c.top_k);
   for (size_t t = 0; t < static_cast<size_t>(c.tokens); t += 4) {  // every 4th token of each rank
     for (size_t r = 0; r < static_cast<size_t>(c.world); ++r) {
-      float* s = step.scores[r].data() + t * k;
+      float* scores = step.scores[r].data() + t * k;
       if (t % 8 == 0) {
-        s[0] = s[1] = s[2] = 0.0f;
+        scores[0] = scores[1] = scores[2] = 0.0f;
       } else {
-        s[0] = 0.25f;
-        s[1] = -0.25f;
-        s[2] = 0.0f;
+        scores[0] = 0.25f;
+        scores[1] = -0.25f;
+        scores[2] = 0.0f;
       }
     }
   }
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), run_once(c, weights, step));
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, s.weights), step), run_once(c, s.weights, step));
 }
 
 // A NaN in one token's x: that token's y, dx and score gradients are NaN; every other token's
@@ -224,21 +230,15 @@ TEST(GpuMoELayerNumerics, ZeroScoreSumGivesZeroWeights) {
 TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"nan_token_W2", 2, 61, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  const HostStep clean = random_step(c, RoutingCase::kUniform, seed);
   constexpr size_t kRank = 1, kToken = 17;
-  HostStep step = clean;
-  step.x[kRank][kToken * kHidden + 3] = bf16_bits(std::numeric_limits<float>::quiet_NaN());
-
-  std::vector<RankOutputs> got = run_once(c, weights, step);
-
+  BadTokenRun run(c, kRank, kToken, 3, std::numeric_limits<float>::quiet_NaN());
   // The reference of the clean step holds for everything the bad token does not reach.
-  const StepExpected want = reference_step(c, reference_layer(c, weights), clean);
+  std::vector<RankOutputs>& got = run.got;
+  const StepExpected& want = run.want;
+  const Routing& routing = run.clean.step.routing;
   const size_t k = static_cast<size_t>(c.top_k), D = kHidden, L = static_cast<size_t>(c.experts / c.world);
   std::set<int> reached;
-  for (size_t j = 0; j < k; ++j) reached.insert(step.routing.rank_topk(kRank)[kToken * k + j]);
+  for (size_t j = 0; j < k; ++j) reached.insert(routing.rank_topk(kRank)[kToken * k + j]);
   const RankOutputs& bad = got[kRank];
   for (size_t d = 0; d < D; ++d) {
     EXPECT_TRUE(std::isnan(bf16_to_float(bad.y[kToken * D + d]))) << "y[" << d << "]";
@@ -251,7 +251,7 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
     got[kRank].dx[kToken * D + d] = bf16_bits(static_cast<float>(want.ranks[kRank].grads.dx[kToken * D + d]));
   }
   for (size_t j = 0; j < k; ++j) {
-    if (step.routing.rank_topk(kRank)[kToken * k + j] < 0) continue;
+    if (routing.rank_topk(kRank)[kToken * k + j] < 0) continue;
     EXPECT_TRUE(std::isnan(got[kRank].d_scores[kToken * k + j])) << "d_topk_scores slot " << j;
     got[kRank].d_scores[kToken * k + j] = static_cast<float>(want.ranks[kRank].grads.d_topk_scores[kToken * k + j]);
   }
@@ -277,7 +277,7 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
   // The shared expert's gradients are per rank: the bad rank's saw the token, rank 0's did not.
   EXPECT_EQ(count_nan(got[kRank].d_shared_w_down), got[kRank].d_shared_w_down.size());
   EXPECT_EQ(count_nan(got[0].d_shared_w_down), 0u);
-  std::vector<std::string> failures = step_failures(c, clean, want, got);
+  std::vector<std::string> failures = step_failures(c, run.clean.step, want, got);
   // The shared expert's gradients of the bad rank are NaN by design: drop those lines.
   failures.erase(std::remove_if(failures.begin(), failures.end(),
                                 [](const std::string& f) { return f.find("rank 1 d_shared_w_") == 0; }),
@@ -290,26 +290,20 @@ TEST(GpuMoELayerNumerics, NanInOneTokenStaysInThatToken) {
 TEST(GpuMoELayerNumerics, InfInOneTokenStaysInThatTokensOutput) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"inf_token_W2", 2, 53, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const HostWeights weights = random_weights(c, seed);
-  const HostStep clean = random_step(c, RoutingCase::kUniform, seed);
   constexpr size_t kRank = 0, kToken = 29;
-  HostStep step = clean;
-  step.x[kRank][kToken * kHidden + 11] = bf16_bits(std::numeric_limits<float>::infinity());
-  std::vector<RankOutputs> got = run_once(c, weights, step);
-  const StepExpected want = reference_step(c, reference_layer(c, weights), clean);
+  BadTokenRun run(c, kRank, kToken, 11, std::numeric_limits<float>::infinity());
   const size_t D = kHidden;
   size_t finite = 0;
   for (size_t d = 0; d < D; ++d) {
-    finite += std::isfinite(bf16_to_float(got[kRank].y[kToken * D + d])) ? 1 : 0;
-    got[kRank].y[kToken * D + d] = bf16_bits(static_cast<float>(want.ranks[kRank].forward.y[kToken * D + d]));
+    finite += std::isfinite(bf16_to_float(run.got[kRank].y[kToken * D + d])) ? 1 : 0;
+    run.got[kRank].y[kToken * D + d] = bf16_bits(static_cast<float>(run.want.ranks[kRank].forward.y[kToken * D + d]));
   }
   EXPECT_EQ(finite, 0u) << "elements of the Inf token's y are finite";
-  for (size_t r = 0; r < got.size(); ++r) {
+  for (size_t r = 0; r < run.got.size(); ++r) {
+    const std::vector<RankOutputs>& got = run.got;
     const std::vector<std::string> failures = test::compare_rows(
         "rank " + std::to_string(r) + " y", [&](size_t i) { return static_cast<double>(bf16_to_float(got[r].y[i])); },
-        want.ranks[r].forward.y, static_cast<size_t>(c.tokens), D, kLayerBounds.y);
+        run.want.ranks[r].forward.y, static_cast<size_t>(c.tokens), D, kLayerBounds.y);
     EXPECT_EQ(failures, std::vector<std::string>{});
   }
 }

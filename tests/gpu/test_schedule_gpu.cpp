@@ -98,21 +98,43 @@ void expect_schedule(const TokenExchange& exchange, const Schedule& want) {
   }
 }
 
+// Builds the schedule of the uploaded routing over poisoned outputs and waits for it.
+void build_over_poison(TokenExchange& exchange) {
+  const Stream stream;
+  poison_schedule(exchange);
+  settle();
+  exchange.build_schedule(stream.get());
+  stream.sync();
+}
+
 // Builds the schedule twice on poisoned outputs: both times equal to the host twin.
 void expect_builds_match(TokenExchange& exchange, const Routing& routing, int64_t tile_m) {
   const Schedule want = build_schedule(routing, exchange.shape().num_experts, tile_m);
   upload_routing(exchange, routing);
-  Stream stream;
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
-    poison_schedule(exchange);
-    settle();
-    exchange.build_schedule(stream.get());
-    stream.sync();
+    build_over_poison(exchange);
     ASSERT_NO_THROW(exchange.check());
     expect_schedule(exchange, want);
   }
 }
+
+// A schedule-only exchange of `shape` over a loopback world of `world_size` ranks.
+struct LoopbackScheduleExchange {
+  LoopbackScheduleExchange(const ExchangeShape& exchange_shape, int world_size)
+      : shape(exchange_shape),
+        world(world_size, TokenExchange::heap_bytes(shape, world_size, kScheduleOnly)),
+        exchange(world, shape, kScheduleOnly) {}
+
+  // A test routing of the world's ranks for this shape.
+  Routing routing(RoutingCase c, uint64_t seed) const {
+    return make_test_routing(c, world.world_size(), shape.tokens, shape.top_k, shape.num_experts, seed);
+  }
+
+  const ExchangeShape shape;
+  comm::LoopbackWorld world;
+  TokenExchange exchange;
+};
 
 // ---- Loopback sweep ---------------------------------------------------------------------------
 
@@ -134,14 +156,12 @@ void PrintTo(const ScheduleCase& c, std::ostream* os) { *os << name_of(c); }
 
 std::vector<ScheduleCase> schedule_cases() {
   std::vector<ScheduleCase> cases;
-  for (int world : {1, 2, 4, 8}) {
-    for (RoutingCase routing : kAllRoutingCases) {
-      for (int64_t tile_m : {int64_t{128}, int64_t{7}}) {
-        // T*k = 1800: two chunks, the second partial. Then many local experts (several 32-expert
-        // batches of the offset scan) and six chunks.
-        cases.push_back({world, routing, tile_m, 300, 6, 32});
-        cases.push_back({world, routing, tile_m, 700, 8, 256});
-      }
+  for (const auto& [world, routing] : loopback_sweep()) {
+    for (int64_t tile_m : {int64_t{128}, int64_t{7}}) {
+      // T*k = 1800: two chunks, the second partial. Then many local experts (several 32-expert
+      // batches of the offset scan) and six chunks.
+      cases.push_back({world, routing, tile_m, 300, 6, 32});
+      cases.push_back({world, routing, tile_m, 700, 8, 256});
     }
   }
   return cases;
@@ -152,12 +172,9 @@ class GpuSchedule : public testing::TestWithParam<ScheduleCase> {};
 TEST_P(GpuSchedule, MatchesHostTwin) {
   CARACAL_REQUIRE_GPU();
   const ScheduleCase& c = GetParam();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const ExchangeShape shape{c.tokens, c.top_k, 8, c.experts, c.tile_m};
-  comm::LoopbackWorld world(c.world, TokenExchange::heap_bytes(shape, c.world, kScheduleOnly));
-  TokenExchange exchange(world, shape, kScheduleOnly);
-  expect_builds_match(exchange, make_test_routing(c.routing, c.world, c.tokens, c.top_k, c.experts, seed), c.tile_m);
+  const TracedSeed seed;
+  LoopbackScheduleExchange ex({c.tokens, c.top_k, 8, c.experts, c.tile_m}, c.world);
+  expect_builds_match(ex.exchange, ex.routing(c.routing, seed.value()), c.tile_m);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuSchedule, testing::ValuesIn(schedule_cases()), case_name);
@@ -191,20 +208,14 @@ Routing sanitized(Routing routing, int64_t experts) {
 
 TEST(GpuScheduleFaults, OutOfRangeExpertIsRaisedAtCheck) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const ExchangeShape shape{100, 4, 8, 16, 128};
-  comm::LoopbackWorld world(2, TokenExchange::heap_bytes(shape, 2, kScheduleOnly));
-  TokenExchange exchange(world, shape, kScheduleOnly);
-  Stream stream;
-
-  Routing routing = make_test_routing(RoutingCase::kUniform, 2, shape.tokens, shape.top_k, shape.num_experts, seed);
+  const TracedSeed seed;
+  LoopbackScheduleExchange ex({100, 4, 8, 16, 128}, 2);
+  TokenExchange& exchange = ex.exchange;
+  Routing routing = ex.routing(RoutingCase::kUniform, seed.value());
+  const ExchangeShape& shape = ex.shape;
   routing.topk_idx[static_cast<size_t>((1 * shape.tokens + 3) * shape.top_k + 2)] = 16;  // rank 1, token 3, slot 2
   upload_routing(exchange, routing);
-  poison_schedule(exchange);
-  settle();
-  exchange.build_schedule(stream.get());
-  stream.sync();
+  build_over_poison(exchange);
   try {
     exchange.check();
     ADD_FAILURE() << "expected caracal::Error for expert id 16 with num_experts = 16";
@@ -221,27 +232,19 @@ TEST(GpuScheduleFaults, OutOfRangeExpertIsRaisedAtCheck) {
 
 TEST(GpuScheduleFaults, ManyOutOfRangeIdsAreSafe) {
   CARACAL_REQUIRE_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const ExchangeShape shape{300, 8, 8, 32, 16};
-  comm::LoopbackWorld world(4, TokenExchange::heap_bytes(shape, 4, kScheduleOnly));
-  TokenExchange exchange(world, shape, kScheduleOnly);
-  Stream stream;
-
-  Routing routing = make_test_routing(RoutingCase::kUniform, 4, shape.tokens, shape.top_k, shape.num_experts, seed);
+  const TracedSeed seed;
+  LoopbackScheduleExchange ex({300, 8, 8, 32, 16}, 4);
+  Routing routing = ex.routing(RoutingCase::kUniform, seed.value());
   const int32_t garbage[] = {
       std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), -2, 32, 33, 1 << 20};
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(seed.value());
   for (int32_t& id : routing.topk_idx) {
     if (rng() % 10 == 0) id = garbage[rng() % std::size(garbage)];
   }
-  upload_routing(exchange, routing);
-  poison_schedule(exchange);
-  settle();
-  exchange.build_schedule(stream.get());
-  stream.sync();
-  EXPECT_THROW(exchange.check(), Error);
-  expect_schedule(exchange, build_schedule(sanitized(routing, 32), 32, shape.tile_m));
+  upload_routing(ex.exchange, routing);
+  build_over_poison(ex.exchange);
+  EXPECT_THROW(ex.exchange.check(), Error);
+  expect_schedule(ex.exchange, build_schedule(sanitized(routing, 32), 32, ex.shape.tile_m));
 }
 
 // ---- Host-side validation (no GPU) ----------------------------------------------------------------

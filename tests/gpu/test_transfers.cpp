@@ -249,10 +249,7 @@ void upload_step(const TokenExchange& ex, const Routing& routing, const Inputs& 
 // NaN into every output and every buffer written by peers.
 void poison_outputs(const TokenExchange& ex) {
   const comm::World& world = ex.world();
-  const int64_t R = ex.sizes().row_capacity;
-  const int64_t routes = ex.sizes().routes;
-  const int64_t T = ex.shape().tokens;
-  const int64_t D = ex.shape().hidden;
+  const int64_t R = ex.sizes().row_capacity, routes = ex.sizes().routes, T = ex.shape().tokens, D = ex.shape().hidden;
   for (int l = 0; l < world.local_ranks(); ++l) {
     poison(world, ex.router_buffers().gates, l, routes, kNanByte);
     poison(world, ex.router_buffers().d_topk_scores, l, routes, kNanByte);
@@ -293,10 +290,7 @@ std::vector<T> used_rows(const std::vector<T>& all, int64_t rows, int64_t width,
 
 void expect_outputs(const TokenExchange& ex, const Expected& want, const Schedule& schedule) {
   const comm::World& world = ex.world();
-  const int64_t R = ex.sizes().row_capacity;
-  const int64_t routes = ex.sizes().routes;
-  const int64_t T = ex.shape().tokens;
-  const int64_t D = ex.shape().hidden;
+  const int64_t R = ex.sizes().row_capacity, routes = ex.sizes().routes, T = ex.shape().tokens, D = ex.shape().hidden;
   for (int l = 0; l < world.local_ranks(); ++l) {
     const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -361,12 +355,10 @@ void PrintTo(const TransferCase& c, std::ostream* os) { *os << name_of(c); }
 
 std::vector<TransferCase> transfer_cases() {
   std::vector<TransferCase> cases;
-  for (int world : {1, 2, 4, 8}) {
-    for (RoutingCase routing : kAllRoutingCases) {
-      for (int shape : {0, 1}) {
-        cases.push_back({world, routing, shape, true, true});
-        cases.push_back({world, routing, shape, false, false});
-      }
+  for (const auto& [world, routing] : loopback_sweep()) {
+    for (int shape : {0, 1}) {
+      cases.push_back({world, routing, shape, true, true});
+      cases.push_back({world, routing, shape, false, false});
     }
   }
   return cases;
@@ -414,14 +406,7 @@ TEST_P(GpuTransfersGraph, ReplaysExactlyWithNewRoutingAndInputs) {
   TokenExchange ex(world, shape, options);
   Stream stream;
 
-  cudaGraph_t graph = nullptr;
-  CARACAL_ASSERT_CUDA(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  enqueue_step(ex, router, stream.get());
-  CARACAL_ASSERT_CUDA(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  CARACAL_ASSERT_CUDA(instantiated);
+  const test::CapturedGraph graph(stream, [&](cudaStream_t s) { enqueue_step(ex, router, s); });
 
   const RoutingCase replays[] = {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kZipf,
                                  RoutingCase::kEmptySlots, RoutingCase::kDuplicates};
@@ -430,11 +415,10 @@ TEST_P(GpuTransfersGraph, ReplaysExactlyWithNewRoutingAndInputs) {
     SCOPED_TRACE(std::string(name_of(routing_case)) + ", " + seed_note(seed));
     const Routing routing = make_test_routing(routing_case, W, shape.tokens, shape.top_k, shape.num_experts, seed);
     run_and_check(ex, routing, router, seed, [&] {
-      check_cuda(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+      graph.launch(stream);
       stream.sync();
     });
   }
-  (void)cudaGraphExecDestroy(exec);
 }
 
 std::string world_name(const testing::TestParamInfo<int>& info) { return "W" + std::to_string(info.param); }

@@ -20,6 +20,8 @@
 namespace {
 
 using caracal::gemm::wgmma_smoke_gemm;
+using caracal::test::DeviceBuffer;
+using caracal::test::TracedSeed;
 
 struct GemmShape {
   int m, n, k;
@@ -30,28 +32,6 @@ std::string shape_name(const GemmShape& s) {
 }
 
 void PrintTo(const GemmShape& s, std::ostream* os) { *os << shape_name(s); }
-
-// Owns one device allocation.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  cudaError_t allocate(size_t count) {
-    count_ = count;
-    return cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T));
-  }
-  T* get() const { return ptr_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
 
 // Uniform values in [-1, 1], rounded to bf16.
 std::vector<__nv_bfloat16> random_bf16(size_t count, std::mt19937_64& rng) {
@@ -97,41 +77,38 @@ void make_problem(Problem& p, const GemmShape& shape, uint64_t seed) {
   const size_t M = size_t(shape.m), N = size_t(shape.n), K = size_t(shape.k);
   p.a = random_bf16(M * K, rng);
   p.b = random_bf16(N * K, rng);
-  CARACAL_ASSERT_CUDA(p.d_a.allocate(p.a.size()));
-  CARACAL_ASSERT_CUDA(p.d_b.allocate(p.b.size()));
-  CARACAL_ASSERT_CUDA(p.d_c.allocate(M * N));
-  CARACAL_ASSERT_CUDA(cudaMemcpy(p.d_a.get(), p.a.data(), p.d_a.bytes(), cudaMemcpyHostToDevice));
-  CARACAL_ASSERT_CUDA(cudaMemcpy(p.d_b.get(), p.b.data(), p.d_b.bytes(), cudaMemcpyHostToDevice));
+  ASSERT_NO_FATAL_FAILURE(p.d_a.upload(p.a));
+  ASSERT_NO_FATAL_FAILURE(p.d_b.upload(p.b));
+  ASSERT_NO_FATAL_FAILURE(p.d_c.allocate(M * N));
 }
 
 // Poisons C with NaN (all-ones bytes), runs the kernel and downloads C.
-void run_gemm(const Problem& p, std::vector<float>& c) {
-  CARACAL_ASSERT_CUDA(cudaMemset(p.d_c.get(), 0xFF, p.d_c.bytes()));
+void run_gemm(Problem& p, std::vector<float>& c) {
+  ASSERT_NO_FATAL_FAILURE(p.d_c.poison());
   CARACAL_ASSERT_CUDA(wgmma_smoke_gemm(p.d_a.get(), p.d_b.get(), p.d_c.get(), p.shape.m, p.shape.n,
                                        p.shape.k, /*stream=*/nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-  c.assign(size_t(p.shape.m) * size_t(p.shape.n), 0.0f);
-  CARACAL_ASSERT_CUDA(cudaMemcpy(c.data(), p.d_c.get(), p.d_c.bytes(), cudaMemcpyDeviceToHost));
+  ASSERT_NO_FATAL_FAILURE(p.d_c.download(c));
 }
 
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) | uint64_t(rd());
-}
+// Every test of a shape runs on the GPU, on random operands from a fresh seed that its failures
+// name.
+class WgmmaSmoke : public ::testing::TestWithParam<GemmShape> {
+ protected:
+  void SetUp() override {
+    CARACAL_REQUIRE_GPU();
+    ASSERT_NO_FATAL_FAILURE(make_problem(p_, GetParam(), seed_.value()));
+  }
 
-class WgmmaSmoke : public ::testing::TestWithParam<GemmShape> {};
+  const TracedSeed seed_{"shape " + shape_name(GetParam()) + ", "};
+  Problem p_;
+};
 
 TEST_P(WgmmaSmoke, MatchesFp64Reference) {
-  CARACAL_REQUIRE_GPU();
   const GemmShape shape = GetParam();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("shape " + shape_name(shape) + ", seed " + std::to_string(seed));
-
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, shape, seed));
   std::vector<float> c;
-  ASSERT_NO_FATAL_FAILURE(run_gemm(p, c));
-  const std::vector<double> ref = reference_gemm(p.a, p.b, shape);
+  ASSERT_NO_FATAL_FAILURE(run_gemm(p_, c));
+  const std::vector<double> ref = reference_gemm(p_.a, p_.b, shape);
 
   size_t nan_count = 0;
   size_t first_nan = 0;
@@ -157,16 +134,9 @@ TEST_P(WgmmaSmoke, MatchesFp64Reference) {
 }
 
 TEST_P(WgmmaSmoke, BitwiseDeterministic) {
-  CARACAL_REQUIRE_GPU();
-  const GemmShape shape = GetParam();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("shape " + shape_name(shape) + ", seed " + std::to_string(seed));
-
-  Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, shape, seed));
   std::vector<float> first, second;
-  ASSERT_NO_FATAL_FAILURE(run_gemm(p, first));
-  ASSERT_NO_FATAL_FAILURE(run_gemm(p, second));
+  ASSERT_NO_FATAL_FAILURE(run_gemm(p_, first));
+  ASSERT_NO_FATAL_FAILURE(run_gemm(p_, second));
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0)
       << "two runs on the same inputs differ";
@@ -186,12 +156,12 @@ TEST(WgmmaSmokeArgs, RejectsInvalidArguments) {
   constexpr int kMax = 512;
   DeviceBuffer<__nv_bfloat16> a, b;
   DeviceBuffer<float> c;
-  CARACAL_ASSERT_CUDA(a.allocate(size_t(kMax) * kMax));
-  CARACAL_ASSERT_CUDA(b.allocate(size_t(kMax) * kMax));
-  CARACAL_ASSERT_CUDA(c.allocate(size_t(kMax) * kMax));
+  ASSERT_NO_FATAL_FAILURE(a.allocate(size_t(kMax) * kMax));
+  ASSERT_NO_FATAL_FAILURE(b.allocate(size_t(kMax) * kMax));
+  ASSERT_NO_FATAL_FAILURE(c.allocate(size_t(kMax) * kMax));
   CARACAL_ASSERT_CUDA(cudaMemset(a.get(), 0, a.bytes()));
   CARACAL_ASSERT_CUDA(cudaMemset(b.get(), 0, b.bytes()));
-  CARACAL_ASSERT_CUDA(cudaMemset(c.get(), 0xFF, c.bytes()));
+  ASSERT_NO_FATAL_FAILURE(c.poison());
 
   const GemmShape bad_shapes[] = {
       {0, 128, 64},    {128, 0, 64},    {128, 128, 0},  {-128, 128, 64},

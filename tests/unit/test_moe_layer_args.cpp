@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "caracal/plan.hpp"
 #include "caracal/presets.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "error_checks.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/layer_sizes.hpp"
 
@@ -32,16 +32,7 @@ LayerConfig small_config(bool shared) {
   return c;
 }
 
-template <typename Call>
-void expect_error(Call call, std::initializer_list<const char*> parts) {
-  try {
-    call();
-    ADD_FAILURE() << "no caracal::Error thrown";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
-}
+using test::expect_error;
 
 // Fake device addresses: the pure checks never dereference them.
 template <typename T>

@@ -7,15 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "caracal/error.hpp"
 #include "commands.hpp"
+#include "run_command.hpp"
 
 namespace {
 
@@ -54,24 +53,6 @@ int main(int argc, char** argv) {
       ->allow_extras();
   const caracal::cli::Runner plan = caracal::cli::add_plan_command(app);
   const caracal::cli::Runner models = caracal::cli::add_models_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "caracal: error: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  try {
-    if (app.got_subcommand("plan")) return plan();
-    return models();
-  } catch (const caracal::Error& e) {
-    std::cerr << "caracal: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "caracal: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  return caracal::cli::parse_and_run(app, argc, argv, "", "--help",
+                                     [&] { return app.got_subcommand("plan") ? plan() : models(); });
 }

@@ -1,11 +1,11 @@
 #include "padded_expert_pass.hpp"
 
-#include <algorithm>
 #include <cstddef>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "device_buffer.hpp"
 #include "padded_rows.hpp"
 
 namespace caracal::bench_tool {
@@ -13,12 +13,6 @@ namespace caracal::bench_tool {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-// At least one element: a pass without rows still hands the kernels non-null pointers.
-template <typename T>
-comm::DeviceMemory<T> rows_alloc(size_t count, const char* what) {
-  return comm::device_alloc<T>(std::max<size_t>(count, 1), what);
-}
 
 }  // namespace
 
@@ -33,16 +27,16 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
 
   expert_offset_ = comm::device_alloc<int32_t>(L + 1, "cudaMalloc(baseline expert offsets)");
   expert_count_ = comm::device_alloc<int32_t>(L, "cudaMalloc(baseline expert counts)");
-  x_ = rows_alloc<bf16>(rows * D, "cudaMalloc(baseline expert x)");
-  gate_up_ = rows_alloc<bf16>(rows * 2 * I, "cudaMalloc(baseline gate_up)");
-  hidden_act_ = rows_alloc<bf16>(rows * I, "cudaMalloc(baseline hidden)");
-  out_ = rows_alloc<bf16>(rows * D, "cudaMalloc(baseline expert out)");
-  dy_ = rows_alloc<bf16>(rows * D, "cudaMalloc(baseline expert dy)");
-  d_gate_up_ = rows_alloc<bf16>(rows * 2 * I, "cudaMalloc(baseline d_gate_up)");
-  dx_ = rows_alloc<bf16>(rows * D, "cudaMalloc(baseline expert dx)");
-  gates_ = rows_alloc<float>(rows, "cudaMalloc(baseline expert gates)");
-  dg_ = rows_alloc<float>(rows, "cudaMalloc(baseline expert dg)");
-  workspace_ = rows_alloc<float>(gemm::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
+  x_ = device_buffer<bf16>(rows * D, "cudaMalloc(baseline expert x)");
+  gate_up_ = device_buffer<bf16>(rows * 2 * I, "cudaMalloc(baseline gate_up)");
+  hidden_act_ = device_buffer<bf16>(rows * I, "cudaMalloc(baseline hidden)");
+  out_ = device_buffer<bf16>(rows * D, "cudaMalloc(baseline expert out)");
+  dy_ = device_buffer<bf16>(rows * D, "cudaMalloc(baseline expert dy)");
+  d_gate_up_ = device_buffer<bf16>(rows * 2 * I, "cudaMalloc(baseline d_gate_up)");
+  dx_ = device_buffer<bf16>(rows * D, "cudaMalloc(baseline expert dx)");
+  gates_ = device_buffer<float>(rows, "cudaMalloc(baseline expert gates)");
+  dg_ = device_buffer<float>(rows, "cudaMalloc(baseline expert dg)");
+  workspace_ = device_buffer<float>(gemm::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
                                  "cudaMalloc(baseline dgrad workspace)");
 
   check_cuda(cudaMemcpyAsync(expert_offset_.get(), offsets_.data(), (L + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -60,21 +54,21 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
              "cudaMemsetAsync(baseline gate_up)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(baseline expert rows)");  // the host sources
 
-  pass_.rows = ScheduleView{expert_offset_.get(), expert_count_.get(), static_cast<int>(L),
-                                   static_cast<int>(rows)};
-  pass_.hidden = hidden;
-  pass_.intermediate = intermediate;
-  pass_.num_ctas = 0;  // one per SM, as MoELayer's default options
-  pass_.x = x_.get();
-  pass_.gate_up = gate_up_.get();
-  pass_.activation = hidden_act_.get();
-  pass_.out = out_.get();
-  pass_.dy = dy_.get();
-  pass_.gates = gates_.get();
-  pass_.d_gate_up = d_gate_up_.get();
-  pass_.dg = dg_.get();
-  pass_.workspace = workspace_.get();
-  pass_.dx = dx_.get();
+  // Every field of gemm::ExpertPass, in its order; num_ctas 0: one per SM, as MoELayer's default options.
+  pass_ = {ScheduleView{expert_offset_.get(), expert_count_.get(), static_cast<int>(L), static_cast<int>(rows)},
+           hidden,
+           intermediate,
+           /*num_ctas=*/0,
+           x_.get(),
+           gate_up_.get(),
+           hidden_act_.get(),
+           out_.get(),
+           dy_.get(),
+           gates_.get(),
+           d_gate_up_.get(),
+           dg_.get(),
+           workspace_.get(),
+           dx_.get()};
 }
 
 void PaddedExpertPass::load_x(const bf16* rows, cudaStream_t stream) { scatter(rows, x_.get(), stream); }

@@ -1,0 +1,106 @@
+#include "gemm_bench_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "gemm_bench_cases.hpp"
+
+namespace caracal::bench {
+
+namespace {
+
+// One row of the results table: our kernel against its cuBLAS counterpart (none: "-"); the case's
+// name and rows on its first row only.
+void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::string& label, const Timing& t,
+               const Timing* dense, bool first) {
+  char dense_ms[32] = "-", dense_tf[32] = "-", ratio[32] = "-";
+  if (dense) {
+    std::snprintf(dense_ms, sizeof dense_ms, "%.3f", dense->ms);
+    std::snprintf(dense_tf, sizeof dense_tf, "%.1f", dense->tflops);
+    std::snprintf(ratio, sizeof ratio, "%.3f", t.tflops / dense->tflops);
+  }
+  // spread: (max - min) / median of the timed runs, in percent.
+  std::printf("%-26s %6s %6s %-22s %8.3f %5.1f%% %8.1f %8.1f %9s %8s %7s\n", first ? c.name.c_str() : "",
+              first ? std::to_string(c.rows()).c_str() : "",
+              first ? std::to_string(offsets.back()).c_str() : "", label.c_str(), t.ms,
+              100.0 * (t.max_ms - t.min_ms) / t.ms, t.tflops, t.tflops_padded, dense_ms, dense_tf, ratio);
+}
+
+// A spot check's line; false where it failed.
+bool print_check(const char* what, double err) {
+  const bool ok = std::isfinite(err) && err <= 1e-2;
+  std::printf("%-26s %s spot check vs fp64: rel err %.2e %s\n", "", what, err, ok ? "ok" : "FAILED");
+  return ok;
+}
+
+nlohmann::json timing_json(const Timing& t) {
+  return {{"ms", t.ms},
+          {"min_ms", t.min_ms},
+          {"max_ms", t.max_ms},
+          {"tflops", t.tflops},
+          {"tflops_padded", t.tflops_padded}};
+}
+
+}  // namespace
+
+void print_case_list(const std::vector<Case>& cases) {
+  std::printf("%-26s %4s %5s %7s %7s %6s %6s %6s\n", "case", "L", "rank", "rows", "padded", "min", "max", "empty");
+  for (const Case& c : cases) {
+    const auto [lo, hi] = std::minmax_element(c.counts.begin(), c.counts.end());
+    std::printf("%-26s %4d %5d %7lld %7d %6d %6d %6lld\n", c.name.c_str(), c.num_experts, c.rank,
+                static_cast<long long>(c.rows()), c.offsets().back(), *lo, *hi,
+                static_cast<long long>(std::count(c.counts.begin(), c.counts.end(), 0)));
+  }
+}
+
+void print_results_header() {
+  std::printf("%-26s %6s %6s %-22s %8s %6s %8s %8s %9s %8s %7s\n", "case", "rows", "padded", "kernel", "ms",
+              "spread", "TFLOP/s", "padded", "cuBLAS ms", "cuBLAS", "ratio");
+}
+
+bool print_case(const Case& c, const CaseResult& r) {
+  const std::vector<int32_t> offsets = c.offsets();
+  const auto cublas = [&](const char* kernel) -> const Timing* {
+    auto it = r.timings.find(kernel);
+    return it == r.timings.end() ? nullptr : &it->second;
+  };
+  const auto row = [&](const char* label, const char* ours, const char* dense, bool first = false) {
+    print_row(c, offsets, label, r.timings.at(ours), cublas(dense), first);
+  };
+  row("up+swiglu (+gate_up)", "up_gate_swiglu", "cublas_up", true);
+  row("up+swiglu (hidden)", "up_gate_swiglu_hidden_only", "cublas_up");
+  row("down", "down", "cublas_down");
+  row("forward", "forward", "cublas_forward");
+  row("dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad");
+  row("dx", "dx", "cublas_dx");
+  row("wgrad (fp32)", "wgrad", "cublas_wgrad");
+  row("wgrad (bf16)", "wgrad_bf16", "cublas_wgrad");
+  row("backward", "backward", "cublas_backward");
+  const bool forward_ok = print_check("forward", r.check_rel_err);
+  const bool backward_ok = print_check("backward", r.check_rel_err_backward);
+  return forward_ok && backward_ok;
+}
+
+nlohmann::json case_json(const Case& c, const CaseResult& r) {
+  nlohmann::json j = {{"name", c.name},
+                      {"model", c.model},
+                      {"routing", c.routing},
+                      {"hidden", c.hidden},
+                      {"intermediate", c.intermediate},
+                      {"num_experts", c.num_experts},
+                      {"top_k", c.top_k},
+                      {"tokens_per_rank", kTokens},
+                      {"world", kWorld},
+                      {"rank", c.rank},
+                      {"counts", c.counts},
+                      {"rows", c.rows()},
+                      {"padded_rows", c.offsets().back()},
+                      {"check_rel_err", r.check_rel_err},
+                      {"check_rel_err_backward", r.check_rel_err_backward}};
+  for (const auto& [k, t] : r.timings) j["results"][k] = timing_json(t);
+  return j;
+}
+
+}  // namespace caracal::bench

@@ -1,0 +1,33 @@
+#pragma once
+// One caracal_gemm_bench case on the GPU: random inputs (rotated between copies when one set would
+// sit in L2), one forward and one backward spot-checked against fp64 (gemm_spot_checks.hpp), then
+// each of our kernels and its cuBLAS dense counterpart timed (the median of `reps` CUDA-event-
+// bracketed runs after `warmup`, event_timer.hpp).
+#include <cublas_v2.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "gemm_bench_support.hpp"
+
+namespace caracal::bench {
+
+struct Timing {
+  double ms = 0.0;             // median
+  double min_ms = 0.0, max_ms = 0.0;
+  double tflops = 0.0;         // useful FLOPs (real rows) per second, at the median
+  double tflops_padded = 0.0;  // FLOPs the kernels execute (padded rows)
+};
+
+struct CaseResult {
+  std::map<std::string, Timing> timings;  // by kernel: ours, and cublas_* where the case has rows
+  double check_rel_err = 0.0;             // forward spot check
+  double check_rel_err_backward = 0.0;    // backward spot check (worst of its parts)
+};
+
+// `l2_bytes`: the GPU's L2, which sets how many input sets rotate.
+CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes);
+
+}  // namespace caracal::bench

@@ -1,0 +1,35 @@
+#pragma once
+// The command line of `caracal bench`, and its progress lines on stderr.
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "shape_options.hpp"
+
+namespace caracal::bench_tool {
+
+struct BenchOptions {
+  cli::ShapeOptions shape;
+  int64_t ep = 1;
+  std::string backend = "loopback";
+  int64_t tokens = 4096;
+  std::vector<int64_t> sweep;
+  std::string routing = "uniform";
+  uint64_t seed = 1;
+  std::string precision = "bf16";
+  int warmup = 5;
+  int reps = 20;
+  std::string json;
+  bool no_validate = false;
+  bool quiet = false;
+  int exchange_sms = 0;  // MoELayerOptions::exchange_sms
+
+  bool nccl() const { return backend == "nccl"; }
+};
+
+inline void progress(const BenchOptions& a, const std::string& line) {
+  if (!a.quiet) std::cerr << "caracal bench: " << line << std::endl;
+}
+
+}  // namespace caracal::bench_tool

@@ -1,0 +1,157 @@
+#include "bench_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+namespace caracal::bench_tool {
+
+namespace {
+
+// The largest of the validation's errors (inf where an output held NaN or was not written).
+double worst_error(const ValidationResult& v) {
+  double worst = 0.0;
+  for (const auto& [name, err] : v.errors) worst = std::max(worst, err);
+  return worst;
+}
+
+nlohmann::json pass_json(const Pass& p) {
+  return {{"ms", p.ms}, {"tflops", p.tflops()}, {"tokens_per_s", p.tokens_per_s()}};
+}
+
+nlohmann::json baseline_json(const Baseline& b, const RunResult& r) {
+  if (!b.available) return {{"available", false}, {"note", b.note}};
+  nlohmann::json j = {{"available", true},
+                      {"note", b.note},
+                      {"forward_ms", b.forward_ms},
+                      {"backward_ms", b.backward_ms},
+                      {"fwd_bwd_ms", b.step_ms()},
+                      {"ratio_forward", b.forward_ms / r.forward.ms},
+                      {"ratio_backward", b.backward_ms / r.backward.ms},
+                      {"ratio_fwd_bwd", b.step_ms() / r.step.ms}};
+  if (b.exchange_ms > 0.0) j["exchange_ms"] = b.exchange_ms;
+  return j;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+void print_pass(const RunResult& r, const char* name, const Pass& p, double cublas_ms, double nccl_ms) {
+  std::string line = "  ";
+  char head[64];
+  std::snprintf(head, sizeof head, "%-8lld %-9s", static_cast<long long>(r.tokens_per_rank), name);
+  line += head;
+  line += fmt("%10.3f", p.ms) + fmt("%9.1f", p.tflops()) + fmt("%10.2f", p.tokens_per_s() * 1e-6);
+  line += fmt("%11.3f", cublas_ms) + fmt("%8.2fx", cublas_ms / p.ms);
+  if (r.nccl.available) {
+    line += fmt("%12.3f", nccl_ms) + fmt("%8.2fx", nccl_ms / p.ms);
+  } else {
+    line += "           -        -";
+  }
+  std::cout << line << "\n";
+}
+
+}  // namespace
+
+nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelPreset* preset, const LayerConfig& base,
+                           const RoutingSpec& spec, const BenchOptions& a) {
+  nlohmann::json out;
+  out["tool"] = "caracal bench";
+  out["device"] = {{"name", prop.name}, {"sms", prop.multiProcessorCount}, {"count", devices}};
+  out["model"] = preset ? nlohmann::json(preset->name) : nlohmann::json(nullptr);
+  out["layer"] = {{"hidden", base.shape.hidden},
+                  {"intermediate", base.shape.intermediate},
+                  {"experts", base.shape.num_experts},
+                  {"local_experts", base.local_experts()},
+                  {"top_k", base.shape.top_k},
+                  {"shared_experts", base.shape.num_shared_experts},
+                  {"shared_intermediate", base.shape.shared_intermediate},
+                  {"router", {{"normalize", base.router.normalize}, {"scale", base.router.scale}}}};
+  out["ep"] = a.ep;
+  out["backend"] = a.backend;
+  out["routing"] = to_string(spec);
+  out["seed"] = a.seed;
+  out["precision"] = "bf16";
+  out["warmup"] = a.warmup;
+  out["reps"] = a.reps;
+  out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
+  out["flops_note"] =
+      "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
+  return out;
+}
+
+void print_config(const cudaDeviceProp& prop, const ModelPreset* preset, const LayerConfig& base,
+                  const RoutingSpec& spec, const BenchOptions& a) {
+  std::cout << "Caracal bench: " << (preset ? preset->description + " (" + preset->name + ")" : std::string("custom shape"))
+            << ", bf16, " << prop.name << " (" << prop.multiProcessorCount << " SMs)\n";
+  std::cout << "  layer   D=" << base.shape.hidden << " I=" << base.shape.intermediate << " E=" << base.shape.num_experts
+            << " k=" << base.shape.top_k << ", shared I=" << base.shape.shared_intermediate << "\n";
+  std::cout << "  world   EP=" << a.ep << " " << a.backend << " (" << base.local_experts() << " experts per rank"
+            << (a.nccl() ? ", one GPU per rank" : ", all ranks on GPU 0") << "), routing " << to_string(spec)
+            << ", warm-up " << a.warmup << ", median of " << a.reps << "\n";
+}
+
+nlohmann::json validation_json(const ValidationResult& v, const LayerConfig& small, const std::string& world) {
+  nlohmann::json errors = nlohmann::json::object();
+  for (const auto& [name, err] : v.errors) {
+    errors[name] = std::isfinite(err) ? nlohmann::json(err) : nlohmann::json("inf (NaN or unwritten output)");
+  }
+  const double worst = worst_error(v);
+  nlohmann::json validation = {{"ran", true}};
+  validation["passed"] = v.passed;
+  validation["world"] = world;
+  validation["tolerance"] = v.tolerance;
+  validation["max_error"] = std::isfinite(worst) ? nlohmann::json(worst) : nlohmann::json("inf");
+  validation["config"] = {{"hidden", small.shape.hidden},          {"intermediate", small.shape.intermediate},
+                          {"experts", small.shape.num_experts},    {"top_k", small.shape.top_k},
+                          {"shared_intermediate", small.shape.shared_intermediate},
+                          {"ep", small.ep_size},                   {"tokens_per_rank", small.tokens_per_rank}};
+  validation["errors"] = errors;
+  return validation;
+}
+
+void print_validation_passed(const ValidationResult& v, const LayerConfig& small, const std::string& world) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "  check   fp64 reference at D=%lld I=%lld E=%lld k=%lld T=%lld W=%lld (%s): passed, max relative error %.2e\n",
+                (long long)small.shape.hidden, (long long)small.shape.intermediate,
+                (long long)small.shape.num_experts, (long long)small.shape.top_k, (long long)small.tokens_per_rank,
+                (long long)small.ep_size, world.c_str(), worst_error(v));
+  std::cout << line;
+}
+
+void print_runs_header() {
+  std::cout << "\n  T/rank   pass            ms  TFLOP/s  Mtok/s   cuBLAS ms  speedup   NCCL+GEMMs  speedup\n";
+  std::cout << std::flush;
+}
+
+void print_run(const RunResult& r) {
+  print_pass(r, "forward", r.forward, r.cublas.forward_ms, r.nccl.forward_ms);
+  print_pass(r, "backward", r.backward, r.cublas.backward_ms, r.nccl.backward_ms);
+  print_pass(r, "fwd+bwd", r.step, r.cublas.step_ms(), r.nccl.step_ms());
+  std::cout << std::flush;
+}
+
+void print_runs_footer(const BenchOptions& a) {
+  std::cout << "\n  ms: median of " << a.reps << " device-event-timed runs; TFLOP/s and Mtok/s per GPU"
+            << (a.nccl() ? "" : " (the GPU runs all W ranks: W*T tokens)")
+            << "; speedup = baseline ms / ours.\n"
+            << "  NCCL+GEMMs: host-synchronized NCCL exchange + the layer's grouped GEMMs on the rows it delivered\n"
+            << "  (padded once, untimed), timed apart and summed (W = 1 only).\n";
+}
+
+nlohmann::json run_json(const RunResult& r) {
+  return {{"tokens_per_rank", r.tokens_per_rank},
+          {"tokens_per_gpu", r.tokens_per_gpu},
+          {"forward", pass_json(r.forward)},
+          {"backward", pass_json(r.backward)},
+          {"fwd_bwd", pass_json(r.step)},
+          {"baselines",
+           {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_gemms", baseline_json(r.nccl, r)}}}};
+}
+
+}  // namespace caracal::bench_tool

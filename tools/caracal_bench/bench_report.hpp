@@ -1,0 +1,56 @@
+#pragma once
+// What `caracal bench` prints (the table on stdout) and writes (--json): the configuration, the
+// validation, and for each tokens-per-rank value the layer's passes against the baselines.
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include "baselines.hpp"
+#include "bench_options.hpp"
+#include "bench_validate.hpp"
+#include "caracal/layer_config.hpp"
+#include "caracal/presets.hpp"
+#include "caracal/routing.hpp"
+
+namespace caracal::bench_tool {
+
+// One timed pass of the layer.
+struct Pass {
+  double ms = 0.0;
+  double flops = 0.0;
+  double tokens = 0.0;  // per GPU
+  double tflops() const { return ms > 0.0 ? flops / (ms * 1e9) : 0.0; }
+  double tokens_per_s() const { return ms > 0.0 ? tokens / (ms * 1e-3) : 0.0; }
+};
+
+// Everything measured at one tokens-per-rank value.
+struct RunResult {
+  int64_t tokens_per_rank = 0;
+  int64_t tokens_per_gpu = 0;
+  Pass forward, backward, step;
+  Baseline cublas, nccl;
+};
+
+// The JSON's head: the tool, the GPU, the model and layer, and the options.
+nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelPreset* preset, const LayerConfig& base,
+                           const RoutingSpec& spec, const BenchOptions& a);
+
+// The table's head: the layer, the world, the routing and the timing options.
+void print_config(const cudaDeviceProp& prop, const ModelPreset* preset, const LayerConfig& base,
+                  const RoutingSpec& spec, const BenchOptions& a);
+
+// The validation's JSON; `world` is the backend it ran on.
+nlohmann::json validation_json(const ValidationResult& v, const LayerConfig& small, const std::string& world);
+
+// The check line of a passed validation.
+void print_validation_passed(const ValidationResult& v, const LayerConfig& small, const std::string& world);
+
+void print_runs_header();
+void print_run(const RunResult& r);
+void print_runs_footer(const BenchOptions& a);
+
+nlohmann::json run_json(const RunResult& r);
+
+}  // namespace caracal::bench_tool

@@ -1,0 +1,137 @@
+#include "layer_timing.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/error.hpp"
+#include "caracal/moe_layer.hpp"
+#include "cuda_stream.hpp"
+#include "device_random.cuh"
+#include "event_timer.hpp"
+#include "expert_weights.hpp"
+
+namespace caracal::bench_tool {
+
+namespace {
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+// Bytes of one local rank's weights + fp32 gradients + the layer's memory.
+double rank_bytes(const LayerConfig& c) {
+  const MoELayerMemory m = MoELayer::memory(c);
+  const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
+               Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
+  const double weights = 3.0 * (L * I + Is) * D;
+  return double(m.heap) + double(m.local) + weights * (2.0 + 4.0);
+}
+
+// Every local rank's weights and the layer's argument structs over them.
+struct LayerInputs {
+  std::vector<ExpertWeights> weights;
+  std::vector<MoEForwardArgs> forward;
+  std::vector<MoEBackwardArgs> backward;
+};
+
+MoEForwardArgs forward_args(const MoELayerBuffers& b, const ExpertWeights& w) {
+  MoEForwardArgs f;
+  f.x = b.x;
+  f.topk_idx = b.topk_idx;
+  f.topk_scores = b.topk_scores;
+  f.weights = w.weights();
+  f.y = b.y;
+  return f;
+}
+
+MoEBackwardArgs backward_args(const MoELayerBuffers& b, const ExpertWeights& w) {
+  MoEBackwardArgs g;
+  g.dy = b.dy;
+  g.dx = b.dx;
+  g.d_topk_scores = b.d_topk_scores;
+  g.d_w_gate_up = w.d_w_gate_up.get();
+  g.d_w_down = w.d_w_down.get();
+  g.d_shared_w_gate_up = w.d_shared_w_gate_up.get();  // null without a shared expert
+  g.d_shared_w_down = w.d_shared_w_down.get();
+  return g;
+}
+
+// Random weights and inputs for every local rank, the inputs straight into the layer's own buffers
+// (the zero-copy path); waits for them.
+LayerInputs make_inputs(MoELayer& layer, const comm::World& world, const LayerConfig& c, const Routing& routing,
+                        uint64_t seed, cudaStream_t stream) {
+  const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
+  LayerInputs in;
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    const int rank = world.first_local_rank() + l;
+    const uint64_t rank_seed = seed * 1000003ull + uint64_t(rank) * 64;
+    in.weights.push_back(make_expert_weights(c, rank_seed, stream));
+    const MoELayerBuffers b = layer.buffers(l);
+    bench::fill_uniform(b.x, T * D, rank_seed + 5, -1.0f, 1.0f, stream);
+    bench::fill_uniform(b.dy, T * D, rank_seed + 6, -1.0f, 1.0f, stream);
+    bench::fill_uniform(b.topk_scores, T * k, rank_seed + 7, 0.05f, 1.0f, stream);
+    check_cuda(cudaMemcpyAsync(b.topk_idx, routing.rank_topk(rank), T * k * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream),
+               "cudaMemcpyAsync(topk_idx)");
+    in.forward.push_back(forward_args(b, in.weights.back()));
+    in.backward.push_back(backward_args(b, in.weights.back()));
+  }
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(bench inputs)");
+  return in;
+}
+
+// Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
+// the layer's sizes (milliseconds a run) to reach the 200 ms the single-GPU timer asks for.
+constexpr int kLockstepWarmupRuns = 20;
+
+}  // namespace
+
+void check_memory(const LayerConfig& c, int local_ranks, int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const double need = rank_bytes(c) * local_ranks;
+  CARACAL_CHECK(need < 0.94 * double(free_bytes), "T=", c.tokens_per_rank, ", EP=", c.ep_size, " needs about ",
+                gib(need), " GiB on GPU ", device, " (weights, fp32 gradients, v1 worst-case buffers) but ",
+                gib(double(free_bytes)), " GiB are free: lower --tokens or --experts");
+}
+
+LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a) {
+  MoELayerOptions options;
+  options.exchange_sms = a.exchange_sms;
+  MoELayer layer(c, world, options);
+  const bench::Stream stream;
+  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
+
+  // Every rank must make the same launches (they meet in world barriers), but time_runs's warm-up
+  // stops when this rank's own clock passes 200 ms. With ranks in other threads, the warm-up is a
+  // fixed count instead: the same on all of them.
+  const bool lockstep = world.local_ranks() < world.world_size();
+  const int warmup = lockstep ? std::max(a.warmup, kLockstepWarmupRuns) : a.warmup;
+  const double warmup_ms = lockstep ? 0.0 : 200.0;
+  const auto median = [&](const std::function<void()>& run) {
+    return bench::time_runs(stream.get(), warmup, a.reps, [&](int) { run(); }, warmup_ms).median_ms;
+  };
+  LayerTimes t;
+  MoEContext context;
+  const bool talk = world.first_local_rank() == 0;
+  const std::string where = "T=" + std::to_string(c.tokens_per_rank) + ": ";
+  if (talk) progress(a, where + "forward");
+  t.forward = median([&] { context = layer.forward(in.forward, stream.get()); });
+  layer.check();
+  if (talk) progress(a, where + "backward");
+  t.backward = median([&] { layer.backward(in.backward, context, stream.get()); });
+  layer.check();
+  if (talk) progress(a, where + "forward+backward");
+  t.step = median([&] {
+    context = layer.forward(in.forward, stream.get());
+    layer.backward(in.backward, context, stream.get());
+  });
+  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(bench)");
+  layer.check();
+  return t;
+}
+
+}  // namespace caracal::bench_tool

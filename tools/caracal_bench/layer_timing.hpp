@@ -1,0 +1,22 @@
+#pragma once
+// caracal bench, step 2: the layer itself timed, forward, backward and forward+backward, on random
+// weights and inputs (warm-up, then the median of CUDA-event-bracketed runs).
+#include "bench_options.hpp"
+#include "caracal/comm/world.hpp"
+#include "caracal/layer_config.hpp"
+#include "caracal/routing.hpp"
+
+namespace caracal::bench_tool {
+
+struct LayerTimes {
+  double forward = 0.0, backward = 0.0, step = 0.0;  // ms
+};
+
+// Throws caracal::Error when `local_ranks` ranks of `c` (weights, fp32 gradients, the layer's
+// buffers) would not fit in the free memory of GPU `device`.
+void check_memory(const LayerConfig& c, int local_ranks, int device);
+
+// Times the layer over `world`, whose local ranks this thread drives. Collective for NCCL worlds.
+LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a);
+
+}  // namespace caracal::bench_tool
