@@ -8,6 +8,7 @@
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "cublas_gemm.hpp"
+#include "gemm_bench_cutlass.hpp"
 #include "device_random.cuh"
 #include "event_timer.hpp"
 #include "gemm_spot_checks.hpp"
@@ -271,6 +272,26 @@ void time_dense(const DenseGemms& g, const Flops& f, const TimeIt& time_it) {
   time_it("cublas_backward", [&](int i) { g.dgrad(i); g.dx(i); g.wgrad(i); }, f.backward, f.backward);
 }
 
+void time_cutlass(const CutlassBaseline& g, const Flops& f, const TimeIt& time_it) {
+  for (CutlassSchedule schedule : {CutlassSchedule::kCooperative, CutlassSchedule::kPingpong}) {
+    const std::string name = std::string("cutlass_") + cutlass_schedule_name(schedule);
+    time_it((name + "_up").c_str(), [&](int i) { g.up(schedule, i); }, f.up, f.up);
+    time_it((name + "_down").c_str(), [&](int i) { g.down(schedule, i); }, f.down, f.down);
+  }
+}
+
+// CUTLASS's outputs of input set 0 against ours (the last forward ran on set 0), both schedules.
+void compare_cutlass(const CutlassBaseline& g, const OurKernels& k, CaseResult& r) {
+  r.cutlass_up_rel_diff = r.cutlass_down_rel_diff = 0.0;
+  for (CutlassSchedule schedule : {CutlassSchedule::kCooperative, CutlassSchedule::kPingpong}) {
+    g.up(schedule, 0);
+    g.down(schedule, 0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    r.cutlass_up_rel_diff = std::max(r.cutlass_up_rel_diff, g.up_difference(k.gate_up.get()));
+    r.cutlass_down_rel_diff = std::max(r.cutlass_down_rel_diff, g.down_difference(k.y.get()));
+  }
+}
+
 }  // namespace
 
 CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes) {
@@ -298,7 +319,12 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   };
   const Flops flops(c);
   time_ours(k, flops, double(offsets.back()) / std::max(1.0, double(c.rows())), time_it);
-  if (c.rows() > 0) time_dense(DenseGemms(k, cublas), flops, time_it);
+  if (c.rows() > 0) {
+    time_dense(DenseGemms(k, cublas), flops, time_it);
+    const CutlassBaseline cutlass(c, offsets, in, k.hidden.get());
+    compare_cutlass(cutlass, k, r);
+    time_cutlass(cutlass, flops, time_it);
+  }
   return r;
 }
 

@@ -2,7 +2,8 @@
 // One caracal_gemm_bench case on the GPU: random inputs (rotated between copies when one set would
 // sit in L2), one forward and one backward spot-checked against fp64 (gemm_spot_checks.hpp), then
 // each of our kernels and its cuBLAS dense counterpart timed (the median of `reps` CUDA-event-
-// bracketed runs after `warmup`, event_timer.hpp).
+// bracketed runs after `warmup`, event_timer.hpp); and CUTLASS's own grouped GEMM on the
+// forward's two GEMMs (gemm_bench_cutlass.hpp), its outputs first compared with ours.
 #include <cublas_v2.h>
 
 #include <cstddef>
@@ -22,9 +23,12 @@ struct Timing {
 };
 
 struct CaseResult {
-  std::map<std::string, Timing> timings;  // by kernel: ours, and cublas_* where the case has rows
+  std::map<std::string, Timing> timings;  // by kernel: ours, and cublas_* / cutlass_* where the case has rows
   double check_rel_err = 0.0;             // forward spot check
   double check_rel_err_backward = 0.0;    // backward spot check (worst of its parts)
+  // CUTLASS's outputs against ours (both schedules, the worse), relative Frobenius: -1 = not run.
+  double cutlass_up_rel_diff = -1.0;
+  double cutlass_down_rel_diff = -1.0;
 };
 
 // `l2_bytes`: the GPU's L2, which sets how many input sets rotate.

@@ -318,6 +318,7 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
                {"rows.row_capacity", "multiple of 128", "100"});
   expect_error(with([](auto& a) { a.rows.row_capacity = -128; }), {"rows.row_capacity", "-128"});
   expect_error(with([](auto& a) { a.rows.expert_offset = nullptr; }), {"rows.expert_offset"});
+  expect_error(with([](auto& a) { a.rows.ring_rows = 256; }), {"rows.ring_rows must be 0", "got 256"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
                {"rows.expert_count", "4-byte aligned"});
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A/B of two builds on the device machine in one call: scripts/ab-check.sh OLD NEW
+# OLD and NEW each hold caracal-bench, caracal-soak, caracal_gemm_bench and COMMIT (NEW: a staged
+# build, scripts/stage-gpu-build.sh; OLD: the same binaries copied from an earlier staging).
+#   1. bitwise: caracal-soak of both with one seed (loopback W = 4, changing routings, shared
+#      expert, fp32 and bf16 weight gradients): every output of every step must have the same
+#      checksum, i.e. the two builds compute the same bits;
+#   2. the layer: caracal-bench of both, alternated old/new ROUNDS times (DeepSeek-V3, 32 experts,
+#      T = 4096, forward + backward);
+#   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way;
+# then a table of medians over the rounds (each run's own figure is a median of --reps runs).
+# Logs and JSON: $OUT/ab-logs.tgz when OUT is set.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+old="${1:?usage: scripts/ab-check.sh OLD NEW}"
+new="${2:?usage: scripts/ab-check.sh OLD NEW}"
+rounds="${ROUNDS:-3}"
+logs=$(mktemp -d)
+build="$new"
+source "$root/scripts/lib/nccl-env.sh"
+summary=()
+record() { summary+=("$(printf '%-40s %s' "$1" "$2")"); }
+run() {  # run NAME LIMIT CMD...: logs to NAME.log
+  local name=$1 limit=$2 rc
+  shift 2
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { tail -n 20 "$logs/$name.log"; record "$name" "FAILED (rc $rc)"; }
+  return "$rc"
+}
+
+# ---- 1. the same bits ---------------------------------------------------------------------------
+for side in old new; do
+  dir=${!side}
+  run "soak_$side" 300 "$dir/caracal-soak" --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}" --seed 2026 \
+    --checksums "$logs/soak_$side.txt"
+done
+if [ -s "$logs/soak_old.txt" ] && cmp -s "$logs/soak_old.txt" "$logs/soak_new.txt"; then
+  record "soak checksums old vs new" "bitwise identical ($(wc -l <"$logs/soak_new.txt") lines)"
+else
+  record "soak checksums old vs new" "DIFFER"
+fi
+
+# ---- 2, 3. speed, alternated ---------------------------------------------------------------------
+for round in $(seq 1 "$rounds"); do
+  for side in old new; do
+    dir=${!side}
+    run "layer_${side}_$round" 300 "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
+      --reps 20 --quiet --no-validate --json "$logs/layer_${side}_$round.json"
+    run "gemm_${side}_$round" 300 "$dir/caracal_gemm_bench" --reps 20 --case deepseek-v3/uniform --case kimi-k2/uniform \
+      --json "$logs/gemm_${side}_$round.json"
+  done
+done
+
+python3 - "$logs" "$rounds" <<'PY'
+import glob, json, os, statistics, sys
+logs, rounds = sys.argv[1], int(sys.argv[2])
+def load(pattern):
+    return [json.load(open(p)) for p in sorted(glob.glob(os.path.join(logs, pattern)))]
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float("nan")
+print(f"layer, DeepSeek-V3 32 experts T=4096 W=1 (ms, median of {rounds} alternated runs): old | new | new/old")
+for p in ("forward", "backward", "fwd_bwd"):
+    o = median([r["runs"][0][p]["ms"] for r in load("layer_old_*.json")])
+    n = median([r["runs"][0][p]["ms"] for r in load("layer_new_*.json")])
+    print(f"  {p:10s} {o:8.3f} | {n:8.3f} | {n / o:.3f}")
+print("grouped GEMMs (ms): old | new | new/old")
+rows = {}
+for side in ("old", "new"):
+    for run in load(f"gemm_{side}_*.json"):
+        for case in run["cases"]:
+            for k, t in case["results"].items():
+                rows.setdefault((case["name"], k), {}).setdefault(side, []).append(t["ms"])
+for (case, k), v in sorted(rows.items()):
+    if k.startswith("cublas"):
+        continue
+    o, n = median(v.get("old", [])), median(v.get("new", []))
+    print(f"  {case:22s} {k:16s} {o:8.3f} | {n:8.3f} | {n / o:.3f}")
+PY
+
+echo
+echo "==== A/B: old $(cat "$old/COMMIT" 2>/dev/null) vs new $(cat "$new/COMMIT" 2>/dev/null), $(date -u +%F) ===="
+printf '%s\n' "${summary[@]}"
+[ -n "${OUT:-}" ] && tar czf "$OUT/ab-logs.tgz" -C "$logs" .
