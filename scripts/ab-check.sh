@@ -15,6 +15,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old="${1:?usage: scripts/ab-check.sh OLD NEW}"
 new="${2:?usage: scripts/ab-check.sh OLD NEW}"
 rounds="${ROUNDS:-3}"
+gemm_cases=""
+for c in ${GEMM_CASES:-deepseek-v3/uniform kimi-k2/uniform qwen3.5-397b/uniform}; do gemm_cases+=" --case $c"; done
 logs=$(mktemp -d)
 build="$new"
 source "$root/scripts/lib/nccl-env.sh"
@@ -47,8 +49,7 @@ for round in $(seq 1 "$rounds"); do
     dir=${!side}
     run "layer_${side}_$round" 300 "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
       --reps 20 --quiet --no-validate --json "$logs/layer_${side}_$round.json"
-    run "gemm_${side}_$round" 300 "$dir/caracal_gemm_bench" --reps 20 --case deepseek-v3/uniform --case kimi-k2/uniform \
-      --json "$logs/gemm_${side}_$round.json"
+    run "gemm_${side}_$round" 300 "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
   done
 done
 
