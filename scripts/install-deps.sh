@@ -32,3 +32,14 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install-deps: error: the CUDA toolkit (nvcc) was not found; install CUDA 13.0 first" >&2
   exit 1
 fi
+
+# `pip install --no-build-isolation .` (the PyTorch extension, README) builds with this
+# environment's own setuptools, whose bdist_wheel comes with setuptools >= 70.1 or from the wheel
+# package: add wheel where PyTorch is installed and neither is there.
+if python3 -c 'import torch' >/dev/null 2>&1 &&
+   ! python3 -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("wheel") or u.find_spec("setuptools.command.bdist_wheel")))' \
+     >/dev/null 2>&1; then
+  echo "install-deps: pip install wheel (bdist_wheel for pip install --no-build-isolation .)"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore wheel ||
+    echo "install-deps: warning: could not install wheel; pip install --no-build-isolation . will need it" >&2
+fi

@@ -19,10 +19,13 @@ class MoE(nn.Module):
 
     The module owns the experts of its local ranks (`world.local_ranks` ranks of
     num_experts / world.size experts each: all experts for the loopback world, this rank's for
-    NCCL) and takes the routing as input: x [R*T, D] bf16, topk_idx [R*T, k] (global expert ids,
-    -1 = empty slot), topk_scores [R*T, k], where R = world.local_ranks and T = tokens_per_rank,
-    the exact token count fixed at construction (buffers are allocated for it). Gradients reach x,
-    topk_scores, the weights and shared_scale.
+    NCCL) and takes the routing as input: x [R*t, D] bf16, topk_idx [R*t, k] (global expert ids,
+    -1 = empty slot; int32, or int64 narrowed on the GPU without a sync: an id outside int32 stays
+    out of range and `check` raises it), topk_scores [R*t, k], where R = world.local_ranks and t,
+    the tokens of each local rank in this call, is at most tokens_per_rank (the capacity fixed at
+    construction: buffers are allocated for it; a call with fewer tokens pads them with empty
+    slots). Under torch.autocast a floating x of another dtype is cast to bf16; y is bf16.
+    Gradients reach x, topk_scores, the weights and shared_scale.
 
     Parameters (dtype `dtype`: bf16 by default, or fp32 master weights that forward casts to bf16
     for the kernels): w_gate_up [R*L, 2I, D] with gate and up rows interleaved in groups of 8
@@ -114,7 +117,8 @@ class MoE(nn.Module):
         self._finalizer()
 
     def forward(self, x, topk_idx, topk_scores, shared_scale=None):
-        rows = self.world.local_ranks * self.tokens_per_rank
+        x = _autocast_input(x)
+        rows = self._rows_of(x)
         _check("x", x, (rows, self.hidden), (torch.bfloat16,), self.world.device)
         _check("topk_idx", topk_idx, (rows, self.top_k), (torch.int32, torch.int64), self.world.device)
         _check("topk_scores", topk_scores, (rows, self.top_k), (torch.float32, torch.bfloat16), self.world.device)
@@ -123,10 +127,46 @@ class MoE(nn.Module):
                 raise ValueError("caracal.MoE: shared_scale needs a layer with a shared expert")
             _check("shared_scale", shared_scale, (rows,), (torch.float32, torch.bfloat16), self.world.device)
             shared_scale = shared_scale.float()
+        topk_idx = _narrow_ids(topk_idx, self.num_experts)
+        tokens = rows // self.world.local_ranks
+        pad = self._pad_to_capacity(tokens)
         y, _forward_id = torch.ops.caracal.moe_forward(
-            self._handle, x, topk_idx.to(torch.int32), topk_scores.float(), self.w_gate_up, self.w_down,
-            self.shared_w_gate_up, self.shared_w_down, shared_scale)
-        return y
+            self._handle, pad(x, 0), pad(topk_idx, -1), pad(topk_scores.float(), 0),
+            self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down,
+            None if shared_scale is None else pad(shared_scale, 0))
+        return self._unpad(y, tokens)
+
+    def _rows_of(self, x):
+        """R * t, the rows of this call: a multiple of R, at most R * tokens_per_rank."""
+        ranks, capacity = self.world.local_ranks, self.tokens_per_rank
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            return ranks * capacity  # _check names what is wrong
+        rows = x.shape[0]
+        if rows % ranks or rows > ranks * capacity:
+            raise ValueError(f"caracal.MoE: x must have R*t rows, t <= tokens_per_rank = {capacity} tokens for each of "
+                             f"the R = {ranks} local ranks (at most {ranks * capacity} rows, a multiple of {ranks}), "
+                             f"got {rows}")
+        return rows
+
+    def _pad_to_capacity(self, tokens):
+        """A function padding a [R*t, ...] tensor with `value` rows to [R*T, ...], T = tokens_per_rank
+        (differentiable; the identity when t = T)."""
+        ranks, capacity = self.world.local_ranks, self.tokens_per_rank
+        if tokens == capacity:
+            return lambda t, value: t
+
+        def pad(t, value):
+            per_rank = t.reshape(ranks, tokens, *t.shape[1:])
+            widths = (0, 0) * (per_rank.dim() - 2) + (0, capacity - tokens)  # last dim first
+            padded = torch.nn.functional.pad(per_rank, widths, value=value)
+            return padded.reshape(ranks * capacity, *t.shape[1:])
+        return pad
+
+    def _unpad(self, y, tokens):
+        ranks, capacity = self.world.local_ranks, self.tokens_per_rank
+        if tokens == capacity:
+            return y
+        return y.reshape(ranks, capacity, self.hidden)[:, :tokens].reshape(ranks * tokens, self.hidden)
 
     def extra_repr(self):
         return (f"hidden={self.hidden}, intermediate={self.intermediate}, num_experts={self.num_experts}, "
@@ -140,6 +180,24 @@ def _destroy_layer(handle):
     torch.ops.caracal.destroy_layer(handle)
 
 
+def _autocast_input(x):
+    """x as the kernels take it under torch.autocast (bf16, whatever the autocast dtype: the layer
+    computes in bf16); unchanged outside autocast, where _check asks for bf16."""
+    if (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.bfloat16
+            and torch.is_autocast_enabled("cuda")):
+        return x.to(torch.bfloat16)
+    return x
+
+
+def _narrow_ids(topk_idx, num_experts):
+    """int32 ids; int64 ones clamped into [-2, num_experts] first, so that an id outside int32 stays
+    out of range (the kernels treat -2 and num_experts as out-of-range ids: `check` raises them)
+    instead of wrapping onto a valid one. No synchronization."""
+    if topk_idx.dtype == torch.int32:
+        return topk_idx
+    return topk_idx.clamp(-2, num_experts).to(torch.int32)
+
+
 def _check(name, t, shape, dtypes, device):
     """TypeError / ValueError naming the argument and what was expected."""
     if not isinstance(t, torch.Tensor):
@@ -150,7 +208,7 @@ def _check(name, t, shape, dtypes, device):
     if t.device != device:
         raise ValueError(f"caracal.MoE: {name} must be on {device}, got {t.device}")
     if tuple(t.shape) != shape:
-        raise ValueError(f"caracal.MoE: {name} must have shape {list(shape)} (R*T = local ranks x tokens_per_rank "
-                         f"rows), got {list(t.shape)}")
+        raise ValueError(f"caracal.MoE: {name} must have shape {list(shape)} (the rows of x: R*t = local ranks x "
+                         f"tokens of each), got {list(t.shape)}")
     if not t.is_contiguous():
         raise ValueError(f"caracal.MoE: {name} must be contiguous (call .contiguous())")

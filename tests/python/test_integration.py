@@ -124,7 +124,9 @@ def good_inputs(moe):
 @pytest.mark.parametrize("case, error, message", [
     (lambda x, i, s: (x.float(), i, s), TypeError, "x must be torch.bfloat16"),
     (lambda x, i, s: (x.cpu(), i, s), ValueError, "x must be on cuda"),
-    (lambda x, i, s: (x[:-1], i, s), ValueError, "x must have shape [32, 128]"),
+    (lambda x, i, s: (torch.cat([x, x[:1]]), i, s), ValueError, "x must have R*t rows, t <= tokens_per_rank = 32"),
+    (lambda x, i, s: (x[:, :64].contiguous(), i, s), ValueError, "x must have shape [32, 128]"),
+    (lambda x, i, s: (x[:-1], i, s), ValueError, "topk_idx must have shape [31, 2]"),
     (lambda x, i, s: (x.t().contiguous().t(), i, s), ValueError, "x must be contiguous"),
     (lambda x, i, s: (x, i.float(), s), TypeError, "topk_idx must be torch.int32 or torch.int64"),
     (lambda x, i, s: (x, i[:, :1].contiguous(), s), ValueError, "topk_idx must have shape [32, 2]"),
@@ -135,6 +137,13 @@ def good_inputs(moe):
 def test_bad_tensors_raise_naming_the_argument(small_moe, case, error, message):
     with pytest.raises(error, match=message.replace("[", r"\[").replace("]", r"\]")):
         small_moe(*case(*good_inputs(small_moe)))
+
+
+def test_rows_must_split_evenly_between_the_local_ranks():
+    moe = caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(2), **SMALL)
+    x, idx, scores = good_inputs(moe)
+    with pytest.raises(ValueError, match="a multiple of 2\\), got 31"):
+        moe(x[:31], idx[:31], scores[:31])
 
 
 def test_bad_construction_raises():

@@ -18,8 +18,9 @@ def rel_error(actual, expected):
     return ((actual.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
 
 
-def random_inputs(moe, kind, generator=None, shared_scale=False):
-    rows = moe.world.local_ranks * moe.tokens_per_rank
+def random_inputs(moe, kind, generator=None, shared_scale=False, tokens=None):
+    """One call's inputs: `tokens` per local rank (default: the layer's capacity)."""
+    rows = moe.world.local_ranks * (moe.tokens_per_rank if tokens is None else tokens)
     dev = moe.world.device
     x = (torch.randn(rows, moe.hidden, generator=generator) * 0.5).to(torch.bfloat16).to(dev)
     idx = make_routing(kind, rows, moe.top_k, moe.num_experts, dev, generator)
@@ -131,6 +132,53 @@ def test_matches_plain_pytorch(ranks, kind, seed):
 def test_odd_sizes_without_shared_expert_or_normalization(tokens, seed):
     moe = caracal.MoE(64, 64, 4, 3, tokens, world=caracal.World.loopback(2), normalize=False)
     assert_matches(moe, random_inputs(moe, "uniform"))
+
+
+@pytest.mark.parametrize("ranks, tokens", [(1, 1), (2, 37), (4, 63)])
+def test_fewer_tokens_than_the_capacity(ranks, tokens, seed):
+    """A call with t < tokens_per_rank tokens on each local rank is the layer on those tokens."""
+    moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(ranks), **SMALL)
+    assert_matches(moe, random_inputs(moe, "zipf", shared_scale=True, tokens=tokens))
+
+
+def test_no_tokens_at_all(seed):
+    moe = caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(2), **SMALL)
+    x, idx, scores, dy, _ = random_inputs(moe, "uniform", tokens=0)
+    y, grads = run_caracal(moe, x, idx, scores, dy)
+    assert y.shape == (0, moe.hidden) and grads["x"].shape == (0, moe.hidden)
+    assert all(grads[name].abs().max() == 0 for name, _ in moe.named_parameters())
+
+
+def test_int64_ids_are_narrowed_without_wrapping(seed):
+    """int64 ids give the int32 ids' bits; one outside int32 (2^32 + 1 would wrap onto expert 1)
+    is raised by check() as out of range."""
+    moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2), **SMALL)
+    x, idx, scores, dy, _ = random_inputs(moe, "empty_slots")
+    y32, g32 = run_caracal(moe, x, idx, scores, dy)
+    y64, g64 = run_caracal(moe, x, idx.long(), scores, dy)
+    assert torch.equal(y32, y64)
+    for name in g32:
+        assert torch.equal(g32[name], g64[name]), name
+    for bad_id in (2**32 + 1, -(2**32) + 3):
+        bad = idx.long()
+        bad[5, 1] = bad_id
+        with torch.no_grad():
+            moe(x, bad, scores)
+        with pytest.raises(RuntimeError, match="outside \\[-1, num_experts=8\\)"):
+            moe.check()
+
+
+def test_autocast_casts_a_float32_input(seed):
+    moe = caracal.MoE(tokens_per_rank=64, **SMALL)
+    x, idx, scores, dy, _ = random_inputs(moe, "uniform")
+    x32 = x.float().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = moe(x32, idx, scores)
+    assert y.dtype == torch.bfloat16
+    y.backward(dy)
+    y_bf16, grads = run_caracal(moe, x, idx, scores, dy)
+    assert torch.equal(y.detach(), y_bf16)
+    assert x32.grad.dtype == torch.float32 and torch.equal(x32.grad, grads["x"].float())
 
 
 def test_shared_scale_gradient(seed):
