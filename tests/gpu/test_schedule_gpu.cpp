@@ -206,6 +206,20 @@ Routing sanitized(Routing routing, int64_t experts) {
   return routing;
 }
 
+// Exchanges of different shapes in one process (a model's layers): one set up after another must
+// not break the first's launches (the schedule kernel's shared-memory limit is the kernel's, not
+// the exchange's).
+TEST(GpuSchedule, ExchangesOfDifferentShapesAllBuild) {
+  CARACAL_REQUIRE_GPU();
+  const TracedSeed seed;
+  LoopbackScheduleExchange large({64, 2, 8, 64, 128}, 1);  // 64 local experts: more shared memory
+  LoopbackScheduleExchange small({64, 2, 8, 8, 128}, 2);
+  ASSERT_GT(large.exchange.sizes().schedule_shared_bytes, small.exchange.sizes().schedule_shared_bytes);
+  for (LoopbackScheduleExchange* ex : {&large, &small, &large}) {
+    expect_builds_match(ex->exchange, ex->routing(RoutingCase::kUniform, seed.value()), ex->shape.tile_m);
+  }
+}
+
 TEST(GpuScheduleFaults, OutOfRangeExpertIsRaisedAtCheck) {
   CARACAL_REQUIRE_GPU();
   const TracedSeed seed;

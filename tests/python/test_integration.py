@@ -124,7 +124,7 @@ def good_inputs(moe):
 @pytest.mark.parametrize("case, error, message", [
     (lambda x, i, s: (x.float(), i, s), TypeError, "x must be torch.bfloat16"),
     (lambda x, i, s: (x.cpu(), i, s), ValueError, "x must be on cuda"),
-    (lambda x, i, s: (torch.cat([x, x[:1]]), i, s), ValueError, "x must have R*t rows, t <= tokens_per_rank = 32"),
+    (lambda x, i, s: (torch.cat([x, x[:1]]), i, s), ValueError, "t <= tokens_per_rank = 32 tokens for each of the R = 1"),
     (lambda x, i, s: (x[:, :64].contiguous(), i, s), ValueError, "x must have shape [32, 128]"),
     (lambda x, i, s: (x[:-1], i, s), ValueError, "topk_idx must have shape [31, 2]"),
     (lambda x, i, s: (x.t().contiguous().t(), i, s), ValueError, "x must be contiguous"),

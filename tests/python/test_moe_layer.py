@@ -89,9 +89,11 @@ def worst_row_error(actual, expected):
 # this file; docs/PERF.md) against the reference that rounds like the kernels: relative Frobenius
 # error over the output, and for y and dx ("x") also the worst token row. Measured: y 8.7e-4 / row
 # 5.2e-3, dx 2.6e-4 / row 2.7e-3, d_topk_scores 1.9e-4 (of |dL/dg|), w_gate_up 2.4e-4, w_down
-# 6.8e-4, shared 3.3e-4, shared_scale 3.8e-5.
+# 6.8e-4, shared 3.3e-4. shared_scale: mostly 1e-7-1e-5, but with a heavy tail (1.7e-4 and 6.4e-4 in
+# 50 seeds, 2026-12-01): its gradient <dy, bf16(E_shared(x))> moves by a whole bf16 step of an
+# element whenever the kernel's fp32 sum and the reference's fp64 one round to neighbouring bf16s.
 BOUNDS = {"y": 3e-3, "y_row": 1.5e-2, "x": 8e-4, "x_row": 8e-3, "topk_scores": 6e-4, "w_gate_up": 8e-4,
-          "w_down": 2e-3, "shared_w_gate_up": 1e-3, "shared_w_down": 1e-3, "shared_scale": 1.2e-4}
+          "w_down": 2e-3, "shared_w_gate_up": 1e-3, "shared_w_down": 1e-3, "shared_scale": 2e-3}
 
 
 def output_errors(moe, inputs, outputs=None):

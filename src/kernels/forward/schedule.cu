@@ -21,8 +21,11 @@ comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const
   comm::LaunchShape shape;
   shape.threads_per_cta = kScheduleThreads;
   shape.shared_bytes = sizes.schedule_shared_bytes;
+  // The limit belongs to the kernel, shared by every exchange of the process on this device: set
+  // it to the most any shape may ask for (exchange_sizes caps them there), never to this one's,
+  // or a later exchange with a smaller shape would make this one's launches invalid.
   check_cuda(cudaFuncSetAttribute(build_schedule_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shape.shared_bytes)),
+                                  static_cast<int>(kMaxSharedBytesPerCta)),
              "cudaFuncSetAttribute(build_schedule_kernel, MaxDynamicSharedMemorySize)");
   const int max_ctas = comm::max_ctas_per_rank(world, build_schedule_kernel, shape.threads_per_cta, shape.shared_bytes);
   shape.ctas_per_rank =
