@@ -91,7 +91,6 @@ bool print_case(const Case& c, const CaseResult& r) {
   row("up+swiglu (+gate_up)", "up_gate_swiglu", "cublas_up", true);
   row("up+swiglu (hidden)", "up_gate_swiglu_hidden_only", "cublas_up");
   row("down", "down", "cublas_down");
-  row("down (hand-built)", "down_hand_built", "cublas_down");
   row("forward", "forward", "cublas_forward");
   if (r.timings.count("cutlass_cooperative_up")) {
     row("CUTLASS up coop", "cutlass_cooperative_up", "cublas_up");

@@ -92,13 +92,11 @@ struct OurKernels {
     a.gate_up_out = store_gate_up ? gate_up.get() : nullptr;
     gemm::grouped_up_gate_swiglu(a, nullptr);
   }
-  void down(int iter, gemm::GemmEngine engine = gemm::GemmEngine::kCutlass) const {
+  void down(int iter) const {
     auto a = case_args<DownProjArgs>(rows, c);
     a.activation = hidden.get();
     a.w_down = set(iter).w_down.get();
     a.y_out = y.get();
-    a.engine = engine;
-    a.workspace = down_workspace.get();
     gemm::grouped_down_proj(a, nullptr);
   }
   void dgrad(int iter) const {
@@ -148,7 +146,6 @@ struct OurKernels {
   Bf16Array hidden, gate_up, y, d_gate_up, scaled_activation, dx;
   DeviceArray<float> dg, workspace, d_w_gate_up, d_w_down;
   DeviceArray<__nv_bfloat16> d_w_gate_up_bf16, d_w_down_bf16;
-  DeviceArray<char> down_workspace;
 };
 
 OurKernels::OurKernels(const Case& the_case, const std::vector<int32_t>& offsets,
@@ -170,7 +167,6 @@ OurKernels::OurKernels(const Case& the_case, const std::vector<int32_t>& offsets
   d_w_down.resize(L * D * I);
   d_w_gate_up_bf16.resize(L * 2 * I * D);
   d_w_down_bf16.resize(L * D * I);
-  down_workspace.resize(gemm::down_proj_workspace_bytes(int(L)));
   BENCH_CUDA(cudaMemcpy(d_offsets.get(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> counts32(c.counts.begin(), c.counts.end());
   BENCH_CUDA(cudaMemcpy(d_counts.get(), counts32.data(), L * 4, cudaMemcpyHostToDevice));
@@ -257,7 +253,6 @@ void time_ours(const OurKernels& k, const Flops& f, double pad, const TimeIt& ti
   time_it("up_gate_swiglu", [&](int i) { k.up(i, true); }, f.up, f.up * pad);
   time_it("up_gate_swiglu_hidden_only", [&](int i) { k.up(i, false); }, f.up, f.up * pad);
   time_it("down", [&](int i) { k.down(i); }, f.down, f.down * pad);
-  time_it("down_hand_built", [&](int i) { k.down(i, gemm::GemmEngine::kCaracal); }, f.down, f.down * pad);
   time_it("forward", [&](int i) { k.up(i, true); k.down(i); }, f.forward, f.forward * pad);
   // The backward reads the gate_up of the last forward; its inputs do not change its speed.
   time_it("dgrad_swiglu", [&](int i) { k.dgrad(i); }, f.dgrad, f.dgrad * pad);

@@ -23,7 +23,6 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
   down.activation = pass.activation;
   down.w_down = weights.w_down;
   down.y_out = pass.out;
-  down.workspace = pass.down_workspace;
   down.num_ctas = pass.num_ctas;
   gemm::grouped_down_proj(down, stream);
 }

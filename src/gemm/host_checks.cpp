@@ -103,14 +103,6 @@ void check_down_proj_args(const DownProjArgs& a) {
   check_pointer(a.y_out, no_rows, fn, "y_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);
-  CARACAL_CHECK(a.engine == GemmEngine::kCutlass || a.engine == GemmEngine::kCaracal, fn,
-                ": engine must be GemmEngine::kCutlass or kCaracal, got ", static_cast<int>(a.engine));
-  if (a.engine == GemmEngine::kCutlass && !no_rows) {
-    CARACAL_CHECK(a.workspace != nullptr && aligned(a.workspace, 256), fn,
-                  ": workspace must be a 256-byte aligned device pointer to down_proj_workspace_bytes(",
-                  a.rows.num_experts, ") = ", down_proj_workspace_bytes(a.rows.num_experts),
-                  " bytes (engine kCutlass), got ", a.workspace);
-  }
 }
 
 void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {

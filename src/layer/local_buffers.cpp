@@ -40,7 +40,6 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.d_gate_up = block.take<bf16>(rows * 2 * I);
   b.workspace =
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
-  b.down_workspace = block.take<char>(static_cast<int64_t>(gemm::down_proj_workspace_bytes(s.local_experts)));
   if (!s.has_shared) return b;
   const int64_t shared = s.shared_rows;
   const int64_t Is = s.shared_intermediate;
@@ -57,7 +56,6 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_dg = block.take<float>(shared);
   b.shared_workspace = block.take<float>(
       static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
-  b.shared_down_workspace = block.take<char>(static_cast<int64_t>(gemm::down_proj_workspace_bytes(1)));
   return b;
 }
 

@@ -20,7 +20,6 @@ struct LocalBuffers {
                                        // bf16(g * activation) (backward; the forward's is not needed there)
   __nv_bfloat16* d_gate_up = nullptr;  // [routed_rows][2I]
   float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I)
-  void* down_workspace = nullptr;      // gemm::down_proj_workspace_bytes(L)
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}
@@ -35,7 +34,6 @@ struct LocalBuffers {
   float* shared_gates = nullptr;              // [shared_rows] c_t (1 without a scale); 0 on padding
   float* shared_dg = nullptr;                 // [shared_rows] <dy_t, E_shared(x_t)>
   float* shared_workspace = nullptr;          // gemm::down_dgrad_workspace_floats(shared_rows, Is)
-  void* shared_down_workspace = nullptr;      // gemm::down_proj_workspace_bytes(1)
 };
 
 // Bytes of one local rank's allocation.

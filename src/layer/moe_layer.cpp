@@ -99,7 +99,6 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.d_gate_up = local.d_gate_up;
   routed.dg = at(bwd.expert_dg);
   routed.workspace = local.workspace;
-  routed.down_workspace = local.down_workspace;
   routed.dx = at(bwd.expert_dx);
   if (!sizes.has_shared) return state;
 
@@ -117,7 +116,6 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   shared.d_gate_up = local.shared_d_gate_up;
   shared.dg = local.shared_dg;
   shared.workspace = local.shared_workspace;
-  shared.down_workspace = local.shared_down_workspace;
   shared.dx = local.shared_dx;
   state.shared_out_slot = at(fwd.shared_out);
   state.shared_dx_slot = at(bwd.shared_dx);

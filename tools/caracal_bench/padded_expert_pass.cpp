@@ -38,8 +38,6 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
   dg_ = device_buffer<float>(rows, "cudaMalloc(baseline expert dg)");
   workspace_ = device_buffer<float>(gemm::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
                                  "cudaMalloc(baseline dgrad workspace)");
-  down_workspace_ = device_buffer<char>(gemm::down_proj_workspace_bytes(static_cast<int>(L)),
-                                        "cudaMalloc(baseline down-projection workspace)");
 
   check_cuda(cudaMemcpyAsync(expert_offset_.get(), offsets_.data(), (L + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream),
@@ -70,7 +68,6 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
            d_gate_up_.get(),
            dg_.get(),
            workspace_.get(),
-           down_workspace_.get(),
            dx_.get()};
 }
 

@@ -24,7 +24,6 @@ struct ExpertPass {
   __nv_bfloat16* d_gate_up = nullptr;   // [rows][2I]
   float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
   float* workspace = nullptr;           // gemm::down_dgrad_workspace_floats(rows, I)
-  void* down_workspace = nullptr;       // gemm::down_proj_workspace_bytes(experts) bytes
   __nv_bfloat16* dx = nullptr;          // [rows][D] backward output
 };
 

@@ -97,13 +97,6 @@ struct UpGateSwigluArgs {
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
 };
 
-// Which kernel runs a GEMM with a plain epilogue. kCutlass: CUTLASS's SM90 grouped GEMM (the
-// ptr-array cooperative kernel, problem shapes prepared on the device from the schedule view),
-// measured faster than the hand-built kernel on the down projection (docs/PERF.md, 2026-12-01);
-// kCaracal: the hand-built kernel (grouped_gemm_kernel.cuh), kept as the comparison. Both give
-// the same bits.
-enum class GemmEngine { kCutlass, kCaracal };
-
 // Forward down projection: y[r] = bf16(activation[r] · W_down[e]^T)  (contract F3).
 struct DownProjArgs {
   ScheduleView rows;
@@ -113,14 +106,7 @@ struct DownProjArgs {
   const __nv_bfloat16* w_down = nullptr;     // [L][D][I] (I contiguous)
   __nv_bfloat16* y_out = nullptr;            // [row_capacity][D]
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
-  GemmEngine engine = GemmEngine::kCutlass;
-  void* workspace = nullptr;  // kCutlass: down_proj_workspace_bytes(L) bytes of device memory, 256-byte
-                              // aligned, not used by other work while the call runs
 };
-
-// Device bytes a down projection over `num_experts` experts needs as its workspace (kCutlass; 0
-// for kCaracal, which needs none). Host only, no CUDA call.
-size_t down_proj_workspace_bytes(int num_experts, GemmEngine engine = GemmEngine::kCutlass);
 
 // Argument rules (both): D and I positive multiples of 64; num_experts >= 1; row_capacity >= 0
 // and a multiple of 128 (0: nothing to do, nothing is launched); expert_offset non-null; every

@@ -1,8 +1,6 @@
-// Forward down projection over expert-contiguous rows: the engine choice, and the hand-built
-// grouped-GEMM kernel with the plain bf16 epilogue (the only kernel instantiated in this unit;
-// CUTLASS's is in down_proj_cutlass.cu).
+// Forward down projection over expert-contiguous rows: the grouped-GEMM kernel with the plain
+// bf16 epilogue (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm.hpp"
-#include "gemm/cutlass_down_proj.hpp"
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
@@ -23,18 +21,10 @@ struct DownProjGemm {
 
 }  // namespace
 
-size_t down_proj_workspace_bytes(int num_experts, GemmEngine engine) {
-  return engine == GemmEngine::kCutlass ? cutlass_down_proj_workspace_bytes(num_experts) : 0;
-}
-
 void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
   using namespace gemm;
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
-  if (args.engine == GemmEngine::kCutlass) {
-    cutlass_down_proj(args, stream);
-    return;
-  }
 
   uint64_t const rows = uint64_t(args.rows.row_capacity);
   uint64_t const d = uint64_t(args.hidden);
