@@ -34,6 +34,11 @@ class MoE(nn.Module):
     tokens, stored in the parameters' dtype (for bf16: rounded once, by the kernels).
     Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear.
 
+    The state dict holds the four weights only (w_gate_up, w_down, and shared_w_gate_up,
+    shared_w_down with a shared expert): load it into a caracal.MoE built with the same arguments.
+    The module cannot be deep-copied or pickled (it owns device buffers and a place in its world's
+    communicator): build another one and load the state dict.
+
     A layer keeps the activations of its latest forward only: run backward before the layer's
     next forward (activation checkpointing, which recomputes just before backward, is fine).
 
@@ -62,8 +67,9 @@ class MoE(nn.Module):
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             float(router_scale), world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
             world.timeout)
-        from . import _ops
-        _ops.layer_top_k[self._handle] = top_k
+        # The traced ops take the handle as a CPU tensor: torch.compile specializes on int attributes,
+        # so with the int every layer of a model would compile its own graph.
+        self._layer = torch.tensor(self._handle, dtype=torch.int64)
         # Freed with the module; layers alive at interpreter exit are left to the OS (destroying an
         # NCCL world is collective and the other ranks may be gone by then).
         self._finalizer = weakref.finalize(self, _destroy_layer, self._handle)
@@ -89,6 +95,14 @@ class MoE(nn.Module):
             if w is not None:
                 bound = 1.0 / math.sqrt(w.shape[-1])
                 w.uniform_(-bound, bound)
+
+    def __deepcopy__(self, memo):
+        raise TypeError("caracal.MoE cannot be deep-copied: it owns device buffers and a place in its world's "
+                        "communicator. Build another caracal.MoE with the same arguments and load its "
+                        "state_dict() (the state dict holds the weights only)")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("caracal.MoE cannot be pickled: save its state_dict() (the weights) instead")
 
     def memory(self):
         """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}."""
@@ -131,7 +145,7 @@ class MoE(nn.Module):
         tokens = rows // self.world.local_ranks
         pad = self._pad_to_capacity(tokens)
         y, _forward_id = torch.ops.caracal.moe_forward(
-            self._handle, pad(x, 0), pad(topk_idx, -1), pad(topk_scores.float(), 0),
+            self._layer, pad(x, 0), pad(topk_idx, -1), pad(topk_scores.float(), 0),
             self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down,
             None if shared_scale is None else pad(shared_scale, 0))
         return self._unpad(y, tokens)
@@ -175,8 +189,6 @@ class MoE(nn.Module):
 
 
 def _destroy_layer(handle):
-    from . import _ops
-    _ops.layer_top_k.pop(handle, None)
     torch.ops.caracal.destroy_layer(handle)
 
 

@@ -217,13 +217,22 @@ void stall_next_launch(int64_t handle, int64_t rank, double seconds) {
 
 // ---- Traced ops ---------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Tensor& topk_idx,
+// The traced ops name their layer by a CPU int64 scalar tensor rather than an int: torch.compile
+// specializes on ints, so with an int every layer of a model would compile its own graph.
+int64_t handle_of(const char* op, const Tensor& layer) {
+  TORCH_CHECK_VALUE(layer.device().is_cpu() && layer.numel() == 1 && layer.scalar_type() == at::kLong, "caracal.", op,
+                    ": layer must be the CPU int64 scalar tensor of a layer handle (caracal.MoE's _layer), got ",
+                    layer.scalar_type(), " on ", layer.device(), " with ", layer.numel(), " elements");
+  return layer.item<int64_t>();
+}
+
+std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, const Tensor& topk_idx,
                                        const Tensor& topk_scores, const Tensor& w_gate_up, const Tensor& w_down,
                                        const std::optional<Tensor>& shared_w_gate_up,
                                        const std::optional<Tensor>& shared_w_down,
                                        const std::optional<Tensor>& shared_scale) {
   const char* op = "moe_forward";
-  const auto l = find_layer(handle);
+  const auto l = find_layer(handle_of(op, layer));
   const Dims d = dims_of(*l);
   const int64_t rows = d.ranks * d.tokens;
   check_tensor(op, "x", x, l->device, at::kBFloat16, {rows, d.hidden});
@@ -259,11 +268,13 @@ std::tuple<Tensor, Tensor> moe_forward(int64_t handle, const Tensor& x, const Te
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
-    int64_t handle, const Tensor& forward_id, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
-    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down, bool shared_scaled) {
+    const Tensor& layer, const Tensor& forward_id, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
+    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down, bool shared_scaled,
+    int64_t top_k) {
   const char* op = "moe_backward";
-  const auto l = find_layer(handle);
+  const auto l = find_layer(handle_of(op, layer));
   const Dims d = dims_of(*l);
+  TORCH_CHECK_VALUE(top_k == d.top_k, "caracal.moe_backward: top_k must be the layer's, ", d.top_k, ", got ", top_k);
   const int64_t rows = d.ranks * d.tokens;
   TORCH_CHECK_VALUE(forward_id.device().is_cpu() && forward_id.numel() == 1 && forward_id.scalar_type() == at::kLong,
                     "caracal.moe_backward: forward_id must be the CPU int64 scalar that moe_forward returned");
@@ -347,11 +358,11 @@ TORCH_LIBRARY(caracal, m) {
   m.def("set_timeout(int layer, float seconds) -> ()");
   m.def("stall_next_launch(int layer, int rank, float seconds) -> ()");
   m.def(
-      "moe_forward(int layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
+      "moe_forward(Tensor layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
       "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
   m.def(
-      "moe_backward(int layer, Tensor forward_id, Tensor dy, Tensor w_gate_up, Tensor w_down, "
-      "Tensor? shared_w_gate_up, Tensor? shared_w_down, bool shared_scaled) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, "
+      "moe_backward(Tensor layer, Tensor forward_id, Tensor dy, Tensor w_gate_up, Tensor w_down, "
+      "Tensor? shared_w_gate_up, Tensor? shared_w_down, bool shared_scaled, int top_k) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, "
       "Tensor d_w_down, Tensor d_shared_w_gate_up, Tensor d_shared_w_down, Tensor d_shared_scale)");
   m.impl("nccl_unique_id", &nccl_unique_id);
   m.impl("create_layer", &create_layer);

@@ -50,6 +50,40 @@ def test_torch_compile_fullgraph_matches_eager(seed):
         assert rel_error(p.grad, g) < 2e-2
 
 
+def test_separately_compiled_blocks_compile_once(seed):
+    """12 blocks, each torch.compile'd on its own (the FSDP2 way): one compiled graph serves all of
+    them (the layer is named by a tensor, on which torch.compile does not specialize)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    world = caracal.World.loopback(1)
+    blocks = [Block(64, world) for _ in range(12)]
+    x = torch.randn(64, SMALL["hidden"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    h = x
+    for block in blocks:
+        h = torch.compile(block, backend=counter, fullgraph=True)(h)
+    h.float().square().mean().backward()
+    assert counter.frame_count == 1, f"{counter.frame_count} compilations for 12 blocks"
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+    assert all(b.moe.w_down.grad is not None for b in blocks)
+
+
+def test_state_dict_holds_the_weights_and_copies_are_refused(seed):
+    import copy
+    import pickle
+    moe = caracal.MoE(tokens_per_rank=32, **SMALL)
+    assert list(moe.state_dict()) == ["w_gate_up", "w_down", "shared_w_gate_up", "shared_w_down"]
+    other = caracal.MoE(tokens_per_rank=32, **SMALL)
+    other.load_state_dict(moe.state_dict())
+    x, idx, scores = good_inputs(moe)
+    with torch.no_grad():
+        assert torch.equal(moe(x, idx, scores), other(x, idx, scores))
+    with pytest.raises(TypeError, match="cannot be deep-copied"):
+        copy.deepcopy(moe)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(moe)
+
+
 def test_cuda_graph_replay_with_new_routing(seed):
     moe = caracal.MoE(tokens_per_rank=96, world=caracal.World.loopback(2), **SMALL)
     params = list(moe.parameters())
