@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "caracal/gemm/grouped_gemm.hpp"
@@ -244,9 +247,36 @@ Timing make_timing(const RunTimes& times, double useful_flops, double padded_flo
   return t;
 }
 
-// Times run(iteration) under `name`: useful FLOPs, and what the kernels execute.
+// Registers run(iteration) to be timed under `name`: useful FLOPs, and what the kernels execute.
 using TimeIt = std::function<void(const char* name, const std::function<void(int)>& run, double flops,
                                   double padded_flops)>;
+
+struct TimedKernel {
+  std::string name;
+  std::function<void(int)> run;
+  double flops, padded_flops;
+  std::vector<double> ms;  // every timed run, over all rounds
+};
+
+// Times every kernel in kRounds rounds, each round giving each kernel its share of the `reps` runs
+// in turn, so that no kernel is measured only early or only late in the case (clocks, L2 and
+// power drift between the first kernels and the last: one kernel's time moved by 25% with its
+// place in the order before, docs/PERF.md 2026-12-01). The first round warms each kernel up fully,
+// the later ones briefly.
+constexpr int kRounds = 4;
+
+void time_in_rounds(std::vector<TimedKernel>& kernels, int warmup, int reps, std::map<std::string, Timing>& out) {
+  const int per_round = std::max(1, (reps + kRounds - 1) / kRounds);
+  for (int round = 0; round < kRounds; ++round) {
+    for (TimedKernel& k : kernels) {
+      const int first_iteration = round * 100000;  // any start: the runs rotate over the input sets
+      const std::vector<double> ms = round == 0 ? time_samples(nullptr, warmup, per_round, k.run, 200.0, first_iteration)
+                                                : time_samples(nullptr, 2, per_round, k.run, 20.0, first_iteration);
+      k.ms.insert(k.ms.end(), ms.begin(), ms.end());
+    }
+  }
+  for (const TimedKernel& k : kernels) out[k.name] = make_timing(summarize(k.ms), k.flops, k.padded_flops);
+}
 
 // `pad`: padded rows over real rows.
 void time_ours(const OurKernels& k, const Flops& f, double pad, const TimeIt& time_it) {
@@ -275,8 +305,8 @@ void time_dense(const DenseGemms& g, const Flops& f, const TimeIt& time_it) {
 void time_cutlass(const CutlassBaseline& g, const Flops& f, const TimeIt& time_it) {
   for (CutlassSchedule schedule : {CutlassSchedule::kCooperative, CutlassSchedule::kPingpong}) {
     const std::string name = std::string("cutlass_") + cutlass_schedule_name(schedule);
-    time_it((name + "_up").c_str(), [&](int i) { g.up(schedule, i); }, f.up, f.up);
-    time_it((name + "_down").c_str(), [&](int i) { g.down(schedule, i); }, f.down, f.down);
+    time_it((name + "_up").c_str(), [&g, schedule](int i) { g.up(schedule, i); }, f.up, f.up);
+    time_it((name + "_down").c_str(), [&g, schedule](int i) { g.down(schedule, i); }, f.down, f.down);
   }
 }
 
@@ -313,18 +343,20 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
                              k.d_w_gate_up.get(), k.d_w_down.get()};
   r.check_rel_err_backward = backward_spot_check(c, in[0], outs).worst();
 
+  std::vector<TimedKernel> kernels;
   const TimeIt time_it = [&](const char* name, const std::function<void(int)>& run, double flops,
-                             double padded_flops) {
-    r.timings[name] = make_timing(time_runs(nullptr, warmup, reps, run), flops, padded_flops);
-  };
+                             double padded_flops) { kernels.push_back({name, run, flops, padded_flops, {}}); };
   const Flops flops(c);
   time_ours(k, flops, double(offsets.back()) / std::max(1.0, double(c.rows())), time_it);
+  std::optional<DenseGemms> dense;  // alive while their runs are timed
+  std::optional<CutlassBaseline> cutlass;
   if (c.rows() > 0) {
-    time_dense(DenseGemms(k, cublas), flops, time_it);
-    const CutlassBaseline cutlass(c, offsets, in, k.hidden.get());
-    compare_cutlass(cutlass, k, r);
-    time_cutlass(cutlass, flops, time_it);
+    time_dense(dense.emplace(k, cublas), flops, time_it);
+    cutlass.emplace(c, offsets, in, k.hidden.get());
+    compare_cutlass(*cutlass, k, r);
+    time_cutlass(*cutlass, flops, time_it);
   }
+  time_in_rounds(kernels, warmup, reps, r.timings);
   return r;
 }
 

@@ -2,7 +2,8 @@
 // One caracal_gemm_bench case on the GPU: random inputs (rotated between copies when one set would
 // sit in L2), one forward and one backward spot-checked against fp64 (gemm_spot_checks.hpp), then
 // each of our kernels and its cuBLAS dense counterpart timed (the median of `reps` CUDA-event-
-// bracketed runs after `warmup`, event_timer.hpp); and CUTLASS's own grouped GEMM on the
+// bracketed runs after `warmup`, event_timer.hpp, spread over rounds in which every kernel runs
+// in turn); and CUTLASS's own grouped GEMM on the
 // forward's two GEMMs (gemm_bench_cutlass.hpp), its outputs first compared with ours.
 #include <cublas_v2.h>
 
