@@ -42,8 +42,12 @@ struct MemoryPlan {
 struct RooflinePlan {
   double forward_flops = 0;    // on the busiest rank
   double backward_flops = 0;   // on the busiest rank, replay of overwritten macrobatches included
-  int64_t forward_nvlink_bytes = 0;   // busiest direction of the busiest rank, cross-rank only
+  // Busiest direction of the busiest rank, cross-rank only: the fused kernels, one row per
+  // (token, rank) (the schedule's token rows), and MoELayer v1, one row per route.
+  int64_t forward_nvlink_bytes = 0;
   int64_t backward_nvlink_bytes = 0;
+  int64_t v1_forward_nvlink_bytes = 0;
+  int64_t v1_backward_nvlink_bytes = 0;
   double forward_compute_ms = 0, forward_nvlink_ms = 0;
   double backward_compute_ms = 0, backward_nvlink_ms = 0;
   const char* forward_bound() const { return forward_nvlink_ms > forward_compute_ms ? "nvlink" : "compute"; }

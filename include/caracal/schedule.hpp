@@ -26,12 +26,29 @@ struct ScheduleRow {
   }
 };
 
+// A token row of a receiving rank: a token of home rank src_rank with at least one route to the
+// receiving rank's experts. The fused kernels (DESIGN §2) move one row per (token, rank): the
+// token is pulled once and its expert rows are read from that copy, and the rank's outputs for
+// it go home as one summed row.
+struct TokenRow {
+  int32_t src_rank = -1;
+  int32_t token = -1;
+  friend bool operator==(const TokenRow& a, const TokenRow& b) {
+    return a.src_rank == b.src_rank && a.token == b.token;
+  }
+};
+
 // What one receiving rank holds.
 struct RankSchedule {
   std::vector<ScheduleRow> rows;        // padded, expert-contiguous; size = expert_offset.back()
   std::vector<int64_t> expert_offset;   // [L + 1] first row of each local expert's segment
   std::vector<int64_t> expert_count;    // [L] real routes per local expert
   std::vector<int64_t> source_count;    // [L][W] routes per (local expert, source rank)
+  // The token rows, sources dealt round-robin as inside a segment (the j-th token of source p, with
+  // t_q tokens from each source q, at sum_q min(t_q, j) + #{q < p : t_q > j}), each source's tokens
+  // ascending; and for every row the token row it reads (-1 for a padding row).
+  std::vector<TokenRow> token_rows;
+  std::vector<int32_t> row_token;       // [padded rows]
   int64_t routes() const;               // sum of expert_count
   int64_t padded_rows() const { return expert_offset.empty() ? 0 : expert_offset.back(); }
 };

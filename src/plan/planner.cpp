@@ -40,11 +40,13 @@ Spread spread_of(const std::vector<T>& values) {
 
 double ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
-// Per-rank route counts taken from the schedule.
+// Per-rank route and token-row counts taken from the schedule.
 struct RankTraffic {
   int64_t received = 0;         // routes this rank's experts process
   int64_t received_remote = 0;  // ... of which come from other ranks (pulled over NVLink)
   int64_t sent_remote = 0;      // routes of this rank's tokens processed on other ranks
+  int64_t tokens_received_remote = 0;  // token rows here from other ranks: one per (token, rank)
+  int64_t tokens_sent_remote = 0;      // (token, other rank) pairs of this rank's tokens
   int64_t padded_rows = 0;
 };
 
@@ -65,6 +67,11 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
           traffic[static_cast<size_t>(src)].sent_remote += n;
         }
       }
+    }
+    for (const TokenRow& token : rs.token_rows) {
+      if (token.src_rank == r) continue;
+      ++t.tokens_received_remote;
+      ++traffic[static_cast<size_t>(token.src_rank)].tokens_sent_remote;
     }
   }
   return traffic;
@@ -201,18 +208,26 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     rf.forward_flops = std::max(rf.forward_flops, fwd);
     rf.backward_flops = std::max(rf.backward_flops, bwd);
 
-    // Cross-rank bytes in each direction; the busier direction bounds the rank.
-    // Forward: pull x rows in (expert side), push results home (home side receives).
-    const int64_t fwd_in = t.received_remote * x_row + t.sent_remote * out_row;
-    const int64_t fwd_out = t.sent_remote * x_row + t.received_remote * out_row;
-    // Backward: pull dy rows in, push dx rows (+ a 4-byte score gradient) home, and re-pull the
-    // remote share of replayed rows.
+    // Cross-rank bytes in each direction; the busier direction bounds the rank. The fused kernels
+    // move one row per (token, rank): pull x rows in (expert side), push one summed row per token
+    // home (home side receives); backward pulls dy rows in, pushes dx rows home, a 4-byte score
+    // gradient per route, and re-pulls the remote share of replayed rows.
     const int64_t replay_remote =
         t.received > 0 ? replayed * t.received_remote / std::max<int64_t>(t.padded_rows, 1) : 0;
-    const int64_t bwd_in = t.received_remote * out_row + t.sent_remote * (out_row + 4) + replay_remote * x_row;
-    const int64_t bwd_out = t.sent_remote * out_row + t.received_remote * (out_row + 4);
+    const int64_t fwd_in = t.tokens_received_remote * x_row + t.tokens_sent_remote * out_row;
+    const int64_t fwd_out = t.tokens_sent_remote * x_row + t.tokens_received_remote * out_row;
+    const int64_t bwd_in = t.tokens_received_remote * out_row + t.tokens_sent_remote * out_row + t.sent_remote * 4 +
+                           replay_remote * x_row;
+    const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
+    // MoELayer v1 moves one row per route, and replays nothing.
+    const int64_t v1_fwd = std::max(t.received_remote * x_row + t.sent_remote * out_row,
+                                    t.sent_remote * x_row + t.received_remote * out_row);
+    const int64_t v1_bwd = std::max(t.received_remote * out_row + t.sent_remote * (out_row + 4),
+                                    t.sent_remote * out_row + t.received_remote * (out_row + 4));
+    rf.v1_forward_nvlink_bytes = std::max(rf.v1_forward_nvlink_bytes, v1_fwd);
+    rf.v1_backward_nvlink_bytes = std::max(rf.v1_backward_nvlink_bytes, v1_bwd);
   }
   rf.forward_compute_ms = rf.forward_flops / flops_per_tflops_ms;
   rf.backward_compute_ms = rf.backward_flops / flops_per_tflops_ms;

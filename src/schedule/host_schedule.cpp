@@ -87,7 +87,41 @@ void deal_round_robin(const RouteGroups& groups, int64_t expert, int64_t world,
   }
 }
 
-RankSchedule lay_out_rank(const RouteGroups& groups, int64_t world, int64_t local_experts,
+// The token rows of a rank whose rows are laid out, and each row's token row (RankSchedule).
+void lay_out_token_rows(const Routing& routing, RankSchedule& rs) {
+  const int64_t world = routing.world_size, tokens = routing.tokens_per_rank, k = routing.top_k;
+  // index[source][token]: its token row, or -1; first the tokens each source sends here.
+  std::vector<std::vector<int32_t>> index(static_cast<size_t>(world), std::vector<int32_t>(static_cast<size_t>(tokens), -1));
+  for (const ScheduleRow& row : rs.rows) {
+    if (!row.is_padding()) index[static_cast<size_t>(row.src_rank)][static_cast<size_t>(row.src_route / k)] = 0;
+  }
+  std::vector<std::vector<int32_t>> sent(static_cast<size_t>(world));  // ascending tokens per source
+  for (size_t source = 0; source < sent.size(); ++source) {
+    for (int32_t token = 0; token < tokens; ++token) {
+      if (index[source][static_cast<size_t>(token)] == 0) sent[source].push_back(token);
+    }
+  }
+  // Deal round-robin: round j takes the j-th token of every source that still has one.
+  rs.token_rows.clear();
+  for (size_t j = 0;; ++j) {
+    bool dealt = false;
+    for (size_t source = 0; source < sent.size(); ++source) {
+      if (j >= sent[source].size()) continue;
+      const int32_t token = sent[source][j];
+      index[source][static_cast<size_t>(token)] = static_cast<int32_t>(rs.token_rows.size());
+      rs.token_rows.push_back({static_cast<int32_t>(source), token});
+      dealt = true;
+    }
+    if (!dealt) break;
+  }
+  rs.row_token.assign(rs.rows.size(), -1);
+  for (size_t r = 0; r < rs.rows.size(); ++r) {
+    const ScheduleRow& row = rs.rows[r];
+    if (!row.is_padding()) rs.row_token[r] = index[static_cast<size_t>(row.src_rank)][static_cast<size_t>(row.src_route / k)];
+  }
+}
+
+RankSchedule lay_out_rank(const Routing& routing, const RouteGroups& groups, int64_t world, int64_t local_experts,
                           int64_t tile_m, int64_t rank) {
   RankSchedule rs;
   rs.expert_offset.assign(static_cast<size_t>(local_experts + 1), 0);
@@ -110,6 +144,7 @@ RankSchedule lay_out_rank(const RouteGroups& groups, int64_t world, int64_t loca
   for (int64_t e = 0; e < local_experts; ++e) {
     deal_round_robin(groups, first_expert + e, world, active, rs.rows.data() + rs.expert_offset[e]);
   }
+  lay_out_token_rows(routing, rs);
   return rs;
 }
 
@@ -146,7 +181,7 @@ Schedule build_schedule(const Routing& routing, int64_t num_experts, int64_t til
   schedule.num_experts = num_experts;
   schedule.tile_m = tile_m;
   for (int64_t rank = 0; rank < world; ++rank) {
-    schedule.ranks.push_back(lay_out_rank(groups, world, local_experts, tile_m, rank));
+    schedule.ranks.push_back(lay_out_rank(routing, groups, world, local_experts, tile_m, rank));
   }
   schedule.routes = invert(schedule.ranks, routing.tokens_per_rank * routing.top_k);
   return schedule;
@@ -159,7 +194,7 @@ RankSchedule build_rank_schedule(const Routing& routing, int64_t num_experts, in
                 routing.world_size, "), got ", rank);
   const int64_t local_experts = num_experts / routing.world_size;
   const RouteGroups groups(routing, rank * local_experts, local_experts);
-  return lay_out_rank(groups, routing.world_size, local_experts, tile_m, rank);
+  return lay_out_rank(routing, groups, routing.world_size, local_experts, tile_m, rank);
 }
 
 }  // namespace caracal

@@ -49,6 +49,12 @@ TEST(Planner, BalancedStepFitsOneMacrobatch) {
   EXPECT_EQ(p.replayed_rows, 0);
   EXPECT_EQ(p.empty_slots, 0);
   EXPECT_STREQ(p.roofline.forward_bound(), "compute");
+  // A token's 8 routes reach about 5.3 of the 8 ranks: one row per (token, rank) moves ~1.5x
+  // fewer bytes than one row per route (v1).
+  const double saving = static_cast<double>(p.roofline.v1_forward_nvlink_bytes) /
+                        static_cast<double>(p.roofline.forward_nvlink_bytes);
+  EXPECT_GT(saving, 1.4);
+  EXPECT_LT(saving, 1.65);
 }
 
 TEST(Planner, AllToOneNeedsSeveralMacrobatchesAndReplays) {
@@ -62,8 +68,10 @@ TEST(Planner, AllToOneNeedsSeveralMacrobatchesAndReplays) {
   EXPECT_EQ(p.empty_experts, 255);
   EXPECT_EQ(p.macrobatches, (all_routes + p.ring_rows - 1) / p.ring_rows);
   EXPECT_EQ(p.replayed_rows, all_routes - p.ring_rows);
-  // The busiest rank pulls 7/8 of all routes over NVLink.
-  EXPECT_EQ(p.roofline.forward_nvlink_bytes, int64_t{7} * 4096 * 8 * (7168 * 2));
+  // The busiest rank pulls each token of the 7 other ranks once (its 8 routes share one token
+  // row); v1 pulls 7/8 of all routes.
+  EXPECT_EQ(p.roofline.forward_nvlink_bytes, int64_t{7} * 4096 * (7168 * 2));
+  EXPECT_EQ(p.roofline.v1_forward_nvlink_bytes, int64_t{7} * 4096 * 8 * (7168 * 2));
 }
 
 TEST(Planner, SingleRankMovesNothingOverNvlink) {
@@ -71,6 +79,7 @@ TEST(Planner, SingleRankMovesNothingOverNvlink) {
   const Plan p = plan_with(c, RoutingKind::kZipf);
   EXPECT_EQ(p.roofline.forward_nvlink_bytes, 0);
   EXPECT_EQ(p.roofline.backward_nvlink_bytes, 0);
+  EXPECT_EQ(p.roofline.v1_forward_nvlink_bytes, 0);
   EXPECT_STREQ(p.roofline.forward_bound(), "compute");
   // Compute counts padded rows and the shared expert.
   const double D = 7168, I = 2048, T = 1000;

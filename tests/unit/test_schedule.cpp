@@ -28,7 +28,40 @@ void expect_error(const std::function<void()>& fn, const std::string& mention) {
 
 bool same_rank_schedule(const RankSchedule& a, const RankSchedule& b) {
   return a.rows == b.rows && a.expert_offset == b.expert_offset && a.expert_count == b.expert_count &&
-         a.source_count == b.source_count;
+         a.source_count == b.source_count && a.token_rows == b.token_rows && a.row_token == b.row_token;
+}
+
+// The token rows of receiving rank `rank` by the formula: source p's tokens with a route to one of
+// the rank's experts, ascending; the j-th of them at sum_q min(t_q, j) + #{q < p : t_q > j}.
+std::vector<TokenRow> expected_token_rows(const Routing& routing, int64_t num_experts, int64_t rank) {
+  const int64_t W = routing.world_size, T = routing.tokens_per_rank, k = routing.top_k;
+  const int64_t L = num_experts / W;
+  std::vector<std::vector<int32_t>> sent(static_cast<size_t>(W));
+  for (int64_t p = 0; p < W; ++p) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t s = 0; s < k; ++s) {
+        const int32_t e = routing.at(p, t, s);
+        if (e >= 0 && e / L == rank) {
+          sent[p].push_back(static_cast<int32_t>(t));
+          break;
+        }
+      }
+    }
+  }
+  size_t total = 0;
+  for (const auto& tokens : sent) total += tokens.size();
+  std::vector<TokenRow> rows(total);
+  for (int64_t p = 0; p < W; ++p) {
+    for (int64_t j = 0; j < static_cast<int64_t>(sent[p].size()); ++j) {
+      int64_t at = 0;
+      for (int64_t q = 0; q < W; ++q) {
+        const int64_t c = static_cast<int64_t>(sent[q].size());
+        at += std::min(c, j) + (q < p && c > j ? 1 : 0);
+      }
+      rows[static_cast<size_t>(at)] = {static_cast<int32_t>(p), sent[p][j]};
+    }
+  }
+  return rows;
 }
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
@@ -137,6 +170,21 @@ void check_schedule(const Routing& routing, int64_t num_experts, int64_t tile_m)
     EXPECT_EQ(rs.expert_offset, expected.expert_offset);
     EXPECT_EQ(rs.source_count, expected.source_count);
     EXPECT_EQ(rs.rows, expected.rows);
+
+    // One token row per (token, this rank), and every row reads its own token's.
+    EXPECT_EQ(rs.token_rows, expected_token_rows(routing, num_experts, r));
+    ASSERT_EQ(rs.row_token.size(), rs.rows.size());
+    for (size_t row = 0; row < rs.rows.size(); ++row) {
+      if (rs.rows[row].is_padding()) {
+        EXPECT_EQ(rs.row_token[row], -1) << "row " << row;
+        continue;
+      }
+      ASSERT_GE(rs.row_token[row], 0) << "row " << row;
+      ASSERT_LT(rs.row_token[row], static_cast<int32_t>(rs.token_rows.size()));
+      EXPECT_EQ(rs.token_rows[static_cast<size_t>(rs.row_token[row])],
+                (TokenRow{rs.rows[row].src_rank, static_cast<int32_t>(rs.rows[row].src_route / k)}))
+          << "row " << row;
+    }
 
     // One rank alone gives the same table (what each GPU computes).
     EXPECT_TRUE(same_rank_schedule(build_rank_schedule(routing, num_experts, tile_m, r), rs));
@@ -327,6 +375,14 @@ TEST(Schedule, HandWrittenExample) {
   // Inverse view: where each (token, slot) of each home rank went.
   EXPECT_EQ(s.routes[0], (std::vector<Loc>{{0, 0}, {1, 0}, {0, 8}, {0, 2}, {-1, -1}, {1, 4}}));
   EXPECT_EQ(s.routes[1], (std::vector<Loc>{{0, 1}, {0, 9}, {0, 3}, {0, 4}, {1, 1}, {-1, -1}}));
+
+  // Token rows: rank 0 gets tokens 0, 1 of source 0 and tokens 0, 1 of source 1 (token 1 of
+  // source 1 twice, one row), dealt (0,0) (1,0) (0,1) (1,1); rank 1 gets source 0's tokens 0, 2
+  // and source 1's token 2.
+  EXPECT_EQ(r0.token_rows, (std::vector<TokenRow>{{0, 0}, {1, 0}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(r0.row_token, (std::vector<int32_t>{0, 1, 2, 3, 3, -1, -1, -1, 2, 1, -1, -1}));
+  EXPECT_EQ(r1.token_rows, (std::vector<TokenRow>{{0, 0}, {1, 2}, {0, 2}}));
+  EXPECT_EQ(r1.row_token, (std::vector<int32_t>{0, 1, -1, -1, 2, -1, -1, -1}));
 }
 
 TEST(Schedule, UnevenSourcesInterleaveThenRunOut) {
@@ -362,6 +418,9 @@ TEST(Schedule, AllRoutesToOneExpertAtScale) {
   for (int64_t row = 0; row < 64; ++row) {
     EXPECT_EQ(hot.rows[hot.expert_offset[77 % 8] + row], (Row{static_cast<int32_t>(row % 16), static_cast<int32_t>(row / 16)}));
   }
+  // One token row per token of every rank (its 8 routes share it), sources dealt round-robin.
+  ASSERT_EQ(hot.token_rows.size(), size_t{16 * 512});
+  for (int32_t i = 0; i < 64; ++i) EXPECT_EQ(hot.token_rows[static_cast<size_t>(i)], (TokenRow{i % 16, i / 16}));
 }
 
 TEST(Schedule, RejectsBadArguments) {
