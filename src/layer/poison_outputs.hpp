@@ -1,5 +1,5 @@
 #pragma once
-// Poisoning a pass's outputs after a failed wait (caracal/comm/device_sync.cuh): once the world is
+// Poisoning a pass's outputs after a failed wait (src/device/comm/device_sync.cuh): once the world is
 // aborted, whatever a pass wrote is incomplete or stale, so every output of it becomes NaN (all
 // bytes 0xFF: a NaN in bf16 and in fp32) and no stale number can be used by mistake.
 #include <cuda_runtime.h>
