@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -142,12 +143,22 @@ struct MoELayerBuffers {
   float* d_topk_scores = nullptr;    // [T][k]
 };
 
+// Where a layer's ordinary device memory (MoELayerMemory::local: the experts' activations) comes
+// from, one block per local rank, taken at construction and given back at destruction (after the
+// device is idle). Empty functions: cudaMalloc / cudaFree. The PyTorch binding passes its caching
+// allocator, so that torch.cuda.memory_allocated() counts the block.
+struct DeviceAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* block)> free;
+};
+
 struct MoELayerOptions {
   int gemm_ctas = 0;  // persistent CTAs of every grouped GEMM; 0 = one per SM
   // SMs the token-exchange kernels may occupy (they spin on peers in world barriers); the rest
   // stay free so that other work on the GPU, such as an NCCL collective of DDP/FSDP on another
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
   int exchange_sms = 0;
+  DeviceAllocator local_allocator;  // both set, or neither
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),

@@ -105,7 +105,10 @@ class MoE(nn.Module):
         raise TypeError("caracal.MoE cannot be pickled: save its state_dict() (the weights) instead")
 
     def memory(self):
-        """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}."""
+        """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}.
+        The local blocks (the experts' activations) come from PyTorch's caching allocator, so
+        torch.cuda.memory_allocated() counts them; the symmetric heap (the token exchange's
+        buffers: NCCL's window or the loopback world's block) is outside it."""
         heap, local = torch.ops.caracal.layer_memory(self._handle)
         return {"heap": heap, "local": local}
 

@@ -7,8 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "caracal/comm/cuda_memory.hpp"
+#include "caracal/moe_layer.hpp"
 #include "layer/layer_sizes.hpp"
 
 namespace caracal::layer {
@@ -39,14 +42,15 @@ struct LocalBuffers {
 // Bytes of one local rank's allocation.
 size_t local_bytes(const LayerSizes& sizes);
 
-// One local rank's buffers on the current device (setup: synchronizes).
+// One local rank's buffers on the current device, in one block from `allocator` (empty:
+// cudaMalloc; setup: synchronizes).
 class LocalMemory {
  public:
-  explicit LocalMemory(const LayerSizes& sizes);
+  LocalMemory(const LayerSizes& sizes, const DeviceAllocator& allocator);
   const LocalBuffers& buffers() const { return buffers_; }
 
  private:
-  comm::DeviceMemory<char> block_;
+  std::unique_ptr<char, std::function<void(char*)>> block_;
   LocalBuffers buffers_;
 };
 

@@ -67,8 +67,9 @@ void require_same_config(const LayerConfig& config, comm::World& world) {
 }
 
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
-                          const comm::World& world, int l, int gemm_ctas) {
-  RankState state{layer::LocalMemory(sizes), {}, {}, {}, nullptr, nullptr};
+                          const comm::World& world, int l, const MoELayerOptions& options) {
+  const int gemm_ctas = options.gemm_ctas;
+  RankState state{layer::LocalMemory(sizes, options.local_allocator), {}, {}, {}, nullptr, nullptr};
   const layer::LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
   const transfer::RouterBuffers& router = exchange.router_buffers();
@@ -151,6 +152,8 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),
                 "MoELayer: options.exchange_sms must be in [0, ", world.multiprocessors(),
                 "] (0: all but 16 of the device's SMs), got ", options.exchange_sms);
+  CARACAL_CHECK(static_cast<bool>(options.local_allocator.allocate) == static_cast<bool>(options.local_allocator.free),
+                "MoELayer: options.local_allocator needs both allocate and free, or neither (cudaMalloc)");
   CARACAL_CHECK(config.ep_size == world.world_size(), "MoELayer: config.ep_size (", config.ep_size,
                 ") must equal the world's size (", world.world_size(), ")");
   layer::check_current_device(world.device(), "MoELayer");
@@ -163,7 +166,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
-    state.ranks.push_back(make_rank_state(state.sizes, *state.exchange, world, l, options.gemm_ctas));
+    state.ranks.push_back(make_rank_state(state.sizes, *state.exchange, world, l, options));
   }
 }
 

@@ -1,5 +1,6 @@
 #include "torch_ext/torch_layer.hpp"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -48,6 +49,10 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   MoELayerOptions options;
   options.gemm_ctas = spec.gemm_ctas;
   options.exchange_sms = spec.exchange_sms;
+  // The activations come from PyTorch's caching allocator: torch.cuda.memory_allocated() and
+  // memory snapshots count them. Freed after the destructor's device synchronization.
+  options.local_allocator.allocate = [](size_t bytes) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); };
+  options.local_allocator.free = [](void* block) { c10::cuda::CUDACachingAllocator::raw_delete(block); };
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }
 

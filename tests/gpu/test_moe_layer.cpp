@@ -438,6 +438,44 @@ TEST(GpuMoELayerApi, ConstructorRejectsAMismatchedWorldOrASmallHeap) {
   expect_error([&] { MoELayer layer(fp8, two); }, {"precision must be bf16"});
 }
 
+// The activations come from the allocator the options name (the PyTorch binding's caching
+// allocator): one block per local rank of MoELayer::memory().local bytes, given back when the layer
+// goes; the step is the same bits as with cudaMalloc.
+TEST(GpuMoELayerApi, LocalMemoryComesFromTheGivenAllocator) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"allocator_W2", 2, 45, 8, 2, true, true, kNormalized, RoutingCase::kZipf};
+  const SeededStep s(c, RoutingCase::kZipf);
+  std::vector<size_t> taken;
+  int given_back = 0;
+  MoELayerOptions options;
+  options.local_allocator.allocate = [&](size_t bytes) {
+    taken.push_back(bytes);
+    void* p = nullptr;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
+  };
+  options.local_allocator.free = [&](void* p) {
+    ++given_back;
+    (void)cudaFree(p);
+  };
+  std::vector<RankOutputs> with_allocator;
+  {
+    LoopbackLayer l(c, s.weights, options);
+    EXPECT_EQ(taken, std::vector<size_t>(2, MoELayer::memory(config_of(c)).local));
+    l.buffers.prepare(s.step, l.world);
+    const Stream stream;
+    run_step(l.layer, l.buffers, stream);
+    with_allocator = l.buffers.download();
+    EXPECT_EQ(given_back, 0);
+  }
+  EXPECT_EQ(given_back, 2);
+  expect_same_bits(run_once(c, s.weights, s.step), with_allocator, "cudaMalloc vs the given allocator");
+
+  MoELayerOptions half;
+  half.local_allocator.allocate = options.local_allocator.allocate;
+  comm::LoopbackWorld world(2, MoELayer::heap_bytes(config_of(c)));
+  expect_error([&] { MoELayer layer(config_of(c), world, half); }, {"local_allocator needs both allocate and free"});
+}
+
 TEST(GpuMoELayerApi, OutOfRangeExpertIdIsRaisedAtCheck) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = kApiCase;

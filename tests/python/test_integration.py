@@ -212,6 +212,20 @@ def test_backward_of_a_stale_forward_raises(small_moe):
         y_first.sum().backward()
 
 
+def test_activations_come_from_the_caching_allocator(seed):
+    """The layer's activations (memory()['local'] per local rank) are blocks of PyTorch's caching
+    allocator: torch.cuda.memory_allocated() counts them while the layer lives."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2), **SMALL)
+    weights = sum(p.numel() * p.element_size() for p in moe.parameters())
+    local = moe.memory()["local"]
+    with_layer = torch.cuda.memory_allocated() - before
+    assert with_layer >= 2 * local + weights
+    moe.close()  # the blocks go back; the parameters stay with the module
+    assert with_layer - (torch.cuda.memory_allocated() - before) >= 2 * local
+
+
 def test_memory_reports_the_layers_buffers():
     small = caracal.MoE(tokens_per_rank=32, **SMALL).memory()
     large = caracal.MoE(tokens_per_rank=256, **SMALL).memory()
