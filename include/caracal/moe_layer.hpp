@@ -159,6 +159,11 @@ struct MoELayerOptions {
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
   int exchange_sms = 0;
   DeviceAllocator local_allocator;  // both set, or neither
+  // The forward's dispatch and routed GEMMs as one persistent launch (src/fused/fused_forward.hpp:
+  // GEMM tiles start as their rows land), or v1's separate launches. Same bits either way. The
+  // fused path needs at most 8 local ranks (a loopback world of more runs v1 when this is left on).
+  bool fused_forward = true;
+  int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused forward; 0 = fused::default_comm_ctas
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),

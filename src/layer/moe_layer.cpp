@@ -2,6 +2,7 @@
 //
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
 //            dispatch | routed experts (per local rank) | combine | y out
+//            (fused: dispatch and the routed experts of every local rank in one launch)
 // backward:  stage dy | reverse_combine | routed experts' backward (per local rank) |
 //            shared expert's backward | reverse_dispatch | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
@@ -14,6 +15,7 @@
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
 #include "layer/layer_sizes.hpp"
@@ -129,6 +131,8 @@ struct MoELayer::Impl {
   layer::LayerSizes sizes;
   std::unique_ptr<transfer::TokenExchange> exchange;
   std::vector<RankState> ranks;
+  bool fused_forward = false;
+  int fused_comm_ctas = 0;
 };
 
 MoELayerMemory MoELayer::memory(const LayerConfig& config) {
@@ -164,6 +168,14 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   transfer::ExchangeOptions exchange = layer::exchange_options(config);
   exchange.max_sms = options.exchange_sms;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
+  state.fused_forward = options.fused_forward && world.local_ranks() <= fused::kFusedMaxLocalRanks;
+  if (state.fused_forward) {
+    const int ctas = fused::fused_ctas_per_rank(world);
+    CARACAL_CHECK(options.fused_comm_ctas >= 0 && options.fused_comm_ctas < ctas,
+                  "MoELayer: options.fused_comm_ctas must be in [0, ", ctas - 1, "] (0: ",
+                  fused::default_comm_ctas(world), " on this device), got ", options.fused_comm_ctas);
+    state.fused_comm_ctas = options.fused_comm_ctas;
+  }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
     state.ranks.push_back(make_rank_state(state.sizes, *state.exchange, world, l, options));
@@ -235,9 +247,20 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
 
   state.exchange->build_schedule(stream);
   state.exchange->compute_gates(config_.router, stream);
-  state.exchange->dispatch(stream);
-  for (size_t l = 0; l < ranks.size(); ++l) {
-    gemm::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+  if (state.fused_forward) {
+    fused::FusedForwardArgs fused_args;
+    fused_args.exchange = state.exchange.get();
+    fused_args.comm_ctas = state.fused_comm_ctas;
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      fused_args.ranks.push_back({state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down},
+                                  state.ranks[l].local.buffers().ready_counters});
+    }
+    fused::fused_forward(world_, fused_args, stream);
+  } else {
+    state.exchange->dispatch(stream);
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      gemm::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+    }
   }
   state.exchange->combine(stream);
   std::vector<layer::PoisonSpan> outputs;

@@ -162,6 +162,8 @@ ScheduleView TokenExchange::schedule_view(int local_rank) const {
                       most_schedule_rows(shape_, sizes_), 0, at(schedule_.rows)};
 }
 
+const detail::ExchangeArgs& TokenExchange::kernel_args() const { return kernels_->args; }
+
 void TokenExchange::build_schedule(cudaStream_t stream) {
   detail::launch_schedule(world_, kernels_->schedule, kernels_->args, stream);
 }

@@ -162,22 +162,23 @@ nlohmann::json validate(const LayerConfig& first, const RoutingSpec& spec, const
 
 // The layer over W ranks: a loopback world on GPU 0, one NCCL rank on GPU 0, or one thread per GPU,
 // each timing its rank (the slowest rank's times).
-LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, const BenchOptions& a) {
+LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                                  bool fused_forward) {
   const int W = int(c.ep_size);
   const size_t heap = MoELayer::heap_bytes(c);
   if (!a.nccl()) {
     comm::LoopbackWorld world(W, heap, 0);
-    return time_layer(world, c, routing, a);
+    return time_layer(world, c, routing, a, fused_forward);
   }
   if (W == 1) {
     std::vector<comm::NcclComm> comms = comm::init_all({0});
     comm::NcclWorld world(comms[0].get(), heap);
-    return time_layer(world, c, routing, a);
+    return time_layer(world, c, routing, a, fused_forward);
   }
   // One thread per GPU; each builds its world and layer (collective) and times its rank.
   std::vector<LayerTimes> per_rank(static_cast<size_t>(W));
   cli::on_each_gpu(W, heap, [&](comm::World& world, int rank) {
-    per_rank[size_t(rank)] = time_layer(world, c, routing, a);
+    per_rank[size_t(rank)] = time_layer(world, c, routing, a, fused_forward);
   });
   LayerTimes t;
   for (const LayerTimes& p : per_rank) {  // the slowest rank
@@ -196,12 +197,16 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   const Routing routing = make_routing(spec, W, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
   for (int d = 0; d < (a.nccl() ? W : 1); ++d) check_memory(c, a.nccl() ? 1 : W, d);
 
-  const LayerTimes t = time_layer_on_backend(c, routing, a);
+  const LayerTimes t = time_layer_on_backend(c, routing, a, true);
   const double fwd_flops = c.shape.forward_flops(r.tokens_per_gpu);
   const double tokens = double(r.tokens_per_gpu);
   r.forward = {t.forward, fwd_flops, tokens};
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
+  // The layer's own previous path, in the same run (a world and layer of its own).
+  const LayerTimes v1 = time_layer_on_backend(c, routing, a, false);
+  r.forward_v1 = {v1.forward, fwd_flops, tokens};
+  r.step_v1 = {v1.step, 3.0 * fwd_flops, tokens};
 
   progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": cuBLAS dense baseline");
   r.cublas = time_cublas(c, r.tokens_per_gpu, a, 0);
@@ -261,6 +266,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--no-validate", a.no_validate, "Skip the fp64-reference check before timing");
   app.add_flag("--quiet", a.quiet, "No progress lines on stderr");
   app.add_option("--exchange-sms", a.exchange_sms, "SMs the token exchange may occupy (0: all but 16)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--fused-comm-ctas", a.fused_comm_ctas, "Pulling CTAs per rank in the fused forward (0: default)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }

@@ -23,7 +23,8 @@ struct BenchOptions {
   std::string json;
   bool no_validate = false;
   bool quiet = false;
-  int exchange_sms = 0;  // MoELayerOptions::exchange_sms
+  int exchange_sms = 0;     // MoELayerOptions::exchange_sms
+  int fused_comm_ctas = 0;  // MoELayerOptions::fused_comm_ctas
 
   bool nccl() const { return backend == "nccl"; }
 };

@@ -43,7 +43,7 @@ std::string fmt(const char* f, double v) {
 void print_pass(const RunResult& r, const char* name, const Pass& p, double cublas_ms, double nccl_ms) {
   std::string line = "  ";
   char head[64];
-  std::snprintf(head, sizeof head, "%-8lld %-9s", static_cast<long long>(r.tokens_per_rank), name);
+  std::snprintf(head, sizeof head, "%-8lld %-11s", static_cast<long long>(r.tokens_per_rank), name);
   line += head;
   line += fmt("%10.3f", p.ms) + fmt("%9.1f", p.tflops()) + fmt("%10.2f", p.tokens_per_s() * 1e-6);
   line += fmt("%11.3f", cublas_ms) + fmt("%8.2fx", cublas_ms / p.ms);
@@ -125,7 +125,7 @@ void print_validation_passed(const ValidationResult& v, const LayerConfig& small
 }
 
 void print_runs_header() {
-  std::cout << "\n  T/rank   pass            ms  TFLOP/s  Mtok/s   cuBLAS ms  speedup   NCCL+GEMMs  speedup\n";
+  std::cout << "\n  T/rank   pass              ms  TFLOP/s  Mtok/s   cuBLAS ms  speedup   NCCL+GEMMs  speedup\n";
   std::cout << std::flush;
 }
 
@@ -133,6 +133,8 @@ void print_run(const RunResult& r) {
   print_pass(r, "forward", r.forward, r.cublas.forward_ms, r.nccl.forward_ms);
   print_pass(r, "backward", r.backward, r.cublas.backward_ms, r.nccl.backward_ms);
   print_pass(r, "fwd+bwd", r.step, r.cublas.step_ms(), r.nccl.step_ms());
+  print_pass(r, "forward v1", r.forward_v1, r.cublas.forward_ms, r.nccl.forward_ms);
+  print_pass(r, "fwd+bwd v1", r.step_v1, r.cublas.step_ms(), r.nccl.step_ms());
   std::cout << std::flush;
 }
 
@@ -140,6 +142,7 @@ void print_runs_footer(const BenchOptions& a) {
   std::cout << "\n  ms: median of " << a.reps << " device-event-timed runs; TFLOP/s and Mtok/s per GPU"
             << (a.nccl() ? "" : " (the GPU runs all W ranks: W*T tokens)")
             << "; speedup = baseline ms / ours.\n"
+            << "  forward, fwd+bwd: the fused forward (default); v1: MoELayer v1's separate launches, same run.\n"
             << "  NCCL+GEMMs: host-synchronized NCCL exchange + the layer's grouped GEMMs on the rows it delivered\n"
             << "  (padded once, untimed), timed apart and summed (W = 1 only).\n";
 }
@@ -150,6 +153,8 @@ nlohmann::json run_json(const RunResult& r) {
           {"forward", pass_json(r.forward)},
           {"backward", pass_json(r.backward)},
           {"fwd_bwd", pass_json(r.step)},
+          {"forward_path", "fused"},
+          {"v1", {{"forward", pass_json(r.forward_v1)}, {"fwd_bwd", pass_json(r.step_v1)}}},
           {"baselines",
            {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_gemms", baseline_json(r.nccl, r)}}}};
 }

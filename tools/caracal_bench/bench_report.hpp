@@ -29,7 +29,8 @@ struct Pass {
 struct RunResult {
   int64_t tokens_per_rank = 0;
   int64_t tokens_per_gpu = 0;
-  Pass forward, backward, step;
+  Pass forward, backward, step;  // the default path: the fused forward
+  Pass forward_v1, step_v1;      // MoELayer v1's forward (separate launches), same run
   Baseline cublas, nccl;
 };
 

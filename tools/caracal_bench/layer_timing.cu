@@ -98,9 +98,12 @@ void check_memory(const LayerConfig& c, int local_ranks, int device) {
                 gib(double(free_bytes)), " GiB are free: lower --tokens or --experts");
 }
 
-LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a) {
+LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                      bool fused_forward) {
   MoELayerOptions options;
   options.exchange_sms = a.exchange_sms;
+  options.fused_forward = fused_forward;
+  options.fused_comm_ctas = a.fused_comm_ctas;
   MoELayer layer(c, world, options);
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
@@ -117,7 +120,8 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   LayerTimes t;
   MoEContext context;
   const bool talk = world.first_local_rank() == 0;
-  const std::string where = "T=" + std::to_string(c.tokens_per_rank) + ": ";
+  const std::string where =
+      "T=" + std::to_string(c.tokens_per_rank) + (fused_forward ? " (fused forward): " : " (v1 forward): ");
   if (talk) progress(a, where + "forward");
   t.forward = median([&] { context = layer.forward(in.forward, stream.get()); });
   layer.check();

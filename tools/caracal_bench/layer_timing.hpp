@@ -16,7 +16,9 @@ struct LayerTimes {
 // buffers) would not fit in the free memory of GPU `device`.
 void check_memory(const LayerConfig& c, int local_ranks, int device);
 
-// Times the layer over `world`, whose local ranks this thread drives. Collective for NCCL worlds.
-LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a);
+// Times the layer over `world`, whose local ranks this thread drives, with the fused forward or
+// v1's (MoELayerOptions::fused_forward). Collective for NCCL worlds.
+LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                      bool fused_forward);
 
 }  // namespace caracal::bench_tool

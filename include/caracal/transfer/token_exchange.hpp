@@ -37,6 +37,10 @@
 
 namespace caracal::transfer {
 
+namespace detail {
+struct ExchangeArgs;  // src/transfer/exchange_launch.hpp
+}  // namespace detail
+
 // Which buffer groups to allocate (the expert-side buffers are R x D each: a benchmark of one
 // direction can leave the other out). Router and schedule buffers are always allocated.
 struct ExchangeOptions {
@@ -92,6 +96,10 @@ class TokenExchange {
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward); `router`
   // must be the one compute_gates used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
+
+  // What the exchange kernels read, for the fused kernels that run the exchange's device blocks
+  // beside the GEMMs' (src/kernels/fused).
+  const detail::ExchangeArgs& kernel_args() const;
 
   // Throws caracal::Error for the first device failure since the last check: a timed-out wait
   // (World::check) or an out-of-range expert id. Reads pinned memory only: no synchronization.

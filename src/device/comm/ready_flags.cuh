@@ -7,6 +7,11 @@
 //   wait_ready(world, place, counter, target, index) all threads of the consumer CTA; acquire;
 //                                                    bounded by the world's timeout, and over
 //                                                    at once when the world is aborted
+//   signal_ready_thread / wait_ready_thread          the same from one thread, for a producer
+//                                                    that is a warp or a warpgroup (the caller
+//                                                    orders its peers' writes before the signal)
+//   async_proxy_fence()                              between these flags (generic proxy) and TMA
+//                                                    copies (async proxy) of the data they guard
 //
 // Counters are uint32 in device memory, only ever raised (fetch_add); a target is compared with
 // wrap-around arithmetic (value - target as int32 >= 0), so a counter can run across passes and
@@ -48,5 +53,25 @@ __device__ inline bool wait_ready(const DeviceWorld& world, const CtaPlace& plac
   }
   return __syncthreads_and(ok) != 0;
 }
+
+// Raises `counter` by `amount` from one thread: a release at device scope, cumulative over what the
+// thread has observed, so a warp signals after __syncwarp() and a warpgroup after its named barrier.
+__device__ inline void signal_ready_thread(uint32_t* counter, uint32_t amount = 1) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*counter).fetch_add(amount, cuda::memory_order_release);
+}
+
+// wait_ready for one thread (the others of its CTA go on): true once `counter` has reached `target`,
+// false after a timeout or in an aborted world (recorded).
+__device__ inline bool wait_ready_thread(const DeviceWorld& world, const CtaPlace& place, const uint32_t* counter,
+                                         uint32_t target, int index) {
+  const auto reached = [target](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
+  return wait_until<cuda::thread_scope_device>(world, place, counter, reached, WaitSite{WaitId::ready_counter, index});
+}
+
+// Orders this thread's generic-proxy accesses (the flags above, plain loads and stores) with its
+// async-proxy ones (TMA loads and stores). A TMA load of data that another CTA published under a
+// flag follows the acquire and this fence; a flag raised over data that this thread's TMA stores
+// wrote follows their completion (cp.async.bulk.wait_group 0) and this fence.
+__device__ inline void async_proxy_fence() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 }  // namespace caracal::comm

@@ -51,6 +51,9 @@ class RowTileScheduler {
 
   __device__ bool has_tile() const { return tile_ < num_tiles_; }
   __device__ void advance() { tile_ += stride_; }
+  __device__ int tile() const { return tile_; }            // the current tile's index
+  __device__ void seek(int tile) { tile_ = tile; }         // any tile at or past the current one
+  __device__ int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
 
   // The current tile (has_tile() must hold).
   __device__ TileCoord coord() {

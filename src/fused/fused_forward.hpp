@@ -1,0 +1,57 @@
+#pragma once
+// The fused forward (DESIGN §3), first stage: one persistent launch per forward pass per GPU (one
+// for all ranks of a loopback world) that pulls the dispatch rows and runs both routed grouped
+// GEMMs, the GEMM tiles of a 128-row block starting as soon as its rows have landed (readiness
+// counters, never a host synchronization). Communication CTAs (the first comm_ctas of each rank)
+// pull with bulk copies; the others take the rank's tasks from one counter (every up/gate+SwiGLU
+// tile, then every down tile), and the comm CTAs join them once their pulls are done.
+// The schedule, the gates and the combine stay their own launches (TokenExchange) around it.
+//
+// It needs no world barrier: the rows it pulls (every rank's x) were published before
+// build_schedule's last barrier, and no peer reads what it writes (expert_x, gate_up, activation,
+// expert_out of its own rank) before the combine's entry barrier.
+//
+// Output: the same bits as TokenExchange::dispatch followed by gemm::expert_forward (the same
+// tiles, K order and epilogues), whatever comm_ctas.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "caracal/comm/world.hpp"
+#include "caracal/gemm/expert_pass.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+
+namespace caracal::fused {
+
+// The fused kernels' parameters hold every local rank's GEMM descriptors: at most this many.
+inline constexpr int kFusedMaxLocalRanks = 8;
+
+struct FusedForwardRank {
+  gemm::ExpertPass pass;  // rows = the exchange's schedule view; x = its expert_x; gate_up, activation, out
+  gemm::ExpertPassWeights weights;
+  uint32_t* ready_counters = nullptr;  // ready_counter_words(pass.rows.row_capacity) device words
+};
+
+struct FusedForwardArgs {
+  const transfer::TokenExchange* exchange = nullptr;
+  std::vector<FusedForwardRank> ranks;  // one per local rank of the exchange's world
+  int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
+};
+
+// Device words of readiness counters a rank needs for `row_capacity` schedule rows.
+size_t ready_counter_words(int row_capacity);
+
+// CTAs per rank of the fused launch on `world`'s device (one per SM, shared by the local ranks).
+int fused_ctas_per_rank(const comm::World& world);
+
+// The comm CTAs per rank used when FusedForwardArgs::comm_ctas is 0.
+int default_comm_ctas(const comm::World& world);
+
+// Zeroes the counters and launches on `stream`. Throws caracal::Error for a world of more than
+// kFusedMaxLocalRanks local ranks, comm_ctas outside [1, fused_ctas_per_rank - 1] or arguments the
+// grouped GEMMs refuse.
+void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::fused

@@ -1,0 +1,146 @@
+// The fused forward kernel (src/fused/fused_forward.hpp): per rank, comm CTAs pull the dispatch
+// rows while the other CTAs run the up/gate+SwiGLU and down tiles as their rows become ready; the
+// comm CTAs join them once their pulls are done.
+#include <algorithm>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/error.hpp"
+#include "device/comm/launch.cuh"
+#include "fused/fused_forward.hpp"
+#include "gemm/host_checks.hpp"
+#include "gemm/tensor_map.hpp"
+#include "kernels/fused/forward_compute.cuh"
+#include "kernels/fused/forward_params.cuh"
+#include "kernels/fused/forward_pull.cuh"
+#include "transfer/exchange_launch.hpp"
+
+namespace caracal::fused {
+namespace {
+
+static_assert(kMaxLocalRanks == kFusedMaxLocalRanks);
+
+// The comm role's share of the launch's dynamic shared memory: all of it but the alignment slack.
+constexpr int kPullSmemBytes = gemm::kSmemBytes - 1024;
+
+__global__ void __launch_bounds__(gemm::kThreads, 1)
+    fused_forward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT ForwardKernelParams const p) {
+  __shared__ ForwardTask stage_task[gemm::kStages];             // forward_compute.cuh
+  __shared__ uint64_t pull_full[transfer::kBulkPullMaxStages];  // the comm role's stage barriers
+  extern __shared__ uint8_t smem_raw[];
+  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
+  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  if (comm::cta_of_rank(world) < p.comm_ctas) {
+    const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
+    const int row_bytes = p.pull.hidden * static_cast<int>(sizeof(__nv_bfloat16));
+    const transfer::BulkPullSmem stages{smem, pull_full, transfer::bulk_pull_stages(kPullSmemBytes, row_bytes), row_bytes};
+    pull_forward_rows(world, place, p.schedule, p.pull, stages, p.ranks[place.local_rank].x_ready);
+    __syncthreads();  // the pulls are complete: the CTA's shared memory becomes a GEMM's
+  }
+  // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  run_forward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem),
+                    stage_task);
+}
+
+constexpr const char* kName = "fused forward";
+
+// Rank l's GEMMs: the descriptors of the standalone launchers (up_gate_swiglu.cu, down_proj.cu).
+FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
+  using namespace gemm;
+  const ExpertPass& pass = rank.pass;
+  UpGateSwigluArgs up;
+  up.rows = pass.rows;
+  up.hidden = pass.hidden;
+  up.intermediate = pass.intermediate;
+  up.x = pass.x;
+  up.w_gate_up = rank.weights.w_gate_up;
+  up.activation_out = pass.activation;
+  up.gate_up_out = pass.gate_up;
+  check_up_gate_swiglu_args(up);
+  DownProjArgs down;
+  down.rows = pass.rows;
+  down.hidden = pass.hidden;
+  down.intermediate = pass.intermediate;
+  down.activation = pass.activation;
+  down.w_down = rank.weights.w_down;
+  down.y_out = pass.out;
+  check_down_proj_args(down);
+  CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
+
+  const uint64_t rows = uint64_t(pass.rows.row_capacity);
+  const uint64_t d = uint64_t(pass.hidden);
+  const uint64_t i = uint64_t(pass.intermediate);
+  const uint64_t experts = uint64_t(pass.rows.num_experts);
+  FusedForwardRankParams r{};
+  r.up_mainloop.a = KMajorRows::make_map<kBlockM>(pass.x, rows, d, "x");
+  r.up_mainloop.b = KMajorWeights::make_map<kBlockN>(rank.weights.w_gate_up, experts, 2 * i, d, "w_gate_up");
+  r.up_tiles = {pass.rows, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
+  r.up_epilogue.activation = make_tensor_map_2d(pass.activation, rows, i, kChunkRows, kChunkCols, "activation");
+  r.up_epilogue.store_gate_up = pass.gate_up != nullptr;
+  if (r.up_epilogue.store_gate_up) {
+    r.up_epilogue.gate_up = make_tensor_map_2d(pass.gate_up, rows, 2 * i, kChunkRows, kChunkCols, "gate_up");
+  }
+  r.up_epilogue.intermediate = pass.intermediate;
+  r.down_mainloop.a = KMajorRows::make_map<kBlockM>(pass.activation, rows, i, "activation");
+  r.down_mainloop.b = KMajorWeights::make_map<kBlockN>(rank.weights.w_down, experts, d, i, "w_down");
+  r.down_tiles = {pass.rows, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
+  r.down_epilogue = {make_tensor_map_2d(pass.out, rows, d, kChunkRows, kChunkCols, "out"), pass.hidden};
+  const size_t blocks = size_t(pass.rows.row_capacity) / kBlockM;
+  r.x_ready = rank.ready_counters;
+  r.activation_ready = rank.ready_counters + blocks;
+  r.task_counter = rank.ready_counters + 2 * blocks;
+  return r;
+}
+
+}  // namespace
+
+size_t ready_counter_words(int row_capacity) { return 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + 1; }
+
+int fused_ctas_per_rank(const comm::World& world) {
+  const cudaError_t attr =
+      cudaFuncSetAttribute(fused_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm::kSmemBytes);
+  CARACAL_CHECK(attr == cudaSuccess, kName, ": cannot raise the shared-memory limit to ", gemm::kSmemBytes,
+                " bytes: ", cudaGetErrorString(attr));
+  return comm::max_ctas_per_rank(world, fused_forward_kernel, gemm::kThreads, gemm::kSmemBytes);
+}
+
+int default_comm_ctas(const comm::World& world) { return std::max(1, fused_ctas_per_rank(world) / 16); }
+
+void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_t stream) {
+  CARACAL_CHECK(args.exchange != nullptr, kName, ": exchange must not be null");
+  const int local_ranks = world.local_ranks();
+  CARACAL_CHECK(local_ranks <= kFusedMaxLocalRanks, kName, ": at most ", kFusedMaxLocalRanks,
+                " local ranks (the kernel's parameters hold each rank's GEMM descriptors), got ", local_ranks);
+  CARACAL_CHECK(static_cast<int>(args.ranks.size()) == local_ranks, kName, ": ranks must hold one entry per local rank (",
+                local_ranks, "), got ", args.ranks.size());
+  const transfer::detail::ExchangeArgs& exchange = args.exchange->kernel_args();
+  const int row_bytes = exchange.hidden * static_cast<int>(sizeof(__nv_bfloat16));
+  CARACAL_CHECK(transfer::bulk_pull_stages(kPullSmemBytes, row_bytes) > transfer::kStoresReading, kName,
+                ": hidden size ", exchange.hidden, " is too large for the pull's shared-memory stages (at most ",
+                kPullSmemBytes / (2 * (transfer::kStoresReading + 2)), ")");
+  CARACAL_CHECK(exchange.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM,
+                ", got ", exchange.schedule.tile_m);
+  comm::LaunchShape shape;
+  shape.threads_per_cta = gemm::kThreads;
+  shape.shared_bytes = gemm::kSmemBytes;
+  shape.ctas_per_rank = fused_ctas_per_rank(world);
+  const int comm_ctas = args.comm_ctas == 0 ? default_comm_ctas(world) : args.comm_ctas;
+  CARACAL_CHECK(comm_ctas >= 1 && comm_ctas < shape.ctas_per_rank, kName, ": comm_ctas must be in [1, ",
+                shape.ctas_per_rank - 1, "] (the launch has ", shape.ctas_per_rank,
+                " CTAs per rank and needs one to compute), got ", comm_ctas);
+
+  ForwardKernelParams p{};
+  for (int l = 0; l < local_ranks; ++l) {
+    const FusedForwardRank& rank = args.ranks[static_cast<size_t>(l)];
+    p.ranks[l] = rank_params(rank);
+    const size_t words = ready_counter_words(rank.pass.rows.row_capacity);
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, words * sizeof(uint32_t), stream),
+               "fused forward: cudaMemsetAsync(ready counters)");
+  }
+  p.schedule = exchange.schedule;
+  p.pull = transfer::PullRows{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
+  p.comm_ctas = comm_ctas;
+  comm::launch(world, "fused forward", shape, stream, fused_forward_kernel, p);
+}
+
+}  // namespace caracal::fused

@@ -1,0 +1,106 @@
+// The fused forward (src/fused/fused_forward.hpp) through MoELayer: the same bits as v1's separate
+// launches (MoELayerOptions::fused_forward = false) for every output and gradient, whatever the
+// number of pulling CTAs, and within the fp64 reference's bounds; on loopback W = 1, 2, 4, 8, on
+// adversarial routings (all routes to one expert, empty experts and ranks, -1 slots), tiny and odd
+// token counts, and enough rows for many 128-row blocks per expert.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/error.hpp"
+#include "caracal/moe_layer.hpp"
+#include "error_checks.hpp"
+#include "gpu_test_util.hpp"
+#include "moe_layer_test_support.hpp"
+
+namespace caracal::layer_test {
+namespace {
+
+MoELayerOptions v1_options() {
+  MoELayerOptions o;
+  o.fused_forward = false;
+  return o;
+}
+
+MoELayerOptions fused_options(int comm_ctas) {
+  MoELayerOptions o;
+  o.fused_comm_ctas = comm_ctas;
+  return o;
+}
+
+// One step on a loopback layer with `options`; every rank's outputs.
+std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options) {
+  LoopbackLayer l(c, s.weights, options);
+  l.buffers.prepare(s.step, l.world);
+  const Stream stream;
+  run_step(l.layer, l.buffers, stream);
+  return l.buffers.download();
+}
+
+std::vector<LayerCase> fused_cases() {
+  using R = RoutingCase;
+  return {
+      {"W1_uniform_shared_k2", 1, 133, 8, 2, true, false, kNormalized, R::kUniform},
+      {"W1_one_token_k4", 1, 1, 8, 4, true, false, kNormalized, R::kUniform},
+      {"W1_many_blocks_k8", 1, 1500, 8, 8, false, false, kNormalizedScaled, R::kZipf},
+      {"W2_empty_slots_shared_scale_k3", 2, 75, 8, 3, true, true, kNormalized, R::kEmptySlots},
+      {"W2_all_to_one_k4", 2, 700, 8, 4, true, false, kNormalized, R::kAllToOne},
+      {"W4_empty_ranks_k2_unnormalized", 4, 53, 16, 2, true, true, kUnnormalized, R::kEmptyRanks},
+      {"W4_three_tokens_k3", 4, 3, 16, 3, false, false, kNormalized, R::kUniform},
+      {"W8_zipf_noshared_k2", 8, 39, 16, 2, false, false, kUnnormalized, R::kZipf},
+      {"W8_all_slots_empty_shared_k2", 8, 41, 8, 2, true, false, kNormalized, R::kAllEmpty},
+  };
+}
+
+std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
+
+class GpuFusedForward : public testing::TestWithParam<LayerCase> {};
+
+TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase& c = GetParam();
+  const SeededStep s(c, c.routing);
+  const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
+  const std::vector<RankOutputs> fused = run_with(c, s, MoELayerOptions{});
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), fused);
+  expect_same_bits(v1, fused, "fused (default comm CTAs) against v1");
+  expect_same_bits(v1, run_with(c, s, fused_options(1)), "fused, 1 comm CTA per rank");
+  expect_same_bits(v1, run_with(c, s, fused_options(3)), "fused, 3 comm CTAs per rank");
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_cases()), case_name);
+
+TEST(GpuFusedForward, RepeatsBitwiseOnOneLayer) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"repeat_W2", 2, 300, 8, 4, true, false, kNormalized, RoutingCase::kZipf};
+  const SeededStep s(c, c.routing);
+  LoopbackLayer l(c, s.weights);
+  const Stream stream;
+  l.buffers.prepare(s.step, l.world);
+  run_step(l.layer, l.buffers, stream);
+  const std::vector<RankOutputs> first = l.buffers.download();
+  for (int i = 0; i < 3; ++i) {
+    l.buffers.prepare(s.step, l.world);
+    run_step(l.layer, l.buffers, stream);
+    expect_same_bits(first, l.buffers.download(), "run " + std::to_string(i + 2));
+  }
+}
+
+TEST(GpuFusedForward, CommCtasOutOfRangeAreRefused) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"refused", 2, 16, 8, 2, false, false, kNormalized, RoutingCase::kUniform};
+  const HostWeights weights = random_weights(c, 1);
+  for (const int bad : {-1, 100000}) {
+    SCOPED_TRACE(bad);
+    test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(bad)); }, {"options.fused_comm_ctas"});
+  }
+  MoELayerOptions off = fused_options(100000);  // not read when the fused forward is off
+  off.fused_forward = false;
+  EXPECT_NO_THROW({ LoopbackLayer l(c, weights, off); });
+}
+
+}  // namespace
+}  // namespace caracal::layer_test
