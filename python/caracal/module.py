@@ -45,11 +45,13 @@ class MoE(nn.Module):
     `exchange_sms` caps the SMs the token exchange occupies while it waits on other ranks (0: all
     but 16), so that other GPU work, an NCCL all-reduce of DDP/FSDP on another stream among it,
     always progresses. Cross-rank waits are bounded by `world.timeout`; see `check` and `reset`.
+    `fused_forward` runs the forward's dispatch and expert GEMMs as one persistent kernel (the
+    default; the same results bit for bit); False selects the separate launches of Caracal v1.
     """
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
                  shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0,
-                 exchange_sms=0):
+                 exchange_sms=0, fused_forward=True):
         super().__init__()
         load()
         world = world or World.loopback(1)
@@ -66,7 +68,7 @@ class MoE(nn.Module):
         self._handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             float(router_scale), world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
-            world.timeout)
+            bool(fused_forward), world.timeout)
         # The traced ops take the handle as a CPU tensor: torch.compile specializes on int attributes,
         # so with the int every layer of a model would compile its own graph.
         self._layer = torch.tensor(self._handle, dtype=torch.int64)

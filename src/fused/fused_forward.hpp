@@ -3,8 +3,8 @@
 // for all ranks of a loopback world) that pulls the dispatch rows and runs both routed grouped
 // GEMMs, the GEMM tiles of a 128-row block starting as soon as its rows have landed (readiness
 // counters, never a host synchronization). Communication CTAs (the first comm_ctas of each rank)
-// pull with bulk copies; the others take the rank's tasks from one counter (every up/gate+SwiGLU
-// tile, then every down tile), and the comm CTAs join them once their pulls are done.
+// pull; the others take the rank's tasks from one counter (every up/gate+SwiGLU tile, then every
+// down tile), and the comm CTAs join them once their pulls are done.
 // The schedule, the gates and the combine stay their own launches (TokenExchange) around it.
 //
 // It needs no world barrier: the rows it pulls (every rank's x) were published before

@@ -49,6 +49,7 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   MoELayerOptions options;
   options.gemm_ctas = spec.gemm_ctas;
   options.exchange_sms = spec.exchange_sms;
+  options.fused_forward = spec.fused_forward;
   // The activations come from PyTorch's caching allocator: torch.cuda.memory_allocated() and
   // memory snapshots count them. Freed after the destructor's device synchronization.
   options.local_allocator.allocate = [](size_t bytes) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); };

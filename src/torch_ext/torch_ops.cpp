@@ -134,7 +134,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                      int64_t shared_intermediate, int64_t ep_size, int64_t tokens_per_rank, bool normalize,
                      double router_scale, const std::string& backend, int64_t rank,
                      const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
-                     double timeout_s) {
+                     bool fused_forward, double timeout_s) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -153,6 +153,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
   spec.device = static_cast<int>(device);
   spec.gemm_ctas = static_cast<int>(gemm_ctas);
   spec.exchange_sms = static_cast<int>(exchange_sms);
+  spec.fused_forward = fused_forward;
   TORCH_CHECK_VALUE(timeout_s > 0.0 && timeout_s <= 3600.0,
                     "caracal.create_layer: timeout must be in (0, 3600] seconds, got ", timeout_s);
   spec.timeout_s = timeout_s;
@@ -350,7 +351,7 @@ TORCH_LIBRARY(caracal, m) {
   m.def(
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
-      "int device, int gemm_ctas, int exchange_sms, float timeout) -> int");
+      "int device, int gemm_ctas, int exchange_sms, bool fused_forward, float timeout) -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");

@@ -96,24 +96,6 @@ __device__ __forceinline__ void warp_copy_row(uint4* dst, const uint4* src, int 
   for (; i < vectors; i += kWarpSize) store16(dst + i, load_row16<kCoherent>(src + i));
 }
 
-// One warp copies a row keeping kDepth 16-byte loads in flight per lane (kDepth * 512 bytes a
-// warp): batches of kDepth vectors a lane, the last one predicated. Deeper than warp_copy_row for
-// the few CTAs of a fused kernel's comm role, whose loads wait behind the GEMMs' traffic.
-template <int kDepth, bool kCoherent = false>
-__device__ __forceinline__ void warp_copy_row_deep(uint4* dst, const uint4* src, int vectors, int lane) {
-  for (int base = lane; base < vectors; base += kDepth * kWarpSize) {
-    uint4 v[kDepth];
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      if (base + u * kWarpSize < vectors) v[u] = load_row16<kCoherent>(src + base + u * kWarpSize);
-    }
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      if (base + u * kWarpSize < vectors) store16(dst + base + u * kWarpSize, v[u]);
-    }
-  }
-}
-
 // One warp zeroes `vectors` 16-byte vectors at dst.
 __device__ __forceinline__ void warp_zero_row(uint4* dst, int vectors, int lane) {
   for (int i = lane; i < vectors; i += kWarpSize) store16(dst + i, make_uint4(0u, 0u, 0u, 0u));

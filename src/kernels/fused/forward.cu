@@ -19,22 +19,15 @@ namespace {
 
 static_assert(kMaxLocalRanks == kFusedMaxLocalRanks);
 
-// The comm role's share of the launch's dynamic shared memory: all of it but the alignment slack.
-constexpr int kPullSmemBytes = gemm::kSmemBytes - 1024;
-
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_forward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT ForwardKernelParams const p) {
-  __shared__ ForwardTask stage_task[gemm::kStages];             // forward_compute.cuh
-  __shared__ uint64_t pull_full[transfer::kBulkPullMaxStages];  // the comm role's stage barriers
+  __shared__ ForwardTask stage_task[gemm::kStages];  // forward_compute.cuh
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (comm::cta_of_rank(world) < p.comm_ctas) {
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
-    const int row_bytes = p.pull.hidden * static_cast<int>(sizeof(__nv_bfloat16));
-    const transfer::BulkPullSmem stages{smem, pull_full, transfer::bulk_pull_stages(kPullSmemBytes, row_bytes), row_bytes};
-    pull_forward_rows(world, place, p.schedule, p.pull, stages, p.ranks[place.local_rank].x_ready);
-    __syncthreads();  // the pulls are complete: the CTA's shared memory becomes a GEMM's
+    pull_forward_rows(world, place, p.schedule, p.pull, p.ranks[place.local_rank].x_ready);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
@@ -114,10 +107,6 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   CARACAL_CHECK(static_cast<int>(args.ranks.size()) == local_ranks, kName, ": ranks must hold one entry per local rank (",
                 local_ranks, "), got ", args.ranks.size());
   const transfer::detail::ExchangeArgs& exchange = args.exchange->kernel_args();
-  const int row_bytes = exchange.hidden * static_cast<int>(sizeof(__nv_bfloat16));
-  CARACAL_CHECK(transfer::bulk_pull_stages(kPullSmemBytes, row_bytes) > transfer::kStoresReading, kName,
-                ": hidden size ", exchange.hidden, " is too large for the pull's shared-memory stages (at most ",
-                kPullSmemBytes / (2 * (transfer::kStoresReading + 2)), ")");
   CARACAL_CHECK(exchange.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM,
                 ", got ", exchange.schedule.tile_m);
   comm::LaunchShape shape;
