@@ -78,6 +78,7 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
     const ForwardTask task = stage_task[st.stage];
+    __syncwarp();  // every lane has read the slot before lane 0 releases the stage to the producer
     if (task.phase == ForwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
