@@ -27,6 +27,8 @@ namespace caracal::fused {
 
 // The fused kernels' parameters hold every local rank's GEMM descriptors: at most this many.
 inline constexpr int kFusedMaxLocalRanks = 8;
+// The CTAs of a rank's share of the launch that ready_counter_words leaves task slots for.
+inline constexpr int kFusedMaxCtasPerRank = 256;
 
 struct FusedForwardRank {
   gemm::ExpertPass pass;  // rows = the exchange's schedule view; x = its expert_x; gate_up, activation, out
@@ -40,7 +42,8 @@ struct FusedForwardArgs {
   int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
 };
 
-// Device words of readiness counters a rank needs for `row_capacity` schedule rows.
+// Device words a rank needs for `row_capacity` schedule rows: its readiness counters and the CTAs'
+// task slots; 32-byte aligned.
 size_t ready_counter_words(int row_capacity);
 
 // CTAs per rank of the fused launch on `world`'s device (one per SM, shared by the local ranks).

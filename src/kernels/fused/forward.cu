@@ -21,7 +21,6 @@ static_assert(kMaxLocalRanks == kFusedMaxLocalRanks);
 
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_forward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT ForwardKernelParams const p) {
-  __shared__ ForwardTask stage_task[gemm::kStages];  // forward_compute.cuh
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -31,8 +30,9 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  run_forward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem),
-                    stage_task);
+  const FusedForwardRankParams& rank = p.ranks[place.local_rank];
+  run_forward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage*>(smem),
+                    rank.task_slots + place.index * gemm::kStages);
 }
 
 constexpr const char* kName = "fused forward";
@@ -82,12 +82,18 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   r.x_ready = rank.ready_counters;
   r.activation_ready = rank.ready_counters + blocks;
   r.task_counter = rank.ready_counters + 2 * blocks;
+  // 32-byte slots after the counters, on a 32-byte boundary.
+  r.task_slots = reinterpret_cast<TaskSlot*>(rank.ready_counters + (2 * blocks + 1 + 7) / 8 * 8);
   return r;
 }
 
 }  // namespace
 
-size_t ready_counter_words(int row_capacity) { return 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + 1; }
+size_t ready_counter_words(int row_capacity) {
+  const size_t counters = 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + 1;  // + the task counter
+  const size_t slot_words = sizeof(TaskSlot) / sizeof(uint32_t);
+  return (counters + slot_words - 1) / slot_words * slot_words + kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+}
 
 int fused_ctas_per_rank(const comm::World& world) {
   const cudaError_t attr =
@@ -113,6 +119,8 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   shape.threads_per_cta = gemm::kThreads;
   shape.shared_bytes = gemm::kSmemBytes;
   shape.ctas_per_rank = fused_ctas_per_rank(world);
+  CARACAL_CHECK(shape.ctas_per_rank <= kFusedMaxCtasPerRank, kName, ": at most ", kFusedMaxCtasPerRank,
+                " CTAs per rank (the task slots ready_counter_words counts), got ", shape.ctas_per_rank);
   const int comm_ctas = args.comm_ctas == 0 ? default_comm_ctas(world) : args.comm_ctas;
   CARACAL_CHECK(comm_ctas >= 1 && comm_ctas < shape.ctas_per_rank, kName, ": comm_ctas must be in [1, ",
                 shape.ctas_per_rank - 1, "] (the launch has ", shape.ctas_per_rank,
@@ -122,8 +130,8 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   for (int l = 0; l < local_ranks; ++l) {
     const FusedForwardRank& rank = args.ranks[static_cast<size_t>(l)];
     p.ranks[l] = rank_params(rank);
-    const size_t words = ready_counter_words(rank.pass.rows.row_capacity);
-    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, words * sizeof(uint32_t), stream),
+    const size_t counters = 2 * size_t(rank.pass.rows.row_capacity) / gemm::kBlockM + 1;  // not the task slots
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
                "fused forward: cudaMemsetAsync(ready counters)");
   }
   p.schedule = exchange.schedule;

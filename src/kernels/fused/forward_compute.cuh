@@ -6,11 +6,11 @@
 // role), a down tile for its block's activation (activation_ready, raised below by the up/gate
 // tiles' epilogues once their TMA stores have completed).
 //
-// The producer hands each tile's task (phase and coordinates) to the consumers through
-// `stage_task`, written into the slot of the tile's first stage before the stage's loads are
-// announced (the stage's full barrier publishes it); ForwardPhase::end there, with a bare arrival,
-// ends the consumers' walk: when the tasks run out, and when a wait fails (timeout or aborted
-// world, recorded for World::check; the layer poisons the outputs of such a pass).
+// The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
+// task slots (forward_tasks.cuh), the slot of the tile's first stage; ForwardPhase::end there,
+// with a bare arrival, ends the consumers' walk: when the tasks run out, and when a wait fails
+// (timeout or aborted world, recorded for World::check; the layer poisons the outputs of such a
+// pass).
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -38,7 +38,7 @@ inline constexpr uint32_t kFusedConsumerRegisters = 224;
 // The producer thread: takes tasks, waits for each one's A rows, then streams its operands.
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                              const FusedForwardRankParams& p, gemm::MainloopStorage& smem,
-                                             const gemm::TmaPipeline& pipe, ForwardTask* stage_task) {
+                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task) {
   const uint32_t activation_complete = 2u * static_cast<uint32_t>(p.up_tiles.n_blocks);
   ForwardTaskCursor tasks(p.up_tiles, p.down_tiles);
   gemm::PipelineState st;
@@ -53,7 +53,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     if (!ready) break;
     comm::async_proxy_fence();  // the rows were published through the generic proxy
     pipe.producer_acquire(st);  // the slot's last task has been read
-    stage_task[st.stage] = task;
+    stage_task[st.stage].task = task;
     if (up) {
       gemm::load_tile<UpGateGemm>(p.up_mainloop, p.up_epilogue, smem, pipe, st, task.tile);
     } else {
@@ -61,7 +61,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     }
   }
   pipe.producer_acquire(st);
-  stage_task[st.stage].phase = ForwardPhase::end;
+  stage_task[st.stage].task.phase = ForwardPhase::end;
   cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
 }
 
@@ -72,13 +72,12 @@ template <class TiledMma, class FragA, class FragB, class Accum>
 __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma& tiled_mma, const FragA& tCrA,
                                       const FragB& tCrB, Accum& accum, const gemm::TmaPipeline& pipe,
                                       gemm::ChunkStoreRing& ring, int consumer, int wg_thread,
-                                      const ForwardTask* stage_task) {
+                                      TaskSlot* stage_task) {
   const int lane = wg_thread % 32;
   gemm::PipelineState st;
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
-    const ForwardTask task = stage_task[st.stage];
-    __syncwarp();  // every lane has read the slot before lane 0 releases the stage to the producer
+    const ForwardTask task = stage_task[st.stage].task;
     if (task.phase == ForwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
@@ -99,7 +98,7 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                          const FusedForwardRankParams& p, gemm::KernelStorage& smem,
-                                         ForwardTask* stage_task) {
+                                         TaskSlot* stage_task) {
   using namespace cute;
   using namespace gemm;
   using Mma = MmaConfig<UpGateGemm::OperandA::kMajor, UpGateGemm::OperandB::kMajor>;

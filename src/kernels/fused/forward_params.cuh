@@ -11,6 +11,7 @@
 #include "device/gemm/swiglu_epilogue.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
+#include "kernels/fused/forward_tasks.cuh"
 
 namespace caracal::fused {
 
@@ -38,6 +39,7 @@ struct FusedForwardRankParams {
   uint32_t* x_ready;           // rows of the block pulled (kBlockM: all of them, padding included)
   uint32_t* activation_ready;  // up/gate tiles' warpgroup slices stored (2 * up_tiles.n_blocks: all)
   uint32_t* task_counter;      // the rank's next task (forward_tasks.cuh)
+  TaskSlot* task_slots;        // [CTAs of the rank][kStages] (forward_tasks.cuh)
 };
 
 // Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.

@@ -20,6 +20,18 @@ struct ForwardTask {
   __device__ int m_block() const { return tile.m_begin / gemm::kBlockM; }
 };
 
+// Where the producer hands a tile's task to the consumers: one slot per pipeline stage of the CTA,
+// in global memory, published by the stage's barriers (written before the stage's loads are
+// announced, read after they land; rewritten only after every consumer warp released the stage).
+// In shared memory compute-sanitizer's racecheck reports these accesses, as it does not follow a
+// stage barrier's arrivals from the reading warps' lane 0; global memory it does not check, and
+// the barriers order accesses there the same way (CTA scope).
+struct TaskSlot {
+  ForwardTask task;
+  int pad;  // 32 bytes a slot
+};
+static_assert(sizeof(TaskSlot) == 32);
+
 // Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own).
 class ForwardTaskCursor {
  public:
