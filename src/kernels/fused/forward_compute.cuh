@@ -1,10 +1,9 @@
 #pragma once
-// The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warp 0
-// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
-// (forward_tasks.cuh) as it takes them from the rank's task counter. An up/gate tile's A rows are
-// gathered where they are (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other
-// GPUs from expert_x once the comm role has pulled them (x_ready counts a block's pulled rows); a
-// down tile's A waits for its block's activation (activation_ready, raised below by the up/gate
+// The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
+// produces with TMA, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// (forward_tasks.cuh) as it takes them from the rank's task counter. Before loading a tile's A rows
+// the producer waits for them: an up/gate tile for its block's x rows (x_ready, raised by the comm
+// role), a down tile for its block's activation (activation_ready, raised below by the up/gate
 // tiles' epilogues once their TMA stores have completed).
 //
 // The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
@@ -21,7 +20,6 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
-#include "device/gemm/gathered_rows.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
@@ -32,96 +30,39 @@
 
 namespace caracal::fused {
 
-// setmaxnreg budgets: the producer warp also takes tasks, waits on counters and gathers rows (the
-// standalone GEMM's 40 registers spill here, so do 56); 72 x 128 + 216 x 256 = 64512, the 168 x 384
-// the CTA is launched with.
-inline constexpr uint32_t kFusedProducerRegisters = 72;
-inline constexpr uint32_t kFusedConsumerRegisters = 216;
+// setmaxnreg budgets: the producer also takes tasks and waits on counters (the standalone GEMM's 40
+// registers spill here); 56 x 128 + 224 x 256 = 64512 <= 65536 registers of the SM.
+inline constexpr uint32_t kFusedProducerRegisters = 56;
+inline constexpr uint32_t kFusedConsumerRegisters = 224;
 
-// Where the rows of an up/gate tile are read from, as the producer warp sees them.
-struct GatherSources {
-  const comm::DeviceWorld& world;
-  const transfer::PullRows& pull;  // home x rows (any rank) and this rank's expert_x rows
-  int rank;
-};
-
-// The producer warp fills `table` with the tile's 128 row sources: a token row on this GPU is read
-// where it is (its home x), a row from another GPU where the comm role pulls it (expert_x), a
-// padding row is zero-filled. Returns the tile's pulled rows (every lane gets the count).
-__device__ inline int fill_gather_table(const GatherSources& from, const ScheduleView& schedule,
-                                        const gemm::TileCoord& tile, gemm::GatherTable& table, int lane) {
-  int pulled = 0;
-  for (int i = lane; i < gemm::kBlockM; i += 32) {
-    const int row = tile.m_begin + i;
-    const int2 entry = schedule.rows[row];
-    const __nv_bfloat16* src = nullptr;
-    if (entry.x >= 0 && static_cast<unsigned>(entry.x - from.world.first_local_rank) <
-                            static_cast<unsigned>(from.world.local_ranks)) {
-      src = from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
-    } else if (entry.x >= 0) {
-      src = from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(row) * from.pull.hidden;
-      ++pulled;
-    }
-    table.rows[i] = src;
-  }
-  __syncwarp();  // the table, before any lane reads another lane's entries
-  return __reduce_add_sync(0xffffffffu, pulled);
-}
-
-// The producer warp: takes tasks (lane 0), waits for each one's A rows, then streams its operands:
-// an up/gate tile's A gathered by the whole warp (gathered_rows.cuh) and B by TMA, a down tile's
-// A and B by TMA from lane 0.
+// The producer thread: takes tasks, waits for each one's A rows, then streams its operands.
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                             const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                             gemm::MainloopStorage& smem, gemm::GatherTable& table,
-                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task, int lane) {
+                                             const FusedForwardRankParams& p, gemm::MainloopStorage& smem,
+                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task) {
   const uint32_t activation_complete = 2u * static_cast<uint32_t>(p.up_tiles.n_blocks);
-  const GatherSources sources{world, pull, place.rank};
   ForwardTaskCursor tasks(p.up_tiles, p.down_tiles);
   gemm::PipelineState st;
   for (;;) {
-    int t = 0;
-    if (lane == 0) t = static_cast<int>(atomicAdd(p.task_counter, 1u));
-    t = __shfl_sync(0xffffffffu, t, 0);
+    const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
     if (t >= tasks.num_tasks(p.up_tiles)) break;
     const ForwardTask task = tasks.at(t);
     const int block = task.m_block();
     const bool up = task.phase == ForwardPhase::up_gate;
-    const int pulled = up ? fill_gather_table(sources, p.up_tiles.schedule, task.tile, table, lane) : 0;
-    bool ready = true;
-    if (lane == 0) {
-      ready = up ? pulled == 0 || comm::wait_ready_thread(world, place, p.x_ready + block, pulled, block)
-                 : comm::wait_ready_thread(world, place, p.activation_ready + block, activation_complete, block);
-      comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
-    }
-    if (!__shfl_sync(0xffffffffu, ready, 0)) break;  // also orders lane 0's acquire before the lanes' copies
+    const bool ready = up ? comm::wait_ready_thread(world, place, p.x_ready + block, gemm::kBlockM, block)
+                          : comm::wait_ready_thread(world, place, p.activation_ready + block, activation_complete, block);
+    if (!ready) break;
+    comm::async_proxy_fence();  // the rows were published through the generic proxy
     pipe.producer_acquire(st);  // the slot's last task has been read
-    if (lane == 0) stage_task[st.stage].task = task;
-    if (!up) {
-      if (lane == 0) gemm::load_tile<DownGemm>(p.down_mainloop, p.down_epilogue, smem, pipe, st, task.tile);
-      for (int k = 0; k < task.tile.k_tiles; ++k) st.advance();  // the other lanes keep in step
-      continue;
-    }
-    for (int k = 0; k < task.tile.k_tiles; ++k) {
-      pipe.producer_acquire(st);
-      const int k_index = k * gemm::kBlockK;
-      // Zero-filling copies name the schedule (any valid address: they read nothing).
-      gemm::gather_k_tile(table, reinterpret_cast<const __nv_bfloat16*>(p.up_tiles.schedule.rows), k_index,
-                          smem.a[st.stage], &smem.full[st.stage], lane);
-      __syncwarp();  // every lane's copies are on the barrier before lane 0 arrives
-      if (lane == 0) {
-        uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
-        UpGateGemm::OperandB::load<gemm::kBlockN>(&p.up_mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                  p.up_mainloop.b_mn_extent, k_index, task.tile.expert);
-      }
-      st.advance();
+    stage_task[st.stage].task = task;
+    if (up) {
+      gemm::load_tile<UpGateGemm>(p.up_mainloop, p.up_epilogue, smem, pipe, st, task.tile);
+    } else {
+      gemm::load_tile<DownGemm>(p.down_mainloop, p.down_epilogue, smem, pipe, st, task.tile);
     }
   }
-  if (lane == 0) {
-    pipe.producer_acquire(st);
-    stage_task[st.stage].task.phase = ForwardPhase::end;
-    cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
-  }
+  pipe.producer_acquire(st);
+  stage_task[st.stage].task.phase = ForwardPhase::end;
+  cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
 }
 
 // A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
@@ -139,9 +80,8 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
     const ForwardTask task = stage_task[st.stage].task;
     if (task.phase == ForwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    const bool up = task.phase == ForwardPhase::up_gate;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane, /*gathered=*/up);
-    if (up) {
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
+    if (task.phase == ForwardPhase::up_gate) {
       UpGateGemm::Epilogue::apply(p.up_epilogue, task.tile, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
@@ -157,8 +97,7 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
 
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                         const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                         gemm::KernelStorage& smem, gemm::GatherTable& table,
+                                         const FusedForwardRankParams& p, gemm::KernelStorage& smem,
                                          TaskSlot* stage_task) {
   using namespace cute;
   using namespace gemm;
@@ -178,9 +117,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
-    if (threadIdx.x < 32) {
-      produce_forward_tiles(world, place, p, pull, smem.mainloop, table, pipe, stage_task, static_cast<int>(threadIdx.x));
-    }
+    if (threadIdx.x == 0) produce_forward_tiles(world, place, p, smem.mainloop, pipe, stage_task);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegisters>();
