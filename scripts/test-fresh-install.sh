@@ -7,8 +7,8 @@
 #   operators; no GPU needed).
 # Usage: scripts/test-fresh-install.sh [work-dir]
 #   Downloads about 3 GB (PyTorch and its CUDA libraries) and builds the extension from scratch
-#   (about 20 minutes on 2 cores). CARACAL_FRESH_VENV=DIR reuses a venv that holds only PyTorch
-#   (from an earlier run of this script), skipping the download.
+#   (about 20 minutes on 2 cores without a warm ccache). CARACAL_FRESH_VENV=DIR reuses a venv that
+#   holds only PyTorch, skipping the download.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work="${1:-$(mktemp -d)}"
@@ -28,4 +28,10 @@ start=$(date +%s)
 scripts/install-deps.sh && pip install -q --disable-pip-version-check --no-build-isolation .
 echo "test-fresh-install: install took $(( $(date +%s) - start )) s"
 cd "$work"  # not the source tree: the installed package
-python3 -c 'import caracal; caracal.load(); import torch; print("test-fresh-install: ok,", caracal.__file__, "loaded; ops:", len([n for n in dir(torch.ops.caracal) if not n.startswith("_")]))'
+python3 - <<'PY'
+import torch, caracal
+from caracal._extension import load
+load()  # the installed caracal/_C*.so, and the operators' registrations
+ops = sorted(n for n in ("create_layer", "moe_forward", "moe_backward") if hasattr(torch.ops.caracal, n))
+print("test-fresh-install: ok,", caracal.__file__, "extension loaded, ops", ops)
+PY
