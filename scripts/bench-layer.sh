@@ -43,11 +43,11 @@ step() {
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -n 1)
 ds="--model deepseek-v3"
-step "caracal bench W=1" 55 "$build/caracal" bench $ds --experts 32 --ep 1 --tokens 4096 --json "$out/bench_w1.json"
-step "caracal bench W=8" 60 "$build/caracal" bench $ds --ep 8 --tokens 1024 --json "$out/bench_w8.json"
+step "caracal bench W=1" 90 "$build/caracal" bench $ds --experts 32 --ep 1 --tokens 4096 --json "$out/bench_w1.json"
+step "caracal bench W=8" 120 "$build/caracal" bench $ds --ep 8 --tokens 1024 --json "$out/bench_w8.json"
 step "torch plain layer" 45 python3 bench/torch_moe_layer.py --model deepseek-v3 --experts 32 --tokens 4096 \
   --json "$out/torch.json"
-step "caracal bench sweep" 60 "$build/caracal" bench $ds --experts 32 --ep 1 --sweep 512,1024,2048,4096,8192 \
+step "caracal bench sweep" 150 "$build/caracal" bench $ds --experts 32 --ep 1 --sweep 512,1024,2048,4096,8192 \
   --reps 10 --no-validate --quiet --json "$out/sweep.json"
 step "plot sweep" 15 python3 bench/plot_sweep.py "$out/sweep.json" -o "$out/sweep.png"
 
@@ -78,6 +78,9 @@ for name, label in (("bench_w1.json", "caracal W=1, 32 experts, T=4096"),
     r = j["runs"][0] if j and j.get("runs") else None
     rows.append((label, r))
     print(f"{label:<34} {cell(r and r['forward'])}  {cell(r and r['backward'])}  {cell(r and r['fwd_bwd'])}")
+    v1 = r.get("v1") if r else None  # the same layer with v1's separate forward launches, same run
+    if v1:
+        print(f"{'  the same, v1 forward':<34} {cell(v1['forward'])}  {'':>9} {'':>7}  {cell(v1['fwd_bwd'])}")
 t = load("torch.json")
 print(f"{'torch plain layer, same as W=1':<34} {cell(t and t['forward'])}  {cell(t and t.get('backward_derived'))}  "
       f"{cell(t and t['fwd_bwd'])}   (torch bwd = f+b - fwd)")
