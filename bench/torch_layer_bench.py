@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """caracal.MoE (the PyTorch module) against the plain PyTorch layer, side by side in one run, on
 EP8-sized slices of four models (one GPU, all local experts, T tokens): forward and
-forward+backward ms and TFLOP/s and the speed-up. The plain layer is bench/torch_moe_layer.py's
+forward+backward ms and TFLOP/s and the speed-up; caracal.MoE with the fused forward (its default) and
+with v1's separate forward launches (fused_forward=False). The plain layer is bench/torch_moe_layer.py's
 (argsort permute + torch._grouped_mm + autograd). Both run with autograd recording, backward via
 torch.autograd.grad over the input, the scores and every weight; routing is uniform.
 
@@ -47,12 +48,13 @@ def bench_model(name, tokens, warmup, reps, gen):
         return {"forward_ms": fwd, "forward_tflops": fwd_flops / (fwd * 1e9),
                 "fwd_bwd_ms": step, "fwd_bwd_tflops": 3 * fwd_flops / (step * 1e9)}
 
-    moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
-                      router_scale=scale)
-    row["caracal"] = timed(lambda: moe(x, idx, scores), [x, scores, *moe.parameters()])
-    moe.check()
-    moe.close()
-    del moe
+    for key, fused in (("caracal", True), ("caracal_v1", False)):  # the fused forward, then v1's launches
+        moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
+                          router_scale=scale, fused_forward=fused)
+        row[key] = timed(lambda: moe(x, idx, scores), [x, scores, *moe.parameters()])
+        moe.check()
+        moe.close()
+        del moe
 
     w_gate_up = rand(experts, 2 * inter, d, lo=-0.02, hi=0.02).requires_grad_()
     w_down = rand(experts, d, inter, lo=-0.02, hi=0.02).requires_grad_()
@@ -97,6 +99,9 @@ def main():
             cells.append(f"{ms_c:7.2f} ({c[f'{key}_tflops']:4.0f}){ms_p:8.2f} ({p[f'{key}_tflops']:4.0f})"
                          f"{ms_p / ms_c:7.2f}x")
         print(f"{r['model']:<14}{r['experts']:>8} | {cells[0]} | {cells[1]}")
+        v = r["caracal_v1"]
+        print(f"{'  caracal v1 forward':<22} | {v['forward_ms']:7.2f} ({v['forward_tflops']:4.0f}){'':>23} | "
+              f"{v['fwd_bwd_ms']:7.2f} ({v['fwd_bwd_tflops']:4.0f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
