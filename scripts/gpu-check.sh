@@ -6,7 +6,7 @@
 #   Caracal's and NCCL's own start-up probes: only ours fail), the SASS check (HGMMA present), the
 #   register report of the kernels, the largest numeric errors the tests measured (where their
 #   bounds come from), and a short summary table last.
-# Usage: [CARACAL_SANITIZE=0] scripts/gpu-check.sh [build-dir]   (logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
+# Usage: [CARACAL_SANITIZE=0] [CARACAL_TEST_TIMEOUT=s] [CARACAL_SANITIZER_TIMEOUT=s] scripts/gpu-check.sh [build-dir]   (logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
 # OUT is set: the device tool brings back at most 8 files)
 set -uo pipefail
 build="${1:-build}"
@@ -28,7 +28,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
-  if "$t" --gtest_brief=1 >"$logs/$name.log" 2>&1; then
+  # A bound per binary: a hung kernel fails its binary and the check goes on (the device tool's
+  # call would otherwise end with nothing to show).
+  timeout "${CARACAL_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 >"$logs/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 124 ]; then
+    record "$name" "TIMED OUT after ${CARACAL_TEST_TIMEOUT:-240} s (a hang?)"
+    continue
+  fi
+  if [ "$rc" -eq 0 ]; then
     total=$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$logs/$name.log" | tail -1)
     skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$logs/$name.log" | grep -o '[0-9]*' | head -1)
     record "$name" "ok: ${total:-?} run, ${skipped:-0} skipped"
@@ -56,7 +64,8 @@ for t in "$build"/tests/test_gpu_*; do
   fi
   for tool in memcheck racecheck; do
     log="$logs/$name.$tool.log"
-    compute-sanitizer --tool "$tool" "$t" --gtest_brief=1 --gtest_filter="$sanitizer_filter" >"$log" 2>&1
+    timeout "${CARACAL_SANITIZER_TIMEOUT:-900}" compute-sanitizer --tool "$tool" "$t" --gtest_brief=1 \
+      --gtest_filter="$sanitizer_filter" >"$log" 2>&1
     rc=$?
     sorted=$(python3 "$lib_dir/sanitizer_report.py" "$log")
     ours=$?
