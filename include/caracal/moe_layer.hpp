@@ -153,7 +153,8 @@ struct DeviceAllocator {
 };
 
 struct MoELayerOptions {
-  int gemm_ctas = 0;  // persistent CTAs of every grouped GEMM; 0 = one per SM
+  int gemm_ctas = 0;  // persistent CTAs of every standalone grouped GEMM; 0 = one per SM (the fused
+                      // forward's GEMM tiles run on every SM of its launch)
   // SMs the token-exchange kernels may occupy (they spin on peers in world barriers); the rest
   // stay free so that other work on the GPU, such as an NCCL collective of DDP/FSDP on another
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
@@ -162,6 +163,8 @@ struct MoELayerOptions {
   // The forward's dispatch and routed GEMMs as one persistent launch (src/fused/fused_forward.hpp:
   // GEMM tiles start as their rows land), or v1's separate launches. Same bits either way. The
   // fused path needs at most 8 local ranks (a loopback world of more runs v1 when this is left on).
+  // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
+  // exchange_sms does not apply to it.
   bool fused_forward = true;
   int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused forward; 0 = fused::default_comm_ctas
 };
