@@ -11,6 +11,11 @@
 // build_schedule's last barrier, and no peer reads what it writes (expert_x, gate_up, activation,
 // expert_out of its own rank) before the combine's entry barrier.
 //
+// The up/gate GEMM reads each row's x where it is (a token on this GPU: its home x; a token of
+// another GPU: the row the comm CTAs pulled into expert_x), so rows of tokens on this GPU are never
+// copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all of
+// them: MoELayer::backward runs TokenExchange::dispatch first).
+//
 // Output: the same bits as TokenExchange::dispatch followed by gemm::expert_forward (the same
 // tiles, K order and epilogues), whatever comm_ctas.
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
 //            dispatch | routed experts (per local rank) | combine | y out
 //            (fused: dispatch and the routed experts of every local rank in one launch)
-// backward:  stage dy | reverse_combine | routed experts' backward (per local rank) |
+// backward:  stage dy | (fused forward: dispatch) | reverse_combine | routed experts' backward (per local rank) |
 //            shared expert's backward | reverse_dispatch | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
@@ -304,6 +304,9 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     }
   }
 
+  // The fused forward read the x rows of tokens on this GPU in place; the weight gradients read
+  // them from expert_x.
+  if (state.fused_forward) state.exchange->dispatch(stream);
   state.exchange->reverse_combine(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];

@@ -33,10 +33,12 @@ class TmaPipeline {
 
   __device__ TmaPipeline(uint64_t* full, uint64_t* empty) : full_(full), empty_(empty) {}
 
-  // One thread, before the CTA-wide barrier that precedes any use.
-  __device__ void init() const {
+  // One thread, before the CTA-wide barrier that precedes any use. `full_arrivals`: arrivals that
+  // complete a stage's fill (1: the producer's arrive_and_expect_tx; more when other threads
+  // also arrive, as a gathering warp does).
+  __device__ void init(uint32_t full_arrivals = 1) const {
     for (int s = 0; s < kStages; ++s) {
-      FullBarrier::init(&full_[s], 1);
+      FullBarrier::init(&full_[s], full_arrivals);
       EmptyBarrier::init(&empty_[s], kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();  // make the inits visible to the async (TMA) proxy

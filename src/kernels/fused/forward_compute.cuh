@@ -1,9 +1,10 @@
 #pragma once
 // The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
-// produces with TMA, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
-// (forward_tasks.cuh) as it takes them from the rank's task counter. Before loading a tile's A rows
-// the producer waits for them: an up/gate tile for its block's x rows (x_ready, raised by the comm
-// role), a down tile for its block's activation (activation_ready, raised below by the up/gate
+// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// (forward_tasks.cuh) as it takes them from the rank's task counter. An up/gate tile's A rows are
+// gathered where they are (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other
+// GPUs from expert_x once the comm role has pulled them (x_ready counts a block's pulled rows); a
+// down tile's A waits for its block's activation (activation_ready, raised below by the up/gate
 // tiles' epilogues once their TMA stores have completed).
 //
 // The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
@@ -20,6 +21,7 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gathered_rows.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
@@ -30,38 +32,108 @@
 
 namespace caracal::fused {
 
-// setmaxnreg budgets: the producer also takes tasks and waits on counters (the standalone GEMM's 40
-// registers spill here); 56 x 128 + 224 x 256 = 64512 <= 65536 registers of the SM.
-inline constexpr uint32_t kFusedProducerRegisters = 56;
-inline constexpr uint32_t kFusedConsumerRegisters = 224;
+// setmaxnreg budgets: the producer warpgroup also takes tasks, waits on counters and gathers rows
+// (the standalone GEMM's 40 registers spill here, so do 56); 72 x 128 + 216 x 256 = 64512, the
+// 168 x 384 the CTA is launched with.
+inline constexpr uint32_t kFusedProducerRegisters = 72;
+inline constexpr uint32_t kFusedConsumerRegisters = 216;
 
-// The producer thread: takes tasks, waits for each one's A rows, then streams its operands.
+// Where the rows of an up/gate tile are read from, as the producer sees them.
+struct GatherSources {
+  const comm::DeviceWorld& world;
+  const transfer::PullRows& pull;  // home x rows (any rank) and this rank's expert_x rows
+  int rank;
+};
+
+// Where row `i` of an up/gate tile comes from: a token row on this GPU where it is (its home x), a
+// row from another GPU where the comm role pulls it (expert_x; `pulled` set), a padding row
+// nowhere (nullptr: zero-filled).
+__device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, const ScheduleView& schedule,
+                                                     const gemm::TileCoord& tile, int i, bool& pulled) {
+  const int row = tile.m_begin + i;
+  const int2 entry = schedule.rows[row];
+  pulled = false;
+  if (entry.x < 0) return nullptr;
+  if (static_cast<unsigned>(entry.x - from.world.first_local_rank) < static_cast<unsigned>(from.world.local_ranks)) {
+    return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
+  }
+  pulled = true;
+  return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(row) * from.pull.hidden;
+}
+
+// The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
+// rows; then all stream its operands: an up/gate tile's A gathered by every thread
+// (gathered_rows.cuh) and B by TMA from thread 0, a down tile's A and B by TMA from thread 0.
+// Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
+// arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
+// (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                             const FusedForwardRankParams& p, gemm::MainloopStorage& smem,
-                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task) {
+                                             const FusedForwardRankParams& p, const transfer::PullRows& pull,
+                                             gemm::MainloopStorage& smem, int& shared_task,
+                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task, int thread) {
   const uint32_t activation_complete = 2u * static_cast<uint32_t>(p.up_tiles.n_blocks);
+  const GatherSources sources{world, pull, place.rank};
   ForwardTaskCursor tasks(p.up_tiles, p.down_tiles);
   gemm::PipelineState st;
   for (;;) {
-    const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
-    if (t >= tasks.num_tasks(p.up_tiles)) break;
+    if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    gemm::gather_threads_sync();
+    const int t = shared_task;
+    // Meets every thread before thread 0 writes the next task.
+    if (gemm::gather_threads_count(t >= tasks.num_tasks(p.up_tiles)) > 0) break;
     const ForwardTask task = tasks.at(t);
     const int block = task.m_block();
     const bool up = task.phase == ForwardPhase::up_gate;
-    const bool ready = up ? comm::wait_ready_thread(world, place, p.x_ready + block, gemm::kBlockM, block)
-                          : comm::wait_ready_thread(world, place, p.activation_ready + block, activation_complete, block);
-    if (!ready) break;
-    comm::async_proxy_fence();  // the rows were published through the generic proxy
-    pipe.producer_acquire(st);  // the slot's last task has been read
-    stage_task[st.stage].task = task;
+    gemm::GatherRows rows;
+    bool pulled = false;
     if (up) {
-      gemm::load_tile<UpGateGemm>(p.up_mainloop, p.up_epilogue, smem, pipe, st, task.tile);
-    } else {
-      gemm::load_tile<DownGemm>(p.down_mainloop, p.down_epilogue, smem, pipe, st, task.tile);
+      (void)gather_source(sources, p.up_tiles.schedule, task.tile, thread, pulled);  // row `thread`: counted
+      for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+        bool unused;
+        rows.src[j] = gather_source(sources, p.up_tiles.schedule, task.tile, gemm::gather_row(thread, j), unused);
+      }
+    }
+    const int pulled_rows = up ? gemm::gather_threads_count(pulled) : 0;
+    if (!up || pulled_rows > 0) {
+      bool ready = true;
+      if (thread == 0) {
+        ready = up ? comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block)
+                   : comm::wait_ready_thread(world, place, p.activation_ready + block, activation_complete, block);
+        comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
+      }
+      if (!gemm::gather_threads_all(ready)) break;  // after thread 0's acquire
+    }
+    for (int k = 0; k < task.tile.k_tiles; ++k) {
+      pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
+      if (thread == 0 && k == 0) stage_task[st.stage].task = task;
+      const int k_index = task.tile.k_begin + k * gemm::kBlockK;
+      if (up) {
+        // Zero-filling copies name the schedule (any valid address: they read nothing).
+        gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(p.up_tiles.schedule.rows), k_index,
+                            smem.a[st.stage], &smem.full[st.stage], thread);
+        if (thread == 0) {
+          uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
+          UpGateGemm::OperandB::load<gemm::kBlockN>(&p.up_mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                    p.up_mainloop.b_mn_extent, k_index, task.tile.expert);
+        }
+      } else {
+        if (thread == 0) {
+          uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
+          DownGemm::OperandA::load<gemm::kBlockM>(&p.down_mainloop.a, full, smem.a[st.stage], task.tile.m_begin,
+                                                  p.down_mainloop.a_mn_extent, k_index, task.tile.expert);
+          DownGemm::OperandB::load<gemm::kBlockN>(&p.down_mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                  p.down_mainloop.b_mn_extent, k_index, task.tile.expert);
+        }
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      }
+      st.advance();
     }
   }
   pipe.producer_acquire(st);
-  stage_task[st.stage].task.phase = ForwardPhase::end;
+  if (thread == 0) {
+    stage_task[st.stage].task.phase = ForwardPhase::end;
+    cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+  }
   cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
 }
 
@@ -80,8 +152,9 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
     const ForwardTask task = stage_task[st.stage].task;
     if (task.phase == ForwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
-    if (task.phase == ForwardPhase::up_gate) {
+    const bool up = task.phase == ForwardPhase::up_gate;
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane, /*gathered=*/up);
+    if (up) {
       UpGateGemm::Epilogue::apply(p.up_epilogue, task.tile, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
@@ -97,7 +170,8 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
 
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                         const FusedForwardRankParams& p, gemm::KernelStorage& smem,
+                                         const FusedForwardRankParams& p, const transfer::PullRows& pull,
+                                         gemm::KernelStorage& smem, int& producer_task,
                                          TaskSlot* stage_task) {
   using namespace cute;
   using namespace gemm;
@@ -107,7 +181,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
 
   const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
-    pipe.init();
+    pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
     prefetch_tma_descriptor(&p.up_mainloop.a);
     prefetch_tma_descriptor(&p.up_mainloop.b);
     prefetch_tma_descriptor(&p.down_mainloop.a);
@@ -117,7 +191,8 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
-    if (threadIdx.x == 0) produce_forward_tiles(world, place, p, smem.mainloop, pipe, stage_task);
+    produce_forward_tiles(world, place, p, pull, smem.mainloop, producer_task, pipe, stage_task,
+                          static_cast<int>(threadIdx.x));
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegisters>();

@@ -1,15 +1,15 @@
 #pragma once
-// The fused forward's communication role: pull the rank's schedule rows (x of each route's token,
-// from its home rank; padding rows zeroed) into expert_x, and count each 128-row block's rows as
-// they land, so that the compute CTAs start a block's tiles as soon as its rows are in.
+// The fused forward's communication role: pull the rank's schedule rows whose tokens live on other
+// GPUs (x of each such route's token, from its home rank) into expert_x, and count each 128-row
+// block's pulled rows as they land. Rows of tokens on this GPU (all of them in a loopback world, the
+// rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
+// are (forward_compute.cuh).
 //
-// Every warp of the rank's comm CTAs copies rows (token_rows.cuh, as v1's dispatch), the rows
-// dealt to the warps in turn, so the blocks fill in order; a warp raises a block's counter once per
-// block it leaves, by its rows of the block. Measured on the H200 (docs/PERF.md, 2026-12-01): a
-// comm CTA of warp copies moves ~92 GB/s (read + written) alone; bulk asynchronous copies through
-// shared memory from one thread moved half that (each row holds a stage until its store
-// completes), and deeper warp copies (16-28 loads in flight a lane) changed nothing in the fused
-// kernel, whose time does not depend on 8 or 16 comm CTAs.
+// Every warp of the rank's comm CTAs copies rows (token_rows.cuh, as v1's dispatch), the rows dealt
+// to the warps in turn, so the blocks fill in order; a warp raises a block's counter once per block
+// it leaves, by the rows it pulled there. Measured on the H200 (docs/PERF.md, 2026-12-01): a comm
+// CTA of warp copies moves ~92 GB/s (read + written) alone; bulk asynchronous copies through shared
+// memory from one thread moved half that (each row holds a stage until its store completes).
 #include <cstdint>
 
 #include "device/comm/cta_place.cuh"
@@ -40,12 +40,16 @@ __device__ inline void pull_forward_rows(const comm::DeviceWorld& world, const c
     if (lane == 0) comm::signal_ready_thread(x_ready + block, pulled);
   };
   for (int row = warps.index; row < rows; row += warps.count) {
+    const int2 entry = view.rows[row];
+    const bool on_this_gpu =
+        static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
+    if (entry.x < 0 || on_this_gpu) continue;  // gathered in place
     if (row / gemm::kBlockM != block) {
       count_block();
       block = row / gemm::kBlockM;
       pulled = 0;
     }
-    transfer::pull_token_row<true>(world, view.rows[row], pull.home_rows, pull.top_k, pull.hidden,
+    transfer::pull_token_row<true>(world, entry, pull.home_rows, pull.top_k, pull.hidden,
                                    transfer::row_vectors(expert_rows, row, pull.hidden), lane);
     ++pulled;
   }
