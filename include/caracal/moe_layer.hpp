@@ -29,11 +29,21 @@
 // is copied in (inputs) or out (outputs) on `stream`. Inputs written there are part of the saved
 // context: leave x, topk_idx and topk_scores unchanged until backward has been enqueued.
 //
-// Saved context: v1 keeps one forward's activations inside the layer (the schedule, the
-// dispatched rows, gate/up, the gates, the shared expert's rows and scale). backward must be given
-// the context of the layer's latest forward, and the weights passed to that forward must be
-// unchanged until backward has run. Copied inputs (x, topk_idx, topk_scores, shared_scale, dy) may
-// be overwritten by work enqueued on `stream` after the call that read them.
+// Saved context: the layer's buffers hold the activations of one forward (the schedule, the
+// dispatched rows, gate/up, the gates, the shared expert's rows and scale), shared by every
+// forward the layer runs. backward takes the context of any forward of this layer since its last
+// reset(): if a later forward has run since, backward first replays the part of the forward
+// it needs (the schedule and gates, dispatch, the up/gate GEMMs; not down or combine) from that
+// forward's arguments, bitwise the same as the first time. So several forwards may be pending
+// (gradient accumulation, pipeline schedules, an eval forward in between), and one MoELayer can
+// serve many model layers of one configuration, each with its own weights: the memory is the
+// layer's, whatever the number of layers and pending forwards; the cost is the replay. A forward
+// whose backward may come after another forward must be given inputs (x, topk_idx, topk_scores,
+// shared_scale) outside the layer's own buffers, unchanged until that backward (the zero-copy
+// inputs of buffers() are rewritten by the next forward: their replay is refused). The weights
+// passed to a forward must be unchanged until its backward has run. Copied inputs (x, topk_idx,
+// topk_scores, shared_scale, dy) may otherwise be overwritten by work enqueued on `stream` after
+// the call that read them.
 //
 // Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, which includes the
 // two roundings v1 adds over the plain math (~2^-9 relative each): dW_down is taken from bf16(g *
@@ -178,17 +188,19 @@ struct MoELayerMemory {
 
 class MoELayer;
 
-// What backward needs from its forward (the activations themselves stay in the layer).
+// What backward needs from its forward: which forward it was and its arguments (the activations
+// themselves stay in the layer; a forward whose activations were overwritten is replayed from its
+// arguments).
 class MoEContext {
  public:
   MoEContext() = default;  // empty: backward refuses it
+  uint64_t forward_id() const { return forward_id_; }  // 1, 2, ... per layer; 0: empty
 
  private:
   friend class MoELayer;
   const MoELayer* layer_ = nullptr;
   uint64_t forward_id_ = 0;
-  std::vector<MoEWeights> weights_;  // [local ranks]
-  std::vector<bool> shared_scaled_;  // [local ranks]: the forward had a shared_scale
+  std::vector<MoEForwardArgs> ranks_;  // the forward's arguments, [local ranks]
 };
 
 class MoELayer {
@@ -218,9 +230,16 @@ class MoELayer {
   MoEContext forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream);
   MoEContext forward(const MoEForwardArgs& rank, cudaStream_t stream);  // one local rank
 
-  // Gradients for every local rank; `context` must come from this layer's latest forward.
+  // Gradients for every local rank of the forward of `context` (any forward of this layer since its
+  // last reset(); an earlier one than the latest is replayed first, see "Saved context").
   void backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, cudaStream_t stream);
   void backward(const MoEBackwardArgs& rank, const MoEContext& context, cudaStream_t stream);
+
+  // The context forward `forward_id` returned, rebuilt from the same arguments (the weights may be
+  // other copies of the same values): for callers that keep a forward's arguments rather than its
+  // context object, as PyTorch's autograd does. Throws caracal::Error for an id this layer has not
+  // returned since its last reset(), or bad arguments (as forward).
+  MoEContext context(uint64_t forward_id, const std::vector<MoEForwardArgs>& ranks) const;
 
   // Throws caracal::Error for the first device failure since the last check: an expert id outside
   // [-1, E) in some rank's topk_idx (the layer treated it as an empty slot; raised once) or a
@@ -228,8 +247,8 @@ class MoELayer {
   void check();
 
   // Brings the layer's world back after a failed wait (collective: every rank calls it, on the
-  // stream of its passes; see World::reset). Contexts of earlier forwards are refused afterwards:
-  // their activations are incomplete. Stream-ordered, no host sync.
+  // stream of its passes; see World::reset). Contexts of earlier forwards are refused afterwards
+  // (their pass was cut short). Stream-ordered, no host sync.
   void reset(cudaStream_t stream);
 
  private:
@@ -238,7 +257,9 @@ class MoELayer {
   LayerConfig config_;
   comm::World& world_;
   std::unique_ptr<Impl> impl_;
-  uint64_t latest_forward_ = 0;
+  uint64_t latest_forward_ = 0;  // the id of the latest forward
+  uint64_t held_forward_ = 0;    // the forward whose activations the buffers hold (0: none)
+  uint64_t reset_floor_ = 0;     // forwards up to this one came before the latest reset()
 };
 
 }  // namespace caracal

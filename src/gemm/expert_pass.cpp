@@ -5,6 +5,11 @@
 namespace caracal::gemm {
 
 void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
+  expert_up_gate(pass, weights, stream);
+  expert_down(pass, weights, stream);
+}
+
+void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
   gemm::UpGateSwigluArgs up;
   up.rows = pass.rows;
   up.hidden = pass.hidden;
@@ -15,7 +20,9 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
   up.num_ctas = pass.num_ctas;
   gemm::grouped_up_gate_swiglu(up, stream);
+}
 
+void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
   gemm::DownProjArgs down;
   down.rows = pass.rows;
   down.hidden = pass.hidden;

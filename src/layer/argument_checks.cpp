@@ -57,7 +57,7 @@ void append(std::vector<PointerArg>& out, std::vector<PointerArg> args, bool pre
 
 }  // namespace
 
-std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const LayerSizes& s) {
+std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const LayerSizes& s, bool with_output) {
   const int T = s.tokens, k = s.top_k, D = s.hidden, I = s.intermediate, L = s.local_experts;
   const int Is = s.shared_intermediate;
   std::vector<PointerArg> out;
@@ -74,7 +74,7 @@ std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const Laye
       s.has_shared));
   out.push_back(shared_only(
       matrix(a.weights.shared_w_down, "weights.shared_w_down", dims({{"D", D}, {"Is", Is}}, "bf16")), s.has_shared));
-  out.push_back(matrix(a.y, "y", dims({{"T", T}, {"D", D}}, "bf16")));
+  if (with_output) out.push_back(matrix(a.y, "y", dims({{"T", T}, {"D", D}}, "bf16")));
   return out;
 }
 

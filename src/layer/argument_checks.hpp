@@ -22,7 +22,9 @@ struct PointerArg {
   std::string why;    // for kForbidden: why it must be null
 };
 
-std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& args, const LayerSizes& sizes);
+// `with_output`: y is checked too (not for MoELayer::context, which rebuilds a forward's inputs).
+std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& args, const LayerSizes& sizes,
+                                             bool with_output = true);
 // `shared_scaled`: the forward was given a shared_scale (then d_shared_scale is required).
 std::vector<PointerArg> backward_pointer_args(const MoEBackwardArgs& args, const LayerSizes& sizes,
                                               bool shared_scaled);

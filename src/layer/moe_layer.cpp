@@ -3,13 +3,16 @@
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
 //            dispatch | routed experts (per local rank) | combine | y out
 //            (fused: dispatch and the routed experts of every local rank in one launch)
-// backward:  stage dy | (fused forward: dispatch) | reverse_combine | routed experts' backward (per local rank) |
-//            shared expert's backward | reverse_dispatch | dx, d_topk_scores out
+// backward:  (replay, when a later forward overwrote this one's activations: stage inputs | shared
+//            expert's up/gate | build_schedule | compute_gates | dispatch | routed up/gate) |
+//            stage dy | (fused forward, no replay: dispatch) | reverse_combine | routed experts'
+//            backward (per local rank) | shared expert's backward | reverse_dispatch | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
 
 #include <cstring>
+#include <string>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
@@ -133,7 +136,46 @@ struct MoELayer::Impl {
   std::vector<RankState> ranks;
   bool fused_forward = false;
   int fused_comm_ctas = 0;
+
+  // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
+  // shared expert's scales into its rows.
+  void stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
+  // What backward reads of forward `args` (schedule, gates, dispatched rows, gate/up of the routed
+  // and shared experts), recomputed with the forward's own launches: bitwise the same.
+  void replay_forward(const std::vector<MoEForwardArgs>& args, const RouterNormalization& router, cudaStream_t stream);
 };
+
+void MoELayer::Impl::stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
+  const int64_t routes = static_cast<int64_t>(sizes.tokens) * sizes.top_k;
+  for (size_t l = 0; l < args.size(); ++l) {
+    const MoEForwardArgs& a = args[l];
+    RankState& rank = ranks[l];
+    copy_unless_same(rank.io.x, a.x, rows, stream, "MoELayer: cudaMemcpyAsync(x)");
+    copy_unless_same(rank.io.topk_idx, a.topk_idx, routes, stream, "MoELayer: cudaMemcpyAsync(topk_idx)");
+    copy_unless_same(rank.io.topk_scores, a.topk_scores, routes, stream, "MoELayer: cudaMemcpyAsync(topk_scores)");
+    if (!sizes.has_shared) continue;
+    // The shared expert's rows are padded to 128 with zeros: its own copy of x.
+    copy_unless_same(rank.local.buffers().shared_x, a.x, rows, stream, "MoELayer: cudaMemcpyAsync(shared x)");
+    layer::write_shared_gates(a.shared_scale, sizes.tokens, rank.local.buffers().shared_gates, stream);
+  }
+}
+
+void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, const RouterNormalization& router,
+                                    cudaStream_t stream) {
+  stage_inputs(args, stream);
+  if (sizes.has_shared) {
+    for (size_t l = 0; l < args.size(); ++l) {
+      gemm::expert_up_gate(ranks[l].shared, {args[l].weights.shared_w_gate_up, args[l].weights.shared_w_down}, stream);
+    }
+  }
+  exchange->build_schedule(stream);
+  exchange->compute_gates(router, stream);
+  exchange->dispatch(stream);
+  for (size_t l = 0; l < args.size(); ++l) {
+    gemm::expert_up_gate(ranks[l].routed, {args[l].weights.w_gate_up, args[l].weights.w_down}, stream);
+  }
+}
 
 MoELayerMemory MoELayer::memory(const LayerConfig& config) {
   const layer::LayerSizes sizes = layer::layer_sizes(config);
@@ -195,7 +237,27 @@ void MoELayer::check() { impl_->exchange->check(); }
 void MoELayer::reset(cudaStream_t stream) {
   layer::check_current_device(world_.device(), "MoELayer::reset");
   world_.reset(stream);
-  ++latest_forward_;  // the saved activations of earlier forwards are incomplete
+  reset_floor_ = latest_forward_;  // earlier forwards' passes were cut short: their contexts are refused
+  held_forward_ = 0;
+}
+
+MoEContext MoELayer::context(uint64_t forward_id, const std::vector<MoEForwardArgs>& ranks) const {
+  constexpr const char* kContext = "MoELayer::context";
+  CARACAL_CHECK(forward_id > reset_floor_ && forward_id <= latest_forward_, kContext,
+                ": forward_id must name a forward of this layer since its last reset(), in [", reset_floor_ + 1, ", ",
+                latest_forward_, "], got ", forward_id);
+  layer::check_rank_count(ranks.size(), world_.local_ranks(), kContext);
+  for (int l = 0; l < world_.local_ranks(); ++l) {
+    const auto i = static_cast<size_t>(l);
+    const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[i], impl_->sizes, false);
+    layer::check_pointer_args(args, kContext, l);
+    layer::check_pointer_devices(args, impl_->ranks[i].owned(), world_.device(), kContext, l);
+  }
+  MoEContext context;
+  context.layer_ = this;
+  context.forward_id_ = forward_id;
+  context.ranks_ = ranks;
+  return context;
 }
 
 MoEContext MoELayer::forward(const MoEForwardArgs& rank, cudaStream_t stream) {
@@ -220,29 +282,19 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   }
 
   const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
-  const int64_t routes = static_cast<int64_t>(sizes.tokens) * sizes.top_k;
-  MoEContext context;
+  state.stage_inputs(ranks, stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEForwardArgs& a = ranks[l];
     RankState& rank_state = state.ranks[l];
-    copy_unless_same(rank_state.io.x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(x)");
-    copy_unless_same(rank_state.io.topk_idx, a.topk_idx, routes, stream, "MoELayer::forward: cudaMemcpyAsync(topk_idx)");
-    copy_unless_same(rank_state.io.topk_scores, a.topk_scores, routes, stream,
-                     "MoELayer::forward: cudaMemcpyAsync(topk_scores)");
-    if (sizes.has_shared) {
-      // The shared expert's rows are padded to 128 with zeros: its own copy of x.
-      copy_unless_same(rank_state.local.buffers().shared_x, a.x, rows, stream, "MoELayer::forward: cudaMemcpyAsync(shared x)");
-      layer::write_shared_gates(a.shared_scale, sizes.tokens, rank_state.local.buffers().shared_gates, stream);
-      gemm::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
-      if (a.shared_scale != nullptr) {
-        layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden, rank_state.shared_out_slot, stream);
-      } else {
-        copy_unless_same(rank_state.shared_out_slot, rank_state.shared.out, rows, stream,
-                         "MoELayer::forward: cudaMemcpyAsync(shared out)");
-      }
+    if (!sizes.has_shared) continue;
+    gemm::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
+    if (a.shared_scale != nullptr) {
+      layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden,
+                        rank_state.shared_out_slot, stream);
+    } else {
+      copy_unless_same(rank_state.shared_out_slot, rank_state.shared.out, rows, stream,
+                       "MoELayer::forward: cudaMemcpyAsync(shared out)");
     }
-    context.weights_.push_back(a.weights);
-    context.shared_scaled_.push_back(a.shared_scale != nullptr);
   }
 
   state.exchange->build_schedule(stream);
@@ -270,8 +322,11 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   }
   layer::poison_if_aborted(outputs, stream);
 
+  MoEContext context;
   context.layer_ = this;
   context.forward_id_ = ++latest_forward_;
+  context.ranks_ = ranks;
+  held_forward_ = latest_forward_;
   return context;
 }
 
@@ -281,16 +336,32 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   const layer::RelaxedCaptureScope relaxed;
   layer::check_current_device(world_.device(), kBackward);
   world_.check();  // a faulted world refuses work until reset()
-  CARACAL_CHECK(context.layer_ == this && context.forward_id_ == latest_forward_, kBackward,
-                ": the context must come from this layer's latest forward (v1 keeps the activations of one forward: "
-                "call backward before the next forward)");
+  CARACAL_CHECK(context.layer_ == this && context.forward_id_ > reset_floor_ && context.forward_id_ <= latest_forward_,
+                kBackward, ": the context must come from a forward of this layer since its last reset() (forwards ",
+                reset_floor_ + 1, " to ", latest_forward_, "), got ",
+                context.layer_ == nullptr ? std::string("an empty context")
+                : context.layer_ != this  ? std::string("another layer's")
+                                          : "forward " + std::to_string(context.forward_id_));
   layer::check_rank_count(ranks.size(), world_.local_ranks(), kBackward);
+  const bool replay = context.forward_id_ != held_forward_;
   for (int l = 0; l < world_.local_ranks(); ++l) {
     const auto i = static_cast<size_t>(l);
+    const MoEForwardArgs& forward = context.ranks_[i];
     const std::vector<layer::PointerArg> args =
-        layer::backward_pointer_args(ranks[i], sizes, context.shared_scaled_[i]);
+        layer::backward_pointer_args(ranks[i], sizes, forward.shared_scale != nullptr);
     layer::check_pointer_args(args, kBackward, l);
     layer::check_pointer_devices(args, state.ranks[i].owned(), world_.device(), kBackward, l);
+    const MoELayerBuffers& own = state.ranks[i].io;
+    CARACAL_CHECK(!replay || (forward.x != own.x && forward.topk_idx != own.topk_idx &&
+                              forward.topk_scores != own.topk_scores),
+                  kBackward, ": forward ", context.forward_id_, " read ranks[", l,
+                  "]'s inputs from the layer's own buffers (MoELayer::buffers, zero-copy), which a later forward "
+                  "rewrote, so its activations cannot be replayed: give a forward whose backward comes after another "
+                  "forward x, topk_idx and topk_scores of your own");
+  }
+  if (replay) {
+    state.replay_forward(context.ranks_, config_.router, stream);
+    held_forward_ = context.forward_id_;
   }
 
   const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
@@ -305,12 +376,12 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   }
 
   // The fused forward read the x rows of tokens on this GPU in place; the weight gradients read
-  // them from expert_x.
-  if (state.fused_forward) state.exchange->dispatch(stream);
+  // them from expert_x (a replay has dispatched them already).
+  if (state.fused_forward && !replay) state.exchange->dispatch(stream);
   state.exchange->reverse_combine(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];
-    const MoEWeights& w = context.weights_[l];
+    const MoEWeights& w = context.ranks_[l].weights;
     RankState& rank_state = state.ranks[l];
     gemm::expert_backward(rank_state.routed, {w.w_gate_up, w.w_down},
                            {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);

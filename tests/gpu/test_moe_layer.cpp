@@ -389,7 +389,8 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   backward[0].d_w_gate_up = nullptr;
   expect_error([&] { layer.backward(backward, context, s); },
                {"ranks[0].d_w_gate_up", "fp32 (or d_w_gate_up_bf16: bf16)", "got null"});
-  expect_error([&] { layer.backward(buffers.backward_args(), MoEContext{}, s); }, {"latest forward"});
+  expect_error([&] { layer.backward(buffers.backward_args(), MoEContext{}, s); },
+               {"since its last reset()", "got an empty context"});
 
   // Nothing was enqueued by the refused calls: the layer still runs a step.
   EXPECT_NO_THROW(layer.backward(buffers.backward_args(), context, s));
@@ -397,15 +398,97 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   EXPECT_NO_THROW(layer.check());
 }
 
-TEST(GpuMoELayerApi, BackwardNeedsTheLatestForwardsContext) {
+TEST(GpuMoELayerApi, ContextsOfThisLayerSinceItsLastResetOnly) {
   CARACAL_REQUIRE_GPU();
   const auto l = prepared_layer(kApiCase, 2);
   auto& [world, layer, buffers] = *l;
   Stream stream;
-  const MoEContext stale = layer.forward(buffers.forward_args(), stream.get());
-  const MoEContext latest = layer.forward(buffers.forward_args(), stream.get());
-  expect_error([&] { layer.backward(buffers.backward_args(), stale, stream.get()); }, {"latest forward"});
-  EXPECT_NO_THROW(layer.backward(buffers.backward_args(), latest, stream.get()));
+  const MoEContext first = layer.forward(buffers.forward_args(), stream.get());
+  EXPECT_EQ(first.forward_id(), 1u);
+  expect_error([&] { (void)layer.context(0, buffers.forward_args()); }, {"MoELayer::context: forward_id", "in [1, 1]", "got 0"});
+  expect_error([&] { (void)layer.context(2, buffers.forward_args()); }, {"got 2"});
+  std::vector<MoEForwardArgs> forward = buffers.forward_args();
+  forward[1].topk_scores = nullptr;
+  expect_error([&] { (void)layer.context(1, forward); }, {"MoELayer::context: ranks[1].topk_scores", "got null"});
+  forward = buffers.forward_args();
+  forward[0].y = nullptr;  // a rebuilt context needs the inputs and weights only
+  EXPECT_EQ(layer.context(1, forward).forward_id(), 1u);
+  layer.reset(stream.get());
+  expect_error([&] { layer.backward(buffers.backward_args(), first, stream.get()); },
+               {"since its last reset()", "got forward 1"});
+  expect_error([&] { (void)layer.context(1, buffers.forward_args()); }, {"forward_id"});
+  EXPECT_NO_THROW(layer.backward(buffers.backward_args(), layer.forward(buffers.forward_args(), stream.get()), stream.get()));
+  stream.sync();
+}
+
+// ---- Several pending forwards ------------------------------------------------------------------------
+
+// Two forwards of different routings, then their backwards (each replaying its forward, since the
+// other one ran last), then the first backward once more from a rebuilt context: every output
+// bitwise as when each step runs alone.
+TEST(GpuMoELayerPending, BackwardOfAnEarlierForwardReplaysItBitwise) {
+  CARACAL_REQUIRE_GPU();
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused forward" : "v1 forward");
+    const LayerCase c{"pending_W2", 2, 77, 8, 3, true, true, kNormalizedScaled, RoutingCase::kZipf};
+    const SeededStep s(c, RoutingCase::kZipf);
+    const HostStep other = random_step(c, RoutingCase::kAllToOne, s.seed.value() + 1);
+    MoELayerOptions options;
+    options.fused_forward = fused;
+    const auto alone = [&](const HostStep& step) {
+      LoopbackLayer single(c, s.weights, options);
+      single.buffers.prepare(step, single.world);
+      run_step(single.layer, single.buffers, Stream());
+      return single.buffers.download();
+    };
+    const std::vector<RankOutputs> first_alone = alone(s.step), other_alone = alone(other);
+
+    LoopbackLayer l(c, s.weights, options);
+    const WorldBuffers other_buffers(c, s.weights, l.world);
+    l.buffers.prepare(s.step, l.world);
+    other_buffers.prepare(other, l.world);
+    Stream stream;
+    const MoEContext first = l.layer.forward(l.buffers.forward_args(), stream.get());
+    const MoEContext second = l.layer.forward(other_buffers.forward_args(), stream.get());
+    l.layer.backward(l.buffers.backward_args(), first, stream.get());
+    l.layer.backward(other_buffers.backward_args(), second, stream.get());
+    stream.sync();
+    ASSERT_NO_THROW(l.layer.check());
+    expect_same_bits(first_alone, l.buffers.download(), "first step, replayed");
+    expect_same_bits(other_alone, other_buffers.download(), "second step, replayed");
+
+    for (const RankBuffers& r : l.buffers.ranks) r.poison_outputs();
+    exchange_test::settle();
+    std::vector<MoEForwardArgs> rebuilt = l.buffers.forward_args();
+    for (MoEForwardArgs& a : rebuilt) a.y = nullptr;
+    l.layer.backward(l.buffers.backward_args(), l.layer.context(first.forward_id(), rebuilt), stream.get());
+    stream.sync();
+    ASSERT_NO_THROW(l.layer.check());
+    std::vector<RankOutputs> again = l.buffers.download();
+    for (size_t r = 0; r < again.size(); ++r) again[r].y = first_alone[r].y;  // y is not written by backward
+    expect_same_bits(first_alone, again, "first step's backward again, from a rebuilt context");
+  }
+}
+
+// A forward that read its inputs from the layer's own buffers cannot be replayed once a later
+// forward rewrote them.
+TEST(GpuMoELayerPending, ZeroCopyInputsAreNotReplayed) {
+  CARACAL_REQUIRE_GPU();
+  const auto l = prepared_layer(kApiCase, 2);
+  auto& [world, layer, buffers] = *l;
+  Stream stream;
+  std::vector<MoEForwardArgs> zero_copy = buffers.forward_args();
+  for (size_t r = 0; r < zero_copy.size(); ++r) {
+    const MoELayerBuffers own = layer.buffers(static_cast<int>(r));
+    zero_copy[r].x = own.x;
+    zero_copy[r].topk_idx = own.topk_idx;
+    zero_copy[r].topk_scores = own.topk_scores;
+  }
+  const MoEContext first = layer.forward(zero_copy, stream.get());
+  const MoEContext second = layer.forward(buffers.forward_args(), stream.get());
+  expect_error([&] { layer.backward(buffers.backward_args(), first, stream.get()); },
+               {"forward 1 read ranks[0]'s inputs from the layer's own buffers", "cannot be replayed"});
+  EXPECT_NO_THROW(layer.backward(buffers.backward_args(), second, stream.get()));
   stream.sync();
 }
 

@@ -134,7 +134,7 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
     layer.backward(buffers.backward_args(), context, stream.get());
     ADD_FAILURE() << "backward accepted a context from before reset()";
   } catch (const Error& e) {
-    EXPECT_TRUE(contains(e.what(), "latest forward")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "since its last reset()")) << e.what();
   }
   const HostStep next = random_step(c, RoutingCase::kZipf, s.seed.value() + 1);
   buffers.prepare(next, world);

@@ -42,6 +42,9 @@ struct ExpertPassGradients {
 
 // gate_up and the activation (F1, F2), then out = activation · W_down^T (F3).
 void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
+// Its two halves: gate_up and the activation (what backward reads: MoELayer replays this), and out.
+void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
+void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
 
 // dg, d_gate_up and g·activation (B1, B2), dx (B3), then the weight gradients (B5), written.
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
