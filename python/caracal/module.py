@@ -1,6 +1,6 @@
 """caracal.MoE: the expert-parallel MoE layer as an nn.Module."""
+import copy
 import math
-import weakref
 
 import torch
 from torch import nn
@@ -34,17 +34,25 @@ class MoE(nn.Module):
     tokens, stored in the parameters' dtype (for bf16: rounded once, by the kernels).
     Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear.
 
+    Layers share their buffers: every caracal.MoE of one configuration (the arguments above but
+    the weights' dtype) on one World runs on one engine (a C++ MoELayer: the token exchange's
+    symmetric heap and the experts' activations), which keeps the activations of the latest forward
+    it ran. The backward of an earlier forward first replays what it needs of that forward (the
+    routing, the dispatched rows, the up/gate GEMMs) from the inputs autograd saved for it, bitwise
+    as the first time. So a model's MoE layers take one layer's buffers, any number of forwards of
+    a layer may be pending (gradient accumulation, pipeline schedules, an eval forward in between,
+    activation checkpointing), and the price is the replay: the up/gate GEMM and the dispatch again
+    for every layer but the last one before its backward.
+
     The state dict holds the four weights only (w_gate_up, w_down, and shared_w_gate_up,
     shared_w_down with a shared expert): load it into a caracal.MoE built with the same arguments.
-    The module cannot be deep-copied or pickled (it owns device buffers and a place in its world's
-    communicator): build another one and load the state dict.
-
-    A layer keeps the activations of its latest forward only: run backward before the layer's
-    next forward (activation checkpointing, which recomputes just before backward, is fine).
+    copy.deepcopy gives a layer with copies of the weights on the same engine; pickling is refused
+    (save the state dict).
 
     `exchange_sms` caps the SMs the token exchange occupies while it waits on other ranks (0: all
     but 16), so that other GPU work, an NCCL all-reduce of DDP/FSDP on another stream among it,
-    always progresses. Cross-rank waits are bounded by `world.timeout`; see `check` and `reset`.
+    always progresses. Cross-rank waits are bounded by `world.timeout`; see `check` and `reset`
+    (which act on the engine: on every layer that shares it).
     `fused_forward` runs the forward's dispatch and expert GEMMs as one persistent kernel (the
     default; the same results bit for bit); False selects the separate launches of Caracal v1.
     """
@@ -54,7 +62,7 @@ class MoE(nn.Module):
                  exchange_sms=0, fused_forward=True):
         super().__init__()
         load()
-        world = world or World.loopback(1)
+        world = world or World.default()
         if not isinstance(world, World):
             raise TypeError(f"caracal.MoE: world must be a caracal.World, got {type(world).__name__}")
         if num_experts % world.size:
@@ -64,18 +72,12 @@ class MoE(nn.Module):
         self.hidden, self.intermediate, self.top_k = hidden, intermediate, top_k
         self.num_experts, self.shared_intermediate = num_experts, shared_intermediate
         self.tokens_per_rank, self.normalize, self.router_scale = tokens_per_rank, normalize, float(router_scale)
-        unique_id = world._next_unique_id() if world.backend == "nccl" else None
-        self._handle = torch.ops.caracal.create_layer(
-            hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
-            float(router_scale), world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
-            bool(fused_forward), world.timeout)
-        # The traced ops take the handle as a CPU tensor: torch.compile specializes on int attributes,
-        # so with the int every layer of a model would compile its own graph.
-        self._layer = torch.tensor(self._handle, dtype=torch.int64)
-        # Freed with the module; layers alive at interpreter exit are left to the OS (destroying an
-        # NCCL world is collective and the other ranks may be gone by then).
-        self._finalizer = weakref.finalize(self, _destroy_layer, self._handle)
-        self._finalizer.atexit = False
+        key = (hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
+               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward))
+        self._engine = world._engine(key)
+        # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
+        # attributes, so with an int every engine would compile its own graph.
+        self._layer = self._engine.layer
 
         experts = world.local_ranks * num_experts // world.size
         if dtype not in (torch.bfloat16, torch.float32):
@@ -99,19 +101,25 @@ class MoE(nn.Module):
                 w.uniform_(-bound, bound)
 
     def __deepcopy__(self, memo):
-        raise TypeError("caracal.MoE cannot be deep-copied: it owns device buffers and a place in its world's "
-                        "communicator. Build another caracal.MoE with the same arguments and load its "
-                        "state_dict() (the state dict holds the weights only)")
+        """A layer with copies of the weights, on the same world and engine."""
+        for shared in (self.world, self._engine, self._layer):
+            memo[id(shared)] = shared
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():
+            clone.__dict__[name] = copy.deepcopy(value, memo)
+        return clone
 
     def __reduce_ex__(self, protocol):
         raise TypeError("caracal.MoE cannot be pickled: save its state_dict() (the weights) instead")
 
     def memory(self):
-        """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}.
+        """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}
+        of the layer's engine, which every caracal.MoE of this configuration on this World shares.
         The local blocks (the experts' activations) come from PyTorch's caching allocator, so
         torch.cuda.memory_allocated() counts them; the symmetric heap (the token exchange's
         buffers: NCCL's window or the loopback world's block) is outside it."""
-        heap, local = torch.ops.caracal.layer_memory(self._handle)
+        heap, local = torch.ops.caracal.layer_memory(self._engine.handle)
         return {"heap": heap, "local": local}
 
     def check(self):
@@ -119,21 +127,23 @@ class MoE(nn.Module):
         outside [-1, E) (raised once), or a cross-rank wait that timed out (raised at every call,
         and by forward and backward, until `reset`). Reads pinned memory only: no synchronization.
         forward and backward check too, before enqueuing work."""
-        torch.ops.caracal.check(self._handle)
+        torch.ops.caracal.check(self._engine.handle)
 
     def reset(self):
-        """Brings the layer back after a timed-out cross-rank wait: collective, every rank calls it
-        (on the current stream), then the next step is exact. A forward made before it cannot be
-        differentiated any more. Harmless when nothing failed."""
-        torch.ops.caracal.reset(self._handle)
+        """Brings the layer's engine back after a timed-out cross-rank wait: collective, every rank
+        calls it (on the current stream), then the next step is exact. Forwards made before it (of
+        any layer on the engine) cannot be differentiated any more. Harmless when nothing failed."""
+        torch.ops.caracal.reset(self._engine.handle)
 
     def set_timeout(self, seconds):
-        """Changes how long a cross-rank wait of this layer may take (see caracal.World)."""
-        torch.ops.caracal.set_timeout(self._handle, float(seconds))
+        """Changes how long a cross-rank wait may take, for every layer on this layer's engine."""
+        torch.ops.caracal.set_timeout(self._engine.handle, float(seconds))
 
     def close(self):
-        """Frees the layer's buffers and world now (collective for NCCL worlds)."""
-        self._finalizer()
+        """Lets go of the engine now: its buffers and world are freed (collectively, for NCCL)
+        once no layer uses them. The layer cannot run afterwards."""
+        self._engine = _CLOSED
+        self._layer = _CLOSED.layer
 
     def forward(self, x, topk_idx, topk_scores, shared_scale=None):
         x = _autocast_input(x)
@@ -193,8 +203,13 @@ class MoE(nn.Module):
                 f"tokens_per_rank={self.tokens_per_rank}, world={self.world}")
 
 
-def _destroy_layer(handle):
-    torch.ops.caracal.destroy_layer(handle)
+class _ClosedEngine:
+    """What a closed layer runs on: handle 0 names no layer, and the ops say so."""
+    handle = 0
+    layer = torch.tensor(0, dtype=torch.int64)
+
+
+_CLOSED = _ClosedEngine()
 
 
 def _autocast_input(x):

@@ -2,12 +2,16 @@
 process of a torch.distributed process group over NCCL symmetric memory."""
 import collections
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
 
 # Unique ids shared so far per process group (keys of the store must not repeat).
 _ids_shared = collections.Counter()
+
+# World.default()'s worlds, per device.
+_default_worlds = {}
 
 
 # How long a cross-rank wait may take before the world is aborted (NCCL's watchdog waits 10 minutes).
@@ -16,7 +20,9 @@ DEFAULT_TIMEOUT = 600.0
 
 class World:
     """The expert-parallel world a `caracal.MoE` runs in. Make one with `World.loopback` or
-    `World.from_process_group`; every layer built on it gets its own communicator and heap.
+    `World.from_process_group`. The layers built on it share an engine per configuration (one
+    communicator, symmetric heap and set of activation buffers: see caracal.MoE), made when the
+    first layer of that configuration is built and freed with the last one.
 
     `timeout` (seconds, default 600) bounds every cross-rank wait of the layers built on it. When a
     wait expires (a rank stalled on the host longer than that, or gone), the world is aborted: the
@@ -30,6 +36,7 @@ class World:
         self.device = torch.device("cuda", device)
         self.group = group
         self.timeout = _check_timeout(timeout)
+        self._engines = weakref.WeakValueDictionary()  # configuration -> _Engine
 
     @property
     def local_ranks(self):
@@ -42,6 +49,15 @@ class World:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"caracal.World.loopback: size must be an int >= 1, got {size!r}")
         return cls("loopback", size, 0, _device_index(device), timeout=timeout)
+
+    @classmethod
+    def default(cls, device=None):
+        """The loopback world of one rank on `device` (default: the current one) that caracal.MoE
+        layers built without a world share: the same object at every call."""
+        index = _device_index(device)
+        if index not in _default_worlds:
+            _default_worlds[index] = cls.loopback(1, index)
+        return _default_worlds[index]
 
     @classmethod
     def from_process_group(cls, group=None, device=None, timeout=DEFAULT_TIMEOUT):
@@ -63,6 +79,15 @@ class World:
         os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")
         return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group, timeout)
 
+    def _engine(self, key):
+        """The engine of the layers of configuration `key` (caracal.MoE's arguments), made on first
+        use (collective for NCCL: every rank builds its layers in the same order)."""
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = _Engine(self, *key)
+            self._engines[key] = engine
+        return engine
+
     def _next_unique_id(self):
         """A fresh NCCL unique id for the next layer, made on the group's rank 0 and shared
         through the store (collective: every rank makes its layers in the same order)."""
@@ -79,6 +104,24 @@ class World:
     def __repr__(self):
         return (f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device}, "
                 f"timeout={self.timeout})")
+
+
+class _Engine:
+    """One C++ MoELayer (src/torch_ext/torch_layer.hpp) with its world: the buffers of every
+    caracal.MoE of one configuration on one World. Freed when the last layer using it goes (layers
+    alive at interpreter exit are left to the OS: destroying an NCCL world is collective and the
+    other ranks may be gone by then)."""
+
+    def __init__(self, world, hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank,
+                 normalize, router_scale, gemm_ctas, exchange_sms, fused_forward):
+        unique_id = world._next_unique_id() if world.backend == "nccl" else None
+        self.handle = torch.ops.caracal.create_layer(
+            hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
+            router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
+            fused_forward, world.timeout)
+        self.layer = torch.tensor(self.handle, dtype=torch.int64)  # what the traced ops take
+        self._finalizer = weakref.finalize(self, torch.ops.caracal.destroy_layer, self.handle)
+        self._finalizer.atexit = False
 
 
 def _check_timeout(timeout):

@@ -1,18 +1,17 @@
 #pragma once
-// One MoELayer as PyTorch sees it (python/caracal): the layer, the world it owns, and the latest
-// forward's context. Layers live in a registry under integer handles, which the traced ops take
-// (an int is a constant to torch.compile; an object would need a fake class).
+// One MoELayer as PyTorch sees it (python/caracal): the layer and the world it owns. Every
+// caracal.MoE of one configuration on one caracal.World runs on the same TorchLayer, each with its
+// own weights (MoELayer takes them per call and replays an overwritten forward in backward), so a
+// model's memory for its MoE layers is one layer's. Nothing per forward is kept here: autograd
+// saves the forward's inputs and passes them to backward. Layers live in a registry under integer
+// handles, which the traced ops take (as a CPU tensor: torch.compile does not specialize on it).
 //
 // Each layer owns its world: a LoopbackWorld of ep_size virtual ranks, or one rank of an
 // NcclWorld whose communicator is made from a unique id the Python side shares through the
 // process group's store. The world's heap is sized for this one layer (MoELayer::heap_bytes).
-#include <ATen/Tensor.h>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
-#include <vector>
 
 #include "caracal/comm/nccl_bootstrap.hpp"
 #include "caracal/comm/world.hpp"
@@ -44,14 +43,6 @@ struct TorchLayer {
   comm::NcclComm comm;  // NCCL backend only; declared before the world that uses it
   std::unique_ptr<comm::World> world;
   std::unique_ptr<MoELayer> layer;
-
-  // The latest forward: backward must name it by its id (activations are kept for one forward).
-  MoEContext context;
-  int64_t forward_id = 0;
-  bool shared_scaled = false;
-  std::vector<const void*> forward_weights;  // the weight tensors forward was given, by address
-  // The bf16 weights the kernels read (fp32 parameters cast by forward), alive until backward.
-  std::vector<at::Tensor> kernel_weights;
 };
 
 // Registry of live layers. Thread-safe; handles are never reused within a process.

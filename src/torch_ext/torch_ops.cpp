@@ -111,13 +111,6 @@ MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& ker
   return w;
 }
 
-std::vector<const void*> weight_pointers(const Tensor& w_gate_up, const Tensor& w_down,
-                                         const std::optional<Tensor>& shared_w_gate_up,
-                                         const std::optional<Tensor>& shared_w_down) {
-  return {w_gate_up.data_ptr(), w_down.data_ptr(), shared_w_gate_up ? shared_w_gate_up->data_ptr() : nullptr,
-          shared_w_down ? shared_w_down->data_ptr() : nullptr};
-}
-
 // ---- Setup ops ----------------------------------------------------------------------------------
 
 Tensor nccl_unique_id() {
@@ -195,7 +188,6 @@ void reset_layer(int64_t handle) {
   const auto l = find_layer(handle);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   translate_errors("reset", [&] { l->layer->reset(at::cuda::getCurrentCUDAStream().stream()); });
-  l->forward_id += 1;  // a forward before the reset cannot be differentiated
 }
 
 void set_timeout(int64_t handle, double seconds) {
@@ -227,26 +219,10 @@ int64_t handle_of(const char* op, const Tensor& layer) {
   return layer.item<int64_t>();
 }
 
-std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, const Tensor& topk_idx,
-                                       const Tensor& topk_scores, const Tensor& w_gate_up, const Tensor& w_down,
-                                       const std::optional<Tensor>& shared_w_gate_up,
-                                       const std::optional<Tensor>& shared_w_down,
-                                       const std::optional<Tensor>& shared_scale) {
-  const char* op = "moe_forward";
-  const auto l = find_layer(handle_of(op, layer));
-  const Dims d = dims_of(*l);
-  const int64_t rows = d.ranks * d.tokens;
-  check_tensor(op, "x", x, l->device, at::kBFloat16, {rows, d.hidden});
-  check_tensor(op, "topk_idx", topk_idx, l->device, at::kInt, {rows, d.top_k});
-  check_tensor(op, "topk_scores", topk_scores, l->device, at::kFloat, {rows, d.top_k});
-  check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
-  if (shared_scale) {
-    TORCH_CHECK_VALUE(d.has_shared, "caracal.moe_forward: shared_scale needs a layer with a shared expert");
-    check_tensor(op, "shared_scale", *shared_scale, l->device, at::kFloat, {rows});
-  }
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
-  Tensor y = at::empty({rows, d.hidden}, x.options());
-  std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+// Every local rank's forward arguments over the stacked tensors (y: null when not given).
+std::vector<MoEForwardArgs> forward_args(const Dims& d, const Tensor& x, const Tensor& topk_idx,
+                                         const Tensor& topk_scores, const std::optional<Tensor>& shared_scale,
+                                         const std::vector<Tensor>& kernel, const Tensor* y) {
   std::vector<MoEForwardArgs> args(static_cast<size_t>(d.ranks));
   for (int64_t r = 0; r < d.ranks; ++r) {
     MoEForwardArgs& a = args[static_cast<size_t>(r)];
@@ -255,42 +231,65 @@ std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, con
     a.topk_scores = ptr<const float>(topk_scores, r * d.tokens * d.top_k);
     a.shared_scale = shared_scale ? ptr<const float>(*shared_scale, r * d.tokens) : nullptr;
     a.weights = rank_weights(d, r, kernel);
-    a.y = ptr<bf16>(y, r * d.tokens * d.hidden);
+    a.y = y != nullptr ? ptr<bf16>(*y, r * d.tokens * d.hidden) : nullptr;
   }
-  translate_errors(op, [&] {
-    l->layer->check();  // a failure of earlier work surfaces here, before new work is enqueued
-    l->context = l->layer->forward(args, at::cuda::getCurrentCUDAStream().stream());
-  });
-  l->forward_id += 1;
-  l->shared_scaled = shared_scale.has_value();
-  l->forward_weights = weight_pointers(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
-  l->kernel_weights = std::move(kernel);
-  return {y, at::scalar_tensor(l->forward_id, at::kLong)};
+  return args;
 }
 
+// The forward's inputs, checked as moe_forward and moe_backward take them.
+void check_inputs(const char* op, const TorchLayer& l, const Dims& d, const Tensor& x, const Tensor& topk_idx,
+                  const Tensor& topk_scores, const std::optional<Tensor>& shared_scale) {
+  const int64_t rows = d.ranks * d.tokens;
+  check_tensor(op, "x", x, l.device, at::kBFloat16, {rows, d.hidden});
+  check_tensor(op, "topk_idx", topk_idx, l.device, at::kInt, {rows, d.top_k});
+  check_tensor(op, "topk_scores", topk_scores, l.device, at::kFloat, {rows, d.top_k});
+  if (shared_scale) {
+    TORCH_CHECK_VALUE(d.has_shared, "caracal.", op, ": shared_scale needs a layer with a shared expert");
+    check_tensor(op, "shared_scale", *shared_scale, l.device, at::kFloat, {rows});
+  }
+}
+
+std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, const Tensor& topk_idx,
+                                       const Tensor& topk_scores, const Tensor& w_gate_up, const Tensor& w_down,
+                                       const std::optional<Tensor>& shared_w_gate_up,
+                                       const std::optional<Tensor>& shared_w_down,
+                                       const std::optional<Tensor>& shared_scale) {
+  const char* op = "moe_forward";
+  const auto l = find_layer(handle_of(op, layer));
+  const Dims d = dims_of(*l);
+  check_inputs(op, *l, d, x, topk_idx, topk_scores, shared_scale);
+  check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  Tensor y = at::empty({d.ranks * d.tokens, d.hidden}, x.options());
+  // The bf16 weights live until the kernels that read them have run (the caching allocator
+  // orders their reuse after the stream's work).
+  const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  const std::vector<MoEForwardArgs> args = forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, &y);
+  const uint64_t forward_id = translate_errors(op, [&] {
+    l->layer->check();  // a failure of earlier work surfaces here, before new work is enqueued
+    return l->layer->forward(args, at::cuda::getCurrentCUDAStream().stream()).forward_id();
+  });
+  return {y, at::scalar_tensor(static_cast<int64_t>(forward_id), at::kLong)};
+}
+
+// The gradients of forward `forward_id`, given that forward's inputs and weights (autograd saves
+// them): MoELayer replays the forward first if the layer ran another one since.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
-    const Tensor& layer, const Tensor& forward_id, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
-    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down, bool shared_scaled,
-    int64_t top_k) {
+    const Tensor& layer, const Tensor& forward_id, const Tensor& x, const Tensor& topk_idx, const Tensor& topk_scores,
+    const std::optional<Tensor>& shared_scale, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
+    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
   const char* op = "moe_backward";
   const auto l = find_layer(handle_of(op, layer));
   const Dims d = dims_of(*l);
-  TORCH_CHECK_VALUE(top_k == d.top_k, "caracal.moe_backward: top_k must be the layer's, ", d.top_k, ", got ", top_k);
   const int64_t rows = d.ranks * d.tokens;
   TORCH_CHECK_VALUE(forward_id.device().is_cpu() && forward_id.numel() == 1 && forward_id.scalar_type() == at::kLong,
                     "caracal.moe_backward: forward_id must be the CPU int64 scalar that moe_forward returned");
-  TORCH_CHECK(forward_id.item<int64_t>() == l->forward_id,
-              "caracal.moe_backward: this layer ran another forward since the one being differentiated; a "
-              "layer keeps the activations of its latest forward only (run backward before the next forward "
-              "of the same layer, or use one layer per forward in flight)");
-  TORCH_CHECK_VALUE(shared_scaled == l->shared_scaled, "caracal.moe_backward: shared_scaled must be ",
-                    l->shared_scaled ? "true" : "false", ": the forward was given ",
-                    l->shared_scaled ? "a" : "no", " shared_scale");
+  check_inputs(op, *l, d, x, topk_idx, topk_scores, shared_scale);
   check_tensor(op, "dy", dy, l->device, at::kBFloat16, {rows, d.hidden});
   check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
-  TORCH_CHECK_VALUE(weight_pointers(w_gate_up, w_down, shared_w_gate_up, shared_w_down) == l->forward_weights,
-                    "caracal.moe_backward: the weights must be the tensors the forward read");
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  // fp32 weights are cast again: the same bf16 values the forward read.
+  const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
   const auto f32 = dy.options().dtype(at::kFloat);
   // Weight gradients in the weights' dtype, written so by the kernels (bf16: one rounding of the
   // fp32 sums). The shared expert's gradient comes per local rank and is summed below: in fp32
@@ -299,13 +298,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
   const bool bf16_grads = w_gate_up.scalar_type() == at::kBFloat16;
   const auto shared_options = d.ranks == 1 ? grad_options : f32;
   const bool bf16_shared_grads = bf16_grads && d.ranks == 1;
+  const bool shared_scaled = shared_scale.has_value();
   Tensor dx = at::empty({rows, d.hidden}, dy.options());
   Tensor d_scores = at::empty({rows, d.top_k}, f32);
   Tensor d_w_gate_up = at::empty(w_gate_up.sizes(), grad_options);
   Tensor d_w_down = at::empty(w_down.sizes(), grad_options);
   Tensor d_shared_gate_up = at::empty({d.has_shared ? d.ranks : 0, 2 * d.shared_inter, d.hidden}, shared_options);
   Tensor d_shared_down = at::empty({d.has_shared ? d.ranks : 0, d.hidden, d.shared_inter}, shared_options);
-  Tensor d_shared_scale = at::empty({l->shared_scaled ? rows : 0}, f32);
+  Tensor d_shared_scale = at::empty({shared_scaled ? rows : 0}, f32);
   std::vector<MoEBackwardArgs> args(static_cast<size_t>(d.ranks));
   for (int64_t r = 0; r < d.ranks; ++r) {
     MoEBackwardArgs& a = args[static_cast<size_t>(r)];
@@ -327,11 +327,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
       a.d_shared_w_gate_up = ptr<float>(d_shared_gate_up, r * 2 * d.shared_inter * d.hidden);
       a.d_shared_w_down = ptr<float>(d_shared_down, r * d.hidden * d.shared_inter);
     }
-    a.d_shared_scale = l->shared_scaled ? ptr<float>(d_shared_scale, r * d.tokens) : nullptr;
+    a.d_shared_scale = shared_scaled ? ptr<float>(d_shared_scale, r * d.tokens) : nullptr;
   }
   translate_errors(op, [&] {
     l->layer->check();
-    l->layer->backward(args, l->context, at::cuda::getCurrentCUDAStream().stream());
+    const MoEContext context = l->layer->context(
+        static_cast<uint64_t>(forward_id.item<int64_t>()),
+        forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, nullptr));
+    l->layer->backward(args, context, at::cuda::getCurrentCUDAStream().stream());
   });
   // Summed in a fixed order (rank 0, 1, ...): deterministic.
   const auto sum_ranks = [&](const Tensor& t) { return t.size(0) == 1 ? t[0] : t.sum(0).to(grad_options); };
@@ -362,9 +365,10 @@ TORCH_LIBRARY(caracal, m) {
       "moe_forward(Tensor layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
       "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
   m.def(
-      "moe_backward(Tensor layer, Tensor forward_id, Tensor dy, Tensor w_gate_up, Tensor w_down, "
-      "Tensor? shared_w_gate_up, Tensor? shared_w_down, bool shared_scaled, int top_k) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, "
-      "Tensor d_w_down, Tensor d_shared_w_gate_up, Tensor d_shared_w_down, Tensor d_shared_scale)");
+      "moe_backward(Tensor layer, Tensor forward_id, Tensor x, Tensor topk_idx, Tensor topk_scores, "
+      "Tensor? shared_scale, Tensor dy, Tensor w_gate_up, Tensor w_down, Tensor? shared_w_gate_up, "
+      "Tensor? shared_w_down) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, Tensor d_w_down, "
+      "Tensor d_shared_w_gate_up, Tensor d_shared_w_down, Tensor d_shared_scale)");
   m.impl("nccl_unique_id", &nccl_unique_id);
   m.impl("create_layer", &create_layer);
   m.impl("destroy_layer", &destroy_layer);

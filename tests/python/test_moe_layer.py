@@ -265,7 +265,7 @@ def test_stalled_rank_poisons_the_step_until_reset(seed):
     are NaN, check() and forward raise until reset(), and the step after reset() is exact."""
     moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2, timeout=0.2), **SMALL)
     x, idx, scores, dy, _ = random_inputs(moe, "uniform")
-    torch.ops.caracal.stall_next_launch(moe._handle, 1, 30.0)
+    torch.ops.caracal.stall_next_launch(moe._engine.handle, 1, 30.0)
     y = moe(x, idx, scores)
     torch.cuda.synchronize()
     assert torch.isnan(y.float()).all()
