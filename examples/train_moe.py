@@ -1,84 +1,236 @@
 #!/usr/bin/env python3
-"""Trains a small MoE language model on synthetic data on one GPU with caracal.MoE, twice, and
-checks that the two loss curves are bitwise identical; writes a PNG of the loss.
+"""Trains a small DeepSeek-V3-style MoE transformer on synthetic data with caracal.MoE, twice, and
+checks that the two loss curves are bitwise identical; reports tokens/s, memory against the
+planner's prediction and (optionally) the same model with the NCCL + PyTorch expert layer of
+bench/torch_ep_bench.py; writes a PNG of the losses.
 
-The model: a frozen random token embedding, `--blocks` residual blocks of RMSNorm -> router
-(softmax, top-k) -> caracal.MoE (routed experts + one shared expert), a final RMSNorm and a
-linear head predicting the next token. The data: sequences of a fixed random "grammar" (each
-token's successor is drawn from 4 tokens that depend on it), so the loss can fall from ln(vocab)
-towards ln(4). Expert weights are fp32 masters (caracal.MoE casts them to bf16 for the kernels).
+The model: a frozen random token embedding, `--blocks` residual blocks of RMSNorm -> causal
+self-attention -> RMSNorm -> router -> caracal.MoE (routed experts + one shared expert), a final
+RMSNorm and a linear head predicting the next token. The router is DeepSeek-V3's: sigmoid scores,
+the top k of score + balancing bias, gates = the chosen scores normalized (caracal.MoE's
+normalize=True) times router_scale, and the bias nudged after every optimizer step towards even
+expert loads (auxiliary-loss-free balancing). The data: sequences of a fixed random Markov
+"grammar" (each token's successor is one of 4 tokens that depend on it; every micro-batch fresh), so
+the loss can fall from ln(vocab) towards ln(4) (or a little below, where a token's 4 successors
+repeat one). Expert weights are fp32 masters (cast to bf16 for the kernels); every
+optimizer step accumulates `--accum` micro-batches; `--compile` compiles each block on its own.
 
-Usage: python3 examples/train_moe.py [--steps 300] [--plot loss.png] [--json loss.json]
+One process (a loopback world of `--ep` virtual ranks on one GPU):
+    python3 examples/train_moe.py [--steps 300] [--plot loss.png] [--json loss.json]
+One process per GPU (each rank its own data; replicated parameters' gradients all-reduced):
+    NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node=2 examples/train_moe.py --compare-torch-ep
 """
 import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (torch docs)
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # Caracal never uses NVLink multicast
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+sys.path.insert(0, os.path.join(here, "..", "bench"))
 import caracal  # noqa: E402
 
 
-class Block(torch.nn.Module):
-    def __init__(self, args, world):
+class Attention(torch.nn.Module):
+    """Causal multi-head self-attention over [sequences * seq_len, D] rows (plain matmuls:
+    deterministic under torch.use_deterministic_algorithms)."""
+
+    def __init__(self, args):
         super().__init__()
-        self.top_k = args.top_k
-        self.norm = torch.nn.RMSNorm(args.hidden, device="cuda")
-        self.router = torch.nn.Linear(args.hidden, args.experts, bias=False, device="cuda")
-        self.moe = caracal.MoE(args.hidden, args.intermediate, args.experts, args.top_k, args.tokens, world=world,
-                               shared_intermediate=args.intermediate, dtype=torch.float32)
+        self.heads, self.seq_len = args.heads, args.seq_len
+        self.qkv = torch.nn.Linear(args.hidden, 3 * args.hidden, bias=False, device="cuda")
+        self.out = torch.nn.Linear(args.hidden, args.hidden, bias=False, device="cuda")
+        mask = torch.full((args.seq_len, args.seq_len), float("-inf"), device="cuda").triu(1)
+        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x):
-        h = self.norm(x)
-        scores, idx = torch.topk(F.softmax(self.router(h), dim=-1), self.top_k, dim=-1)
-        return x + self.moe(h.to(torch.bfloat16), idx, scores).float()
+        rows, d = x.shape
+        q, k, v = self.qkv(x).view(rows // self.seq_len, self.seq_len, 3, self.heads, d // self.heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [sequences, heads, seq_len, head_dim]
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + self.mask, dim=-1)
+        return self.out((weights @ v).transpose(1, 2).reshape(rows, d))
+
+
+class Router(torch.nn.Module):
+    """DeepSeek-V3's router: sigmoid scores, experts chosen by score + bias (the bias only
+    chooses; the gates come from the scores), the bias balanced outside the gradient."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.top_k = args.top_k
+        self.proj = torch.nn.Linear(args.hidden, args.experts, bias=False, device="cuda")
+        self.register_buffer("bias", torch.zeros(args.experts, device="cuda"))
+
+    def forward(self, h):
+        scores = torch.sigmoid(self.proj(h))
+        idx = torch.topk(scores.detach() + self.bias, self.top_k, dim=-1).indices
+        load = F.one_hot(idx, self.bias.numel()).sum((0, 1)).float()  # routes per expert (exact)
+        return idx, scores.gather(1, idx), load
+
+    @torch.no_grad()
+    def balance(self, load, rate):
+        self.bias += rate * torch.sign(load.mean() - load)
+
+
+class TorchEPExperts(torch.nn.Module):
+    """The NCCL + PyTorch expert layer of bench/torch_ep_bench.py (all_to_all, torch._grouped_mm),
+    with the same parameters as caracal.MoE in its layout (gate rows, then up rows)."""
+
+    def __init__(self, args, world):
+        super().__init__()
+        local, d, inter = args.experts // world.size, args.hidden, args.intermediate
+        self.world, self.scale = world, args.router_scale
+
+        def param(*shape, fan_in):
+            return torch.nn.Parameter(torch.empty(*shape, device="cuda").uniform_(-fan_in ** -0.5, fan_in ** -0.5))
+        self.w_gate_up, self.w_down = param(local, 2 * inter, d, fan_in=d), param(local, d, inter, fan_in=inter)
+        self.shared_w_gate_up, self.shared_w_down = param(2 * inter, d, fan_in=d), param(d, inter, fan_in=inter)
+
+    def forward(self, x, idx, scores):
+        from torch_ep_bench import nccl_pytorch_moe
+        bf16 = [w.to(torch.bfloat16) for w in (self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down)]
+        return nccl_pytorch_moe(x, idx.to(torch.int32), scores, bf16[0], bf16[1], bf16[2:], self.world.size, True,
+                                self.scale)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, args, world, experts):
+        super().__init__()
+        self.attn_norm = torch.nn.RMSNorm(args.hidden, device="cuda")
+        self.attention = Attention(args)
+        self.moe_norm = torch.nn.RMSNorm(args.hidden, device="cuda")
+        self.router = Router(args)
+        if experts == "caracal":
+            self.experts = caracal.MoE(args.hidden, args.intermediate, args.experts, args.top_k, args.tokens,
+                                       world=world, shared_intermediate=args.intermediate,
+                                       router_scale=args.router_scale, dtype=torch.float32)
+        else:
+            self.experts = TorchEPExperts(args, world)
+
+    def forward(self, x):
+        x = x + self.attention(self.attn_norm(x))
+        h = self.moe_norm(x)
+        idx, scores, load = self.router(h)
+        return x + self.experts(h.to(torch.bfloat16), idx, scores).float(), load
 
 
 class Model(torch.nn.Module):
-    def __init__(self, args, world):
+    def __init__(self, args, world, experts):
         super().__init__()
         self.register_buffer("embedding", torch.randn(args.vocab, args.hidden, device="cuda"))
-        self.blocks = torch.nn.ModuleList(Block(args, world) for _ in range(args.blocks))
+        self.blocks = torch.nn.ModuleList(Block(args, world, experts) for _ in range(args.blocks))
         self.norm = torch.nn.RMSNorm(args.hidden, device="cuda")
         self.head = torch.nn.Linear(args.hidden, args.vocab, bias=False, device="cuda")
+        self.run_blocks = [torch.compile(b) for b in self.blocks] if args.compile else list(self.blocks)
 
     def forward(self, tokens):
-        x = self.embedding[tokens]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
+        x, loads = self.embedding[tokens], []
+        for block in self.run_blocks:
+            x, load = block(x)
+            loads.append(load)
+        return self.head(self.norm(x)), torch.stack(loads)
 
 
-def train(args):
-    """One training run from args.seed; returns the loss of every step (Python floats)."""
-    torch.manual_seed(args.seed)
-    world = caracal.World.loopback(1)
-    model = Model(args, world)
+def synthetic_data(args, rank, rows):
+    """A fresh micro-batch for every micro-batch of the run (nothing seen twice, so the loss
+    cannot fall below the data's entropy by memorizing): next-token pairs from the Markov grammar,
+    (inputs, targets), each [micro-batches, rows] (sequences of seq_len one after another). The
+    grammar is the same on every rank; the sequences are this rank's."""
+    batches = args.steps * args.accum
+    grammar = torch.Generator(device="cuda").manual_seed(args.seed)
+    successors = torch.randint(0, args.vocab, (args.vocab, 4), device="cuda", generator=grammar)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed + 1 + rank)
+    sequences = batches * rows // args.seq_len
+    seq = torch.empty(sequences, args.seq_len + 1, dtype=torch.long, device="cuda")
+    seq[:, 0] = torch.randint(0, args.vocab, (sequences,), device="cuda", generator=gen)
+    for t in range(args.seq_len):
+        choice = torch.randint(0, 4, (sequences,), device="cuda", generator=gen)
+        seq[:, t + 1] = successors[seq[:, t], choice]
+    inputs = seq[:, :-1].reshape(batches, rows)
+    targets = seq[:, 1:].reshape(batches, rows)
+    return inputs, targets
+
+
+def all_reduce_replicated(model, world):
+    """Averages the gradients of the parameters every rank holds a copy of (all but the routed
+    experts, which are each rank's own) and sums the expert loads, over the process group."""
+    if world.backend != "nccl" or world.size == 1:
+        return
+    for name, p in model.named_parameters():
+        if p.grad is not None and not name.endswith(("experts.w_gate_up", "experts.w_down")):
+            dist.all_reduce(p.grad)
+            p.grad /= world.size
+
+
+def train(args, world, experts):
+    """One training run from args.seed: the loss of every step (this rank's, as Python floats),
+    tokens/s over the steps after the first 5, and the peak memory."""
+    torch.manual_seed(args.seed)  # the same replicated parameters on every rank
+    model = Model(args, world, experts)
+    torch.manual_seed(args.seed + 7919 * (world.rank + 1))  # each rank's own routed experts
+    with torch.no_grad():
+        for block in model.blocks:
+            for w in (block.experts.w_gate_up, block.experts.w_down):
+                w.uniform_(-w.shape[-1] ** -0.5, w.shape[-1] ** -0.5)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    data = torch.Generator(device="cuda").manual_seed(args.seed + 1)
-    successors = torch.randint(0, args.vocab, (args.vocab, 4), device="cuda", generator=data)
-    losses = []
-    start = time.perf_counter()
+    inputs, targets = synthetic_data(args, world.rank, args.tokens * world.local_ranks)
+    torch.cuda.reset_peak_memory_stats()
+    losses, start = [], None
     for step in range(args.steps):
-        tokens = torch.randint(0, args.vocab, (args.tokens,), device="cuda", generator=data)
-        choice = torch.randint(0, 4, (args.tokens,), device="cuda", generator=data)
-        targets = successors[tokens, choice]
-        loss = F.cross_entropy(model(tokens), targets)
+        if step == 5:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        step_loss, loads = 0.0, 0
+        for micro in range(args.accum):
+            batch = step * args.accum + micro
+            logits, load = model(inputs[batch])
+            loss = F.cross_entropy(logits, targets[batch]) / args.accum
+            loss.backward()
+            step_loss, loads = step_loss + loss.detach(), loads + load
+        all_reduce_replicated(model, world)
         optimizer.step()
-        losses.append(loss.item())
-        if step % args.log_every == 0 or step == args.steps - 1:
-            print(f"  step {step:4d}  loss {losses[-1]:.4f}  ({time.perf_counter() - start:.1f} s)", flush=True)
-    for block in model.blocks:
-        block.moe.check()
-    return losses
+        if world.backend == "nccl" and world.size > 1:
+            dist.all_reduce(loads)
+        for block, load in zip(model.blocks, loads):
+            block.router.balance(load, args.balance_rate)
+        losses.append(step_loss.item())
+        if world.rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"  step {step:4d}  loss {losses[-1]:.4f}", flush=True)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    tokens = (args.steps - 5) * args.accum * args.tokens * world.local_ranks
+    if experts == "caracal":
+        for block in model.blocks:
+            block.experts.check()
+    memory = {"peak_allocated": torch.cuda.max_memory_allocated()}
+    if experts == "caracal":
+        engines = {id(b.experts._engine): b.experts.memory() for b in model.blocks}
+        memory.update(engines=len(engines), engine_heap=sum(m["heap"] for m in engines.values()),
+                      engine_local=sum(m["local"] for m in engines.values()) * world.local_ranks)
+    return {"losses": losses, "tokens_per_s": tokens / seconds, "memory": memory}
+
+
+def planner_memory(args, world):
+    """`caracal plan`'s bytes per GPU for one layer of this shape (v1's buffers: heap + local), or
+    None when the caracal tool is not found (CARACAL_CLI or build/caracal)."""
+    cli = os.environ.get("CARACAL_CLI") or os.path.join(here, "..", "build", "caracal")
+    if not os.path.exists(cli):
+        return None
+    cmd = [cli, "plan", "--hidden", str(args.hidden), "--intermediate", str(args.intermediate), "--experts",
+           str(args.experts), "--top-k", str(args.top_k), "--shared-intermediate", str(args.intermediate), "--ep",
+           str(world.size), "--tokens", str(args.tokens), "--json", "--quiet"]
+    plan = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["memory_bytes"]
+    return {"v1_layer_heap": plan["v1_layer_heap"], "v1_layer_local": plan["v1_layer_local"]}
 
 
 def plot(curves, path, args):
@@ -86,54 +238,107 @@ def plot(curves, path, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, losses in enumerate(curves):
-        ax.plot(losses, label=f"run {i + 1}", linewidth=1.2, linestyle="-" if i == 0 else "--")
-    ax.axhline(math.log(4), color="grey", linewidth=0.8, linestyle=":", label="ln 4 (the data's entropy)")
-    ax.set_xlabel("step")
+    for label, losses in curves:
+        ax.plot(losses, label=label, linewidth=1.2, linestyle="--" if "run 2" in label else "-")
+    ax.axhline(math.log(4), color="grey", linewidth=0.8, linestyle=":", label="ln 4 (the data's entropy is at most this)")
+    ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss")
-    ax.set_title(f"caracal.MoE: {args.blocks} blocks, D={args.hidden}, I={args.intermediate}, "
-                 f"{args.experts} experts, top-{args.top_k}, shared expert, T={args.tokens}", fontsize=9)
+    ax.set_title(f"{args.blocks} blocks (attention + MoE), D={args.hidden}, I={args.intermediate}, {args.experts} "
+                 f"experts, top-{args.top_k}, shared expert, {args.accum} x {args.tokens} tokens/step/rank",
+                 fontsize=8)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def make_world(args):
+    if "WORLD_SIZE" in os.environ:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+        return caracal.World.from_process_group()
+    if args.compare_torch_ep:
+        sys.exit("train_moe.py: error: --compare-torch-ep needs torch.distributed: run under torchrun")
+    return caracal.World.loopback(args.ep)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--intermediate", type=int, default=512)
-    parser.add_argument("--experts", type=int, default=32)
+    parser.add_argument("--experts", type=int, default=32, help="routed experts, all ranks together")
     parser.add_argument("--top-k", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=4096, help="tokens per step")
+    parser.add_argument("--router-scale", type=float, default=2.5)
+    parser.add_argument("--balance-rate", type=float, default=1e-3, help="the router bias's step per update")
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch per rank")
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--accum", type=int, default=2, help="micro-batches per optimizer step")
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--ep", type=int, default=1, help="virtual ranks of the loopback world (one process)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile each block on its own")
     parser.add_argument("--runs", type=int, default=2, help="identical runs whose losses must match bitwise")
+    parser.add_argument("--compare-torch-ep", action="store_true",
+                        help="one more run with the NCCL + PyTorch expert layer (torchrun only)")
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--plot", default="train_moe_loss.png")
-    parser.add_argument("--json", help="write the loss curves here")
+    parser.add_argument("--json", help="write the loss curves and figures here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("train_moe.py: error: needs a CUDA GPU (Hopper)")
+    if args.tokens % args.seq_len or args.hidden % args.heads:
+        sys.exit("train_moe.py: error: --tokens must be a multiple of --seq-len and --hidden of --heads")
     torch.use_deterministic_algorithms(True)
+    world = make_world(args)
+    lead = world.rank == 0
 
-    curves = []
+    runs = []
     for run in range(args.runs):
-        print(f"run {run + 1}/{args.runs}", flush=True)
-        curves.append(train(args))
-    first, last = curves[0], curves[0][-1]
-    identical = all(c == first for c in curves[1:])
-    print(f"loss: {first[0]:.4f} at step 0 -> {last:.4f} at step {args.steps - 1} "
-          f"(ln vocab = {math.log(args.vocab):.4f}, ln 4 = {math.log(4):.4f})")
-    print(f"{args.runs} runs bitwise identical: {'yes' if identical else 'NO'}")
-    plot(curves, args.plot, args)
-    print(f"plot: {args.plot}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "losses": curves, "identical": identical}, f)
-    falls = last < 0.5 * first[0]
+        if lead:
+            print(f"run {run + 1}/{args.runs} (caracal.MoE, {world})", flush=True)
+        runs.append(train(args, world, "caracal"))
+    baseline = None
+    if args.compare_torch_ep:
+        if lead:
+            print("run with the NCCL + PyTorch expert layer", flush=True)
+        torch.use_deterministic_algorithms(False)  # its index_select backward has no deterministic kernel
+        baseline = train(args, world, "torch_ep")
+
+    first = runs[0]["losses"]
+    identical = all(r["losses"] == first for r in runs[1:])
+    if world.backend == "nccl" and world.size > 1:  # every rank's runs must agree
+        flag = torch.tensor([int(identical)], device="cuda")
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        identical = bool(flag.item())
+    plan = planner_memory(args, world)
+    memory = runs[-1]["memory"]
+    falls = first[-1] < 0.5 * first[0]
+    if lead:
+        print(f"loss: {first[0]:.4f} at step 0 -> {first[-1]:.4f} at step {args.steps - 1} "
+              f"(ln vocab = {math.log(args.vocab):.4f}, ln 4 = {math.log(4):.4f})")
+        print(f"{args.runs} runs bitwise identical: {'yes' if identical else 'NO'}")
+        print(f"tokens/s per GPU: caracal.MoE {runs[-1]['tokens_per_s']:,.0f}" +
+              (f", NCCL + PyTorch experts {baseline['tokens_per_s']:,.0f} "
+               f"({runs[-1]['tokens_per_s'] / baseline['tokens_per_s']:.2f}x)" if baseline else ""))
+        print(f"memory per GPU: peak allocated {memory['peak_allocated'] / 2**20:,.0f} MiB; the MoE layers' "
+              f"{memory['engines']} engine(s): heap {memory['engine_heap'] / 2**20:,.1f} MiB + activations "
+              f"{memory['engine_local'] / 2**20:,.1f} MiB" +
+              (f" (planner, one layer: heap {plan['v1_layer_heap'] / 2**20:,.1f} + "
+               f"{plan['v1_layer_local'] / 2**20:,.1f} MiB)" if plan else " (planner: caracal tool not found)"))
+        curves = [(f"caracal.MoE run {i + 1}", r["losses"]) for i, r in enumerate(runs)]
+        if baseline:
+            curves.append(("NCCL + PyTorch experts", baseline["losses"]))
+        plot(curves, args.plot, args)
+        print(f"plot: {args.plot}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), "world": repr(world), "runs": runs, "torch_ep": baseline,
+                           "identical": identical, "planner": plan}, f)
+    if world.backend == "nccl":
+        dist.destroy_process_group()
     if not (identical and falls):
         sys.exit("train_moe.py: FAILED: " + ("loss did not fall by half; " if not falls else "") +
                  ("runs differ" if not identical else ""))
