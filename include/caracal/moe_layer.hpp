@@ -62,7 +62,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -155,12 +154,8 @@ struct MoELayerBuffers {
 
 // Where a layer's ordinary device memory (MoELayerMemory::local: the experts' activations) comes
 // from, one block per local rank, taken at construction and given back at destruction (after the
-// device is idle). Empty functions: cudaMalloc / cudaFree. The PyTorch binding passes its caching
-// allocator, so that torch.cuda.memory_allocated() counts the block.
-struct DeviceAllocator {
-  std::function<void*(size_t bytes)> allocate;
-  std::function<void(void* block)> free;
-};
+// device is idle): comm::DeviceAllocator (cudaMalloc when empty).
+using comm::DeviceAllocator;
 
 struct MoELayerOptions {
   int gemm_ctas = 0;  // persistent CTAs of every standalone grouped GEMM; 0 = one per SM (the fused

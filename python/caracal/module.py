@@ -116,9 +116,9 @@ class MoE(nn.Module):
     def memory(self):
         """{'heap': bytes of symmetric heap per rank, 'local': bytes of device memory per local rank}
         of the layer's engine, which every caracal.MoE of this configuration on this World shares.
-        The local blocks (the experts' activations) come from PyTorch's caching allocator, so
-        torch.cuda.memory_allocated() counts them; the symmetric heap (the token exchange's
-        buffers: NCCL's window or the loopback world's block) is outside it."""
+        Both come from PyTorch's caching allocator in a loopback world, so
+        torch.cuda.memory_allocated() and memory snapshots count them; an NCCL world's heap is
+        NCCL's symmetric window (ncclMemAlloc), outside any caching allocator."""
         heap, local = torch.ops.caracal.layer_memory(self._engine.handle)
         return {"heap": heap, "local": local}
 

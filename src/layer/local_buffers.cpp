@@ -70,26 +70,9 @@ size_t local_bytes(const LayerSizes& sizes) {
   return block.bytes();
 }
 
-namespace {
-
-// `bytes` from `allocator`, or from cudaMalloc when it has no functions.
-std::unique_ptr<char, std::function<void(char*)>> allocate_block(size_t bytes, const DeviceAllocator& allocator) {
-  if (!allocator.allocate) {
-    return {comm::device_alloc<char>(bytes, "MoELayer: cudaMalloc(local buffers)").release(),
-            [](char* p) { (void)cudaFree(p); }};
-  }
-  char* p = static_cast<char*>(allocator.allocate(bytes));
-  CARACAL_CHECK(p != nullptr, "MoELayer: options.local_allocator.allocate returned null for ", bytes, " bytes");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(p) % 256 == 0, "MoELayer: options.local_allocator.allocate must return ",
-                "256-byte aligned memory, got ", static_cast<void*>(p));
-  return {p, [free = allocator.free](char* block) { free(block); }};
-}
-
-}  // namespace
-
 LocalMemory::LocalMemory(const LayerSizes& sizes, const DeviceAllocator& allocator) {
   const size_t bytes = local_bytes(sizes);
-  block_ = allocate_block(bytes, allocator);
+  block_ = comm::allocate_device_block(bytes, allocator, "MoELayer: local buffers");
   BlockLayout block(block_.get());
   buffers_ = lay_out(block, sizes);
   check_cuda(cudaMemset(block_.get(), 0, bytes), "MoELayer: cudaMemset(local buffers)");

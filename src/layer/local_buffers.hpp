@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "caracal/comm/cuda_memory.hpp"
@@ -51,7 +50,7 @@ class LocalMemory {
   const LocalBuffers& buffers() const { return buffers_; }
 
  private:
-  std::unique_ptr<char, std::function<void(char*)>> block_;
+  comm::DeviceBlock block_;
   LocalBuffers buffers_;
 };
 

@@ -16,10 +16,19 @@ namespace caracal::torch_ext {
 
 namespace {
 
+// PyTorch's caching allocator: torch.cuda.memory_allocated() and memory snapshots count what the
+// layer takes from it. Blocks go back after the destructor's device synchronization.
+comm::DeviceAllocator caching_allocator() {
+  return {[](size_t bytes) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); },
+          [](void* block) { c10::cuda::CUDACachingAllocator::raw_delete(block); }};
+}
+
+// The loopback world's heaps come from the caching allocator; an NCCL world's heap is NCCL's
+// symmetric window (ncclMemAlloc), which no caching allocator can give.
 std::unique_ptr<comm::World> make_world(const TorchLayerSpec& spec, size_t heap, comm::NcclComm& comm) {
   const int world_size = static_cast<int>(spec.config.ep_size);
   if (spec.backend == Backend::kLoopback) {
-    return std::make_unique<comm::LoopbackWorld>(world_size, heap, spec.device);
+    return std::make_unique<comm::LoopbackWorld>(world_size, heap, spec.device, caching_allocator());
   }
   comm::configure_nccl_environment();
   comm = comm::init_rank(*spec.unique_id, spec.rank, world_size, spec.device);
@@ -50,10 +59,7 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   options.gemm_ctas = spec.gemm_ctas;
   options.exchange_sms = spec.exchange_sms;
   options.fused_forward = spec.fused_forward;
-  // The activations come from PyTorch's caching allocator: torch.cuda.memory_allocated() and
-  // memory snapshots count them. Freed after the destructor's device synchronization.
-  options.local_allocator.allocate = [](size_t bytes) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); };
-  options.local_allocator.free = [](void* block) { c10::cuda::CUDACachingAllocator::raw_delete(block); };
+  options.local_allocator = caching_allocator();
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }
 
