@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The PyTorch check, run on a GPU machine (issue 6): pytest of tests/python, the training example
-# (two runs, bitwise-identical losses, a PNG of the loss) and the benchmark against the plain
+# (per-block compiled, two runs, bitwise-identical losses, a PNG of the loss) and the benchmark against the plain
 # PyTorch layer; a short summary last. Uses the installed package, or a built extension given as
 #   scripts/torch-check.sh [path/to/libcaracal_torch.so]      (logs and plots go to $OUT if set)
 set -uo pipefail
@@ -19,7 +19,7 @@ record() { summary+=("$(printf '%-26s %s' "$1" "$2")"); }
 "$python" -m pytest "$root/tests/python" -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$logs/pytest.log"
 record "pytest" "$(tail -n 1 "$logs/pytest.log")"
 
-if "$python" "$root/examples/train_moe.py" --plot "$logs/train_moe_loss.png" --json "$logs/train_moe.json" \
+if "$python" "$root/examples/train_moe.py" --compile --plot "$logs/train_moe_loss.png" --json "$logs/train_moe.json" \
     2>&1 | tee "$logs/train_moe.log"; then
   record "train_moe.py" "$(grep -E '^loss:' "$logs/train_moe.log") | $(grep -E 'bitwise' "$logs/train_moe.log")"
 else

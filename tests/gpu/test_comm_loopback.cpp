@@ -1,6 +1,7 @@
 // The world barrier and symmetric heap on the loopback backend: W virtual ranks on one GPU.
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -225,6 +226,48 @@ TEST(LoopbackWorld, HeapBookkeeping) {
     ADD_FAILURE() << "allocation beyond the heap succeeded";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "symmetric heap: asked for 600 bytes, 512 of 1024 left");
+  }
+}
+
+// The heaps come from the allocator given (one block, freed with the world) and the exchange runs on
+// them; an allocator with one function only is refused.
+TEST(LoopbackWorld, HeapsFromTheGivenAllocator) {
+  CARACAL_REQUIRE_GPU();
+  std::vector<std::pair<void*, size_t>> taken;
+  std::vector<void*> freed;
+  comm::DeviceAllocator allocator;
+  allocator.allocate = [&](size_t bytes) {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes), "cudaMalloc(test allocator)");
+    taken.emplace_back(p, bytes);
+    return p;
+  };
+  allocator.free = [&](void* p) {
+    freed.push_back(p);
+    (void)cudaFree(p);
+  };
+  {
+    LoopbackWorld world(3, kHeapBytes, 0, allocator);
+    ASSERT_EQ(taken.size(), 1u);
+    EXPECT_EQ(taken[0].second, 3 * kHeapBytes);
+    EXPECT_EQ(world.local_heap(0), static_cast<char*>(taken[0].first));
+    EXPECT_EQ(world.local_heap(2), static_cast<char*>(taken[0].first) + 2 * kHeapBytes);
+    Exchange exchange(world, kWords);
+    Stream stream;
+    launch_exchange(world, exchange.buffers(), 4, 20, stream.get());
+    stream.sync();
+    EXPECT_NO_THROW(world.check());
+    exchange.expect_clean(1);
+    EXPECT_TRUE(freed.empty());
+  }
+  EXPECT_EQ(freed, std::vector<void*>{taken[0].first});
+  comm::DeviceAllocator half;
+  half.allocate = allocator.allocate;
+  try {
+    LoopbackWorld world(2, kHeapBytes, 0, half);
+    ADD_FAILURE() << "a world was built with an allocator of one function";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "LoopbackWorld heaps: the allocator needs both allocate and free")) << e.what();
   }
 }
 
