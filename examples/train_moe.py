@@ -221,8 +221,9 @@ def train(args, world, experts):
 
 
 def planner_memory(args, world):
-    """`caracal plan`'s bytes per GPU for one layer of this shape (v1's buffers: heap + local), or
-    None when the caracal tool is not found (CARACAL_CLI or build/caracal)."""
+    """`caracal plan`'s bytes on this GPU for one layer of this shape (v1's buffers: the heap per
+    rank, the activations of every local rank), or None when the caracal tool is not found
+    (CARACAL_CLI or build/caracal)."""
     cli = os.environ.get("CARACAL_CLI") or os.path.join(here, "..", "build", "caracal")
     if not os.path.exists(cli):
         return None
@@ -230,7 +231,7 @@ def planner_memory(args, world):
            str(args.experts), "--top-k", str(args.top_k), "--shared-intermediate", str(args.intermediate), "--ep",
            str(world.size), "--tokens", str(args.tokens), "--json", "--quiet"]
     plan = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["memory_bytes"]
-    return {"v1_layer_heap": plan["v1_layer_heap"], "v1_layer_local": plan["v1_layer_local"]}
+    return {"v1_layer_heap": plan["v1_layer_heap"], "v1_layer_local": plan["v1_layer_local"] * world.local_ranks}
 
 
 def plot(curves, path, args):
@@ -324,9 +325,9 @@ def main():
               (f", NCCL + PyTorch experts {baseline['tokens_per_s']:,.0f} "
                f"({runs[-1]['tokens_per_s'] / baseline['tokens_per_s']:.2f}x)" if baseline else ""))
         print(f"memory per GPU: peak allocated {memory['peak_allocated'] / 2**20:,.0f} MiB; the MoE layers' "
-              f"{memory['engines']} engine(s): heap {memory['engine_heap'] / 2**20:,.1f} MiB + activations "
+              f"{memory['engines']} engine(s): heap {memory['engine_heap'] / 2**20:,.1f} MiB per rank + activations "
               f"{memory['engine_local'] / 2**20:,.1f} MiB" +
-              (f" (planner, one layer: heap {plan['v1_layer_heap'] / 2**20:,.1f} + "
+              (f" (planner, one layer: heap {plan['v1_layer_heap'] / 2**20:,.1f} MiB per rank + "
                f"{plan['v1_layer_local'] / 2**20:,.1f} MiB)" if plan else " (planner: caracal tool not found)"))
         curves = [(f"caracal.MoE run {i + 1}", r["losses"]) for i, r in enumerate(runs)]
         if baseline:
