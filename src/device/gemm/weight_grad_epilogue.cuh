@@ -27,6 +27,14 @@ struct WeightGradEpilogueParams {
   int grad_cols;     // N, a multiple of 64
 };
 
+// An accumulator's bits, copied through a register move: fed straight into the shared-memory
+// stores, the accumulator registers made ptxas serialize the kernel's wgmmas (C7514, fp32 kernel).
+__device__ inline uint32_t accumulator_bits(float v) {
+  uint32_t bits;
+  asm volatile("mov.b32 %0, %1;" : "=r"(bits) : "f"(v));
+  return bits;
+}
+
 template <bool kBf16>
 struct WeightGradTmaEpilogue {
   using Params = WeightGradEpilogueParams;  // the same for both: one host builder
@@ -52,8 +60,8 @@ struct WeightGradTmaEpilogue {
             if constexpr (kBf16) {
               words.w[2 * t + h] = pack_bf16x2(acc(i), acc(i + 1));
             } else {
-              words.w[4 * t + 2 * h] = __float_as_uint(acc(i));
-              words.w[4 * t + 2 * h + 1] = __float_as_uint(acc(i + 1));
+              words.w[4 * t + 2 * h] = accumulator_bits(acc(i));
+              words.w[4 * t + 2 * h + 1] = accumulator_bits(acc(i + 1));
             }
           }
         }
