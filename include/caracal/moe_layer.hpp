@@ -165,8 +165,8 @@ struct MoELayerOptions {
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
   int exchange_sms = 0;
   DeviceAllocator local_allocator;  // both set, or neither
-  // The forward's dispatch and routed GEMMs as one persistent launch (src/fused/fused_forward.hpp:
-  // GEMM tiles start as their rows land), or v1's separate launches. Same bits either way. The
+  // The forward's shared expert, dispatch and routed GEMMs as one persistent launch
+  // (src/fused/fused_forward.hpp: GEMM tiles start as their rows land), or v1's separate launches. Same bits either way. The
   // fused path needs at most 8 local ranks (a loopback world of more runs v1 when this is left on).
   // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
   // exchange_sms does not apply to it.

@@ -1,10 +1,11 @@
 #pragma once
 // The fused forward (DESIGN §3), first stage: one persistent launch per forward pass per GPU (one
-// for all ranks of a loopback world) that pulls the dispatch rows and runs both routed grouped
-// GEMMs, the GEMM tiles of a 128-row block starting as soon as its rows have landed (readiness
-// counters, never a host synchronization). Communication CTAs (the first comm_ctas of each rank)
-// pull; the others take the rank's tasks from one counter (every up/gate+SwiGLU tile, then every
-// down tile), and the comm CTAs join them once their pulls are done.
+// for all ranks of a loopback world) that pulls the dispatch rows and runs the shared expert's and
+// the routed experts' grouped GEMMs, the GEMM tiles of a 128-row block starting as soon as its rows
+// have landed (readiness counters, never a host synchronization). Communication CTAs (the first
+// comm_ctas of each rank) pull; the others take the rank's tasks from one counter (the shared
+// expert's up/gate+SwiGLU tiles, its down tiles, then the routed experts' likewise), and the comm
+// CTAs join them once their pulls are done.
 // The schedule, the gates and the combine stay their own launches (TokenExchange) around it.
 //
 // It needs no world barrier: the rows it pulls (every rank's x) were published before
@@ -16,8 +17,9 @@
 // copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all of
 // them: MoELayer::backward runs TokenExchange::dispatch first).
 //
-// Output: the same bits as TokenExchange::dispatch followed by gemm::expert_forward (the same
-// tiles, K order and epilogues), whatever comm_ctas.
+// Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch
+// and gemm::expert_forward of the routed experts (the same tiles, K order and epilogues), whatever
+// comm_ctas.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -38,7 +40,13 @@ inline constexpr int kFusedMaxCtasPerRank = 256;
 struct FusedForwardRank {
   gemm::ExpertPass pass;  // rows = the exchange's schedule view; x = its expert_x; gate_up, activation, out
   gemm::ExpertPassWeights weights;
-  uint32_t* ready_counters = nullptr;  // ready_counter_words(pass.rows.row_capacity) device words
+  // The shared expert (one expert over the rank's tokens: its own rows, x copied in before the
+  // launch), run in the same launch ahead of the routed experts; out as gemm::expert_forward.
+  bool has_shared = false;
+  gemm::ExpertPass shared;
+  gemm::ExpertPassWeights shared_weights;
+  // ready_counter_words(pass.rows.row_capacity, shared.rows.row_capacity or 0) device words.
+  uint32_t* ready_counters = nullptr;
 };
 
 struct FusedForwardArgs {
@@ -47,9 +55,9 @@ struct FusedForwardArgs {
   int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
 };
 
-// Device words a rank needs for `row_capacity` schedule rows: its readiness counters and the CTAs'
-// task slots; 32-byte aligned.
-size_t ready_counter_words(int row_capacity);
+// Device words a rank needs for `row_capacity` schedule rows and `shared_rows` rows of a shared
+// expert (0: none): its readiness counters and the CTAs' task slots; 32-byte aligned.
+size_t ready_counter_words(int row_capacity, int shared_rows);
 
 // CTAs per rank of the fused launch on `world`'s device (one per SM, shared by the local ranks).
 int fused_ctas_per_rank(const comm::World& world);

@@ -42,7 +42,8 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.d_gate_up = block.take<bf16>(rows * 2 * I);
   b.workspace =
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
-  b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(fused::ready_counter_words(s.routed_rows)));
+  const size_t counters = fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0);
+  b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
   if (!s.has_shared) return b;
   const int64_t shared = s.shared_rows;
   const int64_t Is = s.shared_intermediate;

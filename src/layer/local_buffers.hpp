@@ -22,7 +22,8 @@ struct LocalBuffers {
                                        // bf16(g * activation) (backward; the forward's is not needed there)
   __nv_bfloat16* d_gate_up = nullptr;  // [routed_rows][2I]
   float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I)
-  uint32_t* ready_counters = nullptr;  // fused::ready_counter_words(routed_rows): the fused forward's
+  // The fused forward's counters and task slots: fused::ready_counter_words(routed_rows, shared_rows).
+  uint32_t* ready_counters = nullptr;
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}

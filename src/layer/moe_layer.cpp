@@ -1,8 +1,9 @@
 // MoELayer v1: the token exchange and the grouped-GEMM engine as separate launches on one stream.
 //
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
-//            dispatch | routed experts (per local rank) | combine | y out
-//            (fused: dispatch and the routed experts of every local rank in one launch)
+//            dispatch | routed experts (per local rank) | shared rows scaled | combine | y out
+//            (fused: the shared expert, dispatch and the routed experts of every local rank in one
+//            launch after compute_gates)
 // backward:  (replay, when a later forward overwrote this one's activations: stage inputs | shared
 //            expert's up/gate | build_schedule | compute_gates | dispatch | routed up/gate) |
 //            stage dy | (fused forward, no replay: dispatch) | reverse_combine | routed experts'
@@ -283,20 +284,13 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
 
   const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
   state.stage_inputs(ranks, stream);
-  for (size_t l = 0; l < ranks.size(); ++l) {
-    const MoEForwardArgs& a = ranks[l];
-    RankState& rank_state = state.ranks[l];
-    if (!sizes.has_shared) continue;
-    gemm::expert_forward(rank_state.shared, {a.weights.shared_w_gate_up, a.weights.shared_w_down}, stream);
-    if (a.shared_scale != nullptr) {
-      layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden,
-                        rank_state.shared_out_slot, stream);
-    } else {
-      copy_unless_same(rank_state.shared_out_slot, rank_state.shared.out, rows, stream,
-                       "MoELayer::forward: cudaMemcpyAsync(shared out)");
+  if (!state.fused_forward) {
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      if (!sizes.has_shared) break;
+      gemm::expert_forward(state.ranks[l].shared, {ranks[l].weights.shared_w_gate_up, ranks[l].weights.shared_w_down},
+                           stream);
     }
   }
-
   state.exchange->build_schedule(stream);
   state.exchange->compute_gates(config_.router, stream);
   if (state.fused_forward) {
@@ -304,14 +298,28 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     fused_args.exchange = state.exchange.get();
     fused_args.comm_ctas = state.fused_comm_ctas;
     for (size_t l = 0; l < ranks.size(); ++l) {
-      fused_args.ranks.push_back({state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down},
-                                  state.ranks[l].local.buffers().ready_counters});
+      const MoEWeights& w = ranks[l].weights;
+      const RankState& rank_state = state.ranks[l];
+      fused_args.ranks.push_back({rank_state.routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
+                                  {w.shared_w_gate_up, w.shared_w_down}, rank_state.local.buffers().ready_counters});
     }
     fused::fused_forward(world_, fused_args, stream);
   } else {
     state.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+    }
+  }
+  // The shared expert's rows into combine's input: scaled by c_t, or as they are.
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    const RankState& rank_state = state.ranks[l];
+    if (!sizes.has_shared) break;
+    if (ranks[l].shared_scale != nullptr) {
+      layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden,
+                        rank_state.shared_out_slot, stream);
+    } else {
+      copy_unless_same(rank_state.shared_out_slot, rank_state.shared.out, rows, stream,
+                       "MoELayer::forward: cudaMemcpyAsync(shared out)");
     }
   }
   state.exchange->combine(stream);

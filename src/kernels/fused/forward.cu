@@ -38,16 +38,17 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
 
 constexpr const char* kName = "fused forward";
 
-// Rank l's GEMMs: the descriptors of the standalone launchers (up_gate_swiglu.cu, down_proj.cu).
-FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
+// One group of experts' GEMMs: the descriptors of the standalone launchers (up_gate_swiglu.cu,
+// down_proj.cu) over `pass`'s rows.
+ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
+                         uint32_t* activation_ready) {
   using namespace gemm;
-  const ExpertPass& pass = rank.pass;
   UpGateSwigluArgs up;
   up.rows = pass.rows;
   up.hidden = pass.hidden;
   up.intermediate = pass.intermediate;
   up.x = pass.x;
-  up.w_gate_up = rank.weights.w_gate_up;
+  up.w_gate_up = weights.w_gate_up;
   up.activation_out = pass.activation;
   up.gate_up_out = pass.gate_up;
   check_up_gate_swiglu_args(up);
@@ -56,44 +57,65 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   down.hidden = pass.hidden;
   down.intermediate = pass.intermediate;
   down.activation = pass.activation;
-  down.w_down = rank.weights.w_down;
+  down.w_down = weights.w_down;
   down.y_out = pass.out;
   check_down_proj_args(down);
-  CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
 
   const uint64_t rows = uint64_t(pass.rows.row_capacity);
   const uint64_t d = uint64_t(pass.hidden);
   const uint64_t i = uint64_t(pass.intermediate);
   const uint64_t experts = uint64_t(pass.rows.num_experts);
-  FusedForwardRankParams r{};
-  r.up_mainloop.a = KMajorRows::make_map<kBlockM>(pass.x, rows, d, "x");
-  r.up_mainloop.b = KMajorWeights::make_map<kBlockN>(rank.weights.w_gate_up, experts, 2 * i, d, "w_gate_up");
-  r.up_tiles = {pass.rows, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
-  r.up_epilogue.activation = make_tensor_map_2d(pass.activation, rows, i, kChunkRows, kChunkCols, "activation");
-  r.up_epilogue.store_gate_up = pass.gate_up != nullptr;
-  if (r.up_epilogue.store_gate_up) {
-    r.up_epilogue.gate_up = make_tensor_map_2d(pass.gate_up, rows, 2 * i, kChunkRows, kChunkCols, "gate_up");
+  ExpertGemms g{};
+  g.up_mainloop.a = KMajorRows::make_map<kBlockM>(pass.x, rows, d, "x");
+  g.up_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_gate_up, experts, 2 * i, d, "w_gate_up");
+  g.tiles.up = {pass.rows, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
+  g.up_epilogue.activation = make_tensor_map_2d(pass.activation, rows, i, kChunkRows, kChunkCols, "activation");
+  g.up_epilogue.store_gate_up = pass.gate_up != nullptr;
+  if (g.up_epilogue.store_gate_up) {
+    g.up_epilogue.gate_up = make_tensor_map_2d(pass.gate_up, rows, 2 * i, kChunkRows, kChunkCols, "gate_up");
   }
-  r.up_epilogue.intermediate = pass.intermediate;
-  r.down_mainloop.a = KMajorRows::make_map<kBlockM>(pass.activation, rows, i, "activation");
-  r.down_mainloop.b = KMajorWeights::make_map<kBlockN>(rank.weights.w_down, experts, d, i, "w_down");
-  r.down_tiles = {pass.rows, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
-  r.down_epilogue = {make_tensor_map_2d(pass.out, rows, d, kChunkRows, kChunkCols, "out"), pass.hidden};
-  const size_t blocks = size_t(pass.rows.row_capacity) / kBlockM;
+  g.up_epilogue.intermediate = pass.intermediate;
+  g.down_mainloop.a = KMajorRows::make_map<kBlockM>(pass.activation, rows, i, "activation");
+  g.down_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_down, experts, d, i, "w_down");
+  g.tiles.down = {pass.rows, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
+  g.down_epilogue = {make_tensor_map_2d(pass.out, rows, d, kChunkRows, kChunkCols, "out"), pass.hidden};
+  g.activation_ready = activation_ready;
+  return g;
+}
+
+// The counters ahead of the task slots, in words: x_ready and the routed activation_ready per
+// block of the schedule, the shared expert's activation_ready per block of its rows, the task counter.
+size_t counter_words(int row_capacity, int shared_rows) {
+  return 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
+}
+
+// Rank l's parameters: its GEMMs and where its counters and task slots are.
+FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
+  CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
+  const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
+  FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
-  r.activation_ready = rank.ready_counters + blocks;
-  r.task_counter = rank.ready_counters + 2 * blocks;
+  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
+  r.has_shared = rank.has_shared;
+  const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
+  if (rank.has_shared) {
+    CARACAL_CHECK(rank.shared.rows.num_experts == 1, kName, ": the shared pass must hold one expert, got ",
+                  rank.shared.rows.num_experts);
+    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 2 * blocks);
+  }
+  const size_t counters = counter_words(rank.pass.rows.row_capacity, shared_rows);
+  r.task_counter = rank.ready_counters + counters - 1;
   // 32-byte slots after the counters, on a 32-byte boundary.
-  r.task_slots = reinterpret_cast<TaskSlot*>(rank.ready_counters + (2 * blocks + 1 + 7) / 8 * 8);
+  r.task_slots = reinterpret_cast<TaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
   return r;
 }
 
 }  // namespace
 
-size_t ready_counter_words(int row_capacity) {
-  const size_t counters = 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + 1;  // + the task counter
+size_t ready_counter_words(int row_capacity, int shared_rows) {
   const size_t slot_words = sizeof(TaskSlot) / sizeof(uint32_t);
-  return (counters + slot_words - 1) / slot_words * slot_words + kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+  return (counter_words(row_capacity, shared_rows) + slot_words - 1) / slot_words * slot_words +
+         kFusedMaxCtasPerRank * gemm::kStages * slot_words;
 }
 
 int fused_ctas_per_rank(const comm::World& world) {
@@ -131,7 +153,8 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   for (int l = 0; l < local_ranks; ++l) {
     const FusedForwardRank& rank = args.ranks[static_cast<size_t>(l)];
     p.ranks[l] = rank_params(rank);
-    const size_t counters = 2 * size_t(rank.pass.rows.row_capacity) / gemm::kBlockM + 1;  // not the task slots
+    const size_t counters =  // not the task slots
+        counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
     check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
                "fused forward: cudaMemsetAsync(ready counters)");
   }

@@ -1,11 +1,13 @@
 #pragma once
 // The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
 // produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
-// (forward_tasks.cuh) as it takes them from the rank's task counter. An up/gate tile's A rows are
-// gathered where they are (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other
-// GPUs from expert_x once the comm role has pulled them (x_ready counts a block's pulled rows); a
-// down tile's A waits for its block's activation (activation_ready, raised below by the up/gate
-// tiles' epilogues once their TMA stores have completed).
+// (forward_tasks.cuh: the shared expert's tiles, then the routed experts') as it takes them from
+// the rank's task counter. A routed up/gate tile's A rows are gathered where they are
+// (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other GPUs from expert_x once
+// the comm role has pulled them (x_ready counts a block's pulled rows); the shared expert's
+// up/gate A is its own copy of the rank's x (staged before the launch), loaded by TMA; a down
+// tile's A waits for its block's activation (its group's activation_ready, raised below by the
+// up/gate tiles' epilogues once their TMA stores have completed).
 //
 // The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
 // task slots (forward_tasks.cuh), the slot of the tile's first stage; ForwardPhase::end there,
@@ -62,8 +64,8 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 }
 
 // The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
-// rows; then all stream its operands: an up/gate tile's A gathered by every thread
-// (gathered_rows.cuh) and B by TMA from thread 0, a down tile's A and B by TMA from thread 0.
+// rows; then all stream its operands: a routed up/gate tile's A gathered by every thread
+// (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
 // Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
@@ -71,58 +73,64 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
                                              const FusedForwardRankParams& p, const transfer::PullRows& pull,
                                              gemm::MainloopStorage& smem, int& shared_task,
                                              const gemm::TmaPipeline& pipe, TaskSlot* stage_task, int thread) {
-  const uint32_t activation_complete = 2u * static_cast<uint32_t>(p.up_tiles.n_blocks);
   const GatherSources sources{world, pull, place.rank};
-  ForwardTaskCursor tasks(p.up_tiles, p.down_tiles);
+  ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   gemm::PipelineState st;
   for (;;) {
     if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
     gemm::gather_threads_sync();
     const int t = shared_task;
     // Meets every thread before thread 0 writes the next task.
-    if (gemm::gather_threads_count(t >= tasks.num_tasks(p.up_tiles)) > 0) break;
+    if (gemm::gather_threads_count(t >= tasks.num_tasks()) > 0) break;
     const ForwardTask task = tasks.at(t);
     const int block = task.m_block();
-    const bool up = task.phase == ForwardPhase::up_gate;
+    const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
+    const bool gathered = task.phase == ForwardPhase::up_gate;  // the shared expert's A is by TMA
     gemm::GatherRows rows;
     bool pulled = false;
-    if (up) {
-      (void)gather_source(sources, p.up_tiles.schedule, task.tile, thread, pulled);  // row `thread`: counted
+    if (gathered) {
+      const ScheduleView& schedule = gemms.tiles.up.schedule;
+      (void)gather_source(sources, schedule, task.tile, thread, pulled);  // row `thread`: counted
       for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
         bool unused;
-        rows.src[j] = gather_source(sources, p.up_tiles.schedule, task.tile, gemm::gather_row(thread, j), unused);
+        rows.src[j] = gather_source(sources, schedule, task.tile, gemm::gather_row(thread, j), unused);
       }
     }
-    const int pulled_rows = up ? gemm::gather_threads_count(pulled) : 0;
-    if (!up || pulled_rows > 0) {
+    // What the tile waits for: a routed up/gate tile for its block's pulled rows (if any), a down
+    // tile for its block's activation; the shared expert's up/gate tiles for nothing.
+    const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
+    if (pulled_rows > 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
-        ready = up ? comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block)
-                   : comm::wait_ready_thread(world, place, p.activation_ready + block, activation_complete, block);
+        const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
+        ready = gathered ? comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block)
+                         : comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete,
+                                                   block);
         comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
       }
       if (!gemm::gather_threads_all(ready)) break;  // after thread 0's acquire
     }
+    const gemm::MainloopParams& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
     for (int k = 0; k < task.tile.k_tiles; ++k) {
       pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
       if (thread == 0 && k == 0) stage_task[st.stage].task = task;
       const int k_index = task.tile.k_begin + k * gemm::kBlockK;
-      if (up) {
+      if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).
-        gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(p.up_tiles.schedule.rows), k_index,
+        gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows), k_index,
                             smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
-          UpGateGemm::OperandB::load<gemm::kBlockN>(&p.up_mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                    p.up_mainloop.b_mn_extent, k_index, task.tile.expert);
+          UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                    mainloop.b_mn_extent, k_index, task.tile.expert);
         }
       } else {
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
-          DownGemm::OperandA::load<gemm::kBlockM>(&p.down_mainloop.a, full, smem.a[st.stage], task.tile.m_begin,
-                                                  p.down_mainloop.a_mn_extent, k_index, task.tile.expert);
-          DownGemm::OperandB::load<gemm::kBlockN>(&p.down_mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                  p.down_mainloop.b_mn_extent, k_index, task.tile.expert);
+          UpGateGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage], task.tile.m_begin,
+                                                    mainloop.a_mn_extent, k_index, task.tile.expert);
+          UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                    mainloop.b_mn_extent, k_index, task.tile.expert);
         }
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
@@ -152,17 +160,18 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
     const ForwardTask task = stage_task[st.stage].task;
     if (task.phase == ForwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    const bool up = task.phase == ForwardPhase::up_gate;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane, /*gathered=*/up);
-    if (up) {
-      UpGateGemm::Epilogue::apply(p.up_epilogue, task.tile, accum, active, ring, consumer);
+    const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
+                   /*gathered=*/task.phase == ForwardPhase::up_gate);
+    if (task.up_gate()) {
+      UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
-        comm::signal_ready_thread(p.activation_ready + task.m_block());
+        comm::signal_ready_thread(gemms.activation_ready + task.m_block());
       }
     } else {
-      DownGemm::Epilogue::apply(p.down_epilogue, task.tile, accum, active, ring, consumer);
+      DownGemm::Epilogue::apply(gemms.down_epilogue, task.tile, accum, active, ring, consumer);
     }
   }
   ring.drain();
@@ -182,10 +191,9 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
     pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
-    prefetch_tma_descriptor(&p.up_mainloop.a);
-    prefetch_tma_descriptor(&p.up_mainloop.b);
-    prefetch_tma_descriptor(&p.down_mainloop.a);
-    prefetch_tma_descriptor(&p.down_mainloop.b);
+    prefetch_tma_descriptor(&p.routed.up_mainloop.b);
+    prefetch_tma_descriptor(&p.routed.down_mainloop.a);
+    prefetch_tma_descriptor(&p.routed.down_mainloop.b);
   }
   __syncthreads();
 

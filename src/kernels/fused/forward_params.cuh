@@ -1,8 +1,10 @@
 #pragma once
-// What the fused forward kernel reads: per local rank its two grouped GEMMs (up/gate+SwiGLU, down)
-// and its readiness counters, and the exchange's schedule and pull buffers for all ranks. Passed
-// as a __grid_constant__ so the TMA descriptors stay in parameter space.
+// What the fused forward kernel reads: per local rank the two grouped GEMMs (up/gate+SwiGLU, down)
+// of its routed experts and of its shared expert, and its readiness counters; the exchange's
+// schedule and pull buffers for all ranks. Passed as a __grid_constant__ so the TMA descriptors
+// stay in parameter space.
 #include <cstdint>
+#include <type_traits>
 
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/mainloop.cuh"
@@ -28,18 +30,31 @@ struct DownGemm {
   using Epilogue = gemm::RowsBf16Epilogue;
 };
 
-struct FusedForwardRankParams {
+static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
+              std::is_same_v<UpGateGemm::OperandB, DownGemm::OperandB>,
+              "the producer loads every TMA operand the same way");
+
+// One group of experts' two GEMMs (the routed experts over the schedule's rows, or the shared
+// expert over the rank's tokens).
+struct ExpertGemms {
   gemm::MainloopParams up_mainloop;
   UpGateGemm::Epilogue::Params up_epilogue;
-  gemm::RowTileScheduler::Params up_tiles;
   gemm::MainloopParams down_mainloop;
   DownGemm::Epilogue::Params down_epilogue;
-  gemm::RowTileScheduler::Params down_tiles;
-  // Zeroed before the launch, one word per 128-row block of the schedule:
-  uint32_t* x_ready;           // rows of the block pulled (kBlockM: all of them, padding included)
-  uint32_t* activation_ready;  // up/gate tiles' warpgroup slices stored (2 * up_tiles.n_blocks: all)
-  uint32_t* task_counter;      // the rank's next task (forward_tasks.cuh)
-  TaskSlot* task_slots;        // [CTAs of the rank][kStages] (forward_tasks.cuh)
+  ExpertTiles tiles;
+  // Zeroed before the launch, one word per 128-row block: the up/gate tiles' warpgroup slices
+  // stored (2 * tiles.up.n_blocks: the block's activation is complete).
+  uint32_t* activation_ready;
+};
+
+struct FusedForwardRankParams {
+  ExpertGemms routed;
+  ExpertGemms shared;  // only with has_shared
+  bool has_shared;
+  // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
+  uint32_t* x_ready;
+  uint32_t* task_counter;  // the rank's next task (forward_tasks.cuh)
+  TaskSlot* task_slots;    // [CTAs of the rank][kStages] (forward_tasks.cuh)
 };
 
 // Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.
@@ -51,5 +66,6 @@ struct ForwardKernelParams {
   transfer::PullRows pull;  // home x rows into expert_x rows (no gates)
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
 };
+static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
 
 }  // namespace caracal::fused
