@@ -285,7 +285,7 @@ def main():
     parser.add_argument("--compare-torch-ep", action="store_true",
                         help="one more run with the NCCL + PyTorch expert layer (torchrun only)")
     parser.add_argument("--log-every", type=int, default=25)
-    parser.add_argument("--plot", default="train_moe_loss.png")
+    parser.add_argument("--plot", default="train_moe_loss.png", help="the loss plot's path; empty: none")
     parser.add_argument("--json", help="write the loss curves and figures here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -332,8 +332,9 @@ def main():
         curves = [(f"caracal.MoE run {i + 1}", r["losses"]) for i, r in enumerate(runs)]
         if baseline:
             curves.append(("NCCL + PyTorch experts", baseline["losses"]))
-        plot(curves, args.plot, args)
-        print(f"plot: {args.plot}")
+        if args.plot:
+            plot(curves, args.plot, args)
+            print(f"plot: {args.plot}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "world": repr(world), "runs": runs, "torch_ep": baseline,
