@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="skipped: PyTorch not installed")
 
 import caracal  # noqa: E402
-from test_moe_layer import SMALL, assert_matches, random_inputs  # noqa: E402
+from test_moe_layer import SMALL, assert_matches, random_inputs, run_caracal  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -18,14 +18,12 @@ def grads_of(moe, x, scores):
 
 def one_step(moe, x, idx, scores, dy):
     """Forward then backward at once: y and the gradients of x, the scores and the weights."""
-    x, scores = x.clone().requires_grad_(), scores.clone().requires_grad_()
-    moe.zero_grad(set_to_none=True)
-    y = moe(x, idx, scores)
-    y.backward(dy)
-    return [y.detach()] + grads_of(moe, x, scores)
+    y, grads = run_caracal(moe, x, idx, scores, dy)
+    return [y, *grads.values()]
 
 
 def assert_same_bits(got, expected, what):
+    assert len(got) == len(expected), f"{what}: {len(got)} tensors against {len(expected)}"
     for i, (a, b) in enumerate(zip(got, expected)):
         assert torch.equal(a, b), f"{what}: tensor {i} differs in {(a != b).sum().item()} of {a.numel()} elements"
 
