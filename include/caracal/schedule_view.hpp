@@ -13,6 +13,9 @@
 // kernels' macrobatches (DESIGN §3), each at most ring_rows consecutive rows. ring_rows is a
 // multiple of 128 (the GEMM tile), so a 128-row block never wraps.
 //
+// first_row (a multiple of 128) leaves the rows before it out of the row-tile GEMMs: the backward
+// recomputes the up/gate tiles of the rows a ring forward overwrote, those at and past ring_rows.
+//
 // Rules (the kernels cannot check them on the host, which never learns the counts): expert_offset
 // [L + 1] starts at 0, never decreases, holds multiples of 128 and ends at most at row_capacity;
 // expert_count[e] <= expert_offset[e + 1] - expert_offset[e] (the rest of a segment is padding).
@@ -31,6 +34,7 @@ struct ScheduleView {
   int ring_rows = 0;                       // 0: buffer row = schedule row; else rows of the ring
   const int2* rows = nullptr;              // [row_capacity] {src_rank, src_route = token * k + slot},
                                            // padding rows {-1, -1}; only the transfers read it
+  int first_row = 0;                       // row-tile GEMMs: tiles of the rows from here on only
 
 #if defined(__CUDACC__)
   __host__ __device__

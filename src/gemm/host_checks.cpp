@@ -20,7 +20,7 @@ void check_dim(int value, const char* fn, const char* name) {
                 " must be a positive multiple of ", kGroupedGemmDimAlignment, ", got ", value);
 }
 
-void check_rows(const ScheduleView& rows, const char* fn) {
+void check_rows(const ScheduleView& rows, const char* fn, bool row_tiles = true) {
   CARACAL_CHECK(rows.num_experts >= 1, fn, ": rows.num_experts must be >= 1, got ",
                 rows.num_experts);
   CARACAL_CHECK(rows.row_capacity >= 0 && rows.row_capacity % kGroupedGemmTileM == 0, fn,
@@ -37,6 +37,15 @@ void check_rows(const ScheduleView& rows, const char* fn) {
                 ": rows.ring_rows must be 0 (the standalone GEMMs run over the whole schedule, buffer row = "
                 "schedule row), got ",
                 rows.ring_rows);
+  if (row_tiles) {
+    CARACAL_CHECK(rows.first_row >= 0 && rows.first_row <= rows.row_capacity && rows.first_row % kGroupedGemmTileM == 0,
+                  fn, ": rows.first_row must be a multiple of ", kGroupedGemmTileM, " in [0, row_capacity = ",
+                  rows.row_capacity, "], got ", rows.first_row);
+  } else {
+    CARACAL_CHECK(rows.first_row == 0, fn,
+                  ": rows.first_row must be 0 (a weight gradient reduces over all of an expert's rows), got ",
+                  rows.first_row);
+  }
 }
 
 // A matrix or fp32 array: non-null and 16-byte aligned (TMA boxes, vector stores), except row
@@ -138,7 +147,7 @@ void check_gate_up_dgrad_args(const GateUpDgradArgs& a) {
 
 void check_weight_grads_args(const WeightGradArgs& a) {
   const char* fn = "grouped_weight_grads";
-  check_rows(a.rows, fn);
+  check_rows(a.rows, fn, /*row_tiles=*/false);
   check_dim(a.hidden, fn, "hidden (D)");
   check_dim(a.intermediate, fn, "intermediate (I)");
   bool const no_rows = a.rows.row_capacity == 0;

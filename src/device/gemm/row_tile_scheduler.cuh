@@ -13,6 +13,7 @@
 // standalone kernel: first = blockIdx.x, stride = gridDim.x). Each role
 // (producer, consumers) runs its own copy and walks the same sequence; tile indices only grow, so
 // the owning expert is found by moving a cursor forward (amortised O(1) per tile).
+#include <climits>
 #include <cstdint>
 
 #include "caracal/schedule_view.hpp"
@@ -34,7 +35,10 @@ class RowTileScheduler {
     return int64_t(p.schedule.row_capacity / kBlockM) * p.n_blocks;
   }
 
-  __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride)
+  // The tiles of the schedule's row blocks from schedule.first_row on, or, for the fused kernels'
+  // macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
+  __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
+                              int end_block = INT_MAX)
       : offsets_(p.schedule.expert_offset),
         counts_(p.schedule.expert_count),
         num_experts_(p.schedule.num_experts),
@@ -44,9 +48,18 @@ class RowTileScheduler {
         stride_(tile_stride) {
     // Never past the row buffers, whatever the offsets say.
     int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
-    num_tiles_ = max(total_blocks, 0) * n_blocks_;
-    begin_block_ = __ldg(offsets_) / kBlockM;
+    window_begin_ = max(begin_block, p.schedule.first_row / kBlockM);
+    window_end_ = min(end_block, total_blocks);
+    num_tiles_ = max(window_end_ - window_begin_, 0) * n_blocks_;
+    // The expert holding the window's first block (experts before it may be empty).
+    expert_begin_ = __ldg(offsets_) / kBlockM;
     end_block_ = __ldg(offsets_ + 1) / kBlockM;
+    while (end_block_ <= window_begin_ && expert_ + 1 < num_experts_) {
+      ++expert_;
+      expert_begin_ = end_block_;
+      end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
+    }
+    begin_block_ = max(expert_begin_, window_begin_);
   }
 
   __device__ bool has_tile() const { return tile_ < num_tiles_; }
@@ -57,13 +70,14 @@ class RowTileScheduler {
 
   // The current tile (has_tile() must hold).
   __device__ TileCoord coord() {
-    while (tile_ >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
+    int const t = tile_ + window_begin_ * n_blocks_;  // numbered from block 0
+    while (t >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
       ++expert_;
-      begin_block_ = end_block_;
+      expert_begin_ = begin_block_ = end_block_;
       end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
     }
-    int const local = tile_ - begin_block_ * n_blocks_;
-    int const blocks = end_block_ - begin_block_;
+    int const local = t - begin_block_ * n_blocks_;
+    int const blocks = min(end_block_, window_end_) - begin_block_;
     int const grouped_blocks = blocks - blocks % kRasterGroupBlocks;  // in full groups
     int m, n;
     if (local < grouped_blocks * n_blocks_) {
@@ -85,7 +99,7 @@ class RowTileScheduler {
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     // The end of the expert's real rows (its padded end when counts are not given).
-    c.active_end = counts_ != nullptr ? begin_block_ * kBlockM + __ldg(counts_ + expert_)
+    c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + __ldg(counts_ + expert_)
                                       : end_block_ * kBlockM;
     return c;
   }
@@ -99,9 +113,11 @@ class RowTileScheduler {
   int tile_;
   int stride_;
   int num_tiles_;
+  int window_begin_, window_end_;  // the row blocks this scheduler's tiles cover
   int expert_ = 0;
-  int begin_block_;  // first M block of expert_
-  int end_block_;    // one past its last
+  int expert_begin_;  // first M block of expert_
+  int begin_block_;   // the first of them in the window
+  int end_block_;     // one past its last
 };
 
 }  // namespace caracal::gemm
