@@ -172,6 +172,14 @@ struct MoELayerOptions {
   // exchange_sms does not apply to it.
   bool fused_forward = true;
   int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused forward; 0 = fused::default_comm_ctas
+  // The fused forward's ring (DESIGN §2): its routed rows (x pulled from other GPUs, gate/up,
+  // hidden) live in ring_rows rows, walked in macrobatches of that many rows, from the last one
+  // down, so that the ring holds macrobatch 0 when the forward ends; the backward recomputes the
+  // up/gate tiles of the rows past it. A multiple of 128; 0 = caracal::default_ring_rows (a
+  // balanced step in one macrobatch, for the device's SMs). Any routing runs on any ring: an
+  // imbalance only adds macrobatches. (Until the backward walks the ring too, the layer still
+  // allocates its worst-case rows for the backward: MoELayer::memory.)
+  int ring_rows = 0;
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),

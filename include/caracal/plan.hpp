@@ -81,6 +81,11 @@ struct Plan {
   RooflinePlan roofline;
 };
 
+// The ring the planner sizes by default (PlanOptions::ring_rows = 0): a balanced step (T*k routes
+// on each rank, every expert segment padded) in one macrobatch, rounded up to a minibatch (the
+// overlap rule) for `sm_count` SMs and tile_m x tile_n tiles.
+int64_t default_ring_rows(const LayerConfig& config, int64_t sm_count = 132, int64_t tile_m = 128, int64_t tile_n = 256);
+
 // Throws caracal::Error when the routing does not match the configuration.
 Plan make_plan(const LayerConfig& config, const Routing& routing, const std::string& routing_source,
                const PlanOptions& options);

@@ -55,11 +55,13 @@ class MoE(nn.Module):
     (which act on the engine: on every layer that shares it).
     `fused_forward` runs the forward's dispatch and expert GEMMs as one persistent kernel (the
     default; the same results bit for bit); False selects the separate launches of Caracal v1.
+    `ring_rows` sizes its ring of routed rows (a multiple of 128; 0: a balanced step in one
+    macrobatch): any routing runs on any ring, a smaller one only adds macrobatches.
     """
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
                  shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0,
-                 exchange_sms=0, fused_forward=True):
+                 exchange_sms=0, fused_forward=True, ring_rows=0):
         super().__init__()
         load()
         world = world or World.default()
@@ -73,7 +75,7 @@ class MoE(nn.Module):
         self.num_experts, self.shared_intermediate = num_experts, shared_intermediate
         self.tokens_per_rank, self.normalize, self.router_scale = tokens_per_rank, normalize, float(router_scale)
         key = (hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
-               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward))
+               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows))
         self._engine = world._engine(key)
         # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
         # attributes, so with an int every engine would compile its own graph.

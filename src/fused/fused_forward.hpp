@@ -1,25 +1,34 @@
 #pragma once
-// The fused forward (DESIGN §3), first stage: one persistent launch per forward pass per GPU (one
-// for all ranks of a loopback world) that pulls the dispatch rows and runs the shared expert's and
-// the routed experts' grouped GEMMs, the GEMM tiles of a 128-row block starting as soon as its rows
-// have landed (readiness counters, never a host synchronization). Communication CTAs (the first
-// comm_ctas of each rank) pull; the others take the rank's tasks from one counter (the shared
-// expert's up/gate+SwiGLU tiles, its down tiles, then the routed experts' likewise), and the comm
-// CTAs join them once their pulls are done.
-// The schedule, the gates and the combine stay their own launches (TokenExchange) around it.
+// The fused forward (DESIGN §3): one persistent launch per forward pass per GPU (one for all ranks
+// of a loopback world) that pulls the dispatch rows, runs the shared expert's and the routed
+// experts' grouped GEMMs and stores every routed row's output into its home slot, the GEMM tiles of
+// a 128-row block starting as soon as its rows have landed (readiness counters, never a host
+// synchronization). Communication CTAs (the first comm_ctas of each rank) pull; the others take the
+// rank's tasks from one counter (the shared expert's up/gate+SwiGLU tiles, its down tiles, then the
+// routed experts' likewise, macrobatch by macrobatch), and the comm CTAs join them once their pulls
+// are done. The schedule, the gates and the sums of the slots (TokenExchange::combine_filled_slots)
+// stay their own launches around it.
+//
+// The ring (DESIGN §2): with pass.rows.ring_rows > 0 the routed rows' buffers (expert_x, gate_up,
+// activation) hold ring_rows rows, schedule row r in buffer row r % ring_rows; the launch walks the
+// schedule in macrobatches of ring_rows rows from the last one down, and a block's rows take over
+// the ring rows of the block ring_rows further on only once that block's tiles have read them. At
+// the end the ring holds macrobatch 0 (schedule rows [0, ring_rows)). ring_rows = 0: one
+// macrobatch, buffers of row_capacity rows.
 //
 // It needs no world barrier: the rows it pulls (every rank's x) were published before
-// build_schedule's last barrier, and no peer reads what it writes (expert_x, gate_up, activation,
-// expert_out of its own rank) before the combine's entry barrier.
+// build_schedule's last barrier, the home slots it writes were last read by each peer's previous
+// combine, which that barrier follows, and no peer reads what else it writes (expert_x, gate_up,
+// activation of its own rank) before the next launch's entry barrier.
 //
 // The up/gate GEMM reads each row's x where it is (a token on this GPU: its home x; a token of
 // another GPU: the row the comm CTAs pulled into expert_x), so rows of tokens on this GPU are never
 // copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all of
 // them: MoELayer::backward runs TokenExchange::dispatch first).
 //
-// Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch
-// and gemm::expert_forward of the routed experts (the same tiles, K order and epilogues), whatever
-// comm_ctas.
+// Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch,
+// gemm::expert_forward of the routed experts and combine's push (the same tiles, K order and
+// epilogues), whatever comm_ctas and ring_rows; pass.out is not written.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -38,7 +47,9 @@ inline constexpr int kFusedMaxLocalRanks = 8;
 inline constexpr int kFusedMaxCtasPerRank = 256;
 
 struct FusedForwardRank {
-  gemm::ExpertPass pass;  // rows = the exchange's schedule view; x = its expert_x; gate_up, activation, out
+  // rows = the exchange's schedule view (ring_rows of the launch's choice); x = its expert_x;
+  // gate_up, activation; the outputs go to the exchange's combine_slots.
+  gemm::ExpertPass pass;
   gemm::ExpertPassWeights weights;
   // The shared expert (one expert over the rank's tokens: its own rows, x copied in before the
   // launch), run in the same launch ahead of the routed experts; out as gemm::expert_forward.

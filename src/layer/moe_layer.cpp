@@ -12,12 +12,14 @@
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass.hpp"
+#include "caracal/plan.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
@@ -137,6 +139,7 @@ struct MoELayer::Impl {
   std::vector<RankState> ranks;
   bool fused_forward = false;
   int fused_comm_ctas = 0;
+  int ring_rows = 0;  // the fused forward's ring: at most the routed rows
 
   // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
   // shared expert's scales into its rows.
@@ -218,6 +221,11 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                   "MoELayer: options.fused_comm_ctas must be in [0, ", ctas - 1, "] (0: ",
                   fused::default_comm_ctas(world), " on this device), got ", options.fused_comm_ctas);
     state.fused_comm_ctas = options.fused_comm_ctas;
+    CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % gemm::kGroupedGemmTileM == 0,
+                  "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", gemm::kGroupedGemmTileM,
+                  ", got ", options.ring_rows);
+    const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, world.multiprocessors());
+    state.ring_rows = static_cast<int>(std::min<int64_t>(ring, state.sizes.routed_rows));
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
@@ -300,7 +308,9 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEWeights& w = ranks[l].weights;
       const RankState& rank_state = state.ranks[l];
-      fused_args.ranks.push_back({rank_state.routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
+      gemm::ExpertPass routed = rank_state.routed;
+      routed.rows.ring_rows = state.ring_rows;
+      fused_args.ranks.push_back({routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
                                   {w.shared_w_gate_up, w.shared_w_down}, rank_state.local.buffers().ready_counters});
     }
     fused::fused_forward(world_, fused_args, stream);
@@ -322,7 +332,11 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
                        "MoELayer::forward: cudaMemcpyAsync(shared out)");
     }
   }
-  state.exchange->combine(stream);
+  if (state.fused_forward) {
+    state.exchange->combine_filled_slots(stream);  // the fused down tiles stored every routed row home
+  } else {
+    state.exchange->combine(stream);
+  }
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
@@ -383,9 +397,21 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     }
   }
 
-  // The fused forward read the x rows of tokens on this GPU in place; the weight gradients read
-  // them from expert_x (a replay has dispatched them already).
-  if (state.fused_forward && !replay) state.exchange->dispatch(stream);
+  // The fused forward read the x rows of tokens on this GPU in place and left macrobatch 0 in its
+  // ring, the routed rows' first ring_rows buffer rows: the weight gradients read every row's x
+  // from expert_x, and the rows past the ring get their gate/up and activation again (a replay
+  // has done both already).
+  if (state.fused_forward && !replay) {
+    state.exchange->dispatch(stream);
+    if (state.ring_rows < sizes.routed_rows) {
+      for (size_t l = 0; l < ranks.size(); ++l) {
+        gemm::ExpertPass past_ring = state.ranks[l].routed;
+        past_ring.rows.first_row = state.ring_rows;
+        const MoEWeights& w = context.ranks_[l].weights;
+        gemm::expert_up_gate(past_ring, {w.w_gate_up, w.w_down}, stream);
+      }
+    }
+  }
   state.exchange->reverse_combine(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];

@@ -124,7 +124,20 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) 
   return m;
 }
 
+// Overlap rule (DESIGN §2): two full waves of BM x BN tiles of the up/gate GEMM (N = 2I).
+int64_t overlap_min_rows(const LayerShape& s, int64_t sm_count, int64_t tile_m, int64_t tile_n) {
+  const int64_t n_min = std::min(2 * s.intermediate, s.hidden);
+  return ceil_div(2 * sm_count * tile_m * tile_n, n_min);
+}
+
 }  // namespace
+
+int64_t default_ring_rows(const LayerConfig& config, int64_t sm_count, int64_t tile_m, int64_t tile_n) {
+  const LayerShape& s = config.shape;
+  const int64_t minibatch = round_up(overlap_min_rows(s, sm_count, tile_m, tile_n), tile_m);
+  const int64_t balanced_rows = config.tokens_per_rank * s.top_k + config.local_experts() * (tile_m - 1);
+  return round_up(balanced_rows, minibatch);
+}
 
 void PlanOptions::validate() const {
   CARACAL_CHECK(sm_count >= 1, "sms must be at least 1, got ", sm_count);
@@ -170,20 +183,15 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   plan.empty_experts = std::count(per_expert.begin(), per_expert.end(), 0);
   plan.empty_slots = std::count(routing.topk_idx.begin(), routing.topk_idx.end(), -1);
 
-  // Overlap rule (DESIGN §2): two full waves of BM x BN tiles of the up/gate GEMM (N = 2I).
-  const int64_t n_min = std::min(2 * s.intermediate, s.hidden);
-  plan.overlap_min_rows = ceil_div(2 * options.sm_count * options.tile_m * options.tile_n, n_min);
+  plan.overlap_min_rows = overlap_min_rows(s, options.sm_count, options.tile_m, options.tile_n);
   plan.minibatch_rows = round_up(plan.overlap_min_rows, options.tile_m);
-  // Default ring: a balanced step (T*k routes per rank, every segment padded) in one macrobatch.
-  const int64_t balanced_rows =
-      config.tokens_per_rank * s.top_k + config.local_experts() * (options.tile_m - 1);
   if (options.ring_rows > 0) {
     CARACAL_CHECK(options.ring_rows % plan.minibatch_rows == 0,
                   "ring_rows must be a multiple of the minibatch (", plan.minibatch_rows,
                   " rows), got ", options.ring_rows);
     plan.ring_rows = options.ring_rows;
   } else {
-    plan.ring_rows = round_up(balanced_rows, plan.minibatch_rows);
+    plan.ring_rows = default_ring_rows(config, options.sm_count, options.tile_m, options.tile_n);
   }
 
   const double D = static_cast<double>(s.hidden), I = static_cast<double>(s.intermediate);

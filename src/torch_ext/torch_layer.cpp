@@ -59,6 +59,7 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   options.gemm_ctas = spec.gemm_ctas;
   options.exchange_sms = spec.exchange_sms;
   options.fused_forward = spec.fused_forward;
+  options.ring_rows = spec.ring_rows;
   options.local_allocator = caching_allocator();
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }

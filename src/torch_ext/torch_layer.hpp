@@ -31,6 +31,7 @@ struct TorchLayerSpec {
   int gemm_ctas = 0;
   int exchange_sms = 0;
   bool fused_forward = true;  // MoELayerOptions::fused_forward
+  int ring_rows = 0;          // MoELayerOptions::ring_rows
   double timeout_s = 600.0;  // the world's wait timeout
 };
 

@@ -75,9 +75,12 @@ comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream);
 
+// push false: the shape of launch_combine_filled_slots.
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
-                                       const ExchangeSizes& sizes);
+                                       const ExchangeSizes& sizes, bool push);
 void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
+void launch_combine_filled_slots(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                                 cudaStream_t stream);
 
 comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes);

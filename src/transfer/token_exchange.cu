@@ -97,6 +97,7 @@ struct TokenExchange::Kernels {
   comm::LaunchShape dispatch;
   comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
+  comm::LaunchShape combine_filled_slots;
   comm::LaunchShape reverse_dispatch;
   detail::ExchangeArgs args;  // scaling is filled in per call
 };
@@ -129,7 +130,8 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
   kernels_->dispatch = detail::dispatch_launch_shape(world, sm_budget, sizes_);
   kernels_->reverse_combine = detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
-  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
+  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_, /*push=*/true);
+  kernels_->combine_filled_slots = detail::combine_launch_shape(world, sm_budget, shape_, sizes_, /*push=*/false);
   kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
   detail::ExchangeArgs& a = kernels_->args;
@@ -182,6 +184,11 @@ void TokenExchange::dispatch(cudaStream_t stream) {
 void TokenExchange::combine(cudaStream_t stream) {
   CARACAL_CHECK(options_.forward, "TokenExchange::combine needs ExchangeOptions::forward = true");
   detail::launch_combine(world_, kernels_->combine, kernels_->args, stream);
+}
+
+void TokenExchange::combine_filled_slots(cudaStream_t stream) {
+  CARACAL_CHECK(options_.forward, "TokenExchange::combine_filled_slots needs ExchangeOptions::forward = true");
+  detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, kernels_->args, stream);
 }
 
 void TokenExchange::reverse_combine(cudaStream_t stream) {

@@ -2,7 +2,8 @@
 // launches (MoELayerOptions::fused_forward = false) for every output and gradient, whatever the
 // number of pulling CTAs, and within the fp64 reference's bounds; on loopback W = 1, 2, 4, 8, on
 // adversarial routings (all routes to one expert, empty experts and ranks, -1 slots), tiny and odd
-// token counts, and enough rows for many 128-row blocks per expert.
+// token counts, and enough rows for many 128-row blocks per expert; and on rings much smaller than
+// the rows (many macrobatches).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -25,19 +26,24 @@ MoELayerOptions v1_options() {
   return o;
 }
 
-MoELayerOptions fused_options(int comm_ctas) {
+MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0) {
   MoELayerOptions o;
   o.fused_comm_ctas = comm_ctas;
+  o.ring_rows = ring_rows;
   return o;
 }
 
 // One step on a loopback layer with `options`; every rank's outputs.
-std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options) {
-  LoopbackLayer l(c, s.weights, options);
-  l.buffers.prepare(s.step, l.world);
+std::vector<RankOutputs> run_with(const LayerCase& c, const HostWeights& weights, const HostStep& step,
+                                  const MoELayerOptions& options) {
+  LoopbackLayer l(c, weights, options);
+  l.buffers.prepare(step, l.world);
   const Stream stream;
   run_step(l.layer, l.buffers, stream);
   return l.buffers.download();
+}
+std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options) {
+  return run_with(c, s.weights, s.step, options);
 }
 
 std::vector<LayerCase> fused_cases() {
@@ -73,6 +79,55 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_cases()), case_name);
 
+// Rings far smaller than the rows: many macrobatches, each taking over the ring rows of the one
+// walked before it (all routes to one expert: every rank's routes on one rank), and the backward
+// recomputing the up/gate tiles of every row past the ring. The same bits as v1 for every output
+// and gradient, whatever the ring and the comm CTAs.
+std::vector<LayerCase> ring_cases() {
+  using R = RoutingCase;
+  return {
+      {"W1_many_blocks_k8", 1, 1500, 8, 8, true, false, kNormalizedScaled, R::kZipf},
+      {"W2_all_to_one_k4", 2, 700, 8, 4, true, false, kNormalized, R::kAllToOne},
+      {"W4_all_to_one_k3_odd", 4, 301, 16, 3, true, true, kNormalized, R::kAllToOne},
+      {"W4_empty_ranks_k2", 4, 253, 16, 2, true, true, kUnnormalized, R::kEmptyRanks},
+      {"W8_empty_slots_k2", 8, 97, 16, 2, true, false, kNormalized, R::kEmptySlots},
+  };
+}
+
+class GpuFusedForwardRing : public testing::TestWithParam<LayerCase> {};
+
+TEST_P(GpuFusedForwardRing, SameBitsAsV1ForEveryRing) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase& c = GetParam();
+  const SeededStep s(c, c.routing);
+  const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
+  expect_same_bits(v1, run_with(c, s, fused_options(0, 128)), "fused, a ring of 128 rows");
+  expect_same_bits(v1, run_with(c, s, fused_options(1, 384)), "fused, a ring of 384 rows, 1 comm CTA per rank");
+  expect_same_bits(v1, run_with(c, s, fused_options(5, 1024)), "fused, a ring of 1024 rows, 5 comm CTAs per rank");
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForwardRing, testing::ValuesIn(ring_cases()), case_name);
+
+// A ring layer repeated, with routings that change between steps (more or fewer macrobatches than
+// the step before), is bitwise what a fresh v1 layer gives each step.
+TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase base{"ring_steps_W2", 2, 400, 8, 4, true, false, kNormalized, RoutingCase::kUniform};
+  const TracedSeed seed;
+  const HostWeights weights = random_weights(base, seed.value());
+  LoopbackLayer ring(base, weights, fused_options(0, 256));
+  const Stream stream;
+  int i = 0;
+  for (const RoutingCase routing : {RoutingCase::kAllToOne, RoutingCase::kUniform, RoutingCase::kZipf,
+                                    RoutingCase::kAllToOne, RoutingCase::kAllEmpty}) {
+    const HostStep step = random_step(base, routing, seed.value() + 1 + i);
+    ring.buffers.prepare(step, ring.world);
+    run_step(ring.layer, ring.buffers, stream);
+    expect_same_bits(run_with(base, weights, step, v1_options()), ring.buffers.download(),
+                     "ring layer, step " + std::to_string(i++));
+  }
+}
+
 TEST(GpuFusedForward, RepeatsBitwiseOnOneLayer) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"repeat_W2", 2, 300, 8, 4, true, false, kNormalized, RoutingCase::kZipf};
@@ -96,6 +151,11 @@ TEST(GpuFusedForward, CommCtasOutOfRangeAreRefused) {
   for (const int bad : {-1, 100000}) {
     SCOPED_TRACE(bad);
     test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(bad)); }, {"options.fused_comm_ctas"});
+  }
+  for (const int bad : {-128, 100}) {
+    SCOPED_TRACE(bad);
+    test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(0, bad)); },
+                       {"options.ring_rows", "multiple of 128"});
   }
   MoELayerOptions off = fused_options(100000);  // not read when the fused forward is off
   off.fused_forward = false;

@@ -251,6 +251,26 @@ def test_fused_forward_gives_v1s_bits(seed):
         assert torch.equal(ga[name], gb[name]), name
 
 
+@pytest.mark.parametrize("routing", ["zipf", "all_to_one"])
+def test_small_ring_gives_v1s_bits(routing, seed):
+    """A ring of 128 rows (many macrobatches; the backward recomputes the rows past it) gives v1's bits."""
+    world = caracal.World.loopback(2)
+    a = caracal.MoE(tokens_per_rank=128, world=world, ring_rows=128, **SMALL)
+    b = caracal.MoE(tokens_per_rank=128, world=world, fused_forward=False, **SMALL)
+    b.load_state_dict(a.state_dict())
+    inputs = random_inputs(a, routing)
+    ya, ga = run_caracal(a, *inputs)
+    yb, gb = run_caracal(b, *inputs)
+    assert torch.equal(ya, yb)
+    for name in ga:
+        assert torch.equal(ga[name], gb[name]), name
+
+
+def test_ring_rows_must_be_a_multiple_of_128():
+    with pytest.raises(RuntimeError, match=r"options.ring_rows must be 0 \(default\) or a positive multiple of 128, got 100"):
+        caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(1), ring_rows=100, **SMALL)
+
+
 def test_zero_score_sum_gives_zero_weights(seed):
     """Tokens whose valid scores sum to 0 get g = 0 and zero score gradients, as the reference."""
     moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2), **SMALL)

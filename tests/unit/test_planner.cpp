@@ -35,6 +35,10 @@ TEST(Planner, OverlapRuleMatchesDesignKimiFigure) {
   EXPECT_EQ(p.overlap_min_rows, 2112);
   EXPECT_EQ(p.minibatch_rows, 2176);  // rounded up to the 128-row tile
   EXPECT_EQ(p.ring_rows % p.minibatch_rows, 0);
+  // The layer sizes its ring by the same rule (MoELayerOptions::ring_rows = 0).
+  EXPECT_EQ(p.ring_rows, default_ring_rows(config_for("kimi-k2", 8, 512)));
+  // 512 * 8 routes + 48 experts * 127 rows of padding = 10,192 -> 5 minibatches.
+  EXPECT_EQ(p.ring_rows, 5 * 2176);
 }
 
 TEST(Planner, BalancedStepFitsOneMacrobatch) {

@@ -25,6 +25,7 @@ struct BenchOptions {
   bool quiet = false;
   int exchange_sms = 0;     // MoELayerOptions::exchange_sms
   int fused_comm_ctas = 0;  // MoELayerOptions::fused_comm_ctas
+  int ring_rows = 0;        // MoELayerOptions::ring_rows
 
   bool nccl() const { return backend == "nccl"; }
 };

@@ -104,6 +104,7 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   options.exchange_sms = a.exchange_sms;
   options.fused_forward = fused_forward;
   options.fused_comm_ctas = a.fused_comm_ctas;
+  options.ring_rows = a.ring_rows;
   MoELayer layer(c, world, options);
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());

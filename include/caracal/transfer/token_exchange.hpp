@@ -16,6 +16,7 @@
 //   compute_gates     g from topk_scores, local (no barrier)
 //   dispatch          barrier | pull x rows
 //   combine           barrier | push expert_out rows to home slots | barrier | y = shared + sum g*slot
+//   combine_filled_slots                                          barrier | y = shared + sum g*slot
 //   reverse_combine   barrier | pull dy rows and g
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
@@ -91,6 +92,11 @@ class TokenExchange {
   void dispatch(cudaStream_t stream);
   // y from expert_out, gates and shared_out when options.shared_expert (options.forward).
   void combine(cudaStream_t stream);
+  // y as combine, from combine_slots that an earlier launch filled (the fused forward's down tiles
+  // store each row into its home slot), so without the push and its barrier. A launch that fills
+  // peers' slots must come after a world barrier that follows the last combine's sums (the fused
+  // forward follows build_schedule's).
+  void combine_filled_slots(cudaStream_t stream);
   // expert_dy and expert_gates from dy and gates (options.backward).
   void reverse_combine(cudaStream_t stream);
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward); `router`

@@ -4,6 +4,8 @@
 // and stores it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
 // next chunk be written while the last one's TMA store still reads its buffer; the stores run on
 // while the warpgroup goes on to the next tile's mainloop.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -40,6 +42,7 @@ class ChunkStoreRing {
         row_base_(uint32_t((16 * (thread / 32) + (thread % 32) / 4) * kChunkCols * 2)),
         lane4_(uint32_t(thread % 4)),
         swizzle_(uint32_t((thread % 32) / 4)),
+        thread_(thread),
         leader_(thread == 0) {}
 
   // Waits until the next buffer is no longer read by an earlier TMA store.
@@ -94,6 +97,31 @@ class ChunkStoreRing {
     index_ = (index_ + 1) % kChunkBuffers;
   }
 
+  // The rows of a chunk whose units this thread stores in scatter(): scatter_row(j), j below this.
+  static constexpr int kScatterRowsPerThread = kChunkRows * 8 / kWarpgroupThreads;
+  __device__ int scatter_row(int j) const { return thread_ / 8 + j * (kWarpgroupThreads / 8); }
+
+  // Instead of store(): publishes the buffer (a bf16 chunk) to the warpgroup's threads, and each
+  // stores its rows' units with plain 16-byte stores, row scatter_row(j) at dst[j] + col (nullptr:
+  // not stored), so the rows may go anywhere, another GPU included. Thread t stores unit t % 8 of
+  // its rows: eight threads store one row's 128 bytes, a warp's store four whole row pieces.
+  __device__ void scatter(__nv_bfloat16* const (&dst)[kScatterRowsPerThread], int col) {
+    sync();
+    uint32_t const buffer = base_ + uint32_t(index_) * kChunkElements * 2;
+    uint32_t const unit = uint32_t(thread_ % 8);
+    CUTE_UNROLL
+    for (int j = 0; j < kScatterRowsPerThread; ++j) {
+      if (dst[j] == nullptr) continue;
+      uint32_t const r = uint32_t(scatter_row(j));
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(buffer + r * kChunkCols * 2 + ((unit ^ (r % 8)) << 4)));
+      *reinterpret_cast<uint4*>(dst[j] + col + unit * 8) = v;
+    }
+    index_ = (index_ + 1) % kChunkBuffers;
+  }
+
   // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
   __device__ void drain() const {
     if (leader_) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -110,6 +138,7 @@ class ChunkStoreRing {
   uint32_t row_base_;
   uint32_t lane4_;
   uint32_t swizzle_;
+  int thread_;
   bool leader_;
   int index_ = 0;
 };

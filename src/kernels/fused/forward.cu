@@ -27,7 +27,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (comm::cta_of_rank(world) < p.comm_ctas) {
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
-    pull_forward_rows(world, place, p.schedule, p.pull, p.ranks[place.local_rank].x_ready);
+    // A failed wait is recorded; the CTA computes on, and its own waits fail as fast.
+    (void)pull_forward_rows(world, place, p.pull, p.ranks[place.local_rank]);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
@@ -38,13 +39,20 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
 
 constexpr const char* kName = "fused forward";
 
-// One group of experts' GEMMs: the descriptors of the standalone launchers (up_gate_swiglu.cu,
-// down_proj.cu) over `pass`'s rows.
+// One group of experts' GEMMs but the down epilogue: the descriptors of the standalone launchers
+// (up_gate_swiglu.cu, down_proj.cu) over `pass`'s rows, the row buffers' maps over the rows they
+// hold (ring_rows of the ring, else the row capacity).
 ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
                          uint32_t* activation_ready) {
   using namespace gemm;
+  const ScheduleView& schedule = pass.rows;
+  CARACAL_CHECK(schedule.ring_rows >= 0 && schedule.ring_rows % kBlockM == 0 && schedule.ring_rows <= schedule.row_capacity,
+                kName, ": rows.ring_rows must be 0 or a multiple of ", kBlockM, " up to row_capacity = ",
+                schedule.row_capacity, ", got ", schedule.ring_rows);
+  CARACAL_CHECK(schedule.first_row == 0, kName, ": rows.first_row must be 0, got ", schedule.first_row);
   UpGateSwigluArgs up;
-  up.rows = pass.rows;
+  up.rows = schedule;
+  up.rows.ring_rows = 0;  // the standalone checks know no ring; the maps below span it
   up.hidden = pass.hidden;
   up.intermediate = pass.intermediate;
   up.x = pass.x;
@@ -53,7 +61,7 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   up.gate_up_out = pass.gate_up;
   check_up_gate_swiglu_args(up);
   DownProjArgs down;
-  down.rows = pass.rows;
+  down.rows = up.rows;
   down.hidden = pass.hidden;
   down.intermediate = pass.intermediate;
   down.activation = pass.activation;
@@ -61,14 +69,14 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   down.y_out = pass.out;
   check_down_proj_args(down);
 
-  const uint64_t rows = uint64_t(pass.rows.row_capacity);
+  const uint64_t rows = uint64_t(schedule.ring_rows > 0 ? schedule.ring_rows : schedule.row_capacity);
   const uint64_t d = uint64_t(pass.hidden);
   const uint64_t i = uint64_t(pass.intermediate);
-  const uint64_t experts = uint64_t(pass.rows.num_experts);
+  const uint64_t experts = uint64_t(schedule.num_experts);
   ExpertGemms g{};
   g.up_mainloop.a = KMajorRows::make_map<kBlockM>(pass.x, rows, d, "x");
   g.up_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_gate_up, experts, 2 * i, d, "w_gate_up");
-  g.tiles.up = {pass.rows, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
+  g.tiles.up = {schedule, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
   g.up_epilogue.activation = make_tensor_map_2d(pass.activation, rows, i, kChunkRows, kChunkCols, "activation");
   g.up_epilogue.store_gate_up = pass.gate_up != nullptr;
   if (g.up_epilogue.store_gate_up) {
@@ -77,31 +85,38 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   g.up_epilogue.intermediate = pass.intermediate;
   g.down_mainloop.a = KMajorRows::make_map<kBlockM>(pass.activation, rows, i, "activation");
   g.down_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_down, experts, d, i, "w_down");
-  g.tiles.down = {pass.rows, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
-  g.down_epilogue = {make_tensor_map_2d(pass.out, rows, d, kChunkRows, kChunkCols, "out"), pass.hidden};
+  g.tiles.down = {schedule, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
   g.activation_ready = activation_ready;
   return g;
 }
 
-// The counters ahead of the task slots, in words: x_ready and the routed activation_ready per
-// block of the schedule, the shared expert's activation_ready per block of its rows, the task counter.
+// The counters ahead of the task slots, in words: x_ready, the routed activation_ready and
+// down_done per block of the schedule, the shared expert's activation_ready per block of its rows,
+// the task counter.
 size_t counter_words(int row_capacity, int shared_rows) {
-  return 2 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
+  return 3 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
 }
 
 // Rank l's parameters: its GEMMs and where its counters and task slots are.
-FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
+FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer::detail::ExchangeArgs& exchange) {
   CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
   r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
+  r.down_done = rank.ready_counters + 2 * blocks;
+  r.routed_out = {rank.pass.rows.rows, exchange.forward.combine_slots, rank.pass.hidden};
   r.has_shared = rank.has_shared;
   const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
   if (rank.has_shared) {
     CARACAL_CHECK(rank.shared.rows.num_experts == 1, kName, ": the shared pass must hold one expert, got ",
                   rank.shared.rows.num_experts);
-    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 2 * blocks);
+    CARACAL_CHECK(rank.shared.rows.ring_rows == 0, kName, ": the shared pass has no ring, got ring_rows ",
+                  rank.shared.rows.ring_rows);
+    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks);
+    r.shared_out = {gemm::make_tensor_map_2d(rank.shared.out, uint64_t(shared_rows), uint64_t(rank.shared.hidden),
+                                       gemm::kChunkRows, gemm::kChunkCols, "out"),
+                    rank.shared.hidden};
   }
   const size_t counters = counter_words(rank.pass.rows.row_capacity, shared_rows);
   r.task_counter = rank.ready_counters + counters - 1;
@@ -152,7 +167,12 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   ForwardKernelParams p{};
   for (int l = 0; l < local_ranks; ++l) {
     const FusedForwardRank& rank = args.ranks[static_cast<size_t>(l)];
-    p.ranks[l] = rank_params(rank);
+    // The down tiles push each row to the home slot its schedule row names.
+    CARACAL_CHECK(rank.pass.rows.rows == args.exchange->schedule_view(l).rows &&
+                      rank.pass.rows.expert_offset == args.exchange->schedule_view(l).expert_offset,
+                  kName, ": ranks[", l, "].pass.rows must be the exchange's schedule view of local rank ", l,
+                  " (with a ring_rows of its own)");
+    p.ranks[l] = rank_params(rank, exchange);
     const size_t counters =  // not the task slots
         counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
     check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),

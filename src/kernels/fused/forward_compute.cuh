@@ -34,11 +34,11 @@
 
 namespace caracal::fused {
 
-// setmaxnreg budgets: the producer warpgroup also takes tasks, waits on counters and gathers rows
-// (the standalone GEMM's 40 registers spill here, so do 56); 72 x 128 + 216 x 256 = 64512, the
-// 168 x 384 the CTA is launched with.
-inline constexpr uint32_t kFusedProducerRegisters = 72;
-inline constexpr uint32_t kFusedConsumerRegisters = 216;
+// setmaxnreg budgets: the producer warpgroup also takes tasks over macrobatches, waits on counters
+// and gathers rows (ptxas spills it at 80 registers; the standalone GEMM's producer has 40);
+// 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
+inline constexpr uint32_t kFusedProducerRegisters = 88;
+inline constexpr uint32_t kFusedConsumerRegisters = 208;
 
 // Where the rows of an up/gate tile are read from, as the producer sees them.
 struct GatherSources {
@@ -48,8 +48,8 @@ struct GatherSources {
 };
 
 // Where row `i` of an up/gate tile comes from: a token row on this GPU where it is (its home x), a
-// row from another GPU where the comm role pulls it (expert_x; `pulled` set), a padding row
-// nowhere (nullptr: zero-filled).
+// row from another GPU where the comm role pulls it (expert_x's ring row; `pulled` set), a padding
+// row nowhere (nullptr: zero-filled).
 __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, const ScheduleView& schedule,
                                                      const gemm::TileCoord& tile, int i, bool& pulled) {
   const int row = tile.m_begin + i;
@@ -60,7 +60,7 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
     return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
   }
   pulled = true;
-  return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(row) * from.pull.hidden;
+  return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
 }
 
 // The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
@@ -96,16 +96,22 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
         rows.src[j] = gather_source(sources, schedule, task.tile, gemm::gather_row(thread, j), unused);
       }
     }
-    // What the tile waits for: a routed up/gate tile for its block's pulled rows (if any), a down
-    // tile for its block's activation; the shared expert's up/gate tiles for nothing.
+    // What the tile waits for: a routed up/gate tile for the ring rows it takes over (the down
+    // tiles of the block that held them have read them) and its block's pulled rows (if any), a
+    // down tile for its block's activation; the shared expert's up/gate tiles for nothing.
     const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
-    if (pulled_rows > 0 || !task.up_gate()) {
+    const int previous = gathered ? tasks.macrobatches().previous_in_ring(block) : -1;
+    if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
-        const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
-        ready = gathered ? comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block)
-                         : comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete,
-                                                   block);
+        if (gathered) {
+          const uint32_t ring_released = 2u * static_cast<uint32_t>(gemms.tiles.down.n_blocks);
+          if (previous >= 0) ready = comm::wait_ready_thread(world, place, p.down_done + previous, ring_released, previous);
+          if (ready && pulled_rows > 0) ready = comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block);
+        } else {
+          const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
+          ready = comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete, block);
+        }
         comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
       }
       if (!gemm::gather_threads_all(ready)) break;  // after thread 0's acquire
@@ -127,7 +133,8 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
       } else {
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
-          UpGateGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage], task.tile.m_begin,
+          UpGateGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage],
+                                                    gemms.tiles.up.schedule.buffer_row(task.tile.m_begin),
                                                     mainloop.a_mn_extent, k_index, task.tile.expert);
           UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
                                                     mainloop.b_mn_extent, k_index, task.tile.expert);
@@ -147,12 +154,13 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 
 // A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
 // tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
-// complete and raises the block's activation_ready.
+// complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
+// the block's down_done (its ring rows have been read).
 template <class TiledMma, class FragA, class FragB, class Accum>
-__device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma& tiled_mma, const FragA& tCrA,
-                                      const FragB& tCrB, Accum& accum, const gemm::TmaPipeline& pipe,
-                                      gemm::ChunkStoreRing& ring, int consumer, int wg_thread,
-                                      TaskSlot* stage_task) {
+__device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p,
+                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
+                                      const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                      int wg_thread, TaskSlot* stage_task) {
   const int lane = wg_thread % 32;
   gemm::PipelineState st;
   for (;;) {
@@ -164,14 +172,21 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
     if (task.up_gate()) {
-      UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);
+      gemm::TileCoord in_buffer = task.tile;  // the ring's rows
+      const int shift = gemms.tiles.up.schedule.buffer_row(task.tile.m_begin) - task.tile.m_begin;
+      in_buffer.m_begin += shift;
+      in_buffer.active_end += shift;
+      UpGateGemm::Epilogue::apply(gemms.up_epilogue, in_buffer, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
         comm::signal_ready_thread(gemms.activation_ready + task.m_block());
       }
+    } else if (task.shared()) {
+      DownGemm::SharedEpilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
     } else {
-      DownGemm::Epilogue::apply(gemms.down_epilogue, task.tile, accum, active, ring, consumer);
+      if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
+      DownGemm::RoutedEpilogue::apply(world, p.routed_out, task.tile, accum, active, ring, consumer);
     }
   }
   ring.drain();
@@ -215,7 +230,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread, stage_task);
+  consume_forward_tiles(world, p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread, stage_task);
 }
 
 }  // namespace caracal::fused

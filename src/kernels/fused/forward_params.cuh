@@ -14,11 +14,14 @@
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
 #include "kernels/fused/forward_tasks.cuh"
+#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 
 // gate_up = x · W_gate_up[e]^T with the SwiGLU epilogue; y = activation · W_down[e]^T: the same
-// operand kinds and epilogues as the standalone kernels (src/kernels/forward), hence the same bits.
+// operand kinds and epilogues as the standalone kernels (src/kernels/forward), hence the same bits;
+// the routed experts' y rows go to their home slots (home_slots_epilogue.cuh), the shared expert's
+// to its output rows.
 struct UpGateGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::KMajorWeights;
@@ -27,7 +30,8 @@ struct UpGateGemm {
 struct DownGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::KMajorWeights;
-  using Epilogue = gemm::RowsBf16Epilogue;
+  using SharedEpilogue = gemm::RowsBf16Epilogue;
+  using RoutedEpilogue = HomeSlotsEpilogue;
 };
 
 static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
@@ -35,12 +39,13 @@ static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
               "the producer loads every TMA operand the same way");
 
 // One group of experts' two GEMMs (the routed experts over the schedule's rows, or the shared
-// expert over the rank's tokens).
+// expert over the rank's tokens), but the down GEMM's epilogue. The row buffers' TMA maps span the
+// rows they hold (the ring's, for the routed experts): a tile loads and stores at the buffer row
+// of its first schedule row (tiles.up.schedule.buffer_row).
 struct ExpertGemms {
   gemm::MainloopParams up_mainloop;
   UpGateGemm::Epilogue::Params up_epilogue;
   gemm::MainloopParams down_mainloop;
-  DownGemm::Epilogue::Params down_epilogue;
   ExpertTiles tiles;
   // Zeroed before the launch, one word per 128-row block: the up/gate tiles' warpgroup slices
   // stored (2 * tiles.up.n_blocks: the block's activation is complete).
@@ -49,7 +54,12 @@ struct ExpertGemms {
 
 struct FusedForwardRankParams {
   ExpertGemms routed;
+  DownGemm::RoutedEpilogue::Params routed_out;
+  // Zeroed before the launch, one word per 128-row block of the schedule: the down tiles' warpgroup
+  // slices whose mainloop is done (2 * tiles.down.n_blocks: the block's ring rows may be reused).
+  uint32_t* down_done;
   ExpertGemms shared;  // only with has_shared
+  DownGemm::SharedEpilogue::Params shared_out;
   bool has_shared;
   // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
   uint32_t* x_ready;
@@ -63,7 +73,7 @@ inline constexpr int kMaxLocalRanks = 8;
 struct ForwardKernelParams {
   FusedForwardRankParams ranks[kMaxLocalRanks];
   transfer::ScheduleParams schedule;
-  transfer::PullRows pull;  // home x rows into expert_x rows (no gates)
+  transfer::PullRows pull;  // home x rows into the ring's expert_x rows (no gates)
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
 };
 static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");

@@ -1,7 +1,9 @@
 #pragma once
 // The fused forward's communication role: pull the rank's schedule rows whose tokens live on other
-// GPUs (x of each such route's token, from its home rank) into expert_x, and count each 128-row
-// block's pulled rows as they land. Rows of tokens on this GPU (all of them in a loopback world, the
+// GPUs (x of each such route's token, from its home rank) into expert_x's ring rows, macrobatch by
+// macrobatch in the tasks' order (forward_tasks.cuh), and count each 128-row block's pulled rows as
+// they land. A block's pulls into the ring wait until the block that held those ring rows has been
+// read by its up/gate tiles. Rows of tokens on this GPU (all of them in a loopback world, the
 // rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
 // are (forward_compute.cuh).
 //
@@ -20,26 +22,35 @@
 #include "device/transfer/pull_rows.cuh"
 #include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/warp_work.cuh"
+#include "kernels/fused/forward_params.cuh"
 
 namespace caracal::fused {
 
-// All threads of a comm CTA.
-__device__ inline void pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                               const transfer::ScheduleParams& schedule,
-                                               const transfer::PullRows& pull, uint32_t* x_ready) {
+// All threads of a comm CTA. Returns false when a wait failed (timeout or aborted world, recorded).
+__device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                         const transfer::PullRows& pull, const FusedForwardRankParams& rank) {
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
   const transfer::WarpWorkers warps = transfer::rank_warps(place);
-  const ScheduleView view = transfer::rank_schedule(world, schedule, place.rank);
-  const int rows = view.expert_offset[view.num_experts];
+  const ScheduleView& view = rank.routed.tiles.up.schedule;  // the ring's rows
+  const Macrobatches batches(view);
+  const int rows = batches.total_blocks * gemm::kBlockM;
+  const int batch_rows = batches.ring_blocks * gemm::kBlockM;
+  const int last_batch_begin = (batches.count() - 1) * batch_rows;  // walked first
+  const uint32_t activation_complete = 2u * static_cast<uint32_t>(rank.routed.tiles.up.n_blocks);
   __nv_bfloat16* expert_rows = world.at(pull.expert_rows, place.rank);
   int block = -1;
   uint32_t pulled = 0;
   const auto count_block = [&] {
     if (pulled == 0) return;
     __syncwarp();  // every lane's stores of the block's rows before lane 0's release
-    if (lane == 0) comm::signal_ready_thread(x_ready + block, pulled);
+    if (lane == 0) comm::signal_ready_thread(rank.x_ready + block, pulled);
   };
-  for (int row = warps.index; row < rows; row += warps.count) {
+  // Rows in the macrobatches' order: the last macrobatch, then the others from the top down.
+  for (int i = warps.index; i < rows; i += warps.count) {
+    const int first_rows = rows - last_batch_begin;
+    const int row = i < first_rows ? last_batch_begin + i
+                                   : last_batch_begin - (1 + (i - first_rows) / batch_rows) * batch_rows +
+                                         (i - first_rows) % batch_rows;
     const int2 entry = view.rows[row];
     const bool on_this_gpu =
         static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
@@ -48,12 +59,23 @@ __device__ inline void pull_forward_rows(const comm::DeviceWorld& world, const c
       count_block();
       block = row / gemm::kBlockM;
       pulled = 0;
+      // The ring rows are free once the up/gate tiles of the block that held them read them.
+      const int previous = batches.previous_in_ring(block);
+      bool ready = true;
+      if (previous >= 0 && lane == 0) {
+        ready = comm::wait_ready_thread(world, place, rank.routed.activation_ready + previous, activation_complete,
+                                        previous);
+      }
+      ready = __shfl_sync(0xffffffffu, static_cast<int>(ready), 0) != 0;
+      __syncwarp();  // the lanes' stores after lane 0's acquire
+      if (!ready) return false;
     }
     transfer::pull_token_row<true>(world, entry, pull.home_rows, pull.top_k, pull.hidden,
-                                   transfer::row_vectors(expert_rows, row, pull.hidden), lane);
+                                   transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden), lane);
     ++pulled;
   }
   count_block();
+  return true;
 }
 
 }  // namespace caracal::fused

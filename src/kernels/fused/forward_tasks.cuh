@@ -1,14 +1,17 @@
 #pragma once
-// The fused forward's compute tasks (DESIGN §3) of one rank, in one order of four phases: the
-// shared expert's up/gate+SwiGLU tiles, its down tiles (they need no pulled rows: they fill the SMs
-// while the first pulls are in flight), then the routed experts' up/gate+SwiGLU tiles and their
-// down tiles, each phase in RowTileScheduler's order. The rank's compute CTAs take tasks in that
-// order from one counter (atomicAdd), so a CTA that finishes early, or a comm CTA whose pulls are
-// done, takes the next. Each task waits only on counters raised by the comm CTAs (x rows pulled) or
-// by tasks of lower index (an M block's activation complete); tasks are taken in increasing order
-// and every CTA of the launch is resident, so the smallest unfinished task can always run: no
+// The fused forward's compute tasks (DESIGN §3) of one rank, in one order: the shared expert's
+// up/gate+SwiGLU tiles, its down tiles (they need no pulled rows: they fill the SMs while the first
+// pulls are in flight), then, macrobatch by macrobatch in descending order, the routed experts'
+// up/gate+SwiGLU tiles and their down tiles, each phase in RowTileScheduler's order. The rank's
+// compute CTAs take tasks in that order from one counter (atomicAdd), so a CTA that finishes early,
+// or a comm CTA whose pulls are done, takes the next. Each task waits only on counters raised by
+// the comm CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the
+// ring rows it takes over released by the macrobatch walked before); the comm CTAs' pulls into the
+// ring wait only on tasks of lower index than those reading them. Tasks are taken in increasing
+// order and every CTA of the launch is resident, so the smallest unfinished task can always run: no
 // deadlock. Which CTA runs a task changes nothing in its result (one CTA per tile, K in a fixed
 // order).
+#include "caracal/schedule_view.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/tile_coord.cuh"
 
@@ -43,55 +46,97 @@ struct TaskSlot {
 };
 static_assert(sizeof(TaskSlot) == 32);
 
-// Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own). The
-// phases are named, not indexed, so that everything stays in registers.
+// The routed experts' schedule rows cut into macrobatches (DESIGN §3) of ring_blocks 128-row
+// blocks, the rows the ring holds (the whole schedule in one when there is no ring). The forward
+// walks them in descending order, so that macrobatch 0 is what the ring holds at the end. Block s
+// of macrobatch m sits in the ring where block s + ring_blocks of macrobatch m + 1 sat before it.
+struct Macrobatches {
+  int total_blocks;  // row blocks of the schedule
+  int ring_blocks;   // row blocks of a macrobatch (the last may hold fewer)
+
+  __device__ Macrobatches(const ScheduleView& rows)
+      : total_blocks(min(rows.expert_offset[rows.num_experts], rows.row_capacity) / gemm::kBlockM),
+        ring_blocks(rows.ring_rows > 0 ? rows.ring_rows / gemm::kBlockM : max(total_blocks, 1)) {}
+
+  __device__ int count() const { return (total_blocks + ring_blocks - 1) / ring_blocks; }
+  // The block whose ring rows block `block` takes over (walked before it), or -1 for none.
+  __device__ int previous_in_ring(int block) const {
+    return block + ring_blocks < total_blocks ? block + ring_blocks : -1;
+  }
+};
+
+// Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own): the
+// shared expert's up/gate then down tiles, then per macrobatch (descending) the routed up/gate
+// tiles then the down tiles of its blocks. The phases are named, not indexed, so that everything
+// stays in registers.
 class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
   // parameters do).
   __device__ ForwardTaskCursor(const ExpertTiles* shared, const ExpertTiles& routed)
-      : shared_(shared), routed_(&routed), tiles_(routed.up, 0, 1) {
+      : shared_(shared), routed_(&routed), batches_(routed.up.schedule), tiles_(routed.up, 0, 1) {
     const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
-    end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up) : 0);
-    end_up_ = end_shared_down_ + tiles_.num_tiles();
-    end_down_ = end_up_ + down_tasks(routed, tiles_.num_tiles());
+    end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up / shared->up.n_blocks) : 0);
+    const int per_block = routed.up.n_blocks + routed.down.n_blocks;
+    const int batches = batches_.count();
+    last_batch_tasks_ = batches > 0 ? (batches_.total_blocks - (batches - 1) * batches_.ring_blocks) * per_block : 0;
+    full_batch_tasks_ = batches_.ring_blocks * per_block;
+    end_ = end_shared_down_ + batches_.total_blocks * per_block;
   }
 
-  __device__ int num_tasks() const { return end_down_; }
+  __device__ int num_tasks() const { return end_; }
+  __device__ const Macrobatches& macrobatches() const { return batches_; }
 
   // Task `task` (in [0, num_tasks()), at or past the last one asked for).
   __device__ ForwardTask at(int task) {
-    const ForwardPhase phase = task < end_shared_up_     ? ForwardPhase::shared_up_gate
-                               : task < end_shared_down_ ? ForwardPhase::shared_down
-                               : task < end_up_          ? ForwardPhase::up_gate
-                                                         : ForwardPhase::down;
-    if (phase != phase_) {
+    ForwardPhase phase;
+    int first;  // the phase's first task
+    int batch = 0;
+    if (task < end_shared_up_) {
+      phase = ForwardPhase::shared_up_gate;
+      first = 0;
+    } else if (task < end_shared_down_) {
+      phase = ForwardPhase::shared_down;
+      first = end_shared_up_;
+    } else {
+      const int routed = task - end_shared_down_;
+      const int batches = batches_.count();
+      const int walked = routed < last_batch_tasks_ ? 0 : 1 + (routed - last_batch_tasks_) / full_batch_tasks_;
+      batch = batches - 1 - walked;
+      first = end_shared_down_ + (walked == 0 ? 0 : last_batch_tasks_ + (walked - 1) * full_batch_tasks_);
+      const int up_tasks = (min(batches_.total_blocks, (batch + 1) * batches_.ring_blocks) - batch * batches_.ring_blocks) *
+                           routed_->up.n_blocks;
+      phase = task - first < up_tasks ? ForwardPhase::up_gate : ForwardPhase::down;
+      if (phase == ForwardPhase::down) first += up_tasks;
+    }
+    if (phase != phase_ || batch != batch_) {
       phase_ = phase;
+      batch_ = batch;
+      const int begin = batch * batches_.ring_blocks, end = begin + batches_.ring_blocks;
       switch (phase) {
         case ForwardPhase::shared_up_gate: tiles_ = gemm::RowTileScheduler(shared_->up, 0, 1); break;
         case ForwardPhase::shared_down: tiles_ = gemm::RowTileScheduler(shared_->down, 0, 1); break;
-        case ForwardPhase::up_gate: tiles_ = gemm::RowTileScheduler(routed_->up, 0, 1); break;
-        default: tiles_ = gemm::RowTileScheduler(routed_->down, 0, 1); break;
+        case ForwardPhase::up_gate: tiles_ = gemm::RowTileScheduler(routed_->up, 0, 1, begin, end); break;
+        default: tiles_ = gemm::RowTileScheduler(routed_->down, 0, 1, begin, end); break;
       }
     }
-    const int first = phase == ForwardPhase::shared_up_gate ? 0
-                      : phase == ForwardPhase::shared_down  ? end_shared_up_
-                      : phase == ForwardPhase::up_gate      ? end_shared_down_
-                                                            : end_up_;
     tiles_.seek(task - first);
     return ForwardTask{phase, tiles_.coord()};
   }
 
  private:
-  // A group's down tiles: as many row blocks as its up/gate tiles, times the down GEMM's N blocks.
-  __device__ static int down_tasks(const ExpertTiles& t, int up_tasks) { return up_tasks / t.up.n_blocks * t.down.n_blocks; }
+  // A group's down tiles over `blocks` row blocks.
+  __device__ static int down_tasks(const ExpertTiles& t, int blocks) { return blocks * t.down.n_blocks; }
 
   const ExpertTiles* shared_;
   const ExpertTiles* routed_;
+  Macrobatches batches_;
   gemm::RowTileScheduler tiles_;  // the current phase's tiles
-  int end_shared_up_, end_shared_down_, end_up_, end_down_;  // one past each phase's last task
-  ForwardPhase phase_ = ForwardPhase::up_gate;  // tiles_ starts on the routed up/gate tiles
+  int end_shared_up_, end_shared_down_, end_;  // one past each group's last task
+  int last_batch_tasks_, full_batch_tasks_;    // routed tasks of the macrobatch walked first, of the others
+  ForwardPhase phase_ = ForwardPhase::up_gate;  // tiles_ starts on the routed up/gate tiles of the
+  int batch_ = -1;                              // whole schedule: no macrobatch yet
 };
 
 }  // namespace caracal::fused
