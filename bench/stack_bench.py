@@ -76,7 +76,7 @@ def planned_bytes(args):
     cmd = [cli, "plan", "--model", args.model, "--experts", str(args.experts), "--ep", str(args.ep), "--tokens",
            str(args.tokens), "--json", "--quiet"]
     m = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["memory_bytes"]
-    return {"heap": m["v1_layer_heap"], "local": args.ep * m["v1_layer_local"],
+    return {"heap": m["layer_heap"], "local": args.ep * m["layer_local"],
             "weights_and_grads": 2 * args.layers * args.ep * m["weights"]}
 
 

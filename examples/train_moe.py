@@ -231,7 +231,7 @@ def planner_memory(args, world):
            str(args.experts), "--top-k", str(args.top_k), "--shared-intermediate", str(args.intermediate), "--ep",
            str(world.size), "--tokens", str(args.tokens), "--json", "--quiet"]
     plan = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["memory_bytes"]
-    return {"v1_layer_heap": plan["v1_layer_heap"], "v1_layer_local": plan["v1_layer_local"] * world.local_ranks}
+    return {"layer_heap": plan["layer_heap"], "layer_local": plan["layer_local"] * world.local_ranks}
 
 
 def plot(curves, path, args):
@@ -327,8 +327,8 @@ def main():
         print(f"memory per GPU: peak allocated {memory['peak_allocated'] / 2**20:,.0f} MiB; the MoE layers' "
               f"{memory['engines']} engine(s): heap {memory['engine_heap'] / 2**20:,.1f} MiB per rank + activations "
               f"{memory['engine_local'] / 2**20:,.1f} MiB" +
-              (f" (planner, one layer: heap {plan['v1_layer_heap'] / 2**20:,.1f} MiB per rank + "
-               f"{plan['v1_layer_local'] / 2**20:,.1f} MiB)" if plan else " (planner: caracal tool not found)"))
+              (f" (planner, one layer: heap {plan['layer_heap'] / 2**20:,.1f} MiB per rank + "
+               f"{plan['layer_local'] / 2**20:,.1f} MiB)" if plan else " (planner: caracal tool not found)"))
         curves = [(f"caracal.MoE run {i + 1}", r["losses"]) for i, r in enumerate(runs)]
         if baseline:
             curves.append(("NCCL + PyTorch experts", baseline["losses"]))

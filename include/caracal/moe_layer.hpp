@@ -208,14 +208,18 @@ class MoEContext {
 
 class MoELayer {
  public:
-  // Memory for `config`. Throws caracal::Error for a configuration the layer cannot run (see the
-  // constructor). Host only.
-  static MoELayerMemory memory(const LayerConfig& config);
-  static size_t heap_bytes(const LayerConfig& config) { return memory(config).heap; }
+  // Memory for `config` built with `options` (v1's forward, options.fused_forward false or more
+  // than 8 ranks, keeps an output row per schedule row for its combine to push: R x D bytes more of
+  // heap). Throws caracal::Error for a configuration the layer cannot run (see the constructor).
+  // Host only.
+  static MoELayerMemory memory(const LayerConfig& config, const MoELayerOptions& options = {});
+  static size_t heap_bytes(const LayerConfig& config, const MoELayerOptions& options = {}) {
+    return memory(config, options).heap;
+  }
 
   // Allocates every buffer (setup: synchronizes). Throws caracal::Error, naming the field and the
   // value expected, for an invalid config (LayerConfig::validate), precision other than bf16 (v1),
-  // ep_size != world.world_size(), or a world heap smaller than heap_bytes(config). `world` must
+  // ep_size != world.world_size(), or a world heap smaller than heap_bytes(config, options). `world` must
   // outlive the layer; its current device must be world.device() in every call.
   MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options = {});
   ~MoELayer();

@@ -48,7 +48,7 @@ inline constexpr int kFusedMaxCtasPerRank = 256;
 
 struct FusedForwardRank {
   // rows = the exchange's schedule view (ring_rows of the launch's choice); x = its expert_x;
-  // gate_up, activation; the outputs go to the exchange's combine_slots.
+  // gate_up, activation; the outputs go to the exchange's combine_slots (out: not read, may be null).
   gemm::ExpertPass pass;
   gemm::ExpertPassWeights weights;
   // The shared expert (one expert over the rank's tokens: its own rows, x copied in before the

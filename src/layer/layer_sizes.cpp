@@ -33,11 +33,12 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   return shape;
 }
 
-transfer::ExchangeOptions exchange_options(const LayerConfig& config) {
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, bool fused_forward) {
   transfer::ExchangeOptions options;
   options.forward = true;
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
+  options.expert_out = !fused_forward;
   return options;
 }
 

@@ -29,6 +29,7 @@ struct LayerSizes {
 LayerSizes layer_sizes(const LayerConfig& config);
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
-transfer::ExchangeOptions exchange_options(const LayerConfig& config);
+// The exchange a layer of `config` runs on: expert_out only for v1's forward (fused_forward false).
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, bool fused_forward);
 
 }  // namespace caracal::layer

@@ -74,6 +74,13 @@ void require_same_config(const LayerConfig& config, comm::World& world) {
        static_cast<int64_t>(config.precision), config.router.normalize ? 1 : 0, scale_bits});
 }
 
+// Whether the layer's buffers are the fused forward's (no expert_out): MoELayer runs the fused
+// forward on worlds of at most kFusedMaxLocalRanks local ranks, so with more ranks than that, which
+// a loopback world may hold, it keeps v1's.
+bool allocates_fused_forward(const LayerConfig& config, const MoELayerOptions& options) {
+  return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
+}
+
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
                           const comm::World& world, int l, const MoELayerOptions& options) {
   const int gemm_ctas = options.gemm_ctas;
@@ -102,7 +109,7 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.x = at(fwd.expert_x);
   routed.gate_up = local.gate_up;
   routed.activation = local.activation;
-  routed.out = at(fwd.expert_out);
+  routed.out = exchange.options().expert_out ? at(fwd.expert_out) : nullptr;  // the fused forward stores rows home
   routed.dy = at(bwd.expert_dy);
   routed.gates = at(bwd.expert_gates);
   routed.d_gate_up = local.d_gate_up;
@@ -181,11 +188,11 @@ void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, con
   }
 }
 
-MoELayerMemory MoELayer::memory(const LayerConfig& config) {
+MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions& options) {
   const layer::LayerSizes sizes = layer::layer_sizes(config);
   MoELayerMemory m;
   m.heap = transfer::TokenExchange::heap_bytes(layer::exchange_shape(config), sizes.world_size,
-                                               layer::exchange_options(config));
+                                               layer::exchange_options(config, allocates_fused_forward(config, options)));
   m.local = layer::local_bytes(sizes);
   return m;
 }
@@ -207,11 +214,11 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   CARACAL_CHECK(config.ep_size == world.world_size(), "MoELayer: config.ep_size (", config.ep_size,
                 ") must equal the world's size (", world.world_size(), ")");
   layer::check_current_device(world.device(), "MoELayer");
-  const size_t heap = memory(config).heap;
+  const size_t heap = memory(config, options).heap;
   CARACAL_CHECK(heap <= world.heap_bytes_left(), "MoELayer: needs ", heap,
-                " bytes of symmetric heap per rank (MoELayer::heap_bytes), but the world has ", world.heap_bytes_left(),
-                " left");
-  transfer::ExchangeOptions exchange = layer::exchange_options(config);
+                " bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options)), but the world has ",
+                world.heap_bytes_left(), " left");
+  transfer::ExchangeOptions exchange = layer::exchange_options(config, allocates_fused_forward(config, options));
   exchange.max_sms = options.exchange_sms;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
   state.fused_forward = options.fused_forward && world.local_ranks() <= fused::kFusedMaxLocalRanks;

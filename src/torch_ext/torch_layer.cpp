@@ -52,15 +52,15 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   CARACAL_CHECK(spec.backend == Backend::kLoopback || spec.unique_id.has_value(),
                 "caracal: the NCCL backend needs the unique id of the job");
   check_cuda(cudaSetDevice(spec.device), "cudaSetDevice(layer device)");
-  const size_t heap = MoELayer::heap_bytes(spec.config);  // validates the configuration first
-  world = make_world(spec, heap, comm);
-  world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(spec.timeout_s * 1e9)));
   MoELayerOptions options;
   options.gemm_ctas = spec.gemm_ctas;
   options.exchange_sms = spec.exchange_sms;
   options.fused_forward = spec.fused_forward;
   options.ring_rows = spec.ring_rows;
   options.local_allocator = caching_allocator();
+  memory = MoELayer::memory(spec.config, options);  // validates the configuration first
+  world = make_world(spec, memory.heap, comm);
+  world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(spec.timeout_s * 1e9)));
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }
 

@@ -41,6 +41,7 @@ struct TorchLayer {
 
   LayerConfig config;
   int device;
+  MoELayerMemory memory;  // MoELayer::memory of the configuration and options it was built with
   comm::NcclComm comm;  // NCCL backend only; declared before the world that uses it
   std::unique_ptr<comm::World> world;
   std::unique_ptr<MoELayer> layer;

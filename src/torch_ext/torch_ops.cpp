@@ -173,11 +173,10 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
 
 void destroy_layer(int64_t handle) { unregister_layer(handle); }
 
-// [heap bytes per rank, local bytes per local rank] of a configuration (no GPU needed).
+// [heap bytes per rank, local bytes per local rank] the layer took.
 std::vector<int64_t> layer_memory(int64_t handle) {
   const auto l = find_layer(handle);
-  const MoELayerMemory m = MoELayer::memory(l->config);
-  return {static_cast<int64_t>(m.heap), static_cast<int64_t>(m.local)};
+  return {static_cast<int64_t>(l->memory.heap), static_cast<int64_t>(l->memory.local)};
 }
 
 // Raises the first device-side failure since the last check (bad expert ids, timed-out waits).

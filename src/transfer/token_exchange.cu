@@ -60,7 +60,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   if (options.forward) {
     b.forward.x = heap.take<__nv_bfloat16>(T * D);
     b.forward.expert_x = heap.take<__nv_bfloat16>(rows * D);
-    b.forward.expert_out = heap.take<__nv_bfloat16>(rows * D);
+    if (options.expert_out) b.forward.expert_out = heap.take<__nv_bfloat16>(rows * D);
     b.forward.combine_slots = heap.take<__nv_bfloat16>(routes * D);
     if (options.shared_expert) b.forward.shared_out = heap.take<__nv_bfloat16>(T * D);
     b.forward.y = heap.take<__nv_bfloat16>(T * D);
@@ -182,7 +182,8 @@ void TokenExchange::dispatch(cudaStream_t stream) {
 }
 
 void TokenExchange::combine(cudaStream_t stream) {
-  CARACAL_CHECK(options_.forward, "TokenExchange::combine needs ExchangeOptions::forward = true");
+  CARACAL_CHECK(options_.forward && options_.expert_out,
+                "TokenExchange::combine needs ExchangeOptions::forward = true and expert_out = true");
   detail::launch_combine(world_, kernels_->combine, kernels_->args, stream);
 }
 

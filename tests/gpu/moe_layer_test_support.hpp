@@ -328,7 +328,8 @@ struct WorldBuffers {
 // uploaded).
 struct LoopbackLayer {
   LoopbackLayer(const LayerCase& c, const HostWeights& weights, const MoELayerOptions& options = {})
-      : world(c.world, MoELayer::heap_bytes(config_of(c))), layer(config_of(c), world, options), buffers(c, weights, world) {}
+      : world(c.world, MoELayer::heap_bytes(config_of(c), options)), layer(config_of(c), world, options),
+        buffers(c, weights, world) {}
   comm::LoopbackWorld world;
   MoELayer layer;
   WorldBuffers buffers;

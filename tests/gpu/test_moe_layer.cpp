@@ -513,7 +513,7 @@ TEST(GpuMoELayerApi, ConstructorRejectsAMismatchedWorldOrASmallHeap) {
   comm::LoopbackWorld four(4, MoELayer::heap_bytes(config));
   expect_error([&] { MoELayer layer(config, four); }, {"config.ep_size (2) must equal the world's size (4)"});
   comm::LoopbackWorld small(2, MoELayer::heap_bytes(config) / 2);
-  expect_error([&] { MoELayer layer(config, small); }, {"bytes of symmetric heap per rank (MoELayer::heap_bytes)"});
+  expect_error([&] { MoELayer layer(config, small); }, {"bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options))"});
   LayerConfig fp8 = config;
   fp8.precision = Precision::kFP8;
   fp8.shape.shared_intermediate = 256;  // FP8 needs multiples of 128

@@ -53,8 +53,13 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
   for (bool shared : {false, true}) {
     const LayerConfig c = small_config(shared);
     const MoELayerMemory m = MoELayer::memory(c);
-    EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8, layer::exchange_options(c)));
+    EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8, layer::exchange_options(c, true)));
     EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
+    // v1's forward (and a world of more ranks than the fused forward runs on) keeps an output row
+    // per schedule row: 4,510 rows of capacity x 256 x 2 bytes, 256-byte aligned.
+    MoELayerOptions v1;
+    v1.fused_forward = false;
+    EXPECT_EQ(MoELayer::heap_bytes(c, v1), m.heap + (4510 * 256 * 2 + 255) / 256 * 256);
     const size_t rows = 4480;
     size_t routed = rows * (2 * 128 + 128 + 2 * 128) * 2 + gemm::down_dgrad_workspace_floats(4480, 128) * 4;
     EXPECT_GE(m.local, routed);
@@ -187,8 +192,9 @@ TEST(MoELayerWeights, DeinterleaveInvertsInterleave) {
 }
 
 
-// The planner reports v1's memory from its own count of the layer's buffers; the layer's exact
-// figure (MoELayer::memory, which adds 256-byte alignment) must stay within 0.1% of it.
+// The planner reports the layer's memory (fused forward and v1's) from its own count of the
+// layer's buffers; the layer's exact figure (MoELayer::memory, which adds 256-byte alignment) must
+// stay within 0.1% of it.
 TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
   for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b", "gpt-oss-120b"}) {
     for (int64_t ep : {1, 8}) {
@@ -203,10 +209,16 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
                                                config.shape.num_experts),
                                   "uniform", {});
       const MoELayerMemory exact = MoELayer::memory(config);
-      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_heap), static_cast<double>(exact.heap),
+      EXPECT_NEAR(static_cast<double>(plan.memory.layer_heap), static_cast<double>(exact.heap),
                   0.001 * static_cast<double>(exact.heap));
-      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_local), static_cast<double>(exact.local),
+      EXPECT_NEAR(static_cast<double>(plan.memory.layer_local), static_cast<double>(exact.local),
                   0.001 * static_cast<double>(exact.local));
+      MoELayerOptions v1;
+      v1.fused_forward = false;
+      const MoELayerMemory exact_v1 = MoELayer::memory(config, v1);
+      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_heap), static_cast<double>(exact_v1.heap),
+                  0.001 * static_cast<double>(exact_v1.heap));
+      EXPECT_EQ(exact_v1.local, exact.local);
     }
   }
 }

@@ -112,7 +112,8 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
   // v1: expert_x/out/dy/dx rows dominate the heap; gate_up, hidden and d_gate_up the local memory.
   EXPECT_GT(p.memory.v1_layer_heap, 4 * capacity * D * 2);
-  EXPECT_GT(p.memory.v1_layer_local, capacity / 16 * 16 * 5 * I * 2);
+  EXPECT_GT(p.memory.layer_local, capacity / 16 * 16 * 5 * I * 2);
+  EXPECT_EQ(p.memory.v1_layer_heap - p.memory.layer_heap, capacity * D * 2);
 }
 
 TEST(Planner, TraceAndGeneratedRoutingGiveTheSamePlan) {

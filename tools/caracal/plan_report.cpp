@@ -74,9 +74,10 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << "  saved for backward     " << mib(m.saved) << "   (outside the ring)\n";
   os << "  weights                " << mib(m.weights) << "\n";
   os << "  total                  " << mib(m.total()) << "\n";
-  os << "  MoELayer v1 (no ring)  " << mib(m.v1_layer_heap + m.v1_layer_local)
-     << format("   (heap %.1f + local %.1f: receive buffers for the worst case)\n\n",
-               static_cast<double>(m.v1_layer_heap) / (1 << 20), static_cast<double>(m.v1_layer_local) / (1 << 20));
+  os << "  MoELayer today         " << mib(m.layer_heap + m.layer_local)
+     << format("   (heap %.1f + local %.1f: the backward's receive buffers for the worst case)\n",
+               static_cast<double>(m.layer_heap) / (1 << 20), static_cast<double>(m.layer_local) / (1 << 20));
+  os << "  MoELayer v1 forward    " << mib(m.v1_layer_heap + m.layer_local) << "   (and its output rows)\n\n";
 
   os << "Roofline, busiest rank          forward    backward\n";
   os << format("  TFLOP                      %9.3f   %9.3f\n", rf.forward_flops * 1e-12, rf.backward_flops * 1e-12);
@@ -130,8 +131,9 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
   j["memory_bytes"] = {{"symmetric", m.symmetric},     {"ring", m.ring},
                        {"schedule", m.schedule},       {"saved", m.saved},
                        {"weights", m.weights},         {"total", m.total()},
+                       {"layer_heap", m.layer_heap},
                        {"v1_layer_heap", m.v1_layer_heap},
-                       {"v1_layer_local", m.v1_layer_local}};
+                       {"layer_local", m.layer_local}};
   j["roofline"] = {{"forward",
                     {{"flops", rf.forward_flops},
                      {"compute_ms", rf.forward_compute_ms},

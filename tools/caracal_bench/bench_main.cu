@@ -165,7 +165,7 @@ nlohmann::json validate(const LayerConfig& first, const RoutingSpec& spec, const
 LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                                   bool fused_forward) {
   const int W = int(c.ep_size);
-  const size_t heap = MoELayer::heap_bytes(c);
+  const size_t heap = MoELayer::heap_bytes(c, layer_options(a, fused_forward));
   if (!a.nccl()) {
     comm::LoopbackWorld world(W, heap, 0);
     return time_layer(world, c, routing, a, fused_forward);

@@ -22,7 +22,9 @@ double gib(double bytes) { return bytes / double(1ull << 30); }
 
 // Bytes of one local rank's weights + fp32 gradients + the layer's memory.
 double rank_bytes(const LayerConfig& c) {
-  const MoELayerMemory m = MoELayer::memory(c);
+  MoELayerOptions v1;  // the larger of the two layers the bench builds, one at a time
+  v1.fused_forward = false;
+  const MoELayerMemory m = MoELayer::memory(c, v1);
   const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
@@ -98,14 +100,18 @@ void check_memory(const LayerConfig& c, int local_ranks, int device) {
                 gib(double(free_bytes)), " GiB are free: lower --tokens or --experts");
 }
 
-LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
-                      bool fused_forward) {
+MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward) {
   MoELayerOptions options;
   options.exchange_sms = a.exchange_sms;
   options.fused_forward = fused_forward;
   options.fused_comm_ctas = a.fused_comm_ctas;
   options.ring_rows = a.ring_rows;
-  MoELayer layer(c, world, options);
+  return options;
+}
+
+LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                      bool fused_forward) {
+  MoELayer layer(c, world, layer_options(a, fused_forward));
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
 

@@ -4,6 +4,7 @@
 #include "bench_options.hpp"
 #include "caracal/comm/world.hpp"
 #include "caracal/layer_config.hpp"
+#include "caracal/moe_layer.hpp"
 #include "caracal/routing.hpp"
 
 namespace caracal::bench_tool {
@@ -15,6 +16,9 @@ struct LayerTimes {
 // Throws caracal::Error when `local_ranks` ranks of `c` (weights, fp32 gradients, the layer's
 // buffers) would not fit in the free memory of GPU `device`.
 void check_memory(const LayerConfig& c, int local_ranks, int device);
+
+// The layer's options for a run with the fused forward or v1's.
+MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward);
 
 // Times the layer over `world`, whose local ranks this thread drives, with the fused forward or
 // v1's (MoELayerOptions::fused_forward). Collective for NCCL worlds.

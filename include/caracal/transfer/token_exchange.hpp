@@ -48,6 +48,9 @@ struct ExchangeOptions {
   bool forward = true;         // dispatch + combine
   bool backward = true;        // reverse combine + reverse dispatch
   bool shared_expert = false;  // shared_out / shared_dx inputs added in combine / reverse dispatch
+  // expert_out (R x D), what combine pushes home; without it only combine_filled_slots runs (the
+  // fused forward's down tiles store the rows home themselves).
+  bool expert_out = true;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
   // always progresses). 0 = all but kExchangeFreeSms.
@@ -90,7 +93,8 @@ class TokenExchange {
   void compute_gates(const RouterNormalization& router, cudaStream_t stream);
   // expert_x from x (needs a built schedule; options.forward).
   void dispatch(cudaStream_t stream);
-  // y from expert_out, gates and shared_out when options.shared_expert (options.forward).
+  // y from expert_out, gates and shared_out when options.shared_expert (options.forward and
+  // options.expert_out).
   void combine(cudaStream_t stream);
   // y as combine, from combine_slots that an earlier launch filled (the fused forward's down tiles
   // store each row into its home slot), so without the push and its barrier. A launch that fills

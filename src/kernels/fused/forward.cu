@@ -43,7 +43,7 @@ constexpr const char* kName = "fused forward";
 // (up_gate_swiglu.cu, down_proj.cu) over `pass`'s rows, the row buffers' maps over the rows they
 // hold (ring_rows of the ring, else the row capacity).
 ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
-                         uint32_t* activation_ready) {
+                         uint32_t* activation_ready, bool out_stored) {
   using namespace gemm;
   const ScheduleView& schedule = pass.rows;
   CARACAL_CHECK(schedule.ring_rows >= 0 && schedule.ring_rows % kBlockM == 0 && schedule.ring_rows <= schedule.row_capacity,
@@ -67,7 +67,7 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   down.activation = pass.activation;
   down.w_down = weights.w_down;
   down.y_out = pass.out;
-  check_down_proj_args(down);
+  check_down_proj_args(down, out_stored);
 
   const uint64_t rows = uint64_t(schedule.ring_rows > 0 ? schedule.ring_rows : schedule.row_capacity);
   const uint64_t d = uint64_t(pass.hidden);
@@ -103,7 +103,7 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer:
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
-  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
+  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks, /*out_stored=*/false);
   r.down_done = rank.ready_counters + 2 * blocks;
   r.routed_out = {rank.pass.rows.rows, exchange.forward.combine_slots, rank.pass.hidden};
   r.has_shared = rank.has_shared;
@@ -113,7 +113,7 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer:
                   rank.shared.rows.num_experts);
     CARACAL_CHECK(rank.shared.rows.ring_rows == 0, kName, ": the shared pass has no ring, got ring_rows ",
                   rank.shared.rows.ring_rows);
-    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks);
+    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks, /*out_stored=*/true);
     r.shared_out = {gemm::make_tensor_map_2d(rank.shared.out, uint64_t(shared_rows), uint64_t(rank.shared.hidden),
                                        gemm::kChunkRows, gemm::kChunkCols, "out"),
                     rank.shared.hidden};
