@@ -34,8 +34,11 @@ inline RunTimes summarize(std::vector<double> ms) {
 // never blocks the host is timed without its launch overhead, and one that synchronizes half way
 // (the NCCL baseline) includes the time the stream idles while the host waits. `iteration` counts
 // from `first_iteration` over warm-up and timed runs (benchmarks rotate input buffers with it).
+// `prepare`, when given, is enqueued before every run, outside its events (the state a run
+// consumes, such as the forward a backward needs).
 inline std::vector<double> time_samples(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& run,
-                                        double warmup_ms = 200.0, int first_iteration = 0) {
+                                        double warmup_ms = 200.0, int first_iteration = 0,
+                                        const std::function<void()>& prepare = {}) {
   int iteration = first_iteration;
   cudaEvent_t begin, end;
   check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
@@ -43,7 +46,10 @@ inline std::vector<double> time_samples(cudaStream_t stream, int warmup, int rep
   float warmed_ms = 0;
   for (int batch = std::max(warmup, 1); iteration - first_iteration < warmup || warmed_ms < warmup_ms; batch *= 2) {
     check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
-    for (int i = 0; i < batch; ++i) run(iteration++);
+    for (int i = 0; i < batch; ++i) {
+      if (prepare) prepare();
+      run(iteration++);
+    }
     check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize(warm-up)");
     float ms = 0;
@@ -59,6 +65,7 @@ inline std::vector<double> time_samples(cudaStream_t stream, int warmup, int rep
     check_cuda(cudaEventCreate(&stop[i]), "cudaEventCreate");
   }
   for (size_t i = 0; i < start.size(); ++i) {
+    if (prepare) prepare();
     check_cuda(cudaEventRecord(start[i], stream), "cudaEventRecord");
     run(iteration++);
     check_cuda(cudaEventRecord(stop[i], stream), "cudaEventRecord");

@@ -32,8 +32,9 @@
 // Saved context: the layer's buffers hold the activations of one forward (the schedule, the
 // dispatched rows, gate/up, the gates, the shared expert's rows and scale), shared by every
 // forward the layer runs. backward takes the context of any forward of this layer since its last
-// reset(): if a later forward has run since, backward first replays the part of the forward
-// it needs (the schedule and gates, dispatch, the up/gate GEMMs; not down or combine) from that
+// reset(): if a later forward has run since, or a backward (which works in place over the
+// activations it reads: gemm::expert_backward), backward first replays the part of the forward it
+// needs (the schedule and gates, dispatch, the up/gate GEMMs; not down or combine) from that
 // forward's arguments, bitwise the same as the first time. So several forwards may be pending
 // (gradient accumulation, pipeline schedules, an eval forward in between), and one MoELayer can
 // serve many model layers of one configuration, each with its own weights: the memory is the
@@ -265,7 +266,8 @@ class MoELayer {
   comm::World& world_;
   std::unique_ptr<Impl> impl_;
   uint64_t latest_forward_ = 0;  // the id of the latest forward
-  uint64_t held_forward_ = 0;    // the forward whose activations the buffers hold (0: none)
+  uint64_t held_forward_ = 0;    // the forward whose activations the buffers hold (0: none, as after
+                                 // a backward)
   uint64_t reset_floor_ = 0;     // forwards up to this one came before the latest reset()
 };
 

@@ -52,16 +52,7 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
   dgrad.num_ctas = pass.num_ctas;
   gemm::grouped_down_dgrad_swiglu(dgrad, stream);
 
-  gemm::GateUpDgradArgs dx;
-  dx.rows = pass.rows;
-  dx.hidden = pass.hidden;
-  dx.intermediate = pass.intermediate;
-  dx.d_gate_up = pass.d_gate_up;
-  dx.w_gate_up = weights.w_gate_up;
-  dx.dx_out = pass.dx;
-  dx.num_ctas = pass.num_ctas;
-  gemm::grouped_gate_up_dgrad(dx, stream);
-
+  // The weight gradients before dx: their last read of x comes before dx may overwrite it.
   gemm::WeightGradArgs wgrad;
   wgrad.rows = pass.rows;
   wgrad.hidden = pass.hidden;
@@ -76,6 +67,16 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
   wgrad.d_w_down_bf16 = grads.w_down_bf16;
   wgrad.num_ctas = pass.num_ctas;
   gemm::grouped_weight_grads(wgrad, stream);
+
+  gemm::GateUpDgradArgs dx;
+  dx.rows = pass.rows;
+  dx.hidden = pass.hidden;
+  dx.intermediate = pass.intermediate;
+  dx.d_gate_up = pass.d_gate_up;
+  dx.w_gate_up = weights.w_gate_up;
+  dx.dx_out = pass.dx;
+  dx.num_ctas = pass.num_ctas;
+  gemm::grouped_gate_up_dgrad(dx, stream);
 }
 
 }  // namespace caracal::gemm

@@ -39,7 +39,6 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   LocalBuffers b;
   b.gate_up = block.take<bf16>(rows * 2 * I);
   b.activation = block.take<bf16>(rows * I);
-  b.d_gate_up = block.take<bf16>(rows * 2 * I);
   b.workspace =
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
   const size_t counters = fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0);
@@ -54,8 +53,6 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_activation = block.take<bf16>(shared * Is);
   b.shared_out = block.take<bf16>(shared * D);
   b.shared_dy = block.take<bf16>(shared * D);
-  b.shared_d_gate_up = block.take<bf16>(shared * 2 * Is);
-  b.shared_dx = block.take<bf16>(shared * D);
   b.shared_gates = block.take<float>(shared);
   b.shared_dg = block.take<float>(shared);
   b.shared_workspace = block.take<float>(

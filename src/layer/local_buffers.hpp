@@ -17,10 +17,10 @@ namespace caracal::layer {
 
 struct LocalBuffers {
   // Routed experts: routed_rows rows in schedule order (the exchange's expert_x / expert_dy rows).
-  __nv_bfloat16* gate_up = nullptr;    // [routed_rows][2I] interleaved, saved by forward
+  __nv_bfloat16* gate_up = nullptr;    // [routed_rows][2I] interleaved, saved by forward; the
+                                       // backward's d_gate_up over it (gemm::expert_backward)
   __nv_bfloat16* activation = nullptr; // [routed_rows][I]: the SwiGLU activation (forward), then
                                        // bf16(g * activation) (backward; the forward's is not needed there)
-  __nv_bfloat16* d_gate_up = nullptr;  // [routed_rows][2I]
   float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I)
   // The fused forward's counters and task slots: fused::ready_counter_words(routed_rows, shared_rows).
   uint32_t* ready_counters = nullptr;
@@ -28,13 +28,11 @@ struct LocalBuffers {
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}
   int32_t* shared_count = nullptr;            // [1] {T}
-  __nv_bfloat16* shared_x = nullptr;          // [shared_rows][D]
-  __nv_bfloat16* shared_gate_up = nullptr;    // [shared_rows][2Is], saved by forward
+  __nv_bfloat16* shared_x = nullptr;          // [shared_rows][D]; the backward's dx over it
+  __nv_bfloat16* shared_gate_up = nullptr;    // [shared_rows][2Is], saved by forward; d_gate_up over it
   __nv_bfloat16* shared_activation = nullptr;  // [shared_rows][Is], like `activation`
   __nv_bfloat16* shared_out = nullptr;        // [shared_rows][D] E_shared(x), unscaled
   __nv_bfloat16* shared_dy = nullptr;         // [shared_rows][D]
-  __nv_bfloat16* shared_d_gate_up = nullptr;  // [shared_rows][2Is]
-  __nv_bfloat16* shared_dx = nullptr;         // [shared_rows][D]
   float* shared_gates = nullptr;              // [shared_rows] c_t (1 without a scale); 0 on padding
   float* shared_dg = nullptr;                 // [shared_rows] <dy_t, E_shared(x_t)>
   float* shared_workspace = nullptr;          // gemm::down_dgrad_workspace_floats(shared_rows, Is)

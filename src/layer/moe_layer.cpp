@@ -2,12 +2,13 @@
 //
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
 //            dispatch | routed experts (per local rank) | shared rows scaled | combine | y out
-//            (fused: the shared expert, dispatch and the routed experts of every local rank in one
-//            launch after compute_gates)
-// backward:  (replay, when a later forward overwrote this one's activations: stage inputs | shared
-//            expert's up/gate | build_schedule | compute_gates | dispatch | routed up/gate) |
-//            stage dy | (fused forward, no replay: dispatch) | reverse_combine | routed experts'
-//            backward (per local rank) | shared expert's backward | reverse_dispatch | dx, d_topk_scores out
+//            (fused: the shared expert, dispatch, the routed experts and combine's push of every
+//            local rank in one launch after compute_gates, then combine_filled_slots)
+// backward:  (replay, when a later forward or a backward overwrote this one's activations: stage
+//            inputs | shared expert's up/gate | build_schedule | compute_gates | dispatch | routed
+//            up/gate) | stage dy | (fused forward, no replay: dispatch, routed up/gate of the rows
+//            past the ring) | reverse_combine | routed experts' backward (per local rank, in place)
+//            | shared expert's backward | reverse_dispatch | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
@@ -112,10 +113,10 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.out = exchange.options().expert_out ? at(fwd.expert_out) : nullptr;  // the fused forward stores rows home
   routed.dy = at(bwd.expert_dy);
   routed.gates = at(bwd.expert_gates);
-  routed.d_gate_up = local.d_gate_up;
+  routed.d_gate_up = local.gate_up;  // in place (gemm::expert_backward)
   routed.dg = at(bwd.expert_dg);
   routed.workspace = local.workspace;
-  routed.dx = at(bwd.expert_dx);
+  routed.dx = at(bwd.expert_dx);  // expert_x's rows (layer::exchange_options)
   if (!sizes.has_shared) return state;
 
   gemm::ExpertPass& shared = state.shared;
@@ -129,10 +130,12 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   shared.out = local.shared_out;
   shared.dy = local.shared_dy;
   shared.gates = local.shared_gates;
-  shared.d_gate_up = local.shared_d_gate_up;
+  shared.d_gate_up = local.shared_gate_up;  // in place, as the routed experts'
+
   shared.dg = local.shared_dg;
   shared.workspace = local.shared_workspace;
-  shared.dx = local.shared_dx;
+  shared.dx = local.shared_x;  // in place, as the routed experts'
+
   state.shared_out_slot = at(fwd.shared_out);
   state.shared_dx_slot = at(bwd.shared_dx);
   return state;
@@ -381,8 +384,10 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     layer::check_pointer_args(args, kBackward, l);
     layer::check_pointer_devices(args, state.ranks[i].owned(), world_.device(), kBackward, l);
     const MoELayerBuffers& own = state.ranks[i].io;
-    CARACAL_CHECK(!replay || (forward.x != own.x && forward.topk_idx != own.topk_idx &&
-                              forward.topk_scores != own.topk_scores),
+    // The layer's own input buffers hold the latest forward's inputs until the next forward.
+    const bool inputs_rewritten = context.forward_id_ != latest_forward_;
+    CARACAL_CHECK(!replay || !inputs_rewritten ||
+                      (forward.x != own.x && forward.topk_idx != own.topk_idx && forward.topk_scores != own.topk_scores),
                   kBackward, ": forward ", context.forward_id_, " read ranks[", l,
                   "]'s inputs from the layer's own buffers (MoELayer::buffers, zero-copy), which a later forward "
                   "rewrote, so its activations cannot be replayed: give a forward whose backward comes after another "
@@ -448,6 +453,7 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     }
   }
   layer::poison_if_aborted(outputs, stream);
+  held_forward_ = 0;  // the backward worked in place over the activations (gemm::expert_backward)
 }
 
 }  // namespace caracal

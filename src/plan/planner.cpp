@@ -87,9 +87,9 @@ void plan_v1_layer_memory(const LayerConfig& c, int64_t tile_m, MemoryPlan& m) {
   const int64_t rows = W * routes + L * (tile_m - 1);  // worst case: every route on this rank
   const int64_t schedule = routes * 4 + rows * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4;
   const int64_t router = 3 * routes * 4;
-  // x, y, dy, dx (+ shared_out, shared_dx); expert_x, expert_dy, expert_dx; combine and dx slots;
-  // per-row gates and dg; per-route dg. v1's forward adds expert_out.
-  const int64_t rows_d = (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 3 * rows * D * 2 + 2 * routes * D * 2 +
+  // x, y, dy, dx (+ shared_out, shared_dx); expert_x (expert_dx over it), expert_dy; combine and
+  // dx slots; per-row gates and dg; per-route dg. v1's forward adds expert_out.
+  const int64_t rows_d = (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 2 * rows * D * 2 + 2 * routes * D * 2 +
                          2 * rows * 4 + routes * 4;
   m.layer_heap = schedule + router + rows_d;
   m.v1_layer_heap = m.layer_heap + rows * D * 2;
@@ -97,9 +97,10 @@ void plan_v1_layer_memory(const LayerConfig& c, int64_t tile_m, MemoryPlan& m) {
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
-  m.layer_local = routed_rows * (2 * I + I + 2 * I) * 2 + dgrad_workspace(routed_rows, I) +
-                     shared_rows * (4 * D + 2 * 2 * Is + Is) * 2 + shared_rows * 2 * 4 +
-                     dgrad_workspace(shared_rows, Is);
+  // gate_up (d_gate_up over it) and the activation per row; the shared expert's x (dx over it),
+  // out, dy, gate_up and activation, its gates and dg.
+  m.layer_local = routed_rows * (2 * I + I) * 2 + dgrad_workspace(routed_rows, I) +
+                  shared_rows * (3 * D + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
 }
 
 MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {

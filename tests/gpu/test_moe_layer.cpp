@@ -470,6 +470,54 @@ TEST(GpuMoELayerPending, BackwardOfAnEarlierForwardReplaysItBitwise) {
   }
 }
 
+// The backward works in place over the activations it reads, so a second backward of the same
+// forward replays it first: the same bits, with the forward's inputs given as copies or read from
+// the layer's own buffers (which no later forward rewrote).
+TEST(GpuMoELayerPending, SecondBackwardOfOneForwardReplaysItBitwise) {
+  CARACAL_REQUIRE_GPU();
+  for (const bool fused : {true, false}) {
+    for (const bool zero_copy : {false, true}) {
+      SCOPED_TRACE(std::string(fused ? "fused forward" : "v1 forward") + (zero_copy ? ", zero-copy inputs" : ""));
+      const LayerCase c{"twice_W2", 2, 91, 8, 3, true, true, kNormalized, RoutingCase::kZipf};
+      const SeededStep s(c, c.routing);
+      MoELayerOptions options;
+      options.fused_forward = fused;
+      options.ring_rows = 128;  // rows past the ring too
+      LoopbackLayer l(c, s.weights, options);
+      l.buffers.prepare(s.step, l.world);
+      std::vector<MoEForwardArgs> args = l.buffers.forward_args();
+      if (zero_copy) {
+        for (size_t r = 0; r < args.size(); ++r) {
+          const MoELayerBuffers own = l.layer.buffers(static_cast<int>(r));
+          const RankBuffers& b = l.buffers.ranks[r];
+          check_cuda(cudaMemcpy(own.x, b.x.get(), b.x.size() * 2, cudaMemcpyDeviceToDevice), "cudaMemcpy(x)");
+          check_cuda(cudaMemcpy(own.topk_idx, b.topk_idx.get(), b.topk_idx.size() * 4, cudaMemcpyDeviceToDevice),
+                     "cudaMemcpy(topk_idx)");
+          check_cuda(cudaMemcpy(own.topk_scores, b.scores.get(), b.scores.size() * 4, cudaMemcpyDeviceToDevice),
+                     "cudaMemcpy(topk_scores)");
+          args[r].x = own.x;
+          args[r].topk_idx = own.topk_idx;
+          args[r].topk_scores = own.topk_scores;
+        }
+      }
+      Stream stream;
+      const MoEContext context = l.layer.forward(args, stream.get());
+      l.layer.backward(l.buffers.backward_args(), context, stream.get());
+      stream.sync();
+      ASSERT_NO_THROW(l.layer.check());
+      const std::vector<RankOutputs> once = l.buffers.download();
+      for (const RankBuffers& r : l.buffers.ranks) r.poison_outputs();
+      exchange_test::settle();
+      l.layer.backward(l.buffers.backward_args(), context, stream.get());
+      stream.sync();
+      ASSERT_NO_THROW(l.layer.check());
+      std::vector<RankOutputs> twice = l.buffers.download();
+      for (size_t r = 0; r < twice.size(); ++r) twice[r].y = once[r].y;  // y is not written by backward
+      expect_same_bits(once, twice, "the second backward");
+    }
+  }
+}
+
 // A forward that read its inputs from the layer's own buffers cannot be replayed once a later
 // forward rewrote them.
 TEST(GpuMoELayerPending, ZeroCopyInputsAreNotReplayed) {

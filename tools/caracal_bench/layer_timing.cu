@@ -121,8 +121,10 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   const bool lockstep = world.local_ranks() < world.world_size();
   const int warmup = lockstep ? std::max(a.warmup, kLockstepWarmupRuns) : a.warmup;
   const double warmup_ms = lockstep ? 0.0 : 200.0;
-  const auto median = [&](const std::function<void()>& run) {
-    return bench::time_runs(stream.get(), warmup, a.reps, [&](int) { run(); }, warmup_ms).median_ms;
+  const auto median = [&](const std::function<void()>& run, const std::function<void()>& prepare = {}) {
+    return bench::summarize(
+               bench::time_samples(stream.get(), warmup, a.reps, [&](int) { run(); }, warmup_ms, 0, prepare))
+        .median_ms;
   };
   LayerTimes t;
   MoEContext context;
@@ -133,7 +135,10 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   t.forward = median([&] { context = layer.forward(in.forward, stream.get()); });
   layer.check();
   if (talk) progress(a, where + "backward");
-  t.backward = median([&] { layer.backward(in.backward, context, stream.get()); });
+  // Each backward after a forward of its own, untimed: a backward consumes its forward's activations
+  // (it works in place), so a second one would replay the forward.
+  t.backward = median([&] { layer.backward(in.backward, context, stream.get()); },
+                      [&] { context = layer.forward(in.forward, stream.get()); });
   layer.check();
   if (talk) progress(a, where + "forward+backward");
   t.step = median([&] {

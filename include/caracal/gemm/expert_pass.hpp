@@ -21,10 +21,10 @@ struct ExpertPass {
   __nv_bfloat16* out = nullptr;         // [rows][D] forward output E(x)
   const __nv_bfloat16* dy = nullptr;    // [rows][D] backward input, g not applied
   const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
-  __nv_bfloat16* d_gate_up = nullptr;   // [rows][2I]
+  __nv_bfloat16* d_gate_up = nullptr;   // [rows][2I]; may be gate_up (see expert_backward)
   float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
   float* workspace = nullptr;           // gemm::down_dgrad_workspace_floats(rows, I)
-  __nv_bfloat16* dx = nullptr;          // [rows][D] backward output
+  __nv_bfloat16* dx = nullptr;          // [rows][D] backward output; may be x (see expert_backward)
 };
 
 struct ExpertPassWeights {
@@ -46,7 +46,11 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
 void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
 void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
 
-// dg, d_gate_up and g·activation (B1, B2), dx (B3), then the weight gradients (B5), written.
+// dg, d_gate_up and g·activation (B1, B2), the weight gradients (B5), then dx (B3), written. The
+// backward may run in place: d_gate_up over gate_up (the SwiGLU backward reads each chunk's gate/up
+// before it stores that chunk's gradient over it, and nothing reads gate_up after), dx over x (the
+// weight gradients, x's last reader, run before the dx GEMM). The pass's forward activations are
+// then gone: a second backward needs expert_up_gate (and x) again.
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
 

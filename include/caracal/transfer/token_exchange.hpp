@@ -51,6 +51,10 @@ struct ExchangeOptions {
   // expert_out (R x D), what combine pushes home; without it only combine_filled_slots runs (the
   // fused forward's down tiles store the rows home themselves).
   bool expert_out = true;
+  // expert_dx in expert_x's rows (with forward and backward): for a caller whose expert_x rows are
+  // read for the last time before expert_dx is written (MoELayer: the weight gradients run before
+  // the dx GEMM), one R x D buffer fewer.
+  bool expert_dx_over_expert_x = false;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
   // always progresses). 0 = all but kExchangeFreeSms.
