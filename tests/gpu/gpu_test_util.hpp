@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
+#include "cuda_graph.hpp"  // bench/
 
 namespace caracal::test {
 
@@ -109,38 +110,12 @@ class Stream {
 };
 
 // What `enqueue(stream)` enqueues on `stream`, captured into a CUDA graph and instantiated, to be
-// launched any number of times. Thread-local capture mode: with one thread per GPU, the other
-// threads keep making calls that a global-mode capture forbids process-wide (cudaMalloc,
-// cudaDeviceSynchronize, NCCL's setup and teardown); under global mode those fail and invalidate
-// the capture, and NCCL, getting such errors in the middle of its teardown, crashed the process
-// now and then.
-class CapturedGraph {
+// launched any number of times (bench/cuda_graph.hpp, over the tests' Stream).
+class CapturedGraph : public bench::CapturedGraph {
  public:
   template <typename Enqueue>
-  CapturedGraph(const Stream& stream, Enqueue enqueue) {
-    cudaGraph_t graph = nullptr;
-    check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    try {
-      enqueue(stream.get());
-    } catch (...) {
-      if (cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
-      throw;
-    }
-    check_cuda(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec_, graph, 0);
-    (void)cudaGraphDestroy(graph);
-    check_cuda(instantiated, "cudaGraphInstantiate");
-  }
-  ~CapturedGraph() {
-    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-
-  void launch(const Stream& stream) const { check_cuda(cudaGraphLaunch(exec_, stream.get()), "cudaGraphLaunch"); }
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
+  CapturedGraph(const Stream& stream, Enqueue enqueue) : bench::CapturedGraph(stream.get(), enqueue) {}
+  void launch(const Stream& stream) const { bench::CapturedGraph::launch(stream.get()); }
 };
 
 // Owns one device allocation (at least one element, so that an empty buffer is still a valid

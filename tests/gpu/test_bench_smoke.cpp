@@ -96,6 +96,15 @@ TEST(BenchSmoke, LoopbackOneRankWithTheNcclBaseline) {
   expect_report(run_bench(std::string(kTinyShape) + " --ep 1 --tokens 128"), 128, 1, true);
 }
 
+// CUDA-graph replays of the layer's calls, on a ring small enough for several macrobatches.
+TEST(BenchSmoke, GraphReplaysOnASmallRing) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 2 --tokens 256 --graph --ring-rows 128");
+  expect_report(r, 256, 2, false);
+  EXPECT_TRUE(r.json.at("graph").get<bool>());
+  EXPECT_EQ(r.json.at("ring_rows").get<int64_t>(), 128);
+}
+
 TEST(BenchSmoke, NcclOneRank) {
   CARACAL_REQUIRE_GPU();
   expect_report(run_bench(std::string(kTinyShape) + " --ep 1 --backend nccl --tokens 128"), 128, 1, true);

@@ -271,6 +271,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_option("--fused-comm-ctas", a.fused_comm_ctas, "Pulling CTAs per rank in the fused forward (0: default)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--graph", a.graph,
+               "Time replays of CUDA graphs captured from the layer's calls (no host work in the timed runs)");
   app.add_option("--ring-rows", a.ring_rows,
                  "Rows of the fused forward's ring, a multiple of 128 (0: a balanced step in one macrobatch)")
       ->check(CLI::NonNegativeNumber)

@@ -26,6 +26,7 @@ struct BenchOptions {
   int exchange_sms = 0;     // MoELayerOptions::exchange_sms
   int fused_comm_ctas = 0;  // MoELayerOptions::fused_comm_ctas
   int ring_rows = 0;        // MoELayerOptions::ring_rows
+  bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
 
   bool nccl() const { return backend == "nccl"; }
 };

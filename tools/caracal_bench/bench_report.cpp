@@ -81,6 +81,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
+  out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
   return out;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/moe_layer.hpp"
+#include "cuda_graph.hpp"
 #include "cuda_stream.hpp"
 #include "device_random.cuh"
 #include "event_timer.hpp"
@@ -126,25 +128,34 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
                bench::time_samples(stream.get(), warmup, a.reps, [&](int) { run(); }, warmup_ms, 0, prepare))
         .median_ms;
   };
+  // --graph: each timed call is the replay of a CUDA graph captured once from it.
+  std::vector<std::unique_ptr<bench::CapturedGraph>> graphs;
+  const auto as_timed = [&](const std::function<void()>& enqueue) -> std::function<void()> {
+    if (!a.graph) return enqueue;
+    graphs.push_back(std::make_unique<bench::CapturedGraph>(stream.get(), [&](cudaStream_t) { enqueue(); }));
+    const bench::CapturedGraph* graph = graphs.back().get();
+    return [graph, &stream] { graph->launch(stream.get()); };
+  };
   LayerTimes t;
   MoEContext context;
   const bool talk = world.first_local_rank() == 0;
   const std::string where =
       "T=" + std::to_string(c.tokens_per_rank) + (fused_forward ? " (fused forward): " : " (v1 forward): ");
   if (talk) progress(a, where + "forward");
-  t.forward = median([&] { context = layer.forward(in.forward, stream.get()); });
+  t.forward = median(as_timed([&] { context = layer.forward(in.forward, stream.get()); }));
   layer.check();
   if (talk) progress(a, where + "backward");
   // Each backward after a forward of its own, untimed: a backward consumes its forward's activations
   // (it works in place), so a second one would replay the forward.
-  t.backward = median([&] { layer.backward(in.backward, context, stream.get()); },
-                      [&] { context = layer.forward(in.forward, stream.get()); });
+  const auto forward = [&] { context = layer.forward(in.forward, stream.get()); };
+  forward();  // the forward the captured backward belongs to
+  t.backward = median(as_timed([&] { layer.backward(in.backward, context, stream.get()); }), forward);
   layer.check();
   if (talk) progress(a, where + "forward+backward");
-  t.step = median([&] {
+  t.step = median(as_timed([&] {
     context = layer.forward(in.forward, stream.get());
     layer.backward(in.backward, context, stream.get());
-  });
+  }));
   check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(bench)");
   layer.check();
   return t;
