@@ -4,9 +4,9 @@
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "gemm/forward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 namespace {
@@ -26,14 +26,11 @@ void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  uint64_t const rows = uint64_t(args.rows.row_capacity);
-  uint64_t const d = uint64_t(args.hidden);
-  uint64_t const i = uint64_t(args.intermediate);
+  const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.row_capacity));
   GemmParams<DownProjGemm> p{};
-  p.mainloop.a = KMajorRows::make_map<kBlockM>(args.activation, rows, i, "activation");
-  p.mainloop.b = KMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  p.scheduler = {args.rows, int((d + kBlockN - 1) / kBlockN), args.intermediate / kBlockK};
-  p.epilogue = {make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out"), args.hidden};
+  p.mainloop = g.mainloop;
+  p.scheduler = g.tiles;
+  p.epilogue = g.epilogue;
   launch_grouped_gemm<DownProjGemm>(p, args.num_ctas, stream, "grouped_down_proj");
 }
 

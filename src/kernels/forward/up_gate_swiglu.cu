@@ -4,9 +4,9 @@
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/swiglu_epilogue.cuh"
+#include "gemm/forward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 namespace {
@@ -26,20 +26,11 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   check_up_gate_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  uint64_t const rows = uint64_t(args.rows.row_capacity);
-  uint64_t const d = uint64_t(args.hidden);
-  uint64_t const i = uint64_t(args.intermediate);
+  const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.row_capacity));
   GemmParams<UpGateSwigluGemm> p{};
-  p.mainloop.a = KMajorRows::make_map<kBlockM>(args.x, rows, d, "x");
-  p.mainloop.b = KMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d,
-                                                  "w_gate_up");
-  p.scheduler = {args.rows, int((2 * i + kBlockN - 1) / kBlockN), args.hidden / kBlockK};
-  p.epilogue.activation = make_tensor_map_2d(args.activation_out, rows, i, kChunkRows, kChunkCols, "activation_out");
-  p.epilogue.store_gate_up = args.gate_up_out != nullptr;
-  if (p.epilogue.store_gate_up) {
-    p.epilogue.gate_up = make_tensor_map_2d(args.gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
-  }
-  p.epilogue.intermediate = args.intermediate;
+  p.mainloop = g.mainloop;
+  p.scheduler = g.tiles;
+  p.epilogue = g.epilogue;
   launch_grouped_gemm<UpGateSwigluGemm>(p, args.num_ctas, stream, "grouped_up_gate_swiglu");
 }
 

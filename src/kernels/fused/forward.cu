@@ -7,8 +7,8 @@
 #include "caracal/error.hpp"
 #include "device/comm/launch.cuh"
 #include "fused/fused_forward.hpp"
+#include "gemm/forward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
-#include "gemm/tensor_map.hpp"
 #include "kernels/fused/forward_compute.cuh"
 #include "kernels/fused/forward_params.cuh"
 #include "kernels/fused/forward_pull.cuh"
@@ -39,11 +39,16 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
 
 constexpr const char* kName = "fused forward";
 
-// One group of experts' GEMMs but the down epilogue: the descriptors of the standalone launchers
-// (up_gate_swiglu.cu, down_proj.cu) over `pass`'s rows, the row buffers' maps over the rows they
-// hold (ring_rows of the ring, else the row capacity).
-ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
-                         uint32_t* activation_ready, bool out_stored) {
+// One group of experts' GEMMs but the down epilogue: the standalone launchers' descriptors
+// (gemm/forward_descriptors.cuh) over `pass`'s rows, the row buffers' maps over the rows they hold
+// (ring_rows of the ring, else the row capacity). `out_stored` false: the rows go elsewhere than
+// pass.out (the routed experts' to their home slots).
+struct GroupGemms {
+  ExpertGemms gemms;
+  gemm::RowsBf16Epilogue::Params out;  // with out_stored
+};
+GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
+                        uint32_t* activation_ready, bool out_stored) {
   using namespace gemm;
   const ScheduleView& schedule = pass.rows;
   CARACAL_CHECK(schedule.ring_rows >= 0 && schedule.ring_rows % kBlockM == 0 && schedule.ring_rows <= schedule.row_capacity,
@@ -52,7 +57,7 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   CARACAL_CHECK(schedule.first_row == 0, kName, ": rows.first_row must be 0, got ", schedule.first_row);
   UpGateSwigluArgs up;
   up.rows = schedule;
-  up.rows.ring_rows = 0;  // the standalone checks know no ring; the maps below span it
+  up.rows.ring_rows = 0;  // the standalone checks know no ring; the maps span it
   up.hidden = pass.hidden;
   up.intermediate = pass.intermediate;
   up.x = pass.x;
@@ -66,27 +71,21 @@ ExpertGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWei
   down.intermediate = pass.intermediate;
   down.activation = pass.activation;
   down.w_down = weights.w_down;
-  down.y_out = pass.out;
+  down.y_out = out_stored ? pass.out : nullptr;
   check_down_proj_args(down, out_stored);
 
   const uint64_t rows = uint64_t(schedule.ring_rows > 0 ? schedule.ring_rows : schedule.row_capacity);
-  const uint64_t d = uint64_t(pass.hidden);
-  const uint64_t i = uint64_t(pass.intermediate);
-  const uint64_t experts = uint64_t(schedule.num_experts);
-  ExpertGemms g{};
-  g.up_mainloop.a = KMajorRows::make_map<kBlockM>(pass.x, rows, d, "x");
-  g.up_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_gate_up, experts, 2 * i, d, "w_gate_up");
-  g.tiles.up = {schedule, int((2 * i + kBlockN - 1) / kBlockN), pass.hidden / kBlockK};
-  g.up_epilogue.activation = make_tensor_map_2d(pass.activation, rows, i, kChunkRows, kChunkCols, "activation");
-  g.up_epilogue.store_gate_up = pass.gate_up != nullptr;
-  if (g.up_epilogue.store_gate_up) {
-    g.up_epilogue.gate_up = make_tensor_map_2d(pass.gate_up, rows, 2 * i, kChunkRows, kChunkCols, "gate_up");
-  }
-  g.up_epilogue.intermediate = pass.intermediate;
-  g.down_mainloop.a = KMajorRows::make_map<kBlockM>(pass.activation, rows, i, "activation");
-  g.down_mainloop.b = KMajorWeights::make_map<kBlockN>(weights.w_down, experts, d, i, "w_down");
-  g.tiles.down = {schedule, int((d + kBlockN - 1) / kBlockN), pass.intermediate / kBlockK};
-  g.activation_ready = activation_ready;
+  up.rows = schedule;  // the tiles walk the ring's schedule
+  down.rows = schedule;
+  const UpGateSwigluDescriptors u = up_gate_swiglu_descriptors(up, rows);
+  const DownProjDescriptors d = down_proj_descriptors(down, rows);
+  GroupGemms g{};
+  g.gemms.up_mainloop = u.mainloop;
+  g.gemms.up_epilogue = u.epilogue;
+  g.gemms.down_mainloop = d.mainloop;
+  g.gemms.tiles = {u.tiles, d.tiles};
+  g.gemms.activation_ready = activation_ready;
+  g.out = d.epilogue;
   return g;
 }
 
@@ -103,7 +102,7 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer:
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
-  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks, /*out_stored=*/false);
+  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks, /*out_stored=*/false).gemms;
   r.down_done = rank.ready_counters + 2 * blocks;
   r.routed_out = {rank.pass.rows.rows, exchange.forward.combine_slots, rank.pass.hidden};
   r.has_shared = rank.has_shared;
@@ -113,10 +112,10 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer:
                   rank.shared.rows.num_experts);
     CARACAL_CHECK(rank.shared.rows.ring_rows == 0, kName, ": the shared pass has no ring, got ring_rows ",
                   rank.shared.rows.ring_rows);
-    r.shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks, /*out_stored=*/true);
-    r.shared_out = {gemm::make_tensor_map_2d(rank.shared.out, uint64_t(shared_rows), uint64_t(rank.shared.hidden),
-                                       gemm::kChunkRows, gemm::kChunkCols, "out"),
-                    rank.shared.hidden};
+    const GroupGemms shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks,
+                                           /*out_stored=*/true);
+    r.shared = shared.gemms;
+    r.shared_out = shared.out;
   }
   const size_t counters = counter_words(rank.pass.rows.row_capacity, shared_rows);
   r.task_counter = rank.ready_counters + counters - 1;
