@@ -34,8 +34,8 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
   gemm::grouped_down_proj(down, stream);
 }
 
-void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
-                     cudaStream_t stream) {
+void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
+                               const ExpertPassGradients& grads, cudaStream_t stream) {
   // g enters after the dot product, so dg stays exact where g = 0 (DESIGN §3).
   gemm::DownDgradSwigluArgs dgrad;
   dgrad.rows = pass.rows;
@@ -67,7 +67,11 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
   wgrad.d_w_down_bf16 = grads.w_down_bf16;
   wgrad.num_ctas = pass.num_ctas;
   gemm::grouped_weight_grads(wgrad, stream);
+}
 
+void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
+  expert_backward_before_dx(pass, weights, grads, stream);
   gemm::GateUpDgradArgs dx;
   dx.rows = pass.rows;
   dx.hidden = pass.hidden;

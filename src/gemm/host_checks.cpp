@@ -132,7 +132,7 @@ void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
   check_tile_count(a.rows, a.intermediate, fn);
 }
 
-void check_gate_up_dgrad_args(const GateUpDgradArgs& a) {
+void check_gate_up_dgrad_args(const GateUpDgradArgs& a, bool dx_stored) {
   const char* fn = "grouped_gate_up_dgrad";
   check_rows(a.rows, fn);
   check_dim(a.hidden, fn, "hidden (D)");
@@ -140,7 +140,7 @@ void check_gate_up_dgrad_args(const GateUpDgradArgs& a) {
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
   check_pointer(a.w_gate_up, false, fn, "w_gate_up");
-  check_pointer(a.dx_out, no_rows, fn, "dx_out");
+  check_pointer(a.dx_out, no_rows || !dx_stored, fn, "dx_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);
 }

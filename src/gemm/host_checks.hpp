@@ -14,7 +14,8 @@ void check_up_gate_swiglu_args(const UpGateSwigluArgs& args);
 // to their home slots), so y_out may be null.
 void check_down_proj_args(const DownProjArgs& args, bool out_stored = true);
 void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& args);
-void check_gate_up_dgrad_args(const GateUpDgradArgs& args);
+// dx_stored false: the caller stores the dx rows elsewhere (their home slots), so dx_out may be null.
+void check_gate_up_dgrad_args(const GateUpDgradArgs& args, bool dx_stored = true);
 void check_weight_grads_args(const WeightGradArgs& args);
 
 // Persistent grid size: num_ctas, or one CTA per SM of the current device when 0; never more

@@ -39,7 +39,7 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, bool fused
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
   options.expert_out = !fused_forward;
-  options.expert_dx_over_expert_x = true;  // gemm::expert_backward reads x before it writes dx
+  options.expert_dx = false;  // the dx GEMM stores the rows home (fused::gate_up_dgrad_to_home)
   return options;
 }
 

@@ -7,8 +7,9 @@
 // backward:  (replay, when a later forward or a backward overwrote this one's activations: stage
 //            inputs | shared expert's up/gate | build_schedule | compute_gates | dispatch | routed
 //            up/gate) | stage dy | (fused forward, no replay: dispatch, routed up/gate of the rows
-//            past the ring) | reverse_combine | routed experts' backward (per local rank, in place)
-//            | shared expert's backward | reverse_dispatch | dx, d_topk_scores out
+//            past the ring) | reverse_combine | routed experts' backward (per local rank, in place;
+//            the dx GEMM stores the rows home) | shared expert's backward |
+//            reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
@@ -22,6 +23,7 @@
 #include "caracal/gemm/expert_pass.hpp"
 #include "caracal/plan.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "fused/dx_to_home.hpp"
 #include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
@@ -116,7 +118,7 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.d_gate_up = local.gate_up;  // in place (gemm::expert_backward)
   routed.dg = at(bwd.expert_dg);
   routed.workspace = local.workspace;
-  routed.dx = at(bwd.expert_dx);  // expert_x's rows (layer::exchange_options)
+  routed.dx = nullptr;  // the dx rows go to their home slots (fused::gate_up_dgrad_to_home)
   if (!sizes.has_shared) return state;
 
   gemm::ExpertPass& shared = state.shared;
@@ -429,8 +431,11 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.ranks_[l].weights;
     RankState& rank_state = state.ranks[l];
-    gemm::expert_backward(rank_state.routed, {w.w_gate_up, w.w_down},
-                           {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
+    gemm::expert_backward_before_dx(rank_state.routed, {w.w_gate_up, w.w_down},
+                                    {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
+    // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
+    fused::gate_up_dgrad_to_home(world_, *state.exchange, static_cast<int>(l), rank_state.routed,
+                                 {w.w_gate_up, w.w_down}, stream);
     if (!sizes.has_shared) continue;
     gemm::expert_backward(
         rank_state.shared, {w.shared_w_gate_up, w.shared_w_down},
@@ -441,7 +446,7 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
                        "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");
     }
   }
-  state.exchange->reverse_dispatch(config_.router, stream);
+  state.exchange->reverse_dispatch_filled_dx_slots(config_.router, stream);
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     const RankState& rank_state = state.ranks[l];

@@ -87,8 +87,9 @@ void plan_v1_layer_memory(const LayerConfig& c, int64_t tile_m, MemoryPlan& m) {
   const int64_t rows = W * routes + L * (tile_m - 1);  // worst case: every route on this rank
   const int64_t schedule = routes * 4 + rows * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4;
   const int64_t router = 3 * routes * 4;
-  // x, y, dy, dx (+ shared_out, shared_dx); expert_x (expert_dx over it), expert_dy; combine and
-  // dx slots; per-row gates and dg; per-route dg. v1's forward adds expert_out.
+  // x, y, dy, dx (+ shared_out, shared_dx); expert_x, expert_dy (the dx rows go straight to their
+  // home slots); combine and dx slots; per-row gates and dg; per-route dg. v1's forward adds
+  // expert_out.
   const int64_t rows_d = (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 2 * rows * D * 2 + 2 * routes * D * 2 +
                          2 * rows * 4 + routes * 4;
   m.layer_heap = schedule + router + rows_d;

@@ -84,7 +84,8 @@ void launch_combine_filled_slots(comm::World& world, const comm::LaunchShape& sh
 
 comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes);
+// push_dx false: the dx rows are in the home slots already (only dg is pushed).
 void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool push_dx);
 
 }  // namespace caracal::transfer::detail

@@ -69,7 +69,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.backward.dy = heap.take<__nv_bfloat16>(T * D);
     b.backward.expert_dy = heap.take<__nv_bfloat16>(rows * D);
     b.backward.expert_gates = heap.take<float>(rows);
-    b.backward.expert_dx = options.expert_dx_over_expert_x ? b.forward.expert_x : heap.take<__nv_bfloat16>(rows * D);
+    if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(rows * D);
     b.backward.expert_dg = heap.take<float>(rows);
     b.backward.dx_slots = heap.take<__nv_bfloat16>(routes * D);
     b.backward.dg_slots = heap.take<float>(routes);
@@ -111,8 +111,6 @@ size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, con
 
 TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, const ExchangeOptions& options)
     : world_(world), shape_(shape), sizes_(exchange_sizes(shape, world.world_size())), options_(options) {
-  CARACAL_CHECK(!options.expert_dx_over_expert_x || (options.forward && options.backward),
-                "TokenExchange: options.expert_dx_over_expert_x needs forward and backward = true");
   const size_t needed = heap_bytes(shape, world.world_size(), options);
   CARACAL_CHECK(needed <= world.heap_bytes_left(), "TokenExchange: needs ", needed,
                 " bytes of symmetric heap per rank (TokenExchange::heap_bytes), but the world has ",
@@ -200,10 +198,19 @@ void TokenExchange::reverse_combine(cudaStream_t stream) {
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {
-  CARACAL_CHECK(options_.backward, "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true");
+  CARACAL_CHECK(options_.backward && options_.expert_dx,
+                "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true and expert_dx = true");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream);
+  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, /*push_dx=*/true);
+}
+
+void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream) {
+  CARACAL_CHECK(options_.backward,
+                "TokenExchange::reverse_dispatch_filled_dx_slots needs ExchangeOptions::backward = true");
+  detail::ExchangeArgs args = kernels_->args;
+  args.scaling = scaling_of(router);
+  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, /*push_dx=*/false);
 }
 
 void TokenExchange::check() {

@@ -110,7 +110,7 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   EXPECT_EQ(p.memory.schedule, capacity * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8);
   EXPECT_EQ(p.memory.saved, T * 3 * Is * 2 + T * k * 4);
   EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
-  // expert_x (expert_dx over it) and expert_dy rows dominate the heap (v1: and expert_out), gate_up
+  // expert_x and expert_dy rows dominate the heap (v1: and expert_out), gate_up
   // (d_gate_up over it) and hidden the local memory.
   EXPECT_GT(p.memory.layer_heap, 2 * capacity * D * 2);
   EXPECT_GT(p.memory.layer_local, capacity / 16 * 16 * 3 * I * 2);

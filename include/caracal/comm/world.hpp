@@ -75,6 +75,9 @@ class World {
     return reinterpret_cast<T*>(local_heap(local_rank) + ptr.offset);
   }
   char* local_heap(int local_rank) const;
+  // The device array of every rank's heap base (DeviceWorld::heap), for a kernel that stores into
+  // peers' heaps without a DeviceWorld (a GEMM epilogue pushing rows home). Valid while the world is.
+  char* const* device_heap_table() const { return heap_table_.get(); }
 
   // The view passed to one launch of a backend-agnostic kernel whose grid is local_ranks() *
   // ctas_per_rank CTAs. Each call is a new launch: it gets the next launch id, under which

@@ -53,5 +53,9 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
 // then gone: a second backward needs expert_up_gate (and x) again.
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
+// All of it but dx (B1, B2, B5), for a caller that makes dx itself (fused::gate_up_dgrad_to_home
+// stores the rows into their home slots); pass.dx is not written.
+void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
+                               const ExpertPassGradients& grads, cudaStream_t stream);
 
 }  // namespace caracal::gemm

@@ -19,6 +19,7 @@
 //   combine_filled_slots                                          barrier | y = shared + sum g*slot
 //   reverse_combine   barrier | pull dy rows and g
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
+//   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
 // visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
 // an earlier launch. A buffer that peers read (topk_idx, x, dy, gates) must therefore only be
@@ -51,10 +52,9 @@ struct ExchangeOptions {
   // expert_out (R x D), what combine pushes home; without it only combine_filled_slots runs (the
   // fused forward's down tiles store the rows home themselves).
   bool expert_out = true;
-  // expert_dx in expert_x's rows (with forward and backward): for a caller whose expert_x rows are
-  // read for the last time before expert_dx is written (MoELayer: the weight gradients run before
-  // the dx GEMM), one R x D buffer fewer.
-  bool expert_dx_over_expert_x = false;
+  // expert_dx (R x D), what reverse_dispatch pushes home; without it only
+  // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself).
+  bool expert_dx = true;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
   // always progresses). 0 = all but kExchangeFreeSms.
@@ -107,9 +107,14 @@ class TokenExchange {
   void combine_filled_slots(cudaStream_t stream);
   // expert_dy and expert_gates from dy and gates (options.backward).
   void reverse_combine(cudaStream_t stream);
-  // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward); `router`
-  // must be the one compute_gates used.
+  // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
+  // options.expert_dx); `router` must be the one compute_gates used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
+  // The same from dx_slots that an earlier launch filled (fused::gate_up_dgrad_to_home stores each
+  // dx row into its home slot), so without the push of dx rows and the first barrier. A launch that
+  // fills peers' dx slots must come after a world barrier that follows the last reverse dispatch's
+  // sums (MoELayer's follows reverse_combine's).
+  void reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream);
 
   // What the exchange kernels read, for the fused kernels that run the exchange's device blocks
   // beside the GEMMs' (src/kernels/fused).

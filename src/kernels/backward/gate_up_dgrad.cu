@@ -5,6 +5,7 @@
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
 #include "gemm/tensor_map.hpp"
@@ -28,16 +29,13 @@ void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
   check_gate_up_dgrad_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  uint64_t const rows = uint64_t(args.rows.row_capacity);
-  uint64_t const d = uint64_t(args.hidden);
-  uint64_t const i = uint64_t(args.intermediate);
+  const GateUpDgradDescriptors g = gate_up_dgrad_descriptors(args);
   GemmParams<GateUpDgradGemm> p{};
-  p.mainloop.a = KMajorRows::make_map<kBlockM>(args.d_gate_up, rows, 2 * i, "d_gate_up");
-  p.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d,
-                                                   "w_gate_up");
-  p.mainloop.b_mn_extent = args.hidden;
-  p.scheduler = {args.rows, int((d + kBlockN - 1) / kBlockN), 2 * args.intermediate / kBlockK};
-  p.epilogue = {make_tensor_map_2d(args.dx_out, rows, d, kChunkRows, kChunkCols, "dx_out"), args.hidden};
+  p.mainloop = g.mainloop;
+  p.scheduler = g.tiles;
+  p.epilogue = {make_tensor_map_2d(args.dx_out, uint64_t(args.rows.row_capacity), uint64_t(args.hidden), kChunkRows,
+                                   kChunkCols, "dx_out"),
+                args.hidden};
   launch_grouped_gemm<GateUpDgradGemm>(p, args.num_ctas, stream, "grouped_gate_up_dgrad");
 }
 

@@ -1,6 +1,9 @@
 // reverse_dispatch: the expert side pushes each row's dx and dL/dg into their home slots; after
 // one barrier each home rank sums its tokens' dx slots in slot order onto the shared expert's dx
-// and turns dL/dg into d topk_scores through the normalization's Jacobian.
+// and turns dL/dg into d topk_scores through the normalization's Jacobian. Without the push of dx
+// rows (kPushDx false) when the dx GEMM stored them home already (fused::gate_up_dgrad_to_home).
+#include <algorithm>
+
 #include "device/comm/device_sync.cuh"
 #include "device/transfer/router_math.cuh"
 #include "device/transfer/schedule_rows.cuh"
@@ -14,11 +17,13 @@ namespace {
 
 // 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
 
+template <bool kPushDx>
 __global__ void __launch_bounds__(kReduceThreads, 1)
     reverse_dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  // No home rank is still summing its slots in an earlier reverse dispatch.
-  if (!comm::world_barrier(world, place)) return;
+  // No home rank is still summing its slots in an earlier reverse dispatch (without the dx push,
+  // the launch that filled the dx slots came after a barrier that follows it).
+  if (kPushDx && !comm::world_barrier(world, place)) return;
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const ScheduleBuffers& schedule = args.schedule.buffers;
@@ -26,8 +31,10 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
   for_each_schedule_row(world, args.schedule, warps, [&](int rank, int row, int2 entry) {
     if (entry.x >= 0 && lane == 0)
       world.at(backward.dg_slots, entry.x)[entry.y] = world.at(backward.expert_dg, rank)[row];
-    push_slot_row(world, entry, row_vectors(world.at(backward.expert_dx, rank), row, args.hidden), backward.dx_slots,
-                  args.hidden, lane);
+    if constexpr (kPushDx) {
+      push_slot_row(world, entry, row_vectors(world.at(backward.expert_dx, rank), row, args.hidden),
+                    backward.dx_slots, args.hidden, lane);
+    }
   });
   // Every routed slot of every home rank has been written.
   if (!comm::world_barrier(world, place)) return;
@@ -51,7 +58,8 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
                                                 const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
   shape.threads_per_cta = kReduceThreads;
-  const int max_ctas = comm::max_ctas_per_rank(world, reverse_dispatch_kernel, shape.threads_per_cta);
+  const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_dispatch_kernel<true>, shape.threads_per_cta),
+                                comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false>, shape.threads_per_cta));
   // A warp per row while pushing, a warp per token while summing.
   shape.ctas_per_rank =
       ctas_for_items(world, sm_budget, max_ctas, std::max(sizes.row_capacity, exchange.tokens), kReduceThreads / kWarpSize);
@@ -59,8 +67,13 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
 }
 
 void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                             cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_dispatch", shape, stream, reverse_dispatch_kernel, args);
+                             cudaStream_t stream, bool push_dx) {
+  if (push_dx) {
+    comm::launch(world, "TokenExchange::reverse_dispatch", shape, stream, reverse_dispatch_kernel<true>, args);
+  } else {
+    comm::launch(world, "TokenExchange::reverse_dispatch_filled_dx_slots", shape, stream,
+                 reverse_dispatch_kernel<false>, args);
+  }
 }
 
 }  // namespace caracal::transfer::detail

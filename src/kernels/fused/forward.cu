@@ -97,14 +97,15 @@ size_t counter_words(int row_capacity, int shared_rows) {
 }
 
 // Rank l's parameters: its GEMMs and where its counters and task slots are.
-FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer::detail::ExchangeArgs& exchange) {
+FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer::detail::ExchangeArgs& exchange,
+                                   const comm::World& world) {
   CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
   r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks, /*out_stored=*/false).gemms;
   r.down_done = rank.ready_counters + 2 * blocks;
-  r.routed_out = {rank.pass.rows.rows, exchange.forward.combine_slots, rank.pass.hidden};
+  r.routed_out = {rank.pass.rows.rows, world.device_heap_table(), exchange.forward.combine_slots, rank.pass.hidden};
   r.has_shared = rank.has_shared;
   const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
   if (rank.has_shared) {
@@ -171,7 +172,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
                       rank.pass.rows.expert_offset == args.exchange->schedule_view(l).expert_offset,
                   kName, ": ranks[", l, "].pass.rows must be the exchange's schedule view of local rank ", l,
                   " (with a ring_rows of its own)");
-    p.ranks[l] = rank_params(rank, exchange);
+    p.ranks[l] = rank_params(rank, exchange, world);
     const size_t counters =  // not the task slots
         counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
     check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),

@@ -157,10 +157,9 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 // complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
 // the block's down_done (its ring rows have been read).
 template <class TiledMma, class FragA, class FragB, class Accum>
-__device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p,
-                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
-                                      const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
-                                      int wg_thread, TaskSlot* stage_task) {
+__device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma& tiled_mma, const FragA& tCrA,
+                                      const FragB& tCrB, Accum& accum, const gemm::TmaPipeline& pipe,
+                                      gemm::ChunkStoreRing& ring, int consumer, int wg_thread, TaskSlot* stage_task) {
   const int lane = wg_thread % 32;
   gemm::PipelineState st;
   for (;;) {
@@ -186,7 +185,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       DownGemm::SharedEpilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
     } else {
       if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
-      DownGemm::RoutedEpilogue::apply(world, p.routed_out, task.tile, accum, active, ring, consumer);
+      DownGemm::RoutedEpilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);
     }
   }
   ring.drain();
@@ -230,7 +229,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(world, p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread, stage_task);
+  consume_forward_tiles(p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread, stage_task);
 }
 
 }  // namespace caracal::fused

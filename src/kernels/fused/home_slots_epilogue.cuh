@@ -1,13 +1,12 @@
 #pragma once
-// The fused forward's routed down epilogue: each row's output, E_i(x) rounded once to bf16 (the
-// same bits as RowsBf16Epilogue), goes straight to its route's slot on its home rank (combine's
-// push, done by the tile that computed the row: DESIGN §2), so no output row waits in a buffer
-// of the worst-case size and the combine only sums slots. Padding rows are not stored; a slice of
-// padding rows only stores nothing.
+// An epilogue that stores each output row, rounded once to bf16 (the same bits as
+// RowsBf16Epilogue), straight into its route's slot on its home rank: combine's push done by the
+// fused forward's down tiles, reverse dispatch's push of dx rows done by the dx GEMM (DESIGN §2),
+// so no row waits in a buffer of the worst-case size and the home rank only sums slots. Padding
+// rows are not stored; a slice of padding rows only stores nothing.
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
-#include "device/comm/device_world.cuh"
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
@@ -17,20 +16,24 @@ namespace caracal::fused {
 
 struct HomeSlotsEpilogue {
   struct Params {
-    const int2* rows;                                  // the rank's schedule rows {src_rank, src_route}
-    comm::SymmetricPtr<__nv_bfloat16> combine_slots;   // [T*k][D] on every home rank
-    int hidden;                                        // D: the slots' row length and the GEMM's N
+    const int2* rows;                          // the rank's schedule rows {src_rank, src_route}
+    char* const* heaps;                        // every rank's heap base (comm::World::device_heap_table)
+    comm::SymmetricPtr<__nv_bfloat16> slots;   // [T*k][D] on every home rank
+    int hidden;                                // D: the slots' row length and the GEMM's N
   };
 
   template <class Accum>
-  __device__ static void apply(const comm::DeviceWorld& world, Params const& p, gemm::TileCoord const& tile,
-                               Accum const& acc, bool active, gemm::ChunkStoreRing& ring, int warpgroup) {
+  __device__ static void apply(Params const& p, gemm::TileCoord const& tile, Accum const& acc, bool active,
+                               gemm::ChunkStoreRing& ring, int warpgroup) {
     if (!active) return;
     const int2* const rows = p.rows + tile.m_begin + warpgroup * gemm::kWarpgroupRows;
     __nv_bfloat16* dst[gemm::ChunkStoreRing::kScatterRowsPerThread];  // the rows this thread stores
     for (int j = 0; j < gemm::ChunkStoreRing::kScatterRowsPerThread; ++j) {
       const int2 entry = rows[ring.scatter_row(j)];
-      dst[j] = entry.x < 0 ? nullptr : world.at(p.combine_slots, entry.x) + static_cast<int64_t>(entry.y) * p.hidden;
+      dst[j] = entry.x < 0 ? nullptr
+                           : reinterpret_cast<__nv_bfloat16*>(__ldg(reinterpret_cast<const uintptr_t*>(p.heaps) + entry.x) +
+                                                              p.slots.offset) +
+                                 static_cast<int64_t>(entry.y) * p.hidden;
     }
     CUTE_UNROLL
     for (int c = 0; c < gemm::kBlockN / gemm::kChunkCols; ++c) {
