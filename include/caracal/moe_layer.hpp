@@ -173,6 +173,9 @@ struct MoELayerOptions {
   // exchange_sms does not apply to it.
   bool fused_forward = true;
   int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused forward; 0 = fused::default_comm_ctas
+  // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
+  // of other GPUs (same bits), so that a loopback world runs its pull role.
+  bool fused_pull_all_rows = false;
   // The fused forward's ring (DESIGN §2): its routed rows (x pulled from other GPUs, gate/up,
   // hidden) live in ring_rows rows, walked in macrobatches of that many rows, from the last one
   // down, so that the ring holds macrobatch 0 when the forward ends; the backward recomputes the

@@ -64,6 +64,9 @@ struct FusedForwardArgs {
   const transfer::TokenExchange* exchange = nullptr;
   std::vector<FusedForwardRank> ranks;  // one per local rank of the exchange's world
   int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
+  // Pull the rows of tokens on this GPU too, as those of other GPUs (the same bits): for tests and
+  // benchmarks, so that one GPU runs the pull role and its ring waits (a loopback world pulls none).
+  bool pull_all_rows = false;
 };
 
 // Device words a rank needs for `row_capacity` schedule rows and `shared_rows` rows of a shared

@@ -152,6 +152,7 @@ struct MoELayer::Impl {
   bool fused_forward = false;
   int fused_comm_ctas = 0;
   int ring_rows = 0;  // the fused forward's ring: at most the routed rows
+  bool pull_all_rows = false;
 
   // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
   // shared expert's scales into its rows.
@@ -238,6 +239,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                   ", got ", options.ring_rows);
     const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, world.multiprocessors());
     state.ring_rows = static_cast<int>(std::min<int64_t>(ring, state.sizes.routed_rows));
+    state.pull_all_rows = options.fused_pull_all_rows;
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {
@@ -317,6 +319,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     fused::FusedForwardArgs fused_args;
     fused_args.exchange = state.exchange.get();
     fused_args.comm_ctas = state.fused_comm_ctas;
+    fused_args.pull_all_rows = state.pull_all_rows;
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEWeights& w = ranks[l].weights;
       const RankState& rank_state = state.ranks[l];

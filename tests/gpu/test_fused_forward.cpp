@@ -26,10 +26,11 @@ MoELayerOptions v1_options() {
   return o;
 }
 
-MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0) {
+MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false) {
   MoELayerOptions o;
   o.fused_comm_ctas = comm_ctas;
   o.ring_rows = ring_rows;
+  o.fused_pull_all_rows = pull_all_rows;
   return o;
 }
 
@@ -82,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_case
 // Rings far smaller than the rows: many macrobatches, each taking over the ring rows of the one
 // walked before it (all routes to one expert: every rank's routes on one rank), and the backward
 // recomputing the up/gate tiles of every row past the ring. The same bits as v1 for every output
-// and gradient, whatever the ring and the comm CTAs.
+// and gradient, whatever the ring and the comm CTAs, with rows gathered in place or all pulled.
 std::vector<LayerCase> ring_cases() {
   using R = RoutingCase;
   return {
@@ -104,6 +105,10 @@ TEST_P(GpuFusedForwardRing, SameBitsAsV1ForEveryRing) {
   expect_same_bits(v1, run_with(c, s, fused_options(0, 128)), "fused, a ring of 128 rows");
   expect_same_bits(v1, run_with(c, s, fused_options(1, 384)), "fused, a ring of 384 rows, 1 comm CTA per rank");
   expect_same_bits(v1, run_with(c, s, fused_options(5, 1024)), "fused, a ring of 1024 rows, 5 comm CTAs per rank");
+  // Every row pulled (a loopback world pulls none otherwise): the pull role, its x_ready counts and
+  // its waits for the ring rows it takes over.
+  expect_same_bits(v1, run_with(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
+  expect_same_bits(v1, run_with(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForwardRing, testing::ValuesIn(ring_cases()), case_name);

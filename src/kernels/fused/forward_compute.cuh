@@ -45,6 +45,7 @@ struct GatherSources {
   const comm::DeviceWorld& world;
   const transfer::PullRows& pull;  // home x rows (any rank) and this rank's expert_x rows
   int rank;
+  bool pull_all_rows;  // every row is pulled, those of tokens on this GPU too
 };
 
 // Where row `i` of an up/gate tile comes from: a token row on this GPU where it is (its home x), a
@@ -56,7 +57,8 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
   const int2 entry = schedule.rows[row];
   pulled = false;
   if (entry.x < 0) return nullptr;
-  if (static_cast<unsigned>(entry.x - from.world.first_local_rank) < static_cast<unsigned>(from.world.local_ranks)) {
+  if (!from.pull_all_rows &&
+      static_cast<unsigned>(entry.x - from.world.first_local_rank) < static_cast<unsigned>(from.world.local_ranks)) {
     return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
   }
   pulled = true;
@@ -71,9 +73,9 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                              const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                             gemm::MainloopStorage& smem, int& shared_task,
+                                             bool pull_all_rows, gemm::MainloopStorage& smem, int& shared_task,
                                              const gemm::TmaPipeline& pipe, TaskSlot* stage_task, int thread) {
-  const GatherSources sources{world, pull, place.rank};
+  const GatherSources sources{world, pull, place.rank, pull_all_rows};
   ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   gemm::PipelineState st;
   for (;;) {
@@ -194,7 +196,7 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                          const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                         gemm::KernelStorage& smem, int& producer_task,
+                                         bool pull_all_rows, gemm::KernelStorage& smem, int& producer_task,
                                          TaskSlot* stage_task) {
   using namespace cute;
   using namespace gemm;
@@ -213,7 +215,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
-    produce_forward_tiles(world, place, p, pull, smem.mainloop, producer_task, pipe, stage_task,
+    produce_forward_tiles(world, place, p, pull, pull_all_rows, smem.mainloop, producer_task, pipe, stage_task,
                           static_cast<int>(threadIdx.x));
     return;
   }

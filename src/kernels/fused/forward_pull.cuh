@@ -5,7 +5,7 @@
 // they land. A block's pulls into the ring wait until the block that held those ring rows has been
 // read by its up/gate tiles. Rows of tokens on this GPU (all of them in a loopback world, the
 // rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
-// are (forward_compute.cuh).
+// are (forward_compute.cuh); with pull_all_rows (tests) every row but padding is pulled.
 //
 // Every warp of the rank's comm CTAs copies rows (token_rows.cuh, as v1's dispatch), the rows dealt
 // to the warps in turn, so the blocks fill in order; a warp raises a block's counter once per block
@@ -28,7 +28,8 @@ namespace caracal::fused {
 
 // All threads of a comm CTA. Returns false when a wait failed (timeout or aborted world, recorded).
 __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                         const transfer::PullRows& pull, const FusedForwardRankParams& rank) {
+                                         const transfer::PullRows& pull, const FusedForwardRankParams& rank,
+                                         bool pull_all_rows) {
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
   const transfer::WarpWorkers warps = transfer::rank_warps(place);
   const ScheduleView& view = rank.routed.tiles.up.schedule;  // the ring's rows
@@ -54,7 +55,7 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
     const int2 entry = view.rows[row];
     const bool on_this_gpu =
         static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
-    if (entry.x < 0 || on_this_gpu) continue;  // gathered in place
+    if (entry.x < 0 || (on_this_gpu && !pull_all_rows)) continue;  // gathered in place
     if (row / gemm::kBlockM != block) {
       count_block();
       block = row / gemm::kBlockM;
