@@ -72,7 +72,11 @@ void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& 
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream) {
   expert_backward_before_dx(pass, weights, grads, stream);
-  gemm::GateUpDgradArgs dx;
+  gemm::grouped_gate_up_dgrad(dx_gemm_args(pass, weights), stream);
+}
+
+GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
+  GateUpDgradArgs dx;
   dx.rows = pass.rows;
   dx.hidden = pass.hidden;
   dx.intermediate = pass.intermediate;
@@ -80,7 +84,7 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
   dx.w_gate_up = weights.w_gate_up;
   dx.dx_out = pass.dx;
   dx.num_ctas = pass.num_ctas;
-  gemm::grouped_gate_up_dgrad(dx, stream);
+  return dx;
 }
 
 }  // namespace caracal::gemm

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/gemm/grouped_gemm_backward.hpp"
 
 namespace caracal::gemm {
 
@@ -53,6 +54,9 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
 // then gone: a second backward needs expert_up_gate (and x) again.
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
+// The dx GEMM's arguments of a pass (dx_out = pass.dx).
+GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
+
 // All of it but dx (B1, B2, B5), for a caller that makes dx itself (fused::gate_up_dgrad_to_home
 // stores the rows into their home slots); pass.dx is not written.
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,

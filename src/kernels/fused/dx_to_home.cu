@@ -32,13 +32,8 @@ void gate_up_dgrad_to_home(const comm::World& world, const transfer::TokenExchan
                 ": pass.rows must be the exchange's schedule view of local rank ", local_rank,
                 " (the rows name the home slots)");
   CARACAL_CHECK(exchange.options().backward, kName, ": the exchange needs ExchangeOptions::backward = true");
-  gemm::GateUpDgradArgs args;
-  args.rows = pass.rows;
-  args.hidden = pass.hidden;
-  args.intermediate = pass.intermediate;
-  args.d_gate_up = pass.d_gate_up;
-  args.w_gate_up = weights.w_gate_up;
-  args.num_ctas = pass.num_ctas;
+  gemm::GateUpDgradArgs args = gemm::dx_gemm_args(pass, weights);
+  args.dx_out = nullptr;  // the rows go to their home slots
   gemm::check_gate_up_dgrad_args(args, /*dx_stored=*/false);
   if (args.rows.row_capacity == 0) return;
 
