@@ -319,6 +319,9 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
   expect_error(with([](auto& a) { a.rows.row_capacity = -128; }), {"rows.row_capacity", "-128"});
   expect_error(with([](auto& a) { a.rows.expert_offset = nullptr; }), {"rows.expert_offset"});
   expect_error(with([](auto& a) { a.rows.ring_rows = 256; }), {"rows.ring_rows must be 0", "got 256"});
+  expect_error(with([](auto& a) { a.rows.first_row = 100; }),
+               {"rows.first_row must be a multiple of 128", "row_capacity = 1024", "got 100"});
+  expect_error(with([](auto& a) { a.rows.first_row = 1152; }), {"rows.first_row", "got 1152"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
                {"rows.expert_count", "4-byte aligned"});
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});

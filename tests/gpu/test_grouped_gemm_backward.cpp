@@ -628,6 +628,8 @@ TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
 TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   const auto with = calls_with(valid_weight_args(), &caracal::gemm::grouped_weight_grads);
   expect_error(with([](auto& a) { a.hidden = -64; }), {"grouped_weight_grads", "hidden (D)", "-64"});
+  expect_error(with([](auto& a) { a.rows.first_row = 128; }),
+               {"rows.first_row must be 0", "reduces over all of an expert's rows", "got 128"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
                {"rows.expert_count", "4-byte aligned"});
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});

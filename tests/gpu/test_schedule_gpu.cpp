@@ -333,6 +333,14 @@ TEST(ExchangeShapeValidation, HeapBytesFollowTheOptions) {
   EXPECT_LT(schedule_only, forward);
   EXPECT_LT(forward, both);
   EXPECT_EQ(with_shared - both, 2 * static_cast<size_t>(64 * 64 * 2));  // shared_out + shared_dx, 256-aligned
+  // Without expert_out (the fused forward stores rows home) and expert_dx (the dx GEMM does): one
+  // row of D per schedule row less each, R = W*T*k + L*(tile_m - 1) = 2*64*4 + 8*127 rows.
+  ExchangeOptions fused = {true, true, false};
+  fused.expert_out = false;
+  const size_t rows = 2 * 64 * 4 + 8 * 127;
+  EXPECT_EQ(both - TokenExchange::heap_bytes(shape, 2, fused), (rows * 64 * 2 + 255) / 256 * 256);
+  fused.expert_dx = false;
+  EXPECT_EQ(both - TokenExchange::heap_bytes(shape, 2, fused), 2 * ((rows * 64 * 2 + 255) / 256 * 256));
   EXPECT_THROW((void)TokenExchange::heap_bytes({64, 4, 60, 16, 128}, 2), Error);
 }
 
