@@ -41,6 +41,20 @@ void check_loopback(const LayerCase& c) {
 
 // ---- Loopback sweep ----------------------------------------------------------------------------------
 
+// The backward of `context` once more over `l`'s buffers, their outputs poisoned first: every
+// rank's outputs, with y (which backward does not write) taken from `with_y`.
+std::vector<RankOutputs> backward_again(LoopbackLayer& l, const MoEContext& context,
+                                        const std::vector<RankOutputs>& with_y, const Stream& stream) {
+  for (const RankBuffers& r : l.buffers.ranks) r.poison_outputs();
+  exchange_test::settle();
+  l.layer.backward(l.buffers.backward_args(), context, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(l.layer.check());
+  std::vector<RankOutputs> again = l.buffers.download();
+  for (size_t r = 0; r < again.size(); ++r) again[r].y = with_y[r].y;
+  return again;
+}
+
 std::vector<LayerCase> loopback_cases() {
   using R = RoutingCase;
   return {
@@ -457,16 +471,10 @@ TEST(GpuMoELayerPending, BackwardOfAnEarlierForwardReplaysItBitwise) {
     expect_same_bits(first_alone, l.buffers.download(), "first step, replayed");
     expect_same_bits(other_alone, other_buffers.download(), "second step, replayed");
 
-    for (const RankBuffers& r : l.buffers.ranks) r.poison_outputs();
-    exchange_test::settle();
     std::vector<MoEForwardArgs> rebuilt = l.buffers.forward_args();
     for (MoEForwardArgs& a : rebuilt) a.y = nullptr;
-    l.layer.backward(l.buffers.backward_args(), l.layer.context(first.forward_id(), rebuilt), stream.get());
-    stream.sync();
-    ASSERT_NO_THROW(l.layer.check());
-    std::vector<RankOutputs> again = l.buffers.download();
-    for (size_t r = 0; r < again.size(); ++r) again[r].y = first_alone[r].y;  // y is not written by backward
-    expect_same_bits(first_alone, again, "first step's backward again, from a rebuilt context");
+    expect_same_bits(first_alone, backward_again(l, l.layer.context(first.forward_id(), rebuilt), first_alone, stream),
+                     "first step's backward again, from a rebuilt context");
   }
 }
 
@@ -506,14 +514,7 @@ TEST(GpuMoELayerPending, SecondBackwardOfOneForwardReplaysItBitwise) {
       stream.sync();
       ASSERT_NO_THROW(l.layer.check());
       const std::vector<RankOutputs> once = l.buffers.download();
-      for (const RankBuffers& r : l.buffers.ranks) r.poison_outputs();
-      exchange_test::settle();
-      l.layer.backward(l.buffers.backward_args(), context, stream.get());
-      stream.sync();
-      ASSERT_NO_THROW(l.layer.check());
-      std::vector<RankOutputs> twice = l.buffers.download();
-      for (size_t r = 0; r < twice.size(); ++r) twice[r].y = once[r].y;  // y is not written by backward
-      expect_same_bits(once, twice, "the second backward");
+      expect_same_bits(once, backward_again(l, context, once, stream), "the second backward");
     }
   }
 }

@@ -45,6 +45,15 @@ def run_caracal(moe, x, idx, scores, dy, scale=None):
     return y.detach(), grads
 
 
+def assert_same_step(first, second):
+    """Two run_caracal results bit for bit: y and every gradient, of the same names."""
+    (y1, g1), (y2, g2) = first, second
+    assert torch.equal(y1, y2)
+    assert g1.keys() == g2.keys()
+    for name in g1:
+        assert torch.equal(g1[name], g2[name]), name
+
+
 def run_reference(moe, x, idx, scores, dy, scale=None):
     """The layer in float64, rounding to bf16 where the kernels store bf16 (caracal.reference's
     round_like_kernels); y and dx, which the layer returns as bf16, rounded once at the end."""
@@ -156,11 +165,7 @@ def test_int64_ids_are_narrowed_without_wrapping(seed):
     is raised by check() as out of range."""
     moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2), **SMALL)
     x, idx, scores, dy, _ = random_inputs(moe, "empty_slots")
-    y32, g32 = run_caracal(moe, x, idx, scores, dy)
-    y64, g64 = run_caracal(moe, x, idx.long(), scores, dy)
-    assert torch.equal(y32, y64)
-    for name in g32:
-        assert torch.equal(g32[name], g64[name]), name
+    assert_same_step(run_caracal(moe, x, idx, scores, dy), run_caracal(moe, x, idx.long(), scores, dy))
     for bad_id in (2**32 + 1, -(2**32) + 3):
         bad = idx.long()
         bad[5, 1] = bad_id
@@ -218,11 +223,7 @@ def test_bf16_weight_gradients_are_the_fp32_ones_rounded(ranks, seed):
 def test_bitwise_identical_runs(ranks, seed):
     moe = caracal.MoE(tokens_per_rank=128, world=caracal.World.loopback(ranks), **SMALL)
     inputs = random_inputs(moe, "zipf")
-    y1, g1 = run_caracal(moe, *inputs)
-    y2, g2 = run_caracal(moe, *inputs)
-    assert torch.equal(y1, y2)
-    for name in g1:
-        assert torch.equal(g1[name], g2[name]), name
+    assert_same_step(run_caracal(moe, *inputs), run_caracal(moe, *inputs))
 
 
 def test_bitwise_identical_across_cta_counts(seed):
@@ -230,11 +231,7 @@ def test_bitwise_identical_across_cta_counts(seed):
     b = caracal.MoE(tokens_per_rank=128, gemm_ctas=7, **SMALL)
     b.load_state_dict(a.state_dict())
     inputs = random_inputs(a, "uniform")
-    ya, ga = run_caracal(a, *inputs)
-    yb, gb = run_caracal(b, *inputs)
-    assert torch.equal(ya, yb)
-    for name in ga:
-        assert torch.equal(ga[name], gb[name]), name
+    assert_same_step(run_caracal(a, *inputs), run_caracal(b, *inputs))
 
 
 def test_fused_forward_gives_v1s_bits(seed):
@@ -244,11 +241,7 @@ def test_fused_forward_gives_v1s_bits(seed):
     b = caracal.MoE(tokens_per_rank=128, world=world, fused_forward=False, **SMALL)
     b.load_state_dict(a.state_dict())
     inputs = random_inputs(a, "zipf")
-    ya, ga = run_caracal(a, *inputs)
-    yb, gb = run_caracal(b, *inputs)
-    assert torch.equal(ya, yb)
-    for name in ga:
-        assert torch.equal(ga[name], gb[name]), name
+    assert_same_step(run_caracal(a, *inputs), run_caracal(b, *inputs))
 
 
 @pytest.mark.parametrize("routing", ["zipf", "all_to_one"])
@@ -259,11 +252,7 @@ def test_small_ring_gives_v1s_bits(routing, seed):
     b = caracal.MoE(tokens_per_rank=128, world=world, fused_forward=False, **SMALL)
     b.load_state_dict(a.state_dict())
     inputs = random_inputs(a, routing)
-    ya, ga = run_caracal(a, *inputs)
-    yb, gb = run_caracal(b, *inputs)
-    assert torch.equal(ya, yb)
-    for name in ga:
-        assert torch.equal(ga[name], gb[name]), name
+    assert_same_step(run_caracal(a, *inputs), run_caracal(b, *inputs))
 
 
 def test_ring_rows_must_be_a_multiple_of_128():
