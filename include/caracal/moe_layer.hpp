@@ -166,9 +166,10 @@ struct MoELayerOptions {
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
   int exchange_sms = 0;
   DeviceAllocator local_allocator;  // both set, or neither
-  // The forward's shared expert, dispatch and routed GEMMs as one persistent launch
-  // (src/fused/fused_forward.hpp: GEMM tiles start as their rows land), or v1's separate launches. Same bits either way. The
-  // fused path needs at most 8 local ranks (a loopback world of more runs v1 when this is left on).
+  // The fused path: the forward's shared expert, dispatch and routed GEMMs as one persistent launch
+  // (src/fused/fused_forward.hpp: GEMM tiles start as their rows land) and both passes over a ring
+  // of rows (ring_rows), or v1's separate launches over buffers of every row. Same bits either way.
+  // The fused path needs a world of at most 8 ranks (for now; with more it runs v1).
   // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
   // exchange_sms does not apply to it.
   bool fused_forward = true;
@@ -176,13 +177,13 @@ struct MoELayerOptions {
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.
   bool fused_pull_all_rows = false;
-  // The fused forward's ring (DESIGN §2): its routed rows (x pulled from other GPUs, gate/up,
-  // hidden) live in ring_rows rows, walked in macrobatches of that many rows, from the last one
-  // down, so that the ring holds macrobatch 0 when the forward ends; the backward recomputes the
-  // up/gate tiles of the rows past it. A multiple of 128; 0 = caracal::default_ring_rows (a
-  // balanced step in one macrobatch, for the device's SMs). Any routing runs on any ring: an
-  // imbalance only adds macrobatches. (Until the backward walks the ring too, the layer still
-  // allocates its worst-case rows for the backward: MoELayer::memory.)
+  // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
+  // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one
+  // down, so that the ring holds macrobatch 0 when it ends, by the backward from the first one up,
+  // recomputing the up/gate tiles of every macrobatch but that one. A multiple of 128; 0 =
+  // caracal::default_ring_rows (a balanced step in one macrobatch, for the device's SMs). Any
+  // routing runs on any ring: an imbalance only adds macrobatches. The layer's memory follows the
+  // ring (MoELayer::memory), not the worst case.
   int ring_rows = 0;
 };
 
@@ -212,11 +213,13 @@ class MoEContext {
 
 class MoELayer {
  public:
-  // Memory for `config` built with `options` (v1's forward, options.fused_forward false or more
-  // than 8 ranks, keeps an output row per schedule row for its combine to push: R x D bytes more of
-  // heap). Throws caracal::Error for a configuration the layer cannot run (see the constructor).
-  // Host only.
-  static MoELayerMemory memory(const LayerConfig& config, const MoELayerOptions& options = {});
+  // Memory for `config` built with `options` on a device of `multiprocessors` SMs (the default
+  // ring depends on them; 132: H100, H200). The fused path's row buffers hold its ring; v1's
+  // (options.fused_forward false or more than 8 ranks) hold every row the schedule can have, plus
+  // an output row per schedule row for its combine to push. Throws caracal::Error for a
+  // configuration the layer cannot run (see the constructor). Host only.
+  static MoELayerMemory memory(const LayerConfig& config, const MoELayerOptions& options = {},
+                               int multiprocessors = 132);
   static size_t heap_bytes(const LayerConfig& config, const MoELayerOptions& options = {}) {
     return memory(config, options).heap;
   }

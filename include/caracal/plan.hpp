@@ -31,14 +31,14 @@ struct MemoryPlan {
   int64_t schedule = 0;       // schedule rows (worst-case capacity), offsets, counts, inverse view
   int64_t saved = 0;          // saved for backward outside the ring (shared expert, gates)
   int64_t weights = 0;        // local routed experts + shared expert, in the layer's precision
-  // MoELayer as it is built today (the fused forward; the backward's receive-side buffers sized for
-  // every route of every rank landing on one rank, until the fused backward walks the ring):
-  // symmetric heap and local device memory per rank, as MoELayer::memory(config, options) counts
-  // them (a test keeps them within 0.1%). v1's forward (fused_forward false) adds an output row per
-  // schedule row: v1_layer_heap.
+  // MoELayer as it is built: symmetric heap and local device memory per rank, as
+  // MoELayer::memory(config, options) counts them (a test keeps them within 0.1%): the fused path
+  // over this plan's ring, and v1 (fused_forward false), whose buffers hold every row the schedule
+  // can have (every route of every rank on one rank) and its forward's output rows.
   int64_t layer_heap = 0;
-  int64_t v1_layer_heap = 0;
   int64_t layer_local = 0;
+  int64_t v1_layer_heap = 0;
+  int64_t v1_layer_local = 0;
   int64_t total() const { return symmetric + ring + schedule + saved + weights; }
 };
 

@@ -13,8 +13,13 @@
 // kernels' macrobatches (DESIGN §3), each at most ring_rows consecutive rows. ring_rows is a
 // multiple of 128 (the GEMM tile), so a 128-row block never wraps.
 //
-// first_row (a multiple of 128) leaves the rows before it out of the row-tile GEMMs: the backward
-// recomputes the up/gate tiles of the rows a ring forward overwrote, those at and past ring_rows.
+// [first_row, end_row) (multiples of 128; end_row 0: no end) is the window of schedule rows the
+// standalone GEMMs work on: the row-tile GEMMs make only the tiles of its rows, the weight
+// gradients reduce only over its rows (continuing from, or stopping at, a partial sum where an
+// expert's rows go on outside it: grouped_gemm_backward.hpp). Over a ring (ring_rows > 0) a window
+// is one macrobatch or part of one: first_row a multiple of ring_rows, end_row at most ring_rows
+// further, so its rows sit in buffer rows [0, end_row - first_row). The backward walks the ring
+// this way, macrobatch by macrobatch.
 //
 // Rules (the kernels cannot check them on the host, which never learns the counts): expert_offset
 // [L + 1] starts at 0, never decreases, holds multiples of 128 and ends at most at row_capacity;
@@ -34,13 +39,22 @@ struct ScheduleView {
   int ring_rows = 0;                       // 0: buffer row = schedule row; else rows of the ring
   const int2* rows = nullptr;              // [row_capacity] {src_rank, src_route = token * k + slot},
                                            // padding rows {-1, -1}; only the transfers read it
-  int first_row = 0;                       // row-tile GEMMs: tiles of the rows from here on only
+  int first_row = 0;                       // the standalone GEMMs' window of rows (see above)
+  int end_row = 0;                         // 0: to the end of the schedule
 
 #if defined(__CUDACC__)
   __host__ __device__
 #endif
   int buffer_row(int schedule_row) const {
     return ring_rows > 0 ? schedule_row % ring_rows : schedule_row;
+  }
+
+  // Rows of each row buffer: the ring's, or one per schedule row.
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  int buffer_rows() const {
+    return ring_rows > 0 ? ring_rows : row_capacity;
   }
 };
 

@@ -23,8 +23,8 @@
 //
 // The up/gate GEMM reads each row's x where it is (a token on this GPU: its home x; a token of
 // another GPU: the row the comm CTAs pulled into expert_x), so rows of tokens on this GPU are never
-// copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all of
-// them: MoELayer::backward runs TokenExchange::dispatch first).
+// copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all
+// of them: MoELayer's backward pulls each macrobatch's rows with TokenExchange::dispatch).
 //
 // Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch,
 // gemm::expert_forward of the routed experts and combine's push (the same tiles, K order and

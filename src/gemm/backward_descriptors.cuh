@@ -19,7 +19,7 @@ struct GateUpDgradDescriptors {
 };
 
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
-  const uint64_t rows = uint64_t(args.rows.row_capacity);
+  const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   GateUpDgradDescriptors g{};

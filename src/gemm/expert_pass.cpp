@@ -65,6 +65,8 @@ void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& 
   wgrad.d_w_down = grads.w_down;
   wgrad.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
   wgrad.d_w_down_bf16 = grads.w_down_bf16;
+  wgrad.partial_in = grads.partial_in;
+  wgrad.partial_out = grads.partial_out;
   wgrad.num_ctas = pass.num_ctas;
   gemm::grouped_weight_grads(wgrad, stream);
 }

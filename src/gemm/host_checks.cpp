@@ -20,7 +20,7 @@ void check_dim(int value, const char* fn, const char* name) {
                 " must be a positive multiple of ", kGroupedGemmDimAlignment, ", got ", value);
 }
 
-void check_rows(const ScheduleView& rows, const char* fn, bool row_tiles = true) {
+void check_rows(const ScheduleView& rows, const char* fn) {
   CARACAL_CHECK(rows.num_experts >= 1, fn, ": rows.num_experts must be >= 1, got ",
                 rows.num_experts);
   CARACAL_CHECK(rows.row_capacity >= 0 && rows.row_capacity % kGroupedGemmTileM == 0, fn,
@@ -33,18 +33,23 @@ void check_rows(const ScheduleView& rows, const char* fn, bool row_tiles = true)
   CARACAL_CHECK(aligned(rows.expert_count, 4), fn,
                 ": rows.expert_count must be null or a 4-byte aligned device pointer, got ",
                 static_cast<const void*>(rows.expert_count));
-  CARACAL_CHECK(rows.ring_rows == 0, fn,
-                ": rows.ring_rows must be 0 (the standalone GEMMs run over the whole schedule, buffer row = "
-                "schedule row), got ",
-                rows.ring_rows);
-  if (row_tiles) {
-    CARACAL_CHECK(rows.first_row >= 0 && rows.first_row <= rows.row_capacity && rows.first_row % kGroupedGemmTileM == 0,
-                  fn, ": rows.first_row must be a multiple of ", kGroupedGemmTileM, " in [0, row_capacity = ",
-                  rows.row_capacity, "], got ", rows.first_row);
-  } else {
-    CARACAL_CHECK(rows.first_row == 0, fn,
-                  ": rows.first_row must be 0 (a weight gradient reduces over all of an expert's rows), got ",
-                  rows.first_row);
+  CARACAL_CHECK(rows.ring_rows >= 0 && rows.ring_rows % kGroupedGemmTileM == 0 && rows.ring_rows <= rows.row_capacity,
+                fn, ": rows.ring_rows must be 0 or a multiple of ", kGroupedGemmTileM, " up to row_capacity = ",
+                rows.row_capacity, ", got ", rows.ring_rows);
+  CARACAL_CHECK(rows.first_row >= 0 && rows.first_row <= rows.row_capacity && rows.first_row % kGroupedGemmTileM == 0,
+                fn, ": rows.first_row must be a multiple of ", kGroupedGemmTileM, " in [0, row_capacity = ",
+                rows.row_capacity, "], got ", rows.first_row);
+  CARACAL_CHECK(rows.end_row == 0 || (rows.end_row > rows.first_row && rows.end_row <= rows.row_capacity &&
+                                      rows.end_row % kGroupedGemmTileM == 0),
+                fn, ": rows.end_row must be 0 (no end) or a multiple of ", kGroupedGemmTileM, " in (first_row = ",
+                rows.first_row, ", row_capacity = ", rows.row_capacity, "], got ", rows.end_row);
+  if (rows.ring_rows > 0) {  // the window's rows must not wrap around the ring
+    CARACAL_CHECK(rows.first_row % rows.ring_rows == 0 && rows.end_row > 0 &&
+                      rows.end_row - rows.first_row <= rows.ring_rows,
+                  fn, ": over a ring (rows.ring_rows = ", rows.ring_rows,
+                  ") the window [first_row, end_row) must start at a multiple of ring_rows and hold at most "
+                  "ring_rows rows, got [",
+                  rows.first_row, ", ", rows.end_row, ")");
   }
 }
 
@@ -147,7 +152,7 @@ void check_gate_up_dgrad_args(const GateUpDgradArgs& a, bool dx_stored) {
 
 void check_weight_grads_args(const WeightGradArgs& a) {
   const char* fn = "grouped_weight_grads";
-  check_rows(a.rows, fn, /*row_tiles=*/false);
+  check_rows(a.rows, fn);
   check_dim(a.hidden, fn, "hidden (D)");
   check_dim(a.intermediate, fn, "intermediate (I)");
   bool const no_rows = a.rows.row_capacity == 0;
@@ -157,6 +162,23 @@ void check_weight_grads_args(const WeightGradArgs& a) {
   check_pointer(a.scaled_activation, no_rows, fn, "scaled_activation");
   check_one_output(a.d_w_gate_up, a.d_w_gate_up_bf16, fn, "d_w_gate_up");
   check_one_output(a.d_w_down, a.d_w_down_bf16, fn, "d_w_down");
+  if (a.d_w_gate_up_bf16 != nullptr || a.d_w_down_bf16 != nullptr) {  // bf16 sums stop and go on in partials
+    if (a.rows.first_row > 0) {
+      CARACAL_CHECK(a.partial_in != nullptr, fn, ": bf16 gradients over a window from rows.first_row = ",
+                    a.rows.first_row, " need partial_in (the fp32 sums the window before stopped at), got null");
+      check_pointer(a.partial_in, false, fn, "partial_in");
+    }
+    if (a.rows.end_row > 0 && a.rows.end_row < a.rows.row_capacity) {
+      CARACAL_CHECK(a.partial_out != nullptr, fn, ": bf16 gradients over a window to rows.end_row = ",
+                    a.rows.end_row, " (before row_capacity = ", a.rows.row_capacity,
+                    ") need partial_out (where its fp32 sums stop), got null");
+      check_pointer(a.partial_out, false, fn, "partial_out");
+    }
+    CARACAL_CHECK(a.partial_in == nullptr || a.partial_in != a.partial_out, fn,
+                  ": partial_in and partial_out must be different buffers (a window reads one while it writes the "
+                  "other), got ",
+                  static_cast<const void*>(a.partial_in), " for both");
+  }
   check_num_ctas(a.num_ctas, fn);
   check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn);
   check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn);

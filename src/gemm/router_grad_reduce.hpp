@@ -1,8 +1,8 @@
 #pragma once
 // The fixed-order pass that finishes the router-score gradient: dg[r] = sum over n of
 // partials[r][n] (the SwiGLU backward epilogue's per-N-tile dot products), n = 0, 1, ... in that
-// order, for every row below min(expert_offset[L], row_capacity) of `rows` (ring_rows 0); rows past
-// it are untouched.
+// order, for every schedule row of `rows`'s window [first_row, end_row) below expert_offset[L]
+// (both arrays are per schedule row, whatever the ring); other rows are untouched.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "layer/layer_sizes.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -33,17 +34,18 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   return shape;
 }
 
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, bool fused_forward) {
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward) {
   transfer::ExchangeOptions options;
   options.forward = true;
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
   options.expert_out = !fused_forward;
   options.expert_dx = false;  // the dx GEMM stores the rows home (fused::gate_up_dgrad_to_home)
+  options.ring_rows = fused_forward ? sizes.ring_rows : 0;
   return options;
 }
 
-LayerSizes layer_sizes(const LayerConfig& config) {
+LayerSizes layer_sizes(const LayerConfig& config, int ring_rows) {
   try {
     config.validate();
   } catch (const Error& e) {
@@ -63,6 +65,9 @@ LayerSizes layer_sizes(const LayerConfig& config) {
   s.has_shared = config.shape.num_shared_experts > 0;
   s.shared_intermediate = as_int(config.shape.shared_intermediate, "shared_intermediate");
   s.routed_rows = static_cast<int>(exchange.row_capacity / kTileM * kTileM);
+  CARACAL_CHECK(ring_rows >= 0 && ring_rows % kTileM == 0, "MoELayer: ring_rows must be 0 or a multiple of ", kTileM,
+                ", got ", ring_rows);
+  s.ring_rows = ring_rows > 0 ? std::min(ring_rows, s.routed_rows) : s.routed_rows;
   s.shared_rows = as_int(round_up(s.tokens, kTileM), "tokens_per_rank rounded up to 128");
   return s;
 }

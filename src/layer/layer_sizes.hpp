@@ -21,15 +21,24 @@ struct LayerSizes {
   // a multiple of 128. Every schedule fits: its padded segments total at most the capacity and
   // are a multiple of 128.
   int routed_rows = 0;
+  // Rows of the routed experts' row buffers (gate_up, activation; the exchange's expert_x and
+  // expert_dy): the fused layer's ring (ring_rows <= routed_rows, caracal/schedule_view.hpp), or
+  // routed_rows (v1, whose standalone launches run over the whole schedule).
+  int ring_rows = 0;
   int shared_rows = 0;          // T rounded up to 128: the shared expert's one padded segment
+
+  bool has_ring_past_rows() const { return ring_rows < routed_rows; }  // a step may need several macrobatches
 };
 
 // Validates `config` for the layer (LayerConfig::validate, bf16 only in v1, the exchange's limits)
-// and derives the sizes. Throws caracal::Error naming the field and the value expected.
-LayerSizes layer_sizes(const LayerConfig& config);
+// and derives the sizes: with ring_rows = 0 v1's (row buffers of routed_rows rows), else a fused
+// layer's over a ring of min(ring_rows, routed_rows) rows (a multiple of 128). Throws
+// caracal::Error naming the field and the value expected.
+LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0);
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
-// The exchange a layer of `config` runs on: expert_out only for v1's forward (fused_forward false).
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, bool fused_forward);
+// The exchange a layer of `sizes` runs on: expert_out only for v1's forward (fused_forward false),
+// the fused layer's ring.
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward);
 
 }  // namespace caracal::layer

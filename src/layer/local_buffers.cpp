@@ -33,12 +33,17 @@ class BlockLayout {
 
 LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   using bf16 = __nv_bfloat16;
-  const int64_t rows = s.routed_rows;
+  const int64_t rows = s.ring_rows;
   const int64_t I = s.intermediate;
   const int64_t D = s.hidden;
   LocalBuffers b;
   b.gate_up = block.take<bf16>(rows * 2 * I);
   b.activation = block.take<bf16>(rows * I);
+  if (s.has_ring_past_rows()) {
+    const auto partial = static_cast<int64_t>(gemm::weight_grad_partial_floats(s.hidden, s.intermediate));
+    b.weight_grad_partials[0] = block.take<float>(partial);
+    b.weight_grad_partials[1] = block.take<float>(partial);
+  }
   b.workspace =
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
   const size_t counters = fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0);

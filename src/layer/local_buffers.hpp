@@ -16,12 +16,15 @@
 namespace caracal::layer {
 
 struct LocalBuffers {
-  // Routed experts: routed_rows rows in schedule order (the exchange's expert_x / expert_dy rows).
-  __nv_bfloat16* gate_up = nullptr;    // [routed_rows][2I] interleaved, saved by forward; the
+  // Routed experts: ring_rows rows, as the exchange's expert_x / expert_dy (LayerSizes::ring_rows).
+  __nv_bfloat16* gate_up = nullptr;    // [ring_rows][2I] interleaved, saved by forward; the
                                        // backward's d_gate_up over it (gemm::expert_backward)
-  __nv_bfloat16* activation = nullptr; // [routed_rows][I]: the SwiGLU activation (forward), then
+  __nv_bfloat16* activation = nullptr; // [ring_rows][I]: the SwiGLU activation (forward), then
                                        // bf16(g * activation) (backward; the forward's is not needed there)
-  float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I)
+  float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I): per schedule row
+  // With a ring shorter than the rows: bf16 weight gradients' fp32 sums between two macrobatches,
+  // gemm::weight_grad_partial_floats(D, I) each, used in turn (gemm::WeightGradArgs).
+  float* weight_grad_partials[2] = {nullptr, nullptr};
   // The fused forward's counters and task slots: fused::ready_counter_words(routed_rows, shared_rows).
   uint32_t* ready_counters = nullptr;
 

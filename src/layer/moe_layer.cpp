@@ -5,11 +5,12 @@
 //            (fused: the shared expert, dispatch, the routed experts and combine's push of every
 //            local rank in one launch after compute_gates, then combine_filled_slots)
 // backward:  (replay, when a later forward or a backward overwrote this one's activations: stage
-//            inputs | shared expert's up/gate | build_schedule | compute_gates | dispatch | routed
-//            up/gate) | stage dy | (fused forward, no replay: dispatch, routed up/gate of the rows
-//            past the ring) | reverse_combine | routed experts' backward (per local rank, in place;
-//            the dx GEMM stores the rows home) | shared expert's backward |
-//            reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
+//            inputs | shared expert's up/gate | build_schedule | compute_gates | v1: dispatch,
+//            routed up/gate) | stage dy | per macrobatch of the ring, ascending (v1: one, all rows):
+//            (fused: dispatch of its rows | routed up/gate, but for macrobatch 0 after a forward)
+//            | reverse_combine of its rows | routed experts' backward (per local rank, in place;
+//            weight gradients continued across macrobatches; the dx GEMM stores the rows home) |
+//            shared expert's backward | reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
@@ -77,11 +78,24 @@ void require_same_config(const LayerConfig& config, comm::World& world) {
        static_cast<int64_t>(config.precision), config.router.normalize ? 1 : 0, scale_bits});
 }
 
-// Whether the layer's buffers are the fused forward's (no expert_out): MoELayer runs the fused
-// forward on worlds of at most kFusedMaxLocalRanks local ranks, so with more ranks than that, which
-// a loopback world may hold, it keeps v1's.
-bool allocates_fused_forward(const LayerConfig& config, const MoELayerOptions& options) {
+// Whether the layer runs the fused path (its buffers: a ring, no expert_out): the fused kernels
+// take at most kFusedMaxLocalRanks local ranks, so with more ranks than that, which a loopback
+// world may hold (and, as the layer's memory cannot depend on the world, for now any world of
+// more ranks), it keeps v1's.
+bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
   return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
+}
+
+// The layer's sizes: a fused layer's over its ring (options.ring_rows, or the planner's default
+// for `multiprocessors` SMs), v1's over the whole schedule.
+layer::LayerSizes sizes_for(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
+  if (!runs_fused(config, options)) return layer::layer_sizes(config);
+  CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % gemm::kGroupedGemmTileM == 0,
+                "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", gemm::kGroupedGemmTileM,
+                ", got ", options.ring_rows);
+  const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, multiprocessors);
+  constexpr int64_t kMostRows = int64_t(1) << 30;  // past any schedule the layer takes (int sizes)
+  return layer::layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)));
 }
 
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
@@ -149,17 +163,21 @@ struct MoELayer::Impl {
   layer::LayerSizes sizes;
   std::unique_ptr<transfer::TokenExchange> exchange;
   std::vector<RankState> ranks;
-  bool fused_forward = false;
+  bool fused = false;  // the fused forward and the backward over the ring (sizes.ring_rows)
   int fused_comm_ctas = 0;
-  int ring_rows = 0;  // the fused forward's ring: at most the routed rows
   bool pull_all_rows = false;
 
   // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
   // shared expert's scales into its rows.
   void stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
-  // What backward reads of forward `args` (schedule, gates, dispatched rows, gate/up of the routed
-  // and shared experts), recomputed with the forward's own launches: bitwise the same.
+  // What backward reads of forward `args` (schedule, gates, the shared expert's gate/up and, for
+  // v1, the dispatched rows and the routed experts' gate/up; the fused backward recomputes those
+  // macrobatch by macrobatch), recomputed with the forward's own launches: bitwise the same.
   void replay_forward(const std::vector<MoEForwardArgs>& args, const RouterNormalization& router, cudaStream_t stream);
+  // Backward of the routed experts over the rows [first_row, end_row) (a macrobatch of the ring;
+  // v1: {0, 0}, all of them), their dx rows stored home; `window` counts the macrobatches.
+  void routed_backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, int window,
+                       bool recompute_up_gate, comm::World& world, cudaStream_t stream);
 };
 
 void MoELayer::Impl::stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
@@ -188,17 +206,55 @@ void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, con
   }
   exchange->build_schedule(stream);
   exchange->compute_gates(router, stream);
+  if (fused) return;
   exchange->dispatch(stream);
   for (size_t l = 0; l < args.size(); ++l) {
     gemm::expert_up_gate(ranks[l].routed, {args[l].weights.w_gate_up, args[l].weights.w_down}, stream);
   }
 }
 
-MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions& options) {
-  const layer::LayerSizes sizes = layer::layer_sizes(config);
+void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, const MoEContext& context, int window,
+                                     bool recompute_up_gate, comm::World& world, cudaStream_t stream) {
+  // The window's rows: macrobatch `window` of the ring (in buffer rows [0, end_row - first_row)).
+  const int first_row = fused ? window * sizes.ring_rows : 0;
+  const int end_row = fused ? std::min(first_row + sizes.ring_rows, sizes.routed_rows) : 0;
+  if (fused) {
+    // The ring's x rows of the window: the weight gradients read every row's x there (the fused
+    // forward read the rows of tokens on this GPU in place), and so does their replay.
+    exchange->dispatch(stream, first_row, end_row);
+    for (size_t l = 0; l < args.size() && recompute_up_gate; ++l) {
+      gemm::ExpertPass pass = ranks[l].routed;
+      pass.rows.first_row = first_row;
+      pass.rows.end_row = end_row;
+      const MoEWeights& w = context.ranks_[l].weights;
+      gemm::expert_up_gate(pass, {w.w_gate_up, w.w_down}, stream);
+    }
+  }
+  exchange->reverse_combine(stream, first_row, end_row);
+  for (size_t l = 0; l < args.size(); ++l) {
+    const MoEBackwardArgs& a = args[l];
+    const MoEWeights& w = context.ranks_[l].weights;
+    gemm::ExpertPass pass = ranks[l].routed;
+    pass.rows.first_row = first_row;
+    pass.rows.end_row = end_row;
+    // bf16 weight gradients keep the sums of an expert cut by the window's edges in fp32, the
+    // partial buffers taking turns window by window.
+    const layer::LocalBuffers& local = ranks[l].local.buffers();
+    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
+    grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
+    grads.partial_out = local.weight_grad_partials[window % 2];
+    gemm::expert_backward_before_dx(pass, {w.w_gate_up, w.w_down}, grads, stream);
+    // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
+    fused::gate_up_dgrad_to_home(world, *exchange, static_cast<int>(l), pass, {w.w_gate_up, w.w_down}, stream);
+  }
+}
+
+MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
+  CARACAL_CHECK(multiprocessors >= 1, "MoELayer::memory: multiprocessors must be >= 1, got ", multiprocessors);
+  const layer::LayerSizes sizes = sizes_for(config, options, multiprocessors);
   MoELayerMemory m;
   m.heap = transfer::TokenExchange::heap_bytes(layer::exchange_shape(config), sizes.world_size,
-                                               layer::exchange_options(config, allocates_fused_forward(config, options)));
+                                               layer::exchange_options(config, sizes, runs_fused(config, options)));
   m.local = layer::local_bytes(sizes);
   return m;
 }
@@ -209,7 +265,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   // configuration (collective).
   require_same_config(config, world);
   Impl& state = *impl_;
-  state.sizes = layer::layer_sizes(config);
+  state.sizes = sizes_for(config, options, world.multiprocessors());
   CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
                 options.gemm_ctas);
   CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),
@@ -220,25 +276,20 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   CARACAL_CHECK(config.ep_size == world.world_size(), "MoELayer: config.ep_size (", config.ep_size,
                 ") must equal the world's size (", world.world_size(), ")");
   layer::check_current_device(world.device(), "MoELayer");
-  const size_t heap = memory(config, options).heap;
+  const size_t heap = memory(config, options, world.multiprocessors()).heap;
   CARACAL_CHECK(heap <= world.heap_bytes_left(), "MoELayer: needs ", heap,
                 " bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options)), but the world has ",
                 world.heap_bytes_left(), " left");
-  transfer::ExchangeOptions exchange = layer::exchange_options(config, allocates_fused_forward(config, options));
+  state.fused = runs_fused(config, options);
+  transfer::ExchangeOptions exchange = layer::exchange_options(config, state.sizes, state.fused);
   exchange.max_sms = options.exchange_sms;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
-  state.fused_forward = options.fused_forward && world.local_ranks() <= fused::kFusedMaxLocalRanks;
-  if (state.fused_forward) {
+  if (state.fused) {
     const int ctas = fused::fused_ctas_per_rank(world);
     CARACAL_CHECK(options.fused_comm_ctas >= 0 && options.fused_comm_ctas < ctas,
                   "MoELayer: options.fused_comm_ctas must be in [0, ", ctas - 1, "] (0: ",
                   fused::default_comm_ctas(world), " on this device), got ", options.fused_comm_ctas);
     state.fused_comm_ctas = options.fused_comm_ctas;
-    CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % gemm::kGroupedGemmTileM == 0,
-                  "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", gemm::kGroupedGemmTileM,
-                  ", got ", options.ring_rows);
-    const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, world.multiprocessors());
-    state.ring_rows = static_cast<int>(std::min<int64_t>(ring, state.sizes.routed_rows));
     state.pull_all_rows = options.fused_pull_all_rows;
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
@@ -306,7 +357,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
 
   const int64_t rows = static_cast<int64_t>(sizes.tokens) * sizes.hidden;
   state.stage_inputs(ranks, stream);
-  if (!state.fused_forward) {
+  if (!state.fused) {
     for (size_t l = 0; l < ranks.size(); ++l) {
       if (!sizes.has_shared) break;
       gemm::expert_forward(state.ranks[l].shared, {ranks[l].weights.shared_w_gate_up, ranks[l].weights.shared_w_down},
@@ -315,7 +366,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   }
   state.exchange->build_schedule(stream);
   state.exchange->compute_gates(config_.router, stream);
-  if (state.fused_forward) {
+  if (state.fused) {
     fused::FusedForwardArgs fused_args;
     fused_args.exchange = state.exchange.get();
     fused_args.comm_ctas = state.fused_comm_ctas;
@@ -323,9 +374,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEWeights& w = ranks[l].weights;
       const RankState& rank_state = state.ranks[l];
-      gemm::ExpertPass routed = rank_state.routed;
-      routed.rows.ring_rows = state.ring_rows;
-      fused_args.ranks.push_back({routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
+      fused_args.ranks.push_back({rank_state.routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
                                   {w.shared_w_gate_up, w.shared_w_down}, rank_state.local.buffers().ready_counters});
     }
     fused::fused_forward(world_, fused_args, stream);
@@ -347,7 +396,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
                        "MoELayer::forward: cudaMemcpyAsync(shared out)");
     }
   }
-  if (state.fused_forward) {
+  if (state.fused) {
     state.exchange->combine_filled_slots(stream);  // the fused down tiles stored every routed row home
   } else {
     state.exchange->combine(stream);
@@ -414,31 +463,18 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     }
   }
 
-  // The fused forward read the x rows of tokens on this GPU in place and left macrobatch 0 in its
-  // ring, the routed rows' first ring_rows buffer rows: the weight gradients read every row's x
-  // from expert_x, and the rows past the ring get their gate/up and activation again (a replay
-  // has done both already).
-  if (state.fused_forward && !replay) {
-    state.exchange->dispatch(stream);
-    if (state.ring_rows < sizes.routed_rows) {
-      for (size_t l = 0; l < ranks.size(); ++l) {
-        gemm::ExpertPass past_ring = state.ranks[l].routed;
-        past_ring.rows.first_row = state.ring_rows;
-        const MoEWeights& w = context.ranks_[l].weights;
-        gemm::expert_up_gate(past_ring, {w.w_gate_up, w.w_down}, stream);
-      }
-    }
+  // The routed experts' backward over the ring, macrobatch by macrobatch from the first (the
+  // fused forward left macrobatch 0 in it; the others, and all after a replay, get their up/gate
+  // tiles again); v1 in one pass over its buffers of every row. The host never learns the rows,
+  // so it walks every macrobatch the schedule can have; those past its rows launch no work.
+  const int windows = state.fused ? (sizes.routed_rows + sizes.ring_rows - 1) / sizes.ring_rows : 1;
+  for (int window = 0; window < windows; ++window) {
+    state.routed_backward(ranks, context, window, replay || window > 0, world_, stream);
   }
-  state.exchange->reverse_combine(stream);
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.ranks_[l].weights;
     RankState& rank_state = state.ranks[l];
-    gemm::expert_backward_before_dx(rank_state.routed, {w.w_gate_up, w.w_down},
-                                    {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16}, stream);
-    // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
-    fused::gate_up_dgrad_to_home(world_, *state.exchange, static_cast<int>(l), rank_state.routed,
-                                 {w.w_gate_up, w.w_down}, stream);
     if (!sizes.has_shared) continue;
     gemm::expert_backward(
         rank_state.shared, {w.shared_w_gate_up, w.shared_w_down},

@@ -77,31 +77,37 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
   return traffic;
 }
 
-// MoELayer v1's buffers (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp),
-// without their 256-byte alignment padding: bf16 rows, fp32 scalars.
-void plan_v1_layer_memory(const LayerConfig& c, int64_t tile_m, MemoryPlan& m) {
+// MoELayer's buffers (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp), fused
+// over a ring of `ring_rows` rows and v1's over every row, without their 256-byte alignment
+// padding: bf16 rows, fp32 scalars.
+void plan_layer_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, MemoryPlan& m) {
   const LayerShape& s = c.shape;
   const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
   const int64_t L = c.local_experts(), W = c.ep_size, routes = T * k;
   const int64_t Is = s.num_shared_experts * s.shared_intermediate;
   const int64_t rows = W * routes + L * (tile_m - 1);  // worst case: every route on this rank
+  const int64_t routed_rows = rows / tile_m * tile_m;
+  const int64_t ring = std::min(ring_rows, routed_rows);
   const int64_t schedule = routes * 4 + rows * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4;
   const int64_t router = 3 * routes * 4;
-  // x, y, dy, dx (+ shared_out, shared_dx); expert_x, expert_dy (the dx rows go straight to their
-  // home slots); combine and dx slots; per-row gates and dg; per-route dg. v1's forward adds
-  // expert_out.
-  const int64_t rows_d = (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 2 * rows * D * 2 + 2 * routes * D * 2 +
-                         2 * rows * 4 + routes * 4;
-  m.layer_heap = schedule + router + rows_d;
-  m.v1_layer_heap = m.layer_heap + rows * D * 2;
-  const int64_t routed_rows = rows / tile_m * tile_m;
+  // x, y, dy, dx (+ shared_out, shared_dx); combine and dx slots; per-row gates and dg; per-route
+  // dg; expert_x and expert_dy (the dx rows go straight to their home slots): the ring's rows, or
+  // v1's every row, whose forward adds expert_out.
+  const int64_t heap = schedule + router + (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 2 * routes * D * 2 +
+                       2 * rows * 4 + routes * 4;
+  m.layer_heap = heap + 2 * ring * D * 2;
+  m.v1_layer_heap = heap + 3 * rows * D * 2;
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
-  // gate_up (d_gate_up over it) and the activation per row; the shared expert's x (dx over it),
-  // out, dy, gate_up and activation, its gates and dg.
-  m.layer_local = routed_rows * (2 * I + I) * 2 + dgrad_workspace(routed_rows, I) +
-                  shared_rows * (3 * D + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
+  // The router-gradient workspace; the shared expert's x (dx over it), out, dy, gate_up and
+  // activation, its gates and dg.
+  const int64_t local = dgrad_workspace(routed_rows, I) + shared_rows * (3 * D + 2 * Is + Is) * 2 +
+                        shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
+  // gate_up (d_gate_up over it) and the activation per row of the ring; with more rows than the
+  // ring, two fp32 partial sums of one expert's weight gradients (bf16 gradients across macrobatches).
+  m.layer_local = local + ring * (2 * I + I) * 2 + (ring < routed_rows ? 2 * 3 * D * I * 4 : 0);
+  m.v1_layer_local = local + routed_rows * (2 * I + I) * 2;
 }
 
 MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
@@ -123,7 +129,7 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) 
   m.saved = T * 3 * Is * 2 + T * k * 4;
   m.weights = L * (2 * weight_bytes(I, D, c.precision) + weight_bytes(D, I, c.precision)) +
               (Is > 0 ? 2 * weight_bytes(Is, D, c.precision) + weight_bytes(D, Is, c.precision) : 0);
-  plan_v1_layer_memory(c, tile_m, m);
+  plan_layer_memory(c, ring_rows, tile_m, m);
   return m;
 }
 

@@ -29,6 +29,7 @@ struct ExchangeArgs {
   RouterScaling scaling;    // compute_gates and reverse_dispatch
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
   bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
+  PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
 };
 
 // The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but

@@ -45,6 +45,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   const int64_t W = sizes.world_size;
   const int64_t routes = sizes.routes;
   const int64_t rows = sizes.row_capacity;
+  const int64_t pulled_rows = options.ring_rows > 0 ? options.ring_rows : rows;  // expert_x, expert_dy
   Buffers b;
   b.schedule.topk_idx = heap.take<int32_t>(routes);
   b.schedule.rows = heap.take<int2>(rows);
@@ -59,7 +60,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   b.router.d_topk_scores = heap.take<float>(routes);
   if (options.forward) {
     b.forward.x = heap.take<__nv_bfloat16>(T * D);
-    b.forward.expert_x = heap.take<__nv_bfloat16>(rows * D);
+    b.forward.expert_x = heap.take<__nv_bfloat16>(pulled_rows * D);
     if (options.expert_out) b.forward.expert_out = heap.take<__nv_bfloat16>(rows * D);
     b.forward.combine_slots = heap.take<__nv_bfloat16>(routes * D);
     if (options.shared_expert) b.forward.shared_out = heap.take<__nv_bfloat16>(T * D);
@@ -67,7 +68,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   }
   if (options.backward) {
     b.backward.dy = heap.take<__nv_bfloat16>(T * D);
-    b.backward.expert_dy = heap.take<__nv_bfloat16>(rows * D);
+    b.backward.expert_dy = heap.take<__nv_bfloat16>(pulled_rows * D);
     b.backward.expert_gates = heap.take<float>(rows);
     if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(rows * D);
     b.backward.expert_dg = heap.take<float>(rows);
@@ -82,6 +83,31 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
 // Segments are padded to tile_m rows, so a rank's schedule has at most R rounded down to them.
 int most_schedule_rows(const ExchangeShape& shape, const ExchangeSizes& sizes) {
   return static_cast<int>(sizes.row_capacity / shape.tile_m * shape.tile_m);
+}
+
+// Throws caracal::Error unless `options` suit a schedule of at most `schedule_rows` rows.
+void check_options(const ExchangeOptions& options, int schedule_rows, int tile_m) {
+  CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % tile_m == 0 && options.ring_rows <= schedule_rows,
+                "TokenExchange: options.ring_rows must be 0 or a multiple of tile_m (", tile_m,
+                ") up to the schedule's ", schedule_rows, " rows, got ", options.ring_rows);
+  CARACAL_CHECK(options.ring_rows == 0 || (!options.expert_out && !options.expert_dx),
+                "TokenExchange: options.ring_rows > 0 needs expert_out = false and expert_dx = false (combine and "
+                "reverse_dispatch push rows of the whole schedule, which a ring does not hold)");
+}
+
+// Throws caracal::Error unless [first_row, end_row) is a window `name` can pull: the whole schedule
+// ({0, 0}) without a ring, at most ring_rows rows from a multiple of ring_rows over one.
+void check_window(const char* name, int first_row, int end_row, int ring_rows, int schedule_rows, int tile_m) {
+  CARACAL_CHECK(first_row >= 0 && first_row % tile_m == 0 && first_row <= schedule_rows &&
+                    (end_row == 0 || (end_row > first_row && end_row % tile_m == 0 && end_row <= schedule_rows)),
+                name, ": the window [first_row, end_row) must be multiples of tile_m (", tile_m,
+                ") with first_row < end_row <= ", schedule_rows, " (end_row 0: to the end), got [", first_row, ", ",
+                end_row, ")");
+  CARACAL_CHECK(ring_rows == 0 || (first_row % ring_rows == 0 && end_row > 0 && end_row - first_row <= ring_rows),
+                name, ": over a ring of ", ring_rows,
+                " rows (ExchangeOptions::ring_rows) the window must start at a multiple of it and hold at most "
+                "that many rows, got [",
+                first_row, ", ", end_row, ")");
 }
 
 RouterScaling scaling_of(const RouterNormalization& router) {
@@ -104,6 +130,7 @@ struct TokenExchange::Kernels {
 
 size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, const ExchangeOptions& options) {
   const ExchangeSizes sizes = exchange_sizes(shape, world_size);
+  check_options(options, most_schedule_rows(shape, sizes), static_cast<int>(shape.tile_m));
   HeapLayout heap(nullptr);
   (void)lay_out(heap, shape, sizes, options);
   return heap.bytes();
@@ -111,6 +138,7 @@ size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, con
 
 TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, const ExchangeOptions& options)
     : world_(world), shape_(shape), sizes_(exchange_sizes(shape, world.world_size())), options_(options) {
+  check_options(options, most_schedule_rows(shape_, sizes_), static_cast<int>(shape_.tile_m));
   const size_t needed = heap_bytes(shape, world.world_size(), options);
   CARACAL_CHECK(needed <= world.heap_bytes_left(), "TokenExchange: needs ", needed,
                 " bytes of symmetric heap per rank (TokenExchange::heap_bytes), but the world has ",
@@ -154,6 +182,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
   a.noncoherent_pull_loads = options_.noncoherent_pull_loads;
+  a.window = {0, a.schedule.row_capacity, 0};
 }
 
 TokenExchange::~TokenExchange() = default;
@@ -161,7 +190,7 @@ TokenExchange::~TokenExchange() = default;
 ScheduleView TokenExchange::schedule_view(int local_rank) const {
   const auto at = [&](auto ptr) { return world_.local_pointer(ptr, local_rank); };
   return ScheduleView{at(schedule_.expert_offset), at(schedule_.expert_count), static_cast<int>(sizes_.local_experts),
-                      most_schedule_rows(shape_, sizes_), 0, at(schedule_.rows)};
+                      most_schedule_rows(shape_, sizes_), options_.ring_rows, at(schedule_.rows)};
 }
 
 const detail::ExchangeArgs& TokenExchange::kernel_args() const { return kernels_->args; }
@@ -176,9 +205,18 @@ void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_
   detail::launch_gates(world_, kernels_->gates, args, stream);
 }
 
-void TokenExchange::dispatch(cudaStream_t stream) {
+void TokenExchange::dispatch(cudaStream_t stream, int first_row, int end_row) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  detail::launch_dispatch(world_, kernels_->dispatch, kernels_->args, stream);
+  detail::launch_dispatch(world_, kernels_->dispatch, window_args("TokenExchange::dispatch", first_row, end_row),
+                          stream);
+}
+
+detail::ExchangeArgs TokenExchange::window_args(const char* name, int first_row, int end_row) const {
+  const int schedule_rows = most_schedule_rows(shape_, sizes_);
+  check_window(name, first_row, end_row, options_.ring_rows, schedule_rows, static_cast<int>(shape_.tile_m));
+  detail::ExchangeArgs args = kernels_->args;
+  args.window = {first_row, end_row > 0 ? end_row : schedule_rows, options_.ring_rows};
+  return args;
 }
 
 void TokenExchange::combine(cudaStream_t stream) {
@@ -192,9 +230,10 @@ void TokenExchange::combine_filled_slots(cudaStream_t stream) {
   detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, kernels_->args, stream);
 }
 
-void TokenExchange::reverse_combine(cudaStream_t stream) {
+void TokenExchange::reverse_combine(cudaStream_t stream, int first_row, int end_row) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  detail::launch_reverse_combine(world_, kernels_->reverse_combine, kernels_->args, stream);
+  detail::launch_reverse_combine(world_, kernels_->reverse_combine,
+                                 window_args("TokenExchange::reverse_combine", first_row, end_row), stream);
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {

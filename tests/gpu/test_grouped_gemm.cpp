@@ -318,7 +318,15 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
                {"rows.row_capacity", "multiple of 128", "100"});
   expect_error(with([](auto& a) { a.rows.row_capacity = -128; }), {"rows.row_capacity", "-128"});
   expect_error(with([](auto& a) { a.rows.expert_offset = nullptr; }), {"rows.expert_offset"});
-  expect_error(with([](auto& a) { a.rows.ring_rows = 256; }), {"rows.ring_rows must be 0", "got 256"});
+  expect_error(with([](auto& a) { a.rows.ring_rows = 200; }), {"rows.ring_rows must be 0 or a multiple of 128", "got 200"});
+  expect_error(with([](auto& a) { a.rows.ring_rows = 256; }),  // a ring needs a window of at most its rows
+               {"over a ring (rows.ring_rows = 256)", "at most ring_rows rows", "got [0, 0)"});
+  expect_error(with([](auto& a) {
+                 a.rows.ring_rows = 256;
+                 a.rows.first_row = 256;
+                 a.rows.end_row = 768;
+               }),
+               {"over a ring", "got [256, 768)"});
   expect_error(with([](auto& a) { a.rows.first_row = 100; }),
                {"rows.first_row must be a multiple of 128", "row_capacity = 1024", "got 100"});
   expect_error(with([](auto& a) { a.rows.first_row = 1152; }), {"rows.first_row", "got 1152"});

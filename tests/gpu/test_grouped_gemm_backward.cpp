@@ -10,7 +10,9 @@
 //   Host: argument validation (no GPU needed).
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -518,6 +520,112 @@ TEST(GroupedGemmBackwardBf16Grads, AreTheFp32GradientsRoundedOnce) {
   }
 }
 
+// The backward over a ring, window by window (caracal/schedule_view.hpp: a macrobatch in buffer
+// rows [0, R), as MoELayer walks it): each window's x rows copied into ring buffers, its up/gate
+// tiles recomputed there, then the dgrad (d_gate_up over gate_up, as the layer runs it), dx and the
+// weight gradients over the window, the weight gradients of experts cut by a window's edges
+// continuing from fp32 partials (bf16 ones through two partial buffers in turn). Every output is
+// bitwise the whole pass's: rings of 128 rows (expert 0's 300 rows over three windows, its sum
+// continued twice) and 384, fp32 and bf16 weight gradients.
+TEST(GroupedGemmBackwardWindows, RingWindowsGiveTheWholePassBits) {
+  CARACAL_REQUIRE_GPU();
+  for (const bool bf16 : {false, true}) {
+    for (const int ring : {128, 384}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + " weight gradients, a ring of " + std::to_string(ring));
+      Problem p;
+      RunOptions o;
+      o.bf16_weight_grads = bf16;
+      Outputs whole;
+      ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, o, whole));
+      const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+      const size_t rows = size_t(p.rows.offset.back());  // rows past the schedule's are not written
+      DeviceBuffer<uint16_t> ring_x, ring_dy, ring_gate_up, ring_activation, ring_dx;
+      ASSERT_NO_FATAL_FAILURE(ring_x.allocate(size_t(ring) * D));
+      ASSERT_NO_FATAL_FAILURE(ring_dy.allocate(size_t(ring) * D));
+      ASSERT_NO_FATAL_FAILURE(ring_gate_up.allocate(size_t(ring) * 2 * I));
+      ASSERT_NO_FATAL_FAILURE(ring_activation.allocate(size_t(ring) * I));
+      ASSERT_NO_FATAL_FAILURE(ring_dx.allocate(size_t(ring) * D));
+      DeviceBuffer<float> partials[2];
+      for (auto& b : partials) ASSERT_NO_FATAL_FAILURE(b.allocate(caracal::gemm::weight_grad_partial_floats(p.c.hidden, p.c.intermediate)));
+      for (auto* b : {&p.d_dg, &p.d_workspace, &p.d_dw_gate_up, &p.d_dw_down}) ASSERT_NO_FATAL_FAILURE(b->poison());
+      for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
+      // Each window's row outputs, gathered at their schedule rows.
+      std::vector<uint16_t> gate_up(rows * 2 * I), activation(rows * I), d_gate_up(rows * 2 * I),
+          scaled_activation(rows * I), dx(rows * D);
+      const auto rows_of = [](const DeviceBuffer<uint16_t>& ring_buffer, std::vector<uint16_t>& out, size_t first,
+                              size_t count, size_t cols) {
+        ASSERT_EQ(cudaMemcpy(out.data() + first * cols, ring_buffer.get(), count * cols * 2, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+      };
+      const int windows = (p.rows.capacity + ring - 1) / ring;
+      for (int w = 0; w < windows; ++w) {
+        const int first = w * ring, end = std::min(first + ring, p.rows.capacity);
+        ScheduleView view = p.schedule(true);
+        view.ring_rows = ring;
+        view.first_row = first;
+        view.end_row = end;
+        for (auto* b : {&ring_gate_up, &ring_activation, &ring_dx}) ASSERT_NO_FATAL_FAILURE(b->poison());
+        const size_t n = size_t(end - first);
+        CARACAL_ASSERT_CUDA(cudaMemcpy(ring_x.get(), p.d_x.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
+        CARACAL_ASSERT_CUDA(cudaMemcpy(ring_dy.get(), p.d_dy.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
+        auto up = up_gate_args(p, view, ring_activation.get(), ring_gate_up.get());
+        up.x = as_bf16(ring_x.get());
+        ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
+        CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+        const size_t real = std::min(n, rows > size_t(first) ? rows - size_t(first) : 0);
+        ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, gate_up, size_t(first), real, 2 * I));
+        ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, activation, size_t(first), real, I));
+
+        auto dgrad = dgrad_args(p, view, 0);
+        dgrad.dy = as_bf16(ring_dy.get());
+        dgrad.gate_up = as_bf16(ring_gate_up.get());
+        dgrad.d_gate_up_out = as_bf16(ring_gate_up.get());  // in place, as the layer runs it
+        dgrad.scaled_activation_out = as_bf16(ring_activation.get());
+        ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
+        auto grads = weight_args(p, view, o);
+        grads.x = as_bf16(ring_x.get());
+        grads.dy = as_bf16(ring_dy.get());
+        grads.d_gate_up = as_bf16(ring_gate_up.get());
+        grads.scaled_activation = as_bf16(ring_activation.get());
+        grads.partial_in = w > 0 ? partials[(w + 1) % 2].get() : nullptr;
+        grads.partial_out = partials[w % 2].get();
+        ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(grads, nullptr));
+        auto dx_window = dx_args(p, view, 0);
+        dx_window.d_gate_up = as_bf16(ring_gate_up.get());
+        dx_window.dx_out = as_bf16(ring_dx.get());
+        ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx_window, nullptr));
+        CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+        ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, d_gate_up, size_t(first), real, 2 * I));
+        ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, scaled_activation, size_t(first), real, I));
+        ASSERT_NO_FATAL_FAILURE(rows_of(ring_dx, dx, size_t(first), real, D));
+      }
+      Outputs windowed;
+      ASSERT_NO_FATAL_FAILURE(p.d_dg.download(windowed.dg));
+      ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(windowed.dw_gate_up));
+      ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(windowed.dw_down));
+      ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.download(windowed.dw_gate_up_bf16));
+      ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.download(windowed.dw_down_bf16));
+      const auto first_rows = [](const std::vector<uint16_t>& v, size_t count) {
+        return std::vector<uint16_t>(v.begin(), v.begin() + std::ptrdiff_t(count));
+      };
+      EXPECT_TRUE(same_bits(first_rows(p.gate_up, rows * 2 * I), gate_up)) << "the forward's gate_up differs";
+      EXPECT_TRUE(same_bits(first_rows(p.hidden, rows * I), activation)) << "the forward's activation differs";
+      EXPECT_TRUE(same_bits(first_rows(whole.d_gate_up, rows * 2 * I), d_gate_up)) << "d_gate_up differs";
+      EXPECT_TRUE(same_bits(first_rows(whole.scaled_activation, rows * I), scaled_activation))
+          << "scaled_activation differs";
+      EXPECT_TRUE(same_bits(first_rows(whole.dx, rows * D), dx)) << "dx differs";
+      EXPECT_TRUE(same_bits(whole.dg, windowed.dg)) << "dg differs";
+      if (bf16) {
+        EXPECT_TRUE(same_bits(whole.dw_gate_up_bf16, windowed.dw_gate_up_bf16)) << "dW_gate_up (bf16) differs";
+        EXPECT_TRUE(same_bits(whole.dw_down_bf16, windowed.dw_down_bf16)) << "dW_down (bf16) differs";
+      } else {
+        EXPECT_TRUE(same_bits(whole.dw_gate_up, windowed.dw_gate_up)) << "dW_gate_up differs";
+        EXPECT_TRUE(same_bits(whole.dw_down, windowed.dw_down)) << "dW_down differs";
+      }
+    }
+  }
+}
+
 // All experts empty: the row kernels write nothing, every weight gradient is exactly zero.
 TEST(GroupedGemmBackwardEmpty, EmptyLayerZeroesOnlyTheGradients) {
   CARACAL_REQUIRE_GPU();
@@ -628,8 +736,29 @@ TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
 TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {
   const auto with = calls_with(valid_weight_args(), &caracal::gemm::grouped_weight_grads);
   expect_error(with([](auto& a) { a.hidden = -64; }), {"grouped_weight_grads", "hidden (D)", "-64"});
-  expect_error(with([](auto& a) { a.rows.first_row = 128; }),
-               {"rows.first_row must be 0", "reduces over all of an expert's rows", "got 128"});
+  // Windows of the rows: bf16 gradients carry their sums across the edges in fp32 partials.
+  const auto bf16_window = [](int first_row, int end_row) {
+    return [=](WeightGradArgs& a) {
+      a.d_w_gate_up = nullptr;
+      a.d_w_gate_up_bf16 = fake_ptr();
+      a.rows.first_row = first_row;
+      a.rows.end_row = end_row;
+    };
+  };
+  expect_error(with(bf16_window(128, 0)), {"bf16 gradients over a window from rows.first_row = 128", "partial_in"});
+  expect_error(with(bf16_window(0, 512)), {"rows.end_row = 512", "row_capacity = 1024", "partial_out"});
+  expect_error(with([&](auto& a) {
+                 bf16_window(128, 512)(a);
+                 a.partial_in = a.partial_out = fake_ptr<float>();
+               }),
+               {"partial_in and partial_out must be different buffers"});
+  expect_error(with([](auto& a) { a.rows.end_row = 100; }), {"rows.end_row must be 0 (no end) or a multiple of 128", "got 100"});
+  expect_error(with([](auto& a) {
+                 a.rows.ring_rows = 256;
+                 a.rows.first_row = 128;
+                 a.rows.end_row = 384;
+               }),
+               {"over a ring (rows.ring_rows = 256)", "start at a multiple of ring_rows", "got [128, 384)"});
   expect_error(with([](auto& a) { a.rows.expert_count = fake_ptr<const int32_t>(2); }),
                {"rows.expert_count", "4-byte aligned"});
   expect_error(with([](auto& a) { a.x = nullptr; }), {"x must be", "null"});

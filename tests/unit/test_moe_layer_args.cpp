@@ -49,17 +49,36 @@ TEST(MoELayerSizes, RowsCoverTheWorstCase) {
   EXPECT_TRUE(s.has_shared);
 }
 
+TEST(MoELayerSizes, TheFusedLayersRowBuffersAreItsRing) {
+  const LayerConfig c = small_config(false);
+  EXPECT_EQ(layer::layer_sizes(c).ring_rows, 4480);  // v1: every row
+  EXPECT_EQ(layer::layer_sizes(c, 1024).ring_rows, 1024);
+  EXPECT_TRUE(layer::layer_sizes(c, 1024).has_ring_past_rows());
+  EXPECT_EQ(layer::layer_sizes(c, 8192).ring_rows, 4480);  // never more than the rows
+  EXPECT_FALSE(layer::layer_sizes(c, 8192).has_ring_past_rows());
+  expect_error([&] { layer::layer_sizes(c, 1000); }, {"ring_rows must be 0 or a multiple of 128", "got 1000"});
+}
+
+// Bytes of `count` elements of `bytes` each, 256-byte aligned (the layouts' rule).
+size_t aligned_bytes(size_t count, size_t bytes) { return (count * bytes + 255) / 256 * 256; }
+
 TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
   for (bool shared : {false, true}) {
     const LayerConfig c = small_config(shared);
+    // The default ring holds a balanced step (caracal::default_ring_rows: 33,792 rows for 132 SMs
+    // here), so all 4,480 rows: one macrobatch.
     const MoELayerMemory m = MoELayer::memory(c);
-    EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8, layer::exchange_options(c, true)));
+    const layer::LayerSizes sizes = layer::layer_sizes(c, 4480);
+    EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8,
+                                                         layer::exchange_options(c, sizes, true)));
     EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
-    // v1's forward (and a world of more ranks than the fused forward runs on) keeps an output row
-    // per schedule row: 4,510 rows of capacity x 256 x 2 bytes, 256-byte aligned.
+    // v1 (and a world of more ranks than the fused path runs on) keeps an output row per schedule
+    // row and pulls rows into buffers of the exchange's whole capacity: 4,510 rows x 256 x 2 bytes,
+    // against the ring's 4,480 for expert_x and expert_dy.
     MoELayerOptions v1;
     v1.fused_forward = false;
-    EXPECT_EQ(MoELayer::heap_bytes(c, v1), m.heap + (4510 * 256 * 2 + 255) / 256 * 256);
+    EXPECT_EQ(MoELayer::heap_bytes(c, v1), m.heap + aligned_bytes(4510 * 256, 2) +
+                                               2 * (aligned_bytes(4510 * 256, 2) - aligned_bytes(4480 * 256, 2)));
     const size_t rows = 4480;
     // gate_up (the backward's d_gate_up over it), activation; the router-gradient workspace.
     size_t routed = rows * (2 * 128 + 128) * 2 + gemm::down_dgrad_workspace_floats(4480, 128) * 4;
@@ -70,6 +89,18 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
       EXPECT_GE(m.local, routed);
     }
     EXPECT_LT(m.local, routed + 64 * 1024) << "beyond 256-byte alignment of each buffer";
+    EXPECT_EQ(MoELayer::memory(c, v1).local, m.local);  // the same rows: the ring holds them all
+
+    // A ring of 1,024 rows: expert_x, expert_dy, gate_up and activation hold 1,024 rows, and two
+    // fp32 partial sums of one expert's weight gradients (3 x 256 x 128 floats) carry bf16 weight
+    // gradients across the macrobatches.
+    MoELayerOptions ring;
+    ring.ring_rows = 1024;
+    const MoELayerMemory r = MoELayer::memory(c, ring);
+    EXPECT_EQ(m.heap - r.heap, 2 * (aligned_bytes(4480 * 256, 2) - aligned_bytes(1024 * 256, 2)));
+    EXPECT_EQ(m.local - r.local + 2 * aligned_bytes(gemm::weight_grad_partial_floats(256, 128), 4),
+              aligned_bytes(4480 * 2 * 128, 2) + aligned_bytes(4480 * 128, 2) - aligned_bytes(1024 * 2 * 128, 2) -
+                  aligned_bytes(1024 * 128, 2));
   }
 }
 
@@ -193,17 +224,19 @@ TEST(MoELayerWeights, DeinterleaveInvertsInterleave) {
 }
 
 
-// The planner reports the layer's memory (fused forward and v1's) from its own count of the
-// layer's buffers; the layer's exact figure (MoELayer::memory, which adds 256-byte alignment) must
-// stay within 0.1% of it.
+// The planner reports the layer's memory (fused over the plan's ring, and v1's) from its own count
+// of the layer's buffers; the layer's exact figure (MoELayer::memory, which adds 256-byte
+// alignment) must stay within 0.1% of it, at 1,000 tokens per rank (a ring at least as long as the
+// rows at EP 1, shorter at EP 8) and at 4,096.
 TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
   for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b", "gpt-oss-120b"}) {
     for (int64_t ep : {1, 8}) {
+     for (int64_t tokens : {1000, 4096}) {
       LayerConfig config;
       config.shape = find_model_preset(model).shape;
       config.ep_size = ep;
-      config.tokens_per_rank = 1000;
-      SCOPED_TRACE(std::string(model) + " ep " + std::to_string(ep));
+      config.tokens_per_rank = tokens;
+      SCOPED_TRACE(std::string(model) + " ep " + std::to_string(ep) + " T " + std::to_string(tokens));
       RoutingSpec spec;
       const Plan plan = make_plan(config,
                                   make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
@@ -219,7 +252,9 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
       const MoELayerMemory exact_v1 = MoELayer::memory(config, v1);
       EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_heap), static_cast<double>(exact_v1.heap),
                   0.001 * static_cast<double>(exact_v1.heap));
-      EXPECT_EQ(exact_v1.local, exact.local);
+      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_local), static_cast<double>(exact_v1.local),
+                  0.001 * static_cast<double>(exact_v1.local));
+     }
     }
   }
 }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -110,11 +111,18 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   EXPECT_EQ(p.memory.schedule, capacity * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8);
   EXPECT_EQ(p.memory.saved, T * 3 * Is * 2 + T * k * 4);
   EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
-  // expert_x and expert_dy rows dominate the heap (v1: and expert_out), gate_up
-  // (d_gate_up over it) and hidden the local memory.
-  EXPECT_GT(p.memory.layer_heap, 2 * capacity * D * 2);
-  EXPECT_GT(p.memory.layer_local, capacity / 16 * 16 * 3 * I * 2);
-  EXPECT_EQ(p.memory.v1_layer_heap - p.memory.layer_heap, capacity * D * 2);
+  // v1: expert_x, expert_dy and expert_out rows for every route of both ranks (the capacity)
+  // dominate the heap, gate_up (d_gate_up over it) and hidden the local memory; the fused layer
+  // holds the ring's rows of x, dy, gate_up and hidden instead (at most the 64 rows of the
+  // capacity rounded down to the tile), and two fp32 partials of one expert's weight gradients
+  // when the ring is shorter than them.
+  const int64_t rows = capacity / 16 * 16;
+  const int64_t ring = std::min<int64_t>(p.ring_rows, rows);
+  EXPECT_GT(p.memory.v1_layer_heap, 3 * capacity * D * 2);
+  EXPECT_GT(p.memory.v1_layer_local, rows * 3 * I * 2);
+  EXPECT_EQ(p.memory.v1_layer_heap - p.memory.layer_heap, 3 * capacity * D * 2 - 2 * ring * D * 2);
+  EXPECT_EQ(p.memory.v1_layer_local - p.memory.layer_local,
+            (rows - ring) * 3 * I * 2 - (ring < rows ? 2 * 3 * D * I * 4 : 0));
 }
 
 TEST(Planner, TraceAndGeneratedRoutingGiveTheSamePlan) {

@@ -74,10 +74,11 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << "  saved for backward     " << mib(m.saved) << "   (outside the ring)\n";
   os << "  weights                " << mib(m.weights) << "\n";
   os << "  total                  " << mib(m.total()) << "\n";
-  os << "  MoELayer today         " << mib(m.layer_heap + m.layer_local)
-     << format("   (heap %.1f + local %.1f: the backward's receive buffers for the worst case)\n",
+  os << "  MoELayer (fused)       " << mib(m.layer_heap + m.layer_local)
+     << format("   (heap %.1f + local %.1f, over this ring; without weights)\n",
                static_cast<double>(m.layer_heap) / (1 << 20), static_cast<double>(m.layer_local) / (1 << 20));
-  os << "  MoELayer v1 forward    " << mib(m.v1_layer_heap + m.layer_local) << "   (and its output rows)\n\n";
+  os << "  MoELayer v1            " << mib(m.v1_layer_heap + m.v1_layer_local)
+     << "   (buffers for every route of every rank on this one)\n\n";
 
   os << "Roofline, busiest rank          forward    backward\n";
   os << format("  TFLOP                      %9.3f   %9.3f\n", rf.forward_flops * 1e-12, rf.backward_flops * 1e-12);
@@ -132,8 +133,9 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                        {"schedule", m.schedule},       {"saved", m.saved},
                        {"weights", m.weights},         {"total", m.total()},
                        {"layer_heap", m.layer_heap},
+                       {"layer_local", m.layer_local},
                        {"v1_layer_heap", m.v1_layer_heap},
-                       {"layer_local", m.layer_local}};
+                       {"v1_layer_local", m.v1_layer_local}};
   j["roofline"] = {{"forward",
                     {{"flops", rf.forward_flops},
                      {"compute_ms", rf.forward_compute_ms},

@@ -195,7 +195,14 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.tokens_per_rank = c.tokens_per_rank;
   r.tokens_per_gpu = a.nccl() ? c.tokens_per_rank : c.tokens_per_rank * W;
   const Routing routing = make_routing(spec, W, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
-  for (int d = 0; d < (a.nccl() ? W : 1); ++d) check_memory(c, a.nccl() ? 1 : W, d);
+  // The layer (fused) must fit; v1, whose buffers hold every route of every rank on one, runs where
+  // it fits too.
+  std::string v1_shortfall;
+  for (int d = 0; d < (a.nccl() ? W : 1); ++d) {
+    const std::string shortfall = memory_shortfall(c, a, true, a.nccl() ? 1 : W, d);
+    CARACAL_CHECK(shortfall.empty(), shortfall, ": lower --tokens or --experts");
+    if (v1_shortfall.empty()) v1_shortfall = memory_shortfall(c, a, false, a.nccl() ? 1 : W, d);
+  }
 
   const LayerTimes t = time_layer_on_backend(c, routing, a, true);
   const double fwd_flops = c.shape.forward_flops(r.tokens_per_gpu);
@@ -204,9 +211,14 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
   // The layer's own previous path, in the same run (a world and layer of its own).
-  const LayerTimes v1 = time_layer_on_backend(c, routing, a, false);
-  r.forward_v1 = {v1.forward, fwd_flops, tokens};
-  r.step_v1 = {v1.step, 3.0 * fwd_flops, tokens};
+  if (v1_shortfall.empty()) {
+    const LayerTimes v1 = time_layer_on_backend(c, routing, a, false);
+    r.forward_v1 = {v1.forward, fwd_flops, tokens};
+    r.step_v1 = {v1.step, 3.0 * fwd_flops, tokens};
+  } else {
+    r.v1_skipped = "does not fit: " + v1_shortfall;
+    progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": v1 skipped, it " + r.v1_skipped);
+  }
 
   progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": cuBLAS dense baseline");
   r.cublas = time_cublas(c, r.tokens_per_gpu, a, 0);

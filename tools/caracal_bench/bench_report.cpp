@@ -136,8 +136,14 @@ void print_run(const RunResult& r) {
   print_pass(r, "forward", r.forward, r.cublas.forward_ms, r.nccl.forward_ms);
   print_pass(r, "backward", r.backward, r.cublas.backward_ms, r.nccl.backward_ms);
   print_pass(r, "fwd+bwd", r.step, r.cublas.step_ms(), r.nccl.step_ms());
-  print_pass(r, "forward v1", r.forward_v1, r.cublas.forward_ms, r.nccl.forward_ms);
-  print_pass(r, "fwd+bwd v1", r.step_v1, r.cublas.step_ms(), r.nccl.step_ms());
+  if (r.v1_skipped.empty()) {
+    print_pass(r, "forward v1", r.forward_v1, r.cublas.forward_ms, r.nccl.forward_ms);
+    print_pass(r, "fwd+bwd v1", r.step_v1, r.cublas.step_ms(), r.nccl.step_ms());
+  } else {
+    char head[32];
+    std::snprintf(head, sizeof head, "  %-8lld ", static_cast<long long>(r.tokens_per_rank));
+    std::cout << head << "v1 skipped: it " << r.v1_skipped << "\n";
+  }
   std::cout << std::flush;
 }
 
@@ -157,7 +163,9 @@ nlohmann::json run_json(const RunResult& r) {
           {"backward", pass_json(r.backward)},
           {"fwd_bwd", pass_json(r.step)},
           {"forward_path", "fused"},
-          {"v1", {{"forward", pass_json(r.forward_v1)}, {"fwd_bwd", pass_json(r.step_v1)}}},
+          {"v1", r.v1_skipped.empty()
+                     ? nlohmann::json{{"forward", pass_json(r.forward_v1)}, {"fwd_bwd", pass_json(r.step_v1)}}
+                     : nlohmann::json{{"skipped", r.v1_skipped}}},
           {"baselines",
            {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_gemms", baseline_json(r.nccl, r)}}}};
 }

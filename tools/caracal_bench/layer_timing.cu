@@ -22,11 +22,9 @@ namespace {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-// Bytes of one local rank's weights + fp32 gradients + the layer's memory.
-double rank_bytes(const LayerConfig& c) {
-  MoELayerOptions v1;  // the larger of the two layers the bench builds, one at a time
-  v1.fused_forward = false;
-  const MoELayerMemory m = MoELayer::memory(c, v1);
+// Bytes of one local rank's weights + fp32 gradients + the memory of a layer built with `options`.
+double rank_bytes(const LayerConfig& c, const MoELayerOptions& options) {
+  const MoELayerMemory m = MoELayer::memory(c, options);
   const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
@@ -92,14 +90,17 @@ constexpr int kLockstepWarmupRuns = 20;
 
 }  // namespace
 
-void check_memory(const LayerConfig& c, int local_ranks, int device) {
+std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool fused_forward, int local_ranks,
+                             int device) {
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const double need = rank_bytes(c) * local_ranks;
-  CARACAL_CHECK(need < 0.94 * double(free_bytes), "T=", c.tokens_per_rank, ", EP=", c.ep_size, " needs about ",
-                gib(need), " GiB on GPU ", device, " (weights, fp32 gradients, v1 worst-case buffers) but ",
-                gib(double(free_bytes)), " GiB are free: lower --tokens or --experts");
+  const double need = rank_bytes(c, layer_options(a, fused_forward)) * local_ranks;
+  if (need < 0.94 * double(free_bytes)) return "";
+  return "T=" + std::to_string(c.tokens_per_rank) + ", EP=" + std::to_string(c.ep_size) + " needs about " +
+         std::to_string(gib(need)) + " GiB on GPU " + std::to_string(device) + " (weights, fp32 gradients, " +
+         (fused_forward ? "the fused layer's ring" : "v1's worst-case buffers") + ") but " +
+         std::to_string(gib(double(free_bytes))) + " GiB are free";
 }
 
 MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward) {

@@ -1,6 +1,8 @@
 #pragma once
 // caracal bench, step 2: the layer itself timed, forward, backward and forward+backward, on random
 // weights and inputs (warm-up, then the median of CUDA-event-bracketed runs).
+#include <string>
+
 #include "bench_options.hpp"
 #include "caracal/comm/world.hpp"
 #include "caracal/layer_config.hpp"
@@ -13,9 +15,10 @@ struct LayerTimes {
   double forward = 0.0, backward = 0.0, step = 0.0;  // ms
 };
 
-// Throws caracal::Error when `local_ranks` ranks of `c` (weights, fp32 gradients, the layer's
-// buffers) would not fit in the free memory of GPU `device`.
-void check_memory(const LayerConfig& c, int local_ranks, int device);
+// Why a layer (fused, or v1) of `c` with every local rank's weights and fp32 gradients does not
+// fit in `device`'s free memory; empty when it fits.
+std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool fused_forward, int local_ranks,
+                             int device);
 
 // The layer's options for a run with the fused forward or v1's.
 MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward);

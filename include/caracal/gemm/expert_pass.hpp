@@ -10,22 +10,24 @@
 
 namespace caracal::gemm {
 
-// The row buffers of one pass; every one has rows.row_capacity rows with zeros in padding rows.
+// The row buffers of one pass; every one has rows.buffer_rows() rows (rows.row_capacity, or the
+// ring's) with zeros in padding rows; the per-row arrays (gates, dg) one per schedule row. The
+// GEMMs work on the rows' window (caracal/schedule_view.hpp).
 struct ExpertPass {
   ScheduleView rows;
   int hidden = 0;                       // D
   int intermediate = 0;                 // I of these experts
   int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
-  const __nv_bfloat16* x = nullptr;     // [rows][D]
-  __nv_bfloat16* gate_up = nullptr;     // [rows][2I] forward output, backward input
-  __nv_bfloat16* activation = nullptr;  // [rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
-  __nv_bfloat16* out = nullptr;         // [rows][D] forward output E(x)
-  const __nv_bfloat16* dy = nullptr;    // [rows][D] backward input, g not applied
+  const __nv_bfloat16* x = nullptr;     // [buffer rows][D]
+  __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
+  __nv_bfloat16* activation = nullptr;  // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
+  __nv_bfloat16* out = nullptr;         // [buffer rows][D] forward output E(x)
+  const __nv_bfloat16* dy = nullptr;    // [buffer rows][D] backward input, g not applied
   const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
-  __nv_bfloat16* d_gate_up = nullptr;   // [rows][2I]; may be gate_up (see expert_backward)
+  __nv_bfloat16* d_gate_up = nullptr;   // [buffer rows][2I]; may be gate_up (see expert_backward)
   float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
   float* workspace = nullptr;           // gemm::down_dgrad_workspace_floats(rows, I)
-  __nv_bfloat16* dx = nullptr;          // [rows][D] backward output; may be x (see expert_backward)
+  __nv_bfloat16* dx = nullptr;          // [buffer rows][D] backward output; may be x (see expert_backward)
 };
 
 struct ExpertPassWeights {
@@ -39,6 +41,9 @@ struct ExpertPassGradients {
   float* w_down = nullptr;                  // [experts][D][I]
   __nv_bfloat16* w_gate_up_bf16 = nullptr;  // instead of w_gate_up
   __nv_bfloat16* w_down_bf16 = nullptr;     // instead of w_down
+  // bf16 gradients over a window of the rows (WeightGradArgs::partial_in, partial_out).
+  const float* partial_in = nullptr;
+  float* partial_out = nullptr;
 };
 
 // gate_up and the activation (F1, F2), then out = activation · W_down^T (F3).

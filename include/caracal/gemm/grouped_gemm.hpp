@@ -8,9 +8,12 @@
 // first expert_count[e] of them are real routes, the rest padding up to a multiple of
 // kGroupedGemmTileM (128) rows. Both arrays live in DEVICE memory and are read by the kernels
 // only: the host never learns the counts, so every call can be captured in a CUDA graph. Rows
-// past row_capacity are never touched whatever the offsets say. These kernels run over the whole
-// schedule at once, so every row buffer has row_capacity rows, buffer row = schedule row, and
-// the view's ring_rows must be 0 (the ring belongs to the fused kernels).
+// past row_capacity are never touched whatever the offsets say. The kernels work on the view's
+// window of rows [first_row, end_row) (the whole schedule by default). Row buffers ("[buffer
+// rows]") have rows.buffer_rows() rows: one per schedule row, or over a ring (ring_rows > 0) the
+// ring's, the window then being (part of) one macrobatch in buffer rows [0, end_row - first_row)
+// (caracal/schedule_view.hpp); arrays of one value per row ("[row_capacity]") stay one per
+// schedule row.
 //
 // Padding rows. The row buffers' padding rows must hold zeros on input (dispatch zeroes them).
 // Every row of every 128-row block of an expert is then written, padding rows with zeros (+-0):
@@ -90,10 +93,10 @@ struct UpGateSwigluArgs {
   ScheduleView rows;
   int hidden = 0;                            // D: the K of this GEMM
   int intermediate = 0;                      // I: activation_out has I columns, the GEMM N = 2I
-  const __nv_bfloat16* x = nullptr;          // [row_capacity][D]
+  const __nv_bfloat16* x = nullptr;          // [buffer rows][D]
   const __nv_bfloat16* w_gate_up = nullptr;  // [L][2I][D], interleaved as above
-  __nv_bfloat16* activation_out = nullptr;       // [row_capacity][I]
-  __nv_bfloat16* gate_up_out = nullptr;      // [row_capacity][2I], interleaved; nullptr: not stored
+  __nv_bfloat16* activation_out = nullptr;       // [buffer rows][I]
+  __nv_bfloat16* gate_up_out = nullptr;      // [buffer rows][2I], interleaved; nullptr: not stored
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
 };
 
@@ -102,14 +105,15 @@ struct DownProjArgs {
   ScheduleView rows;
   int hidden = 0;                            // D: the N of this GEMM
   int intermediate = 0;                      // I: the K of this GEMM
-  const __nv_bfloat16* activation = nullptr;  // [row_capacity][I]
+  const __nv_bfloat16* activation = nullptr;  // [buffer rows][I]
   const __nv_bfloat16* w_down = nullptr;     // [L][D][I] (I contiguous)
-  __nv_bfloat16* y_out = nullptr;            // [row_capacity][D]
+  __nv_bfloat16* y_out = nullptr;            // [buffer rows][D]
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
 };
 
 // Argument rules (both): D and I positive multiples of 64; num_experts >= 1; row_capacity >= 0
-// and a multiple of 128 (0: nothing to do, nothing is launched); expert_offset non-null; every
+// and a multiple of 128 (0: nothing to do, nothing is launched); a window and ring as
+// caracal/schedule_view.hpp says; expert_offset non-null; every
 // matrix pointer non-null and 16-byte aligned (the TMA needs it); num_ctas >= 0.
 void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream);
 void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream);

@@ -19,7 +19,8 @@
 // bf16, so one of the two factors is rounded: ~2^-9 relative per term, well inside the tests'
 // 1e-2). Weight gradients are fp32: one CTA owns each 128 x 256 output tile and reduces over all
 // of its expert's rows in schedule order, so they are deterministic without split-K; an expert
-// without rows gets exact zeros.
+// without rows gets exact zeros. Over consecutive windows of the rows (ScheduleView::first_row,
+// end_row; the first starting at 0) they are bitwise those of one pass over all rows.
 //
 // Inputs' padding rows (dy, x, gate_up) must hold zeros and g must be 0 there (the transfers and
 // the forward leave them so); then every padding row of the row outputs is written with zeros
@@ -47,12 +48,12 @@ struct DownDgradSwigluArgs {
   ScheduleView rows;
   int hidden = 0;                              // D: the K of this GEMM
   int intermediate = 0;                        // I: its N
-  const __nv_bfloat16* dy = nullptr;           // [row_capacity][D], not scaled by g
+  const __nv_bfloat16* dy = nullptr;           // [buffer rows][D], not scaled by g
   const __nv_bfloat16* w_down = nullptr;       // [L][D][I] (I contiguous), as in the forward
-  const __nv_bfloat16* gate_up = nullptr;      // [row_capacity][2I] interleaved, forward-saved
+  const __nv_bfloat16* gate_up = nullptr;      // [buffer rows][2I] interleaved, forward-saved
   const float* gates = nullptr;                // [row_capacity] g of each row's route
-  __nv_bfloat16* d_gate_up_out = nullptr;      // [row_capacity][2I] interleaved like gate_up
-  __nv_bfloat16* scaled_activation_out = nullptr;  // [row_capacity][I]: bf16(g · activation); may be
+  __nv_bfloat16* d_gate_up_out = nullptr;      // [buffer rows][2I] interleaved like gate_up
+  __nv_bfloat16* scaled_activation_out = nullptr;  // [buffer rows][I]: bf16(g · activation); may be
                                                // the forward's activation buffer (not read here)
   float* d_gates_out = nullptr;                // [row_capacity] dL/dg of each row's route
   float* workspace = nullptr;                  // down_dgrad_workspace_floats(...) floats
@@ -63,9 +64,9 @@ struct GateUpDgradArgs {
   ScheduleView rows;
   int hidden = 0;                              // D: the N of this GEMM
   int intermediate = 0;                        // I: its K is 2I
-  const __nv_bfloat16* d_gate_up = nullptr;    // [row_capacity][2I] interleaved
+  const __nv_bfloat16* d_gate_up = nullptr;    // [buffer rows][2I] interleaved
   const __nv_bfloat16* w_gate_up = nullptr;    // [L][2I][D] interleaved, as in the forward
-  __nv_bfloat16* dx_out = nullptr;             // [row_capacity][D]
+  __nv_bfloat16* dx_out = nullptr;             // [buffer rows][D]
   int num_ctas = 0;
 };
 
@@ -73,10 +74,10 @@ struct WeightGradArgs {
   ScheduleView rows;
   int hidden = 0;                              // D
   int intermediate = 0;                        // I
-  const __nv_bfloat16* x = nullptr;            // [row_capacity][D]
-  const __nv_bfloat16* dy = nullptr;           // [row_capacity][D], not scaled by g
-  const __nv_bfloat16* d_gate_up = nullptr;    // [row_capacity][2I] interleaved
-  const __nv_bfloat16* scaled_activation = nullptr;  // [row_capacity][I]
+  const __nv_bfloat16* x = nullptr;            // [buffer rows][D]
+  const __nv_bfloat16* dy = nullptr;           // [buffer rows][D], not scaled by g
+  const __nv_bfloat16* d_gate_up = nullptr;    // [buffer rows][2I] interleaved
+  const __nv_bfloat16* scaled_activation = nullptr;  // [buffer rows][I]
   // Outputs, in fp32 or in bf16: exactly one pointer of each pair. bf16 is the same fp32 sum
   // rounded once to nearest-even bf16 (what autograd yields for bf16 parameters) and halves the
   // bytes stored.
@@ -84,8 +85,21 @@ struct WeightGradArgs {
   float* d_w_down = nullptr;                   // [L][D][I]
   __nv_bfloat16* d_w_gate_up_bf16 = nullptr;   // [L][2I][D]
   __nv_bfloat16* d_w_down_bf16 = nullptr;      // [L][D][I]
+  // bf16 gradients over a window of the rows (rows.first_row > 0 or rows.end_row > 0: a
+  // macrobatch of the ring) keep the fp32 sums of an expert whose rows go on outside it here:
+  // partial_in, what the window before stopped at (needed with first_row > 0), and partial_out,
+  // where this one stops (needed with 0 < end_row < row_capacity), weight_grad_partial_floats(D, I)
+  // floats each,
+  // two different buffers (the caller alternates them window by window). An fp32 gradient is its
+  // own partial sum: then they are not read.
+  const float* partial_in = nullptr;
+  float* partial_out = nullptr;
   int num_ctas = 0;
 };
+
+// Floats of one weight-gradient partial (WeightGradArgs::partial_in, partial_out): one expert's
+// fp32 dW_gate_up [2I][D] then dW_down [D][I].
+size_t weight_grad_partial_floats(int hidden, int intermediate);
 
 // Argument rules: those of the forward (D and I positive multiples of 64, num_experts >= 1,
 // row_capacity a non-negative multiple of 128, expert_offset non-null, num_ctas >= 0), every

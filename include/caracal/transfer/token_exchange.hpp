@@ -55,6 +55,11 @@ struct ExchangeOptions {
   // expert_dx (R x D), what reverse_dispatch pushes home; without it only
   // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself).
   bool expert_dx = true;
+  // expert_x and expert_dy as a ring of this many rows (a multiple of tile_m, caracal/
+  // schedule_view.hpp: schedule row r in buffer row r % ring_rows) instead of R: dispatch and
+  // reverse_combine then pull one window of at most ring_rows rows at a time, the fused kernels
+  // walk it; needs expert_out and expert_dx off. 0: R rows.
+  int ring_rows = 0;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
   // always progresses). 0 = all but kExchangeFreeSms.
@@ -95,8 +100,10 @@ class TokenExchange {
   void build_schedule(cudaStream_t stream);
   // gates from topk_scores and topk_idx.
   void compute_gates(const RouterNormalization& router, cudaStream_t stream);
-  // expert_x from x (needs a built schedule; options.forward).
-  void dispatch(cudaStream_t stream);
+  // expert_x from x (needs a built schedule; options.forward): the schedule rows [first_row,
+  // end_row) (multiples of tile_m; end_row 0: to the end), over a ring (options.ring_rows) at most
+  // ring_rows of them from a multiple of it, into buffer rows [0, end_row - first_row).
+  void dispatch(cudaStream_t stream, int first_row = 0, int end_row = 0);
   // y from expert_out, gates and shared_out when options.shared_expert (options.forward and
   // options.expert_out).
   void combine(cudaStream_t stream);
@@ -105,8 +112,9 @@ class TokenExchange {
   // peers' slots must come after a world barrier that follows the last combine's sums (the fused
   // forward follows build_schedule's).
   void combine_filled_slots(cudaStream_t stream);
-  // expert_dy and expert_gates from dy and gates (options.backward).
-  void reverse_combine(cudaStream_t stream);
+  // expert_dy and expert_gates from dy and gates (options.backward), for the window of schedule
+  // rows dispatch takes (expert_gates is per schedule row, expert_dy per buffer row).
+  void reverse_combine(cudaStream_t stream, int first_row = 0, int end_row = 0);
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
   // options.expert_dx); `router` must be the one compute_gates used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
@@ -126,6 +134,8 @@ class TokenExchange {
 
  private:
   struct Kernels;  // launch shapes, fixed at setup
+  // The kernels' arguments for a pull of rows [first_row, end_row) (checked; `name` for errors).
+  detail::ExchangeArgs window_args(const char* name, int first_row, int end_row) const;
 
   comm::World& world_;
   ExchangeShape shape_;

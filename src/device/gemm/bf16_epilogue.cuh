@@ -52,7 +52,7 @@ struct RowsBf16Epilogue {
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
     store_accumulator_bf16(acc, active, ring, &p.out, p.cols, tile.n_begin,
-                           tile.m_begin + warpgroup * kWarpgroupRows);
+                           tile.m_buffer + warpgroup * kWarpgroupRows);
   }
 };
 

@@ -7,7 +7,8 @@
 // `Gemm` describes one kernel:
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
-//                       its Params, the CTA's first tile and the stride between its tiles
+//                       its Params, the CTA's first tile and the stride between its tiles;
+//                       locate(params, tile) places a tile's rows in the row buffers
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // The kernel's parameters and shared storage are composed of the collectives' own.
 #include <cstdint>
@@ -76,7 +77,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       PipelineState st;
       for (; scheduler.has_tile(); scheduler.advance()) {
-        load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, scheduler.coord());
+        TileCoord tile = scheduler.coord();
+        Gemm::Scheduler::locate(p.scheduler, tile);
+        load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
       }
     }
   } else {
@@ -98,9 +101,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
     PipelineState st;
     for (; scheduler.has_tile(); scheduler.advance()) {
-      TileCoord const tile = scheduler.coord();
+      TileCoord tile = scheduler.coord();
+      Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+      bool continued = false;
+      if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
+        if (active) {
+          // Fenced off from the wgmmas on both sides (no wgmma pending, the loads ordered before
+          // the next): without it ptxas serializes the kernel's wgmmas (C7515).
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(accum);
+          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, accum, consumer);
+          warpgroup_fence_operand(accum);
+        }
+      }
+      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
       Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
     }
     ring.drain();

@@ -40,6 +40,17 @@ struct MainloopStorage {
 // being fetched so early that the operand stream evicts it again.
 inline constexpr int kSourcePrefetchLead = 8;
 
+// An epilogue whose sums may continue from partials (the weight gradients over a window) declares
+//   static constexpr bool kLoadsPartials = true;
+//   template <class Accum> static __device__ bool load_partial(Params const&, TileCoord const&,
+//                                                              Accum&, int warpgroup);
+// the consumers call it before a tile's mainloop, which then adds to what it loaded if it says so.
+template <class Epilogue, class = void>
+inline constexpr bool kLoadsPartials = false;
+template <class Epilogue>
+inline constexpr bool kLoadsPartials<Epilogue, std::void_t<decltype(Epilogue::kLoadsPartials)>> =
+    Epilogue::kLoadsPartials;
+
 template <class Epilogue, class = void>
 inline constexpr bool kPrefetchesSource = false;
 template <class Epilogue>
@@ -60,7 +71,7 @@ __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Para
     pipe.producer_acquire(st);
     uint64_t* full = pipe.producer_expect(st, kStageBytes);
     int const k_index = tile.k_begin + k * kBlockK;
-    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_begin,
+    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_buffer,
                                            p.a_mn_extent, k_index, tile.expert);
     Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
                                            p.b_mn_extent, k_index, tile.expert);
@@ -74,11 +85,11 @@ __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Para
 // (the epilogue stores zeros instead; defining accumulators outside wgmma here would make the
 // compiler serialize the wgmmas). With k_tiles == 0 there is nothing to walk: the caller passes
 // active == false. `gathered`: the stages' A was written by cp.async (gathered_rows.cuh), which the
-// wgmmas may read only after a proxy fence.
+// wgmmas may read only after a proxy fence. `continued`: `accum` holds a partial sum to add to.
 template <class TiledMma, class FragA, class FragB, class Accum>
 __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
                          TmaPipeline const& pipe, PipelineState& st, int k_tiles, bool active,
-                         int lane, bool gathered = false) {
+                         int lane, bool gathered = false, bool continued = false) {
   using namespace cute;
   if (!active) {
     for (int k = 0; k < k_tiles; ++k) {
@@ -91,8 +102,8 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
 
   // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
   // accumulators between two register sets, which forces a full wait). The first wgmma of the
-  // tile overwrites the accumulators, so they need no clearing.
-  tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+  // tile overwrites the accumulators (unless they continue a partial), so they need no clearing.
+  tiled_mma.accumulate_ = continued ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
   PipelineState release = st;
   CUTE_NO_UNROLL
   for (int k = 0; k < k_tiles; ++k) {

@@ -25,7 +25,7 @@ namespace caracal::gemm {
 class RowTileScheduler {
  public:
   struct Params {
-    ScheduleView schedule;  // the rows' grouping by expert (ring_rows 0: the whole schedule)
+    ScheduleView schedule;  // the rows' grouping by expert, its window and its ring
     int n_blocks;           // ceil(N / kBlockN)
     int k_tiles;            // K / kBlockK
   };
@@ -35,8 +35,8 @@ class RowTileScheduler {
     return int64_t(p.schedule.row_capacity / kBlockM) * p.n_blocks;
   }
 
-  // The tiles of the schedule's row blocks from schedule.first_row on, or, for the fused kernels'
-  // macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
+  // The tiles of the schedule's row blocks in its window [first_row, end_row), or, for the fused
+  // kernels' macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
   __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
                               int end_block = INT_MAX)
       : offsets_(p.schedule.expert_offset),
@@ -49,7 +49,7 @@ class RowTileScheduler {
     // Never past the row buffers, whatever the offsets say.
     int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
     window_begin_ = max(begin_block, p.schedule.first_row / kBlockM);
-    window_end_ = min(end_block, total_blocks);
+    window_end_ = min(min(end_block, total_blocks), p.schedule.end_row > 0 ? p.schedule.end_row / kBlockM : INT_MAX);
     num_tiles_ = max(window_end_ - window_begin_, 0) * n_blocks_;
     // The expert holding the window's first block (experts before it may be empty).
     expert_begin_ = __ldg(offsets_) / kBlockM;
@@ -68,7 +68,11 @@ class RowTileScheduler {
   __device__ void seek(int tile) { tile_ = tile; }         // any tile at or past the current one
   __device__ int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
 
-  // The current tile (has_tile() must hold).
+  // Sets c.m_buffer, where c's rows lie in the row buffers (ScheduleView::buffer_row): read from
+  // the parameters, not kept in the scheduler (in the fused kernel's producer every register counts).
+  __device__ static void locate(Params const& p, TileCoord& c) { c.m_buffer = p.schedule.buffer_row(c.m_begin); }
+
+  // The current tile (has_tile() must hold); its m_buffer is m_begin until locate().
   __device__ TileCoord coord() {
     int const t = tile_ + window_begin_ * n_blocks_;  // numbered from block 0
     while (t >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
@@ -95,6 +99,7 @@ class RowTileScheduler {
     TileCoord c;
     c.expert = expert_;
     c.m_begin = (begin_block_ + m) * kBlockM;
+    c.m_buffer = c.m_begin;  // over a ring: locate()
     c.n_begin = n * kBlockN;
     c.k_begin = 0;
     c.k_tiles = k_tiles_;

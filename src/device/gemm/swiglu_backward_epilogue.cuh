@@ -61,13 +61,13 @@ __device__ inline SwigluGrad swiglu_backward(float d_h, float gate, float up, fl
 
 struct SwigluBackwardEpilogue {
   struct Params {
-    CUtensorMap d_gate_up;      // bf16 [row_capacity][2I], box 64 x 64
-    CUtensorMap scaled_activation;  // bf16 [row_capacity][I], box 64 x 64: bf16(g * SwiGLU)
-    CUtensorMap gate_up_source;     // the saved gate_up [row_capacity][2I], box 128 x 64, prefetched
+    CUtensorMap d_gate_up;      // bf16 [buffer rows][2I], box 64 x 64
+    CUtensorMap scaled_activation;  // bf16 [buffer rows][I], box 64 x 64: bf16(g * SwiGLU)
+    CUtensorMap gate_up_source;     // the saved gate_up [buffer rows][2I], box 128 x 64, prefetched
                                     // into L2 ahead of the epilogue
     const __nv_bfloat16* gate_up;   // the same, read by the epilogue
-    const float* row_gates;         // [row_capacity] g per row
-    float* dg_partials;             // [row_capacity][n_blocks]
+    const float* row_gates;         // [row_capacity] g per schedule row
+    float* dg_partials;             // [row_capacity][n_blocks], per schedule row
     int intermediate;               // I
     int n_blocks;                   // N blocks of the GEMM (N = I)
   };
@@ -78,7 +78,7 @@ struct SwigluBackwardEpilogue {
     for (int c = 0; c < 2 * kBlockN / kChunkCols; ++c) {
       int const col = 2 * tile.n_begin + c * kChunkCols;
       if (col >= 2 * p.intermediate) break;
-      cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_begin);
+      cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_buffer);
     }
   }
 
@@ -87,8 +87,10 @@ struct SwigluBackwardEpilogue {
                                bool active, ChunkStoreRing& ring, int warpgroup) {
     int const thread = int(threadIdx.x) % kWarpgroupThreads;
     int const lane = thread % 32;
-    int const block_row = tile.m_begin + warpgroup * kWarpgroupRows;
-    int const row = block_row + 16 * (thread / 32) + lane / 4;  // and row + 8
+    int const slice_row = 16 * (thread / 32) + lane / 4;  // and +8, in the warpgroup's 64 rows
+    int const block_row = tile.m_buffer + warpgroup * kWarpgroupRows;  // in the row buffers
+    int const row = tile.m_begin + warpgroup * kWarpgroupRows + slice_row;  // in the schedule
+    int const buffer_row = block_row + slice_row;
     int const intermediate = p.intermediate;
 
     // Row r of gate_up as bf16 pairs: I words; this thread's gate pair of group t sits at word
@@ -98,7 +100,7 @@ struct SwigluBackwardEpilogue {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       src[h] = reinterpret_cast<const uint32_t*>(p.gate_up) +
-               int64_t(row + 8 * h) * intermediate + tile.n_begin + lane % 4;
+               int64_t(buffer_row + 8 * h) * intermediate + tile.n_begin + lane % 4;
       if (active) g[h] = __ldg(p.row_gates + row + 8 * h);
     }
 

@@ -46,7 +46,7 @@ struct UpGateSwigluEpilogue {
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
-    int const row = tile.m_begin + warpgroup * kWarpgroupRows;
+    int const row = tile.m_buffer + warpgroup * kWarpgroupRows;
     if (p.store_gate_up) {
       store_accumulator_bf16(acc, active, ring, &p.gate_up, 2 * p.intermediate, tile.n_begin, row);
     }

@@ -11,9 +11,11 @@
 
 #include <cute/tensor.hpp>
 
+#include "caracal/schedule_view.hpp"
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/tile_coord.cuh"
+#include "device/gemm/weight_tile_scheduler.cuh"
 
 namespace caracal::gemm {
 
@@ -21,10 +23,21 @@ namespace caracal::gemm {
 // the gradients as [num_experts * grad_rows][grad_cols]), so the warpgroup goes on to its next tile
 // while they drain. kBf16: 64-column bf16 chunks, the fp32 sums rounded once (nearest even), as
 // autograd rounds fp32 gradients of bf16 parameters; otherwise 32-column fp32 chunks.
+//
+// Over a window of the schedule (weight_tile_scheduler.cuh) an expert's sum may start from a
+// partial (load_partial, before the mainloop: the accumulators continue from its fp32 bits) and
+// stop at one (stored in fp32 to partial_out): an fp32 gradient is its own partial; a bf16 one
+// keeps it in an fp32 scratch of one expert's gradient, which the caller alternates between two
+// windows (one reads the last window's while it writes its own).
 struct WeightGradEpilogueParams {
-  CUtensorMap grad;  // [num_experts * grad_rows][grad_cols]: fp32 box 64 x 32, or bf16 64 x 64
-  int grad_rows;     // M of one expert's gradient
-  int grad_cols;     // N, a multiple of 64
+  CUtensorMap grad;         // [num_experts * grad_rows][grad_cols]: fp32 box 64 x 32, or bf16 64 x 64
+  CUtensorMap partial_out;  // fp32 [partial rows][grad_cols], box 64 x 32: grad (fp32), or the scratch
+  int partial_out_expert_rows;       // rows between experts in partial_out: grad_rows, or 0 (scratch)
+  const float* partial_in;           // the partials the window continues from, [rows][grad_cols]
+  int64_t partial_in_expert_floats;  // floats between experts there: grad_rows * grad_cols, or 0
+  ScheduleView rows;                 // the window (expert_window)
+  int grad_rows;                     // M of one expert's gradient
+  int grad_cols;                     // N, a multiple of 64
 };
 
 // An accumulator's bits, copied through a register move: fed straight into the shared-memory
@@ -38,7 +51,32 @@ __device__ inline uint32_t accumulator_bits(float v) {
 template <bool kBf16>
 struct WeightGradTmaEpilogue {
   using Params = WeightGradEpilogueParams;  // the same for both: one host builder
-  static constexpr int kCols = kBf16 ? kChunkCols : kChunkCols / 2;  // columns of an 8 KiB chunk
+  static constexpr bool kLoadsPartials = true;
+
+  // Before the mainloop of a tile whose expert's sum continues from a partial: the warpgroup's
+  // slice of it into the accumulators (layout in gemm_config.cuh: value 4t + 2h + v at row
+  // 16w + l/4 + 8h, column 8t + 2(l%4) + v). Returns whether it did (the mainloop then adds to
+  // them instead of starting from zero).
+  template <class Accum>
+  __device__ static bool load_partial(Params const& p, TileCoord const& tile, Accum& acc, int warpgroup) {
+    int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
+    if (tile.k_tiles == 0 || slice_row >= p.grad_rows || !expert_window(p.rows, tile.expert).continues) return false;
+    int const thread = int(threadIdx.x) % kWarpgroupThreads;
+    int const lane = thread % 32;
+    const float* src = p.partial_in + tile.expert * p.partial_in_expert_floats +
+                       int64_t(slice_row + 16 * (thread / 32) + lane / 4) * p.grad_cols + tile.n_begin + 2 * (lane % 4);
+    CUTE_UNROLL
+    for (int t = 0; t < kBlockN / 8; ++t) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        float2 v = make_float2(0.0f, 0.0f);
+        if (tile.n_begin + 8 * t < p.grad_cols) v = *reinterpret_cast<const float2*>(src + 8 * h * p.grad_cols + 8 * t);
+        acc(4 * t + 2 * h) = v.x;
+        acc(4 * t + 2 * h + 1) = v.y;
+      }
+    }
+    return true;
+  }
 
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
@@ -46,7 +84,22 @@ struct WeightGradTmaEpilogue {
     int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
     // Past the gradient's rows (out_rows % 128 == 64): the 2D view would reach the next expert.
     if (slice_row >= p.grad_rows) return;  // uniform over the warpgroup
-    int const row = tile.expert * p.grad_rows + slice_row;
+    if constexpr (kBf16) {
+      if (expert_window(p.rows, tile.expert).stops) {  // the sum goes on in the next window
+        store_slice<false>(p, &p.partial_out, tile.expert * p.partial_out_expert_rows + slice_row, tile, acc,
+                           active, ring);
+        return;
+      }
+    }
+    store_slice<kBf16>(p, &p.grad, tile.expert * p.grad_rows + slice_row, tile, acc, active, ring);
+  }
+
+ private:
+  // The slice at `row` of `map`'s tensor: bf16 (kChunkBf16) or fp32 chunks.
+  template <bool kChunkBf16, class Accum>
+  __device__ static void store_slice(Params const& p, CUtensorMap const* map, int row, TileCoord const& tile,
+                                     Accum const& acc, bool active, ChunkStoreRing& ring) {
+    constexpr int kCols = kChunkBf16 ? kChunkCols : kChunkCols / 2;  // columns of an 8 KiB chunk
     CUTE_UNROLL
     for (int c = 0; c < kBlockN / kCols; ++c) {
       if (tile.n_begin + c * kCols >= p.grad_cols) break;  // a multiple of 64
@@ -57,7 +110,7 @@ struct WeightGradTmaEpilogue {
           CUTE_UNROLL
           for (int h = 0; h < 2; ++h) {
             int const i = 4 * (kCols / 8 * c + t) + 2 * h;
-            if constexpr (kBf16) {
+            if constexpr (kChunkBf16) {
               words.w[2 * t + h] = pack_bf16x2(acc(i), acc(i + 1));
             } else {
               words.w[4 * t + 2 * h] = accumulator_bits(acc(i));
@@ -67,12 +120,12 @@ struct WeightGradTmaEpilogue {
         }
       }
       ring.acquire();
-      if constexpr (kBf16) {
+      if constexpr (kChunkBf16) {
         ring.write(words);
       } else {
         ring.write_f32(words);
       }
-      ring.store(&p.grad, tile.n_begin + c * kCols, row);
+      ring.store(map, tile.n_begin + c * kCols, row);
     }
   }
 };

@@ -21,6 +21,14 @@ struct ScheduleParams {
   RoutingFaultSink fault;
 };
 
+// The schedule rows [first_row, end_row) a pull (dispatch, reverse combine) fills, into buffer
+// row r % ring_rows over a ring (ring_rows > 0; the window then lies in one macrobatch), else r.
+struct PullWindow {
+  int first_row = 0;
+  int end_row = 0;
+  int ring_rows = 0;
+};
+
 // The router normalization of DESIGN §1 in the precision the kernels use.
 struct RouterScaling {
   float scale = 1.0f;

@@ -26,19 +26,22 @@ struct PullRows {
   int hidden;
 };
 
-// kWithGates: also carry g. kCoherent: ld.global (the default, measured faster), else ld.global.nc.
+// The rows of `window` (expert_rows per buffer row, expert_gates per schedule row). kWithGates: also
+// carry g. kCoherent: ld.global (the default, measured faster), else ld.global.nc.
 template <bool kWithGates, bool kCoherent>
-__device__ void pull_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule, WarpWorkers warps,
-                                   const PullRows& pull) {
+__device__ void pull_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule,
+                                   const PullWindow& window, WarpWorkers warps, const PullRows& pull) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  for_each_schedule_row(world, schedule, warps, [&](int rank, int row, int2 entry) {
+  for_each_window_row(world, schedule, window, warps, [&](int rank, int row, int2 entry) {
     if constexpr (kWithGates) {
       if (lane == 0) {
         world.at(pull.expert_gates, rank)[row] = entry.x < 0 ? 0.0f : world.at(pull.home_gates, entry.x)[entry.y];
       }
     }
     pull_token_row<kCoherent>(world, entry, pull.home_rows, pull.top_k, pull.hidden,
-                              row_vectors(world.at(pull.expert_rows, rank), row, pull.hidden), lane);
+                              row_vectors(world.at(pull.expert_rows, rank),
+                                          window.ring_rows > 0 ? row % window.ring_rows : row, pull.hidden),
+                              lane);
   });
 }
 

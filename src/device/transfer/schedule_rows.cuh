@@ -25,4 +25,21 @@ __device__ void for_each_schedule_row(const comm::DeviceWorld& world, const Sche
       [&](int rank, int row) { visit(rank, row, rank_schedule(world, p, rank).rows[row]); });
 }
 
+// Calls visit(rank, row, entry) for the schedule rows [window.first_row, window.end_row) below
+// expert_offset[L] of every local rank, as for_each_schedule_row.
+template <typename Visit>
+__device__ void for_each_window_row(const comm::DeviceWorld& world, const ScheduleParams& p, const PullWindow& window,
+                                    WarpWorkers workers, Visit&& visit) {
+  for_each_local_item(
+      world, workers,
+      [&](int rank) {
+        const int rows = min(rank_schedule(world, p, rank).expert_offset[p.local_experts], window.end_row);
+        return max(rows - window.first_row, 0);
+      },
+      [&](int rank, int i) {
+        const int row = window.first_row + i;
+        visit(rank, row, rank_schedule(world, p, rank).rows[row]);
+      });
+}
+
 }  // namespace caracal::transfer

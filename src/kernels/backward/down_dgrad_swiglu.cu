@@ -39,7 +39,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   check_down_dgrad_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  uint64_t const rows = uint64_t(args.rows.row_capacity);
+  uint64_t const rows = uint64_t(args.rows.buffer_rows());
   uint64_t const d = uint64_t(args.hidden);
   uint64_t const i = uint64_t(args.intermediate);
   int const n_blocks = intermediate_blocks(args.intermediate);

@@ -33,7 +33,7 @@ void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
   GemmParams<GateUpDgradGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;
-  p.epilogue = {make_tensor_map_2d(args.dx_out, uint64_t(args.rows.row_capacity), uint64_t(args.hidden), kChunkRows,
+  p.epilogue = {make_tensor_map_2d(args.dx_out, uint64_t(args.rows.buffer_rows()), uint64_t(args.hidden), kChunkRows,
                                    kChunkCols, "dx_out"),
                 args.hidden};
   launch_grouped_gemm<GateUpDgradGemm>(p, args.num_ctas, stream, "grouped_gate_up_dgrad");

@@ -15,7 +15,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
   // launch that reads what this one overwrites.
   if (!comm::world_barrier(world, place)) return;
   pull_schedule_rows<true, kCoherent>(
-      world, args.schedule, role_warps(world, place),
+      world, args.schedule, args.window, role_warps(world, place),
       PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates, args.backward.expert_gates, args.top_k,
                args.hidden});
 }

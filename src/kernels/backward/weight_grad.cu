@@ -29,27 +29,42 @@ struct WeightGradGemm {
 };
 
 // grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
-// lhs [row_capacity][m], rhs [row_capacity][n].
+// lhs [buffer rows][m], rhs [buffer rows][n]; bf16 partial sums (WeightGradArgs) in `partial_in`,
+// `partial_out` ([m][n] fp32).
 void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int m, const char* lhs_name,
                         const __nv_bfloat16* rhs, int n, const char* rhs_name, float* grad,
-                        __nv_bfloat16* grad_bf16, const char* grad_name, int num_ctas, cudaStream_t stream) {
+                        __nv_bfloat16* grad_bf16, const char* grad_name, const float* partial_in, float* partial_out,
+                        int num_ctas, cudaStream_t stream) {
   using namespace gemm;
-  uint64_t const capacity = uint64_t(rows.row_capacity);
+  uint64_t const buffer_rows = uint64_t(rows.buffer_rows());
   uint64_t const grad_rows = uint64_t(rows.num_experts) * uint64_t(m);
   WeightGradParams p{};
-  p.mainloop.a = MNMajorRows::make_map<kBlockM>(lhs, capacity, uint64_t(m), lhs_name);
-  p.mainloop.b = MNMajorRows::make_map<kBlockN>(rhs, capacity, uint64_t(n), rhs_name);
+  p.mainloop.a = MNMajorRows::make_map<kBlockM>(lhs, buffer_rows, uint64_t(m), lhs_name);
+  p.mainloop.b = MNMajorRows::make_map<kBlockN>(rhs, buffer_rows, uint64_t(n), rhs_name);
   p.mainloop.a_mn_extent = m;
   p.mainloop.b_mn_extent = n;
   p.scheduler = {rows, (m + kBlockM - 1) / kBlockM, (n + kBlockN - 1) / kBlockN, m};
-  p.epilogue.grad_rows = m;
-  p.epilogue.grad_cols = n;
+  WeightGradEpilogueParams& e = p.epilogue;
+  e.rows = rows;
+  e.grad_rows = m;
+  e.grad_cols = n;
   if (grad_bf16 != nullptr) {
-    p.epilogue.grad = make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
+    e.grad = make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
+    e.partial_in = partial_in;
+    e.partial_in_expert_floats = 0;  // one expert's partial
+    if (partial_out != nullptr) {
+      e.partial_out = make_f32_tensor_map_2d(partial_out, uint64_t(m), uint64_t(n), kChunkRows, kChunkCols / 2,
+                                             "partial_out");
+    }
+    e.partial_out_expert_rows = 0;
     launch_weight_grad_bf16(p, num_ctas, stream);
     return;
   }
-  p.epilogue.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
+  e.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
+  e.partial_out = e.grad;  // the fp32 gradient holds its own partial sums
+  e.partial_out_expert_rows = m;
+  e.partial_in = grad;
+  e.partial_in_expert_floats = int64_t(m) * n;
   launch_grouped_gemm<WeightGradGemm>(p, num_ctas, stream, "grouped_weight_grads");
 }
 
@@ -62,6 +77,11 @@ void zero_gradient(float* grad, __nv_bfloat16* grad_bf16, size_t count, cudaStre
 
 }  // namespace
 
+size_t weight_grad_partial_floats(int hidden, int intermediate) {
+  if (hidden <= 0 || intermediate <= 0) return 0;
+  return 3 * size_t(hidden) * size_t(intermediate);
+}
+
 void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
   gemm::check_weight_grads_args(args);
   size_t const experts = size_t(args.rows.num_experts);
@@ -71,12 +91,18 @@ void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
     zero_gradient(args.d_w_down, args.d_w_down_bf16, experts * di, stream);
     return;
   }
+  // The partials: dW_gate_up's, then dW_down's.
+  size_t const down_at = 2 * di;
+  const float* in_down = args.partial_in != nullptr ? args.partial_in + down_at : nullptr;
+  float* out_down = args.partial_out != nullptr ? args.partial_out + down_at : nullptr;
   // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
   launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
-                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.num_ctas, stream);
+                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.partial_in, args.partial_out,
+                     args.num_ctas, stream);
   // dW_down[e] = dy^T (g hidden): [D][I].
   launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_activation, args.intermediate,
-                     "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", args.num_ctas, stream);
+                     "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", in_down, out_down,
+                     args.num_ctas, stream);
 }
 
 }  // namespace caracal::gemm

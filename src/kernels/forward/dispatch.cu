@@ -15,7 +15,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceW
   // The home rows of every rank are in place, and no rank is still in an earlier launch that
   // reads what this one overwrites.
   if (!comm::world_barrier(world, place)) return;
-  pull_schedule_rows<false, kCoherent>(world, args.schedule, role_warps(world, place),
+  pull_schedule_rows<false, kCoherent>(world, args.schedule, args.window, role_warps(world, place),
                                        PullRows{args.forward.x, args.forward.expert_x, {}, {}, args.top_k, args.hidden});
 }
 

@@ -26,7 +26,7 @@ void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.row_capacity));
+  const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.buffer_rows()));
   GemmParams<DownProjGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;

@@ -26,7 +26,7 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   check_up_gate_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.row_capacity));
+  const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.buffer_rows()));
   GemmParams<UpGateSwigluGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;

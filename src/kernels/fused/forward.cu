@@ -54,10 +54,12 @@ GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeig
   CARACAL_CHECK(schedule.ring_rows >= 0 && schedule.ring_rows % kBlockM == 0 && schedule.ring_rows <= schedule.row_capacity,
                 kName, ": rows.ring_rows must be 0 or a multiple of ", kBlockM, " up to row_capacity = ",
                 schedule.row_capacity, ", got ", schedule.ring_rows);
-  CARACAL_CHECK(schedule.first_row == 0, kName, ": rows.first_row must be 0, got ", schedule.first_row);
+  CARACAL_CHECK(schedule.first_row == 0 && schedule.end_row == 0, kName,
+                ": rows.first_row and rows.end_row must be 0 (the launch walks the whole schedule), got ",
+                schedule.first_row, " and ", schedule.end_row);
   UpGateSwigluArgs up;
   up.rows = schedule;
-  up.rows.ring_rows = 0;  // the standalone checks know no ring; the maps span it
+  up.rows.ring_rows = 0;  // the standalone checks take a ring in windows; this launch walks all of it
   up.hidden = pass.hidden;
   up.intermediate = pass.intermediate;
   up.x = pass.x;
@@ -171,7 +173,11 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
     CARACAL_CHECK(rank.pass.rows.rows == args.exchange->schedule_view(l).rows &&
                       rank.pass.rows.expert_offset == args.exchange->schedule_view(l).expert_offset,
                   kName, ": ranks[", l, "].pass.rows must be the exchange's schedule view of local rank ", l,
-                  " (with a ring_rows of its own)");
+                  " (with a ring_rows of its own where the exchange has none)");
+    const int exchange_ring = args.exchange->options().ring_rows;
+    CARACAL_CHECK(exchange_ring == 0 || rank.pass.rows.ring_rows == exchange_ring, kName, ": ranks[", l,
+                  "].pass.rows.ring_rows must be the exchange's ring (", exchange_ring,
+                  " rows: its expert_x holds that many), got ", rank.pass.rows.ring_rows);
     p.ranks[l] = rank_params(rank, exchange, world);
     const size_t counters =  // not the task slots
         counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);

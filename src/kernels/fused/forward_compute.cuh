@@ -136,7 +136,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
           UpGateGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage],
-                                                    gemms.tiles.up.schedule.buffer_row(task.tile.m_begin),
+                                                    task.tile.m_buffer,
                                                     mainloop.a_mn_extent, k_index, task.tile.expert);
           UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
                                                     mainloop.b_mn_extent, k_index, task.tile.expert);
@@ -173,11 +173,7 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
     if (task.up_gate()) {
-      gemm::TileCoord in_buffer = task.tile;  // the ring's rows
-      const int shift = gemms.tiles.up.schedule.buffer_row(task.tile.m_begin) - task.tile.m_begin;
-      in_buffer.m_begin += shift;
-      in_buffer.active_end += shift;
-      UpGateGemm::Epilogue::apply(gemms.up_epilogue, in_buffer, accum, active, ring, consumer);
+      UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);  // into the ring
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();

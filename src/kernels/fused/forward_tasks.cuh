@@ -41,8 +41,7 @@ struct ExpertTiles {
 // stage barrier's arrivals from the reading warps' lane 0; global memory it does not check, and
 // the barriers order accesses there the same way (CTA scope).
 struct TaskSlot {
-  ForwardTask task;
-  int pad;  // 32 bytes a slot
+  ForwardTask task;  // 32 bytes a slot
 };
 static_assert(sizeof(TaskSlot) == 32);
 
@@ -122,7 +121,9 @@ class ForwardTaskCursor {
       }
     }
     tiles_.seek(task - first);
-    return ForwardTask{phase, tiles_.coord()};
+    gemm::TileCoord tile = tiles_.coord();
+    if (phase == ForwardPhase::up_gate || phase == ForwardPhase::down) gemm::RowTileScheduler::locate(routed_->up, tile);
+    return ForwardTask{phase, tile};
   }
 
  private:
