@@ -24,22 +24,27 @@ struct Spread {
   double min = 0, mean = 0, max = 0;
 };
 
-// Bytes each rank allocates.
+// Bytes each rank allocates for one MoELayer over the plan's ring (src/transfer/token_exchange.cu,
+// src/layer/local_buffers.cpp: the layer's own layout, without 256-byte alignment; MoELayer::memory
+// stays within 0.1% of it, tested).
 struct MemoryPlan {
-  int64_t symmetric = 0;      // peer-visible: x, topk_idx, scores, combine slots, dy, score grads
-  int64_t ring = 0;           // routed x rows, gate/up and hidden for ring_rows rows
-  int64_t schedule = 0;       // schedule rows (worst-case capacity), offsets, counts, inverse view
-  int64_t saved = 0;          // saved for backward outside the ring (shared expert, gates)
-  int64_t weights = 0;        // local routed experts + shared expert, in the layer's precision
-  // MoELayer as it is built: symmetric heap and local device memory per rank, as
-  // MoELayer::memory(config, options) counts them (a test keeps them within 0.1%): the fused path
-  // over this plan's ring, and v1 (fused_forward false), whose buffers hold every row the schedule
-  // can have (every route of every rank on one rank) and its forward's output rows.
+  int64_t symmetric = 0;  // per token and route, peer-visible: x, y, dy, dx (+ the shared expert's
+                          // out and dx), the combine / dx slots, topk_idx, scores, gates, dg
+  int64_t ring = 0;       // ring_rows rows of the routed experts' x, dy, gate/up and activation
+  int64_t schedule = 0;   // for the worst case: schedule rows, offsets, counts, inverse view, per-row
+                          // g, dL/dg and router-gradient partials
+  int64_t saved = 0;      // the shared expert's rows (x, out, dy, gate/up, activation)
+  int64_t partials = 0;   // fp32 sums of bf16 weight gradients between macrobatches (ring < rows)
+  int64_t weights = 0;    // local routed experts + shared expert, in the layer's precision
+  // The same buffers split as MoELayer::memory reports them: symmetric heap and local device
+  // memory (layer_heap + layer_local = total() - weights); and MoELayer v1's (fused_forward false),
+  // whose row buffers hold every row its schedule can have (every route of every rank on one) and
+  // its forward's output rows.
   int64_t layer_heap = 0;
   int64_t layer_local = 0;
   int64_t v1_layer_heap = 0;
   int64_t v1_layer_local = 0;
-  int64_t total() const { return symmetric + ring + schedule + saved + weights; }
+  int64_t total() const { return symmetric + ring + schedule + saved + partials + weights; }
 };
 
 struct RooflinePlan {

@@ -5,6 +5,7 @@
 
 #include "caracal/error.hpp"
 #include "caracal/schedule.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
 
 namespace caracal {
 
@@ -77,59 +78,51 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
   return traffic;
 }
 
-// MoELayer's buffers (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp), fused
-// over a ring of `ring_rows` rows and v1's over every row, without their 256-byte alignment
-// padding: bf16 rows, fp32 scalars.
-void plan_layer_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, MemoryPlan& m) {
+// MoELayer's buffers per rank (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp)
+// without their 256-byte alignment padding, sorted by what they hold: the fused layer over a ring
+// of `ring_rows` rows, and v1's over every row its schedule can have. Rows of x and of the
+// activation in the layer's format (bf16 today; the FP8 plan shrinks them), the rest bf16 rows and
+// 4-byte scalars.
+MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
   const LayerShape& s = c.shape;
   const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
   const int64_t L = c.local_experts(), W = c.ep_size, routes = T * k;
   const int64_t Is = s.num_shared_experts * s.shared_intermediate;
-  const int64_t rows = W * routes + L * (tile_m - 1);  // worst case: every route on this rank
-  const int64_t routed_rows = rows / tile_m * tile_m;
+  const int64_t capacity = W * routes + L * (tile_m - 1);  // the worst case: every route here
+  const int64_t routed_rows = capacity / tile_m * tile_m;
   const int64_t ring = std::min(ring_rows, routed_rows);
-  const int64_t schedule = routes * 4 + rows * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4;
-  const int64_t router = 3 * routes * 4;
-  // x, y, dy, dx (+ shared_out, shared_dx); combine and dx slots; per-row gates and dg; per-route
-  // dg; expert_x and expert_dy (the dx rows go straight to their home slots): the ring's rows, or
-  // v1's every row, whose forward adds expert_out.
-  const int64_t heap = schedule + router + (4 + 2 * (Is > 0 ? 1 : 0)) * T * D * 2 + 2 * routes * D * 2 +
-                       2 * rows * 4 + routes * 4;
-  m.layer_heap = heap + 2 * ring * D * 2;
-  m.v1_layer_heap = heap + 3 * rows * D * 2;
-  const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
+  const int64_t x_row = activation_row_bytes(D, c.precision);
+  const int64_t dy_row = D * 2;
+  const int64_t ring_heap_row = x_row + dy_row;                                   // expert_x, expert_dy
+  const int64_t ring_local_row = 2 * I * 2 + activation_row_bytes(I, c.precision);  // gate_up, activation
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
-  // The router-gradient workspace; the shared expert's x (dx over it), out, dy, gate_up and
-  // activation, its gates and dg.
-  const int64_t local = dgrad_workspace(routed_rows, I) + shared_rows * (3 * D + 2 * Is + Is) * 2 +
-                        shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
-  // gate_up (d_gate_up over it) and the activation per row of the ring; with more rows than the
-  // ring, two fp32 partial sums of one expert's weight gradients (bf16 gradients across macrobatches).
-  m.layer_local = local + ring * (2 * I + I) * 2 + (ring < routed_rows ? 2 * 3 * D * I * 4 : 0);
-  m.v1_layer_local = local + routed_rows * (2 * I + I) * 2;
-}
-
-MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
-  const LayerShape& s = c.shape;
-  const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
-  const int64_t L = c.local_experts(), W = c.ep_size;
-  const int64_t x_row = activation_row_bytes(D, c.precision);
-  // Gate/up stay bf16 (backward needs them); hidden is in the layer's activation format.
-  const int64_t ring_row = x_row + 2 * I * 2 + activation_row_bytes(I, c.precision);
-  const int64_t capacity_rows = W * T * k + L * (tile_m - 1);  // the worst case: every route here
 
   MemoryPlan m;
-  // x, topk_idx, scores, one bf16 row per (token, slot) for combine (reused by the backward
-  // reverse-dispatch), dy, and the per-route score gradient.
-  m.symmetric = T * x_row + T * k * 4 + T * k * 4 + T * k * D * 2 + T * D * 2 + T * k * 4;
-  m.ring = ring_rows * ring_row;
-  m.schedule = capacity_rows * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8;
-  const int64_t Is = s.num_shared_experts * s.shared_intermediate;
-  m.saved = T * 3 * Is * 2 + T * k * 4;
+  // x, y, dy, dx and the shared expert's output and dx rows per token; one row per (token, slot)
+  // for combine, reused by reverse dispatch; topk_idx, scores, gates, score gradients and dg slots.
+  m.symmetric = T * x_row + 3 * T * D * 2 + (Is > 0 ? 2 * T * D * 2 : 0) + routes * D * 2 + 5 * routes * 4;
+  m.ring = ring * (ring_heap_row + ring_local_row);
+  // The schedule's rows, offsets, counts, inverse view and workspaces (heap), and the per-row g,
+  // dL/dg (heap) and router-gradient partials (local), all for the worst case.
+  const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4 +
+                                W * ceil_div(routes, transfer::kScheduleChunkRoutes) * L * 4 + 2 * capacity * 4;
+  m.schedule = schedule_heap + dgrad_workspace(routed_rows, I);
+  // The shared expert's x (its dx over it), out, dy, gate_up and activation, gates and dg.
+  const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
+  m.saved = shared_rows * (3 * D + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
+  // With more rows than the ring: two fp32 sums of one expert's weight gradients (bf16 gradients
+  // across macrobatches).
+  m.partials = ring < routed_rows ? 2 * 3 * D * I * 4 : 0;
   m.weights = L * (2 * weight_bytes(I, D, c.precision) + weight_bytes(D, I, c.precision)) +
               (Is > 0 ? 2 * weight_bytes(Is, D, c.precision) + weight_bytes(D, Is, c.precision) : 0);
-  plan_layer_memory(c, ring_rows, tile_m, m);
+
+  m.layer_heap = m.symmetric + ring * ring_heap_row + schedule_heap;
+  m.layer_local = m.ring - ring * ring_heap_row + m.schedule - schedule_heap + m.saved + m.partials;
+  // v1: expert_x, expert_dy and its forward's expert_out over every row; gate_up and the
+  // activation over the routed rows.
+  m.v1_layer_heap = m.symmetric + schedule_heap + 3 * capacity * D * 2;
+  m.v1_layer_local = routed_rows * ring_local_row + m.schedule - schedule_heap + m.saved;
   return m;
 }
 

@@ -72,7 +72,10 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.backward.expert_gates = heap.take<float>(rows);
     if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(rows * D);
     b.backward.expert_dg = heap.take<float>(rows);
-    b.backward.dx_slots = heap.take<__nv_bfloat16>(routes * D);
+    // The forward's slots, when there are any: combine has summed them before the backward's
+    // first launch, and the next forward fills them only after the reverse dispatch's sums
+    // (token_exchange.hpp, protocol).
+    b.backward.dx_slots = options.forward ? b.forward.combine_slots : heap.take<__nv_bfloat16>(routes * D);
     b.backward.dg_slots = heap.take<float>(routes);
     if (options.shared_expert) b.backward.shared_dx = heap.take<__nv_bfloat16>(T * D);
     b.backward.dx = heap.take<__nv_bfloat16>(T * D);

@@ -105,24 +105,26 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   o.sm_count = 2;
   const Plan p = plan_with(c, RoutingKind::kUniform, o);
   const int64_t T = 10, k = 2, D = 64, I = 128, L = 2, W = 2, Is = 64;
-  EXPECT_EQ(p.memory.symmetric, T * D * 2 + T * k * 4 * 3 + T * k * D * 2 + T * D * 2);
-  EXPECT_EQ(p.memory.ring, p.ring_rows * (D * 2 + 2 * I * 2 + I * 2));
+  // Per token and route: x, y, dy, dx, the shared expert's out and dx; the slots; topk_idx,
+  // scores, gates, score gradients, dg slots.
+  EXPECT_EQ(p.memory.symmetric, 6 * T * D * 2 + T * k * D * 2 + 5 * T * k * 4);
   const int64_t capacity = W * T * k + L * (16 - 1);
-  EXPECT_EQ(p.memory.schedule, capacity * 8 + (L + 1) * 8 + L * W * 4 + T * k * 8);
-  EXPECT_EQ(p.memory.saved, T * 3 * Is * 2 + T * k * 4);
-  EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
-  // v1: expert_x, expert_dy and expert_out rows for every route of both ranks (the capacity)
-  // dominate the heap, gate_up (d_gate_up over it) and hidden the local memory; the fused layer
-  // holds the ring's rows of x, dy, gate_up and hidden instead (at most the 64 rows of the
-  // capacity rounded down to the tile), and two fp32 partials of one expert's weight gradients
-  // when the ring is shorter than them.
   const int64_t rows = capacity / 16 * 16;
   const int64_t ring = std::min<int64_t>(p.ring_rows, rows);
-  EXPECT_GT(p.memory.v1_layer_heap, 3 * capacity * D * 2);
-  EXPECT_GT(p.memory.v1_layer_local, rows * 3 * I * 2);
+  EXPECT_EQ(p.memory.ring, ring * (2 * D * 2 + 2 * I * 2 + I * 2));
+  const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + T * k * 8 + W * T * k * 4 + W * 1 * L * 4 +
+                                2 * capacity * 4;
+  EXPECT_EQ(p.memory.schedule, schedule_heap + rows * 1 * 4);  // one router-gradient partial per row (I <= 256)
+  const int64_t shared_rows = 16;                               // T rounded up to the tile
+  EXPECT_EQ(p.memory.saved, shared_rows * (3 * D + 3 * Is) * 2 + shared_rows * 2 * 4 + shared_rows * 4);
+  EXPECT_EQ(p.memory.partials, ring < rows ? 2 * 3 * D * I * 4 : 0);
+  EXPECT_EQ(p.memory.weights, L * 3 * D * I * 2 + 3 * D * Is * 2);
+  EXPECT_EQ(p.memory.layer_heap + p.memory.layer_local, p.memory.total() - p.memory.weights);
+  EXPECT_EQ(p.memory.layer_heap, p.memory.symmetric + ring * 2 * D * 2 + schedule_heap);
+  // v1: expert_x, expert_dy and expert_out rows for every route of both ranks (the capacity), gate_up
+  // and hidden for every routed row.
   EXPECT_EQ(p.memory.v1_layer_heap - p.memory.layer_heap, 3 * capacity * D * 2 - 2 * ring * D * 2);
-  EXPECT_EQ(p.memory.v1_layer_local - p.memory.layer_local,
-            (rows - ring) * 3 * I * 2 - (ring < rows ? 2 * 3 * D * I * 4 : 0));
+  EXPECT_EQ(p.memory.v1_layer_local - p.memory.layer_local, (rows - ring) * 3 * I * 2 - p.memory.partials);
 }
 
 TEST(Planner, TraceAndGeneratedRoutingGiveTheSamePlan) {

@@ -67,17 +67,17 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << format("  busiest rank              %lld macrobatch(es), backward replays %lld rows\n\n",
                (long long)p.macrobatches, (long long)p.replayed_rows);
 
-  os << "Memory per rank                     MiB\n";
-  os << "  symmetric buffers      " << mib(m.symmetric) << "\n";
-  os << "  ring                   " << mib(m.ring) << "\n";
-  os << "  schedule               " << mib(m.schedule) << "\n";
-  os << "  saved for backward     " << mib(m.saved) << "   (outside the ring)\n";
+  os << "Memory per rank (MoELayer)          MiB\n";
+  os << "  symmetric buffers      " << mib(m.symmetric) << "   (per token and route)\n";
+  os << "  ring                   " << mib(m.ring) << "   (x, dy, gate/up, activation rows)\n";
+  os << "  schedule               " << mib(m.schedule) << "   (for the worst case)\n";
+  os << "  shared expert          " << mib(m.saved) << "\n";
+  os << "  weight-grad partials   " << mib(m.partials) << "   (bf16 gradients across macrobatches)\n";
   os << "  weights                " << mib(m.weights) << "\n";
-  os << "  total                  " << mib(m.total()) << "\n";
-  os << "  MoELayer (fused)       " << mib(m.layer_heap + m.layer_local)
-     << format("   (heap %.1f + local %.1f, over this ring; without weights)\n",
-               static_cast<double>(m.layer_heap) / (1 << 20), static_cast<double>(m.layer_local) / (1 << 20));
-  os << "  MoELayer v1            " << mib(m.v1_layer_heap + m.v1_layer_local)
+  os << "  total                  " << mib(m.total())
+     << format("   (heap %.1f + local %.1f + weights)\n", static_cast<double>(m.layer_heap) / (1 << 20),
+               static_cast<double>(m.layer_local) / (1 << 20));
+  os << "  MoELayer v1            " << mib(m.v1_layer_heap + m.v1_layer_local + m.weights)
      << "   (buffers for every route of every rank on this one)\n\n";
 
   os << "Roofline, busiest rank          forward    backward\n";
@@ -131,6 +131,7 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                   {"replayed_rows", p.replayed_rows}};
   j["memory_bytes"] = {{"symmetric", m.symmetric},     {"ring", m.ring},
                        {"schedule", m.schedule},       {"saved", m.saved},
+                       {"partials", m.partials},
                        {"weights", m.weights},         {"total", m.total()},
                        {"layer_heap", m.layer_heap},
                        {"layer_local", m.layer_local},

@@ -57,7 +57,8 @@ struct BackwardBuffers {
   Sym<float> expert_gates;       // [R] g of each row's route; padding rows 0
   Sym<__nv_bfloat16> expert_dx;  // [R][D] reverse-dispatch input
   Sym<float> expert_dg;          // [R] reverse-dispatch input: dL/dg of each row's route
-  Sym<__nv_bfloat16> dx_slots;   // [T*k][D] dx rows as pushed to their home slots
+  Sym<__nv_bfloat16> dx_slots;   // [T*k][D] dx rows as pushed to their home slots: the forward's
+                                 // combine_slots when both directions are allocated
   Sym<float> dg_slots;           // [T*k] dL/dg as pushed to their home slots
   Sym<__nv_bfloat16> shared_dx;  // [T][D] optional input: the shared expert's dx
   Sym<__nv_bfloat16> dx;         // [T][D] reverse-dispatch output
