@@ -104,19 +104,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      bool continued = false;
       if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
+        // The weight gradients over a window: where the tile's sum starts and stops, as the
+        // scheduler found it (no loads of the offsets per tile).
+        auto const& window = scheduler.window();
+        bool continued = false;
         if (active) {
           // Fenced off from the wgmmas on both sides (no wgmma pending, the loads ordered before
           // the next): without it ptxas serializes the kernel's wgmmas (C7515).
           warpgroup_wait<0>();
           warpgroup_fence_operand(accum);
-          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, accum, consumer);
+          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
           warpgroup_fence_operand(accum);
         }
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+        Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
+      } else {
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+        Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
       }
-      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
-      Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
     }
     ring.drain();
   }

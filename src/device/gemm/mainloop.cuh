@@ -40,11 +40,13 @@ struct MainloopStorage {
 // being fetched so early that the operand stream evicts it again.
 inline constexpr int kSourcePrefetchLead = 8;
 
-// An epilogue whose sums may continue from partials (the weight gradients over a window) declares
+// An epilogue whose sums may continue from partials (the weight gradients over a window, with
+// WeightTileScheduler) declares
 //   static constexpr bool kLoadsPartials = true;
 //   template <class Accum> static __device__ bool load_partial(Params const&, TileCoord const&,
-//                                                              Accum&, int warpgroup);
-// the consumers call it before a tile's mainloop, which then adds to what it loaded if it says so.
+//                                                              ExpertWindow const&, Accum&, int warpgroup);
+// and takes the scheduler's ExpertWindow in apply() too: the consumers call load_partial before a
+// tile's mainloop, which then adds to what it loaded if it says so.
 template <class Epilogue, class = void>
 inline constexpr bool kLoadsPartials = false;
 template <class Epilogue>

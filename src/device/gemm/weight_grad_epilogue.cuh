@@ -11,7 +11,6 @@
 
 #include <cute/tensor.hpp>
 
-#include "caracal/schedule_view.hpp"
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/tile_coord.cuh"
@@ -35,7 +34,6 @@ struct WeightGradEpilogueParams {
   int partial_out_expert_rows;       // rows between experts in partial_out: grad_rows, or 0 (scratch)
   const float* partial_in;           // the partials the window continues from, [rows][grad_cols]
   int64_t partial_in_expert_floats;  // floats between experts there: grad_rows * grad_cols, or 0
-  ScheduleView rows;                 // the window (expert_window)
   int grad_rows;                     // M of one expert's gradient
   int grad_cols;                     // N, a multiple of 64
 };
@@ -58,9 +56,10 @@ struct WeightGradTmaEpilogue {
   // 16w + l/4 + 8h, column 8t + 2(l%4) + v). Returns whether it did (the mainloop then adds to
   // them instead of starting from zero).
   template <class Accum>
-  __device__ static bool load_partial(Params const& p, TileCoord const& tile, Accum& acc, int warpgroup) {
+  __device__ static bool load_partial(Params const& p, TileCoord const& tile, ExpertWindow const& window, Accum& acc,
+                                      int warpgroup) {
     int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
-    if (tile.k_tiles == 0 || slice_row >= p.grad_rows || !expert_window(p.rows, tile.expert).continues) return false;
+    if (tile.k_tiles == 0 || slice_row >= p.grad_rows || !window.continues) return false;
     int const thread = int(threadIdx.x) % kWarpgroupThreads;
     int const lane = thread % 32;
     const float* src = p.partial_in + tile.expert * p.partial_in_expert_floats +
@@ -79,13 +78,13 @@ struct WeightGradTmaEpilogue {
   }
 
   template <class Accum>
-  __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
+  __device__ static void apply(Params const& p, TileCoord const& tile, ExpertWindow const& window, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
     int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
     // Past the gradient's rows (out_rows % 128 == 64): the 2D view would reach the next expert.
     if (slice_row >= p.grad_rows) return;  // uniform over the warpgroup
     if constexpr (kBf16) {
-      if (expert_window(p.rows, tile.expert).stops) {  // the sum goes on in the next window
+      if (window.stops) {  // the sum goes on in the next window
         store_slice<false>(p, &p.partial_out, tile.expert * p.partial_out_expert_rows + slice_row, tile, acc,
                            active, ring);
         return;

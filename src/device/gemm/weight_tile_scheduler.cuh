@@ -79,6 +79,9 @@ class WeightTileScheduler {
 
   __device__ static void locate(Params const&, TileCoord&) {}  // m_buffer = m_begin: gradient rows
 
+  // The current tile's expert against the window: where its sum starts and stops.
+  __device__ ExpertWindow const& window() const { return window_; }
+
   __device__ TileCoord coord() const {
     int const per_expert = m_blocks_ * n_blocks_;
     int const local = tile_ - expert_ * per_expert;

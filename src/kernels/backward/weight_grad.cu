@@ -45,7 +45,6 @@ void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int 
   p.mainloop.b_mn_extent = n;
   p.scheduler = {rows, (m + kBlockM - 1) / kBlockM, (n + kBlockN - 1) / kBlockN, m};
   WeightGradEpilogueParams& e = p.epilogue;
-  e.rows = rows;
   e.grad_rows = m;
   e.grad_cols = n;
   if (grad_bf16 != nullptr) {
