@@ -61,9 +61,7 @@ def nccl_pytorch_moe(x, idx, scores, w_gate_up, w_down, shared, world, normalize
     back = dist_fn.all_to_all_single(out.new_empty(sum(send_split), out.shape[1]), out, send_split, recv_split)
     routed = back.index_select(0, torch.argsort(order)).view(tokens, top_k, -1)
     gates = router_gates(idx, scores, normalize, scale)
-    y = torch.zeros(tokens, x.shape[1], device=x.device, dtype=torch.float32)
-    for slot in range(top_k):
-        y = y + gates[:, slot:slot + 1] * routed[:, slot].float()
+    y = torch.bmm(gates.unsqueeze(1), routed.float()).squeeze(1)  # each token's k rows, fp32, no slot loop
     if shared is not None:
         shared_inter = shared[0].shape[0] // 2
         y = y + F.linear(swiglu(F.linear(x, shared[0]), shared_inter), shared[1]).float()

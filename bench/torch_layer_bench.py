@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """caracal.MoE (the PyTorch module) against the plain PyTorch layer, side by side in one run, on
-EP8-sized slices of four models (one GPU, all local experts, T tokens): forward and
+EP8-sized slices of five models (one GPU, all local experts, T tokens): forward and
 forward+backward ms and TFLOP/s and the speed-up; caracal.MoE with the fused forward (its default) and
 with v1's separate forward launches (fused_forward=False). The plain layer is bench/torch_moe_layer.py's
 (argsort permute + torch._grouped_mm + autograd). Both run with autograd recording, backward via
 torch.autograd.grad over the input, the scores and every weight; routing is uniform.
 
-Usage: python3 bench/torch_layer_bench.py [--models deepseek-v3,kimi-k2,qwen3.5-397b,glm-5]
+Usage: python3 bench/torch_layer_bench.py [--models deepseek-v3,kimi-k2,qwen3.5-397b,glm-5,deepseek-v4-pro]
                                           [--tokens 4096] [--reps 20] [--json OUT.json]
 """
 import argparse
@@ -23,7 +23,7 @@ import caracal  # noqa: E402
 from torch_moe_layer import MODELS, median_ms, moe_layer  # noqa: E402
 
 # Local experts of an EP8 slice (issue 6).
-LOCAL_EXPERTS = {"deepseek-v3": 32, "kimi-k2": 48, "qwen3.5-397b": 64, "glm-5": 32}
+LOCAL_EXPERTS = {"deepseek-v3": 32, "kimi-k2": 48, "qwen3.5-397b": 64, "glm-5": 32, "deepseek-v4-pro": 48}
 
 
 def bench_model(name, tokens, warmup, reps, gen):

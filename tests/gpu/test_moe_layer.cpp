@@ -176,37 +176,44 @@ INSTANTIATE_TEST_SUITE_P(W, GpuMoELayerNcclThreads, testing::Values(2, 4, 8),
 
 // ---- CUDA graph ---------------------------------------------------------------------------------------
 
+// On the default ring (one macrobatch here) and on a ring of 128 rows, so that the replays' routings
+// walk from one macrobatch (uniform) to several (all to one) through the same graph.
 TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"graph_W4", 4, 53, 16, 3, true, true, kNormalizedScaled, RoutingCase::kUniform};
   const HostWeights weights = random_weights(c, fresh_seed());
-  comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c)));
-  MoELayer layer(config_of(c), world);
-  const WorldBuffers buffers(c, weights, world);
-  // One eager step first, as frameworks warm up before capturing: it loads every kernel's module.
-  check_step(c, layer, buffers, weights, RoutingCase::kZipf);
-  Stream stream;
+  for (const int ring_rows : {0, 128}) {
+    SCOPED_TRACE("ring_rows " + std::to_string(ring_rows));
+    MoELayerOptions options;
+    options.ring_rows = ring_rows;
+    comm::LoopbackWorld world(c.world, MoELayer::heap_bytes(config_of(c), options));
+    MoELayer layer(config_of(c), world, options);
+    const WorldBuffers buffers(c, weights, world);
+    // One eager step first, as frameworks warm up before capturing: it loads every kernel's module.
+    check_step(c, layer, buffers, weights, RoutingCase::kZipf);
+    Stream stream;
 
-  std::unique_ptr<test::CapturedGraph> graph;
-  try {
-    graph = std::make_unique<test::CapturedGraph>(stream, [&](cudaStream_t s) {
-      const MoEContext context = layer.forward(buffers.forward_args(), s);
-      layer.backward(buffers.backward_args(), context, s);
-    });
-  } catch (const Error& e) {
-    FAIL() << "capture failed: " << e.what();
-  }
+    std::unique_ptr<test::CapturedGraph> graph;
+    try {
+      graph = std::make_unique<test::CapturedGraph>(stream, [&](cudaStream_t s) {
+        const MoEContext context = layer.forward(buffers.forward_args(), s);
+        layer.backward(buffers.backward_args(), context, s);
+      });
+    } catch (const Error& e) {
+      FAIL() << "capture failed: " << e.what();
+    }
 
-  const RoutingCase replays[] = {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots,
-                                 RoutingCase::kZipf};
-  for (RoutingCase routing : replays) {
-    const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
-    const HostStep step = random_step(c, routing, seed.value());
-    buffers.prepare(step, world);
-    graph->launch(stream);
-    stream.sync();
-    ASSERT_NO_THROW(layer.check());
-    expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+    const RoutingCase replays[] = {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots,
+                                   RoutingCase::kZipf};
+    for (RoutingCase routing : replays) {
+      const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
+      const HostStep step = random_step(c, routing, seed.value());
+      buffers.prepare(step, world);
+      graph->launch(stream);
+      stream.sync();
+      ASSERT_NO_THROW(layer.check());
+      expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+    }
   }
 }
 
@@ -449,6 +456,7 @@ TEST(GpuMoELayerPending, BackwardOfAnEarlierForwardReplaysItBitwise) {
     const HostStep other = random_step(c, RoutingCase::kAllToOne, s.seed.value() + 1);
     MoELayerOptions options;
     options.fused_forward = fused;
+    options.ring_rows = 128;  // the all-to-one step's rows over four macrobatches, each replayed
     const auto alone = [&](const HostStep& step) {
       LoopbackLayer single(c, s.weights, options);
       single.buffers.prepare(step, single.world);
