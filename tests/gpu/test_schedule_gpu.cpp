@@ -21,6 +21,7 @@
 #include "caracal/schedule.hpp"
 #include "caracal/schedule_view.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "error_checks.hpp"
 #include "exchange_test_support.hpp"
 #include "gpu_test_util.hpp"
 
@@ -341,6 +342,20 @@ TEST(ExchangeShapeValidation, HeapBytesFollowTheOptions) {
   EXPECT_EQ(both - TokenExchange::heap_bytes(shape, 2, fused), (rows * 64 * 2 + 255) / 256 * 256);
   fused.expert_dx = false;
   EXPECT_EQ(both - TokenExchange::heap_bytes(shape, 2, fused), 2 * ((rows * 64 * 2 + 255) / 256 * 256));
+  // A ring (the fused layer's): expert_x and expert_dy hold 256 rows instead of R.
+  ExchangeOptions ring = fused;
+  ring.ring_rows = 256;
+  EXPECT_EQ(TokenExchange::heap_bytes(shape, 2, fused) - TokenExchange::heap_bytes(shape, 2, ring),
+            2 * ((rows * 64 * 2 + 255) / 256 * 256 - 256 * 64 * 2));
+  ring.ring_rows = 200;
+  test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); },
+                     {"options.ring_rows must be 0 or a multiple of tile_m (128)", "1408 rows", "got 200"});
+  ring.ring_rows = 1536;
+  test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); }, {"up to the schedule's 1408 rows"});
+  ring.ring_rows = 256;
+  ring.expert_out = true;
+  test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); },
+                     {"options.ring_rows > 0 needs expert_out = false and expert_dx = false"});
   EXPECT_THROW((void)TokenExchange::heap_bytes({64, 4, 60, 16, 128}, 2), Error);
 }
 
