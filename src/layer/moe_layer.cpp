@@ -219,9 +219,14 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
   const int first_row = fused ? window * sizes.ring_rows : 0;
   const int end_row = fused ? std::min(first_row + sizes.ring_rows, sizes.routed_rows) : 0;
   if (fused) {
-    // The ring's x rows of the window: the weight gradients read every row's x there (the fused
-    // forward read the rows of tokens on this GPU in place), and so does their replay.
-    exchange->dispatch(stream, first_row, end_row);
+    // The ring's x rows of the window: the weight gradients read every row's x there, and so does
+    // its up/gate replay. After the fused forward (no replay), macrobatch 0's rows of tokens on
+    // other GPUs (all rows, with pull_all_rows) are still in the ring where its pull put them: only
+    // the rows it read in place are copied, no row crosses NVLink again.
+    const transfer::RowsInPlace in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
+                                           : pull_all_rows  ? transfer::RowsInPlace::kAll
+                                                            : transfer::RowsInPlace::kOtherGpus;
+    exchange->dispatch(stream, first_row, end_row, in_place);
     for (size_t l = 0; l < args.size() && recompute_up_gate; ++l) {
       gemm::ExpertPass pass = ranks[l].routed;
       pass.rows.first_row = first_row;

@@ -208,17 +208,18 @@ void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_
   detail::launch_gates(world_, kernels_->gates, args, stream);
 }
 
-void TokenExchange::dispatch(cudaStream_t stream, int first_row, int end_row) {
+void TokenExchange::dispatch(cudaStream_t stream, int first_row, int end_row, RowsInPlace in_place) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  detail::launch_dispatch(world_, kernels_->dispatch, window_args("TokenExchange::dispatch", first_row, end_row),
-                          stream);
+  detail::launch_dispatch(world_, kernels_->dispatch,
+                          window_args("TokenExchange::dispatch", first_row, end_row, in_place), stream);
 }
 
-detail::ExchangeArgs TokenExchange::window_args(const char* name, int first_row, int end_row) const {
+detail::ExchangeArgs TokenExchange::window_args(const char* name, int first_row, int end_row,
+                                                RowsInPlace in_place) const {
   const int schedule_rows = most_schedule_rows(shape_, sizes_);
   check_window(name, first_row, end_row, options_.ring_rows, schedule_rows, static_cast<int>(shape_.tile_m));
   detail::ExchangeArgs args = kernels_->args;
-  args.window = {first_row, end_row > 0 ? end_row : schedule_rows, options_.ring_rows};
+  args.window = {first_row, end_row > 0 ? end_row : schedule_rows, options_.ring_rows, in_place};
   return args;
 }
 

@@ -42,6 +42,12 @@ struct RouterBuffers {
   Sym<float> d_topk_scores;  // [T*k] output of reverse_dispatch; 0 for empty slots
 };
 
+// Rows of expert_x a dispatch may leave as they are, because an earlier launch put them there (the
+// fused forward pulls the rows of tokens on other GPUs into its ring, or every row when asked to):
+// none, the rows of tokens on other GPUs than this one, or every real row. Padding rows are always
+// zeroed.
+enum class RowsInPlace : int { kNone, kOtherGpus, kAll };
+
 struct ForwardBuffers {
   Sym<__nv_bfloat16> x;              // [T][D] input
   Sym<__nv_bfloat16> expert_x;       // [R or ring][D] dispatch output, schedule order; padding rows zero

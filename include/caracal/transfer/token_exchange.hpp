@@ -106,8 +106,9 @@ class TokenExchange {
   void compute_gates(const RouterNormalization& router, cudaStream_t stream);
   // expert_x from x (needs a built schedule; options.forward): the schedule rows [first_row,
   // end_row) (multiples of tile_m; end_row 0: to the end), over a ring (options.ring_rows) at most
-  // ring_rows of them from a multiple of it, into buffer rows [0, end_row - first_row).
-  void dispatch(cudaStream_t stream, int first_row = 0, int end_row = 0);
+  // ring_rows of them from a multiple of it, into buffer rows [0, end_row - first_row); rows an
+  // earlier launch left in expert_x (`in_place`) are not pulled again.
+  void dispatch(cudaStream_t stream, int first_row = 0, int end_row = 0, RowsInPlace in_place = RowsInPlace::kNone);
   // y from expert_out, gates and shared_out when options.shared_expert (options.forward and
   // options.expert_out).
   void combine(cudaStream_t stream);
@@ -139,7 +140,8 @@ class TokenExchange {
  private:
   struct Kernels;  // launch shapes, fixed at setup
   // The kernels' arguments for a pull of rows [first_row, end_row) (checked; `name` for errors).
-  detail::ExchangeArgs window_args(const char* name, int first_row, int end_row) const;
+  detail::ExchangeArgs window_args(const char* name, int first_row, int end_row,
+                                   RowsInPlace in_place = RowsInPlace::kNone) const;
 
   comm::World& world_;
   ExchangeShape shape_;

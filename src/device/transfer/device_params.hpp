@@ -27,6 +27,7 @@ struct PullWindow {
   int first_row = 0;
   int end_row = 0;
   int ring_rows = 0;
+  RowsInPlace in_place = RowsInPlace::kNone;  // real rows the pull leaves as they are
 };
 
 // The router normalization of DESIGN §1 in the precision the kernels use.

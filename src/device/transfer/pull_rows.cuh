@@ -26,13 +26,18 @@ struct PullRows {
   int hidden;
 };
 
-// The rows of `window` (expert_rows per buffer row, expert_gates per schedule row). kWithGates: also
-// carry g. kCoherent: ld.global (the default, measured faster), else ld.global.nc.
+// The rows of `window` (expert_rows per buffer row, expert_gates per schedule row), but those it
+// leaves in place (window.in_place). kWithGates: also carry g. kCoherent: ld.global (the default, measured faster), else ld.global.nc.
 template <bool kWithGates, bool kCoherent>
 __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule,
                                    const PullWindow& window, WarpWorkers warps, const PullRows& pull) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   for_each_window_row(world, schedule, window, warps, [&](int rank, int row, int2 entry) {
+    if (entry.x >= 0 && window.in_place != RowsInPlace::kNone) {
+      const bool on_this_gpu =
+          static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
+      if (window.in_place == RowsInPlace::kAll || !on_this_gpu) return;  // already there
+    }
     if constexpr (kWithGates) {
       if (lane == 0) {
         world.at(pull.expert_gates, rank)[row] = entry.x < 0 ? 0.0f : world.at(pull.home_gates, entry.x)[entry.y];
