@@ -223,10 +223,14 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     // its up/gate replay. After the fused forward (no replay), macrobatch 0's rows of tokens on
     // other GPUs (all rows, with pull_all_rows) are still in the ring where its pull put them: only
     // the rows it read in place are copied, no row crosses NVLink again.
-    const transfer::RowsInPlace in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
-                                           : pull_all_rows  ? transfer::RowsInPlace::kAll
-                                                            : transfer::RowsInPlace::kOtherGpus;
-    exchange->dispatch(stream, first_row, end_row, in_place);
+    transfer::PullRange x_rows{first_row, end_row};
+    x_rows.in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
+                      : pull_all_rows  ? transfer::RowsInPlace::kAll
+                                       : transfer::RowsInPlace::kOtherGpus;
+    // The pass's first pull has the world barrier after every rank staged dy; the others need none
+    // (they write this rank's ring only, and the reverse dispatch's barrier ends the pass).
+    x_rows.after_barrier = window > 0;
+    exchange->dispatch(stream, x_rows);
     for (size_t l = 0; l < args.size() && recompute_up_gate; ++l) {
       gemm::ExpertPass pass = ranks[l].routed;
       pass.rows.first_row = first_row;
@@ -235,7 +239,9 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
       gemm::expert_up_gate(pass, {w.w_gate_up, w.w_down}, stream);
     }
   }
-  exchange->reverse_combine(stream, first_row, end_row);
+  transfer::PullRange dy_rows{first_row, end_row};
+  dy_rows.after_barrier = fused;  // v1's backward pulls nothing before (its replay's dispatch precedes dy)
+  exchange->reverse_combine(stream, dy_rows);
   for (size_t l = 0; l < args.size(); ++l) {
     const MoEBackwardArgs& a = args[l];
     const MoEWeights& w = context.ranks_[l].weights;

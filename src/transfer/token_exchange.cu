@@ -208,18 +208,18 @@ void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_
   detail::launch_gates(world_, kernels_->gates, args, stream);
 }
 
-void TokenExchange::dispatch(cudaStream_t stream, int first_row, int end_row, RowsInPlace in_place) {
+void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  detail::launch_dispatch(world_, kernels_->dispatch,
-                          window_args("TokenExchange::dispatch", first_row, end_row, in_place), stream);
+  detail::launch_dispatch(world_, kernels_->dispatch, pull_args("TokenExchange::dispatch", range), stream);
 }
 
-detail::ExchangeArgs TokenExchange::window_args(const char* name, int first_row, int end_row,
-                                                RowsInPlace in_place) const {
+detail::ExchangeArgs TokenExchange::pull_args(const char* name, const PullRange& range) const {
   const int schedule_rows = most_schedule_rows(shape_, sizes_);
-  check_window(name, first_row, end_row, options_.ring_rows, schedule_rows, static_cast<int>(shape_.tile_m));
+  check_window(name, range.first_row, range.end_row, options_.ring_rows, schedule_rows,
+               static_cast<int>(shape_.tile_m));
   detail::ExchangeArgs args = kernels_->args;
-  args.window = {first_row, end_row > 0 ? end_row : schedule_rows, options_.ring_rows, in_place};
+  args.window = {range.first_row, range.end_row > 0 ? range.end_row : schedule_rows, options_.ring_rows,
+                 range.in_place, !range.after_barrier};
   return args;
 }
 
@@ -234,10 +234,12 @@ void TokenExchange::combine_filled_slots(cudaStream_t stream) {
   detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, kernels_->args, stream);
 }
 
-void TokenExchange::reverse_combine(cudaStream_t stream, int first_row, int end_row) {
+void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  detail::launch_reverse_combine(world_, kernels_->reverse_combine,
-                                 window_args("TokenExchange::reverse_combine", first_row, end_row), stream);
+  CARACAL_CHECK(range.in_place == RowsInPlace::kNone,
+                "TokenExchange::reverse_combine: range.in_place must be kNone (no launch leaves dy rows in place)");
+  detail::launch_reverse_combine(world_, kernels_->reverse_combine, pull_args("TokenExchange::reverse_combine", range),
+                                 stream);
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {

@@ -14,10 +14,10 @@
 //   build_schedule    reset route_location | barrier | pull topk_idx, count | barrier | place rows,
 //                     push route locations | barrier
 //   compute_gates     g from topk_scores, local (no barrier)
-//   dispatch          barrier | pull x rows
+//   dispatch          barrier | pull x rows (the barrier may be skipped: PullRange)
 //   combine           barrier | push expert_out rows to home slots | barrier | y = shared + sum g*slot
 //   combine_filled_slots                                          barrier | y = shared + sum g*slot
-//   reverse_combine   barrier | pull dy rows and g
+//   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
@@ -74,6 +74,20 @@ struct ExchangeOptions {
   bool noncoherent_pull_loads = false;
 };
 
+// Which rows a pull (dispatch, reverse_combine) fills: the schedule rows [first_row, end_row)
+// (multiples of tile_m; end_row 0: to the end), over a ring (ExchangeOptions::ring_rows) at most
+// ring_rows of them from a multiple of it, into buffer rows [0, end_row - first_row).
+struct PullRange {
+  int first_row = 0;
+  int end_row = 0;
+  RowsInPlace in_place = RowsInPlace::kNone;  // dispatch: rows an earlier launch left in expert_x
+  // Skip the launch's entry world barrier. Only for a pull that follows, on the same stream and in
+  // the same pass, a launch that had it after every rank published the home rows pulled here (x,
+  // dy, gates): the rows it writes are this rank's own, which no peer reads. The backward's pulls
+  // of later macrobatches, and its second pull of the first, are such.
+  bool after_barrier = false;
+};
+
 class TokenExchange {
  public:
   // Bytes of symmetric heap per rank the buffers take (validates the shape; throws caracal::Error).
@@ -104,11 +118,9 @@ class TokenExchange {
   void build_schedule(cudaStream_t stream);
   // gates from topk_scores and topk_idx.
   void compute_gates(const RouterNormalization& router, cudaStream_t stream);
-  // expert_x from x (needs a built schedule; options.forward): the schedule rows [first_row,
-  // end_row) (multiples of tile_m; end_row 0: to the end), over a ring (options.ring_rows) at most
-  // ring_rows of them from a multiple of it, into buffer rows [0, end_row - first_row); rows an
-  // earlier launch left in expert_x (`in_place`) are not pulled again.
-  void dispatch(cudaStream_t stream, int first_row = 0, int end_row = 0, RowsInPlace in_place = RowsInPlace::kNone);
+  // expert_x from x (needs a built schedule; options.forward), for the rows of `range`; rows an
+  // earlier launch left in expert_x (range.in_place) are not pulled again.
+  void dispatch(cudaStream_t stream, const PullRange& range = {});
   // y from expert_out, gates and shared_out when options.shared_expert (options.forward and
   // options.expert_out).
   void combine(cudaStream_t stream);
@@ -117,9 +129,9 @@ class TokenExchange {
   // peers' slots must come after a world barrier that follows the last combine's sums (the fused
   // forward follows build_schedule's).
   void combine_filled_slots(cudaStream_t stream);
-  // expert_dy and expert_gates from dy and gates (options.backward), for the window of schedule
-  // rows dispatch takes (expert_gates is per schedule row, expert_dy per buffer row).
-  void reverse_combine(cudaStream_t stream, int first_row = 0, int end_row = 0);
+  // expert_dy and expert_gates from dy and gates (options.backward), for the rows of `range`
+  // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
+  void reverse_combine(cudaStream_t stream, const PullRange& range = {});
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
   // options.expert_dx); `router` must be the one compute_gates used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
@@ -139,9 +151,8 @@ class TokenExchange {
 
  private:
   struct Kernels;  // launch shapes, fixed at setup
-  // The kernels' arguments for a pull of rows [first_row, end_row) (checked; `name` for errors).
-  detail::ExchangeArgs window_args(const char* name, int first_row, int end_row,
-                                   RowsInPlace in_place = RowsInPlace::kNone) const;
+  // The kernels' arguments for a pull of `range` (checked; `name` for errors).
+  detail::ExchangeArgs pull_args(const char* name, const PullRange& range) const;
 
   comm::World& world_;
   ExchangeShape shape_;

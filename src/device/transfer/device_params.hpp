@@ -28,6 +28,7 @@ struct PullWindow {
   int end_row = 0;
   int ring_rows = 0;
   RowsInPlace in_place = RowsInPlace::kNone;  // real rows the pull leaves as they are
+  bool barrier = true;                        // the launch's entry world barrier (PullRange)
 };
 
 // The router normalization of DESIGN §1 in the precision the kernels use.

@@ -13,8 +13,9 @@ template <bool kCoherent>
 __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   // The home rows of every rank are in place, and no rank is still in an earlier launch that
-  // reads what this one overwrites.
-  if (!comm::world_barrier(world, place)) return;
+  // reads what this one overwrites (unless an earlier launch of the pass saw to both:
+  // PullRange::after_barrier).
+  if (args.window.barrier && !comm::world_barrier(world, place)) return;
   pull_schedule_rows<false, kCoherent>(world, args.schedule, args.window, role_warps(world, place),
                                        PullRows{args.forward.x, args.forward.expert_x, {}, {}, args.top_k, args.hidden});
 }
