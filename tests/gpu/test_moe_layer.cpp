@@ -96,11 +96,15 @@ TEST(GpuMoELayerNccl, SingleRankMatchesReference) {
   const LayerCase c{"nccl_W1_shared_scale_k4", 1, 133, 8, 4, true, true, kNormalizedScaled, RoutingCase::kZipf};
   const HostWeights weights = random_weights(c, fresh_seed());
   std::vector<comm::NcclComm> comms = comm::init_all({0});
-  comm::NcclWorld world(comms[0].get(), MoELayer::heap_bytes(config_of(c)));
+  MoELayerOptions ring;
+  ring.ring_rows = 128;  // 532 routes: five macrobatches, walked by both passes
+  comm::NcclWorld world(comms[0].get(), MoELayer::heap_bytes(config_of(c)) + MoELayer::heap_bytes(config_of(c), ring));
   MoELayer layer(config_of(c), world);
   const WorldBuffers buffers(c, weights, world);
   check_step(c, layer, buffers, weights, RoutingCase::kZipf);
   check_step(c, layer, buffers, weights, RoutingCase::kEmptySlots);  // every buffer reused
+  MoELayer ring_layer(config_of(c), world, ring);
+  check_step(c, ring_layer, buffers, weights, RoutingCase::kZipf);
 }
 
 const LayerCase kMismatchCase{"mismatch_W2", 2, 64, 8, 2, true, false, kNormalized, RoutingCase::kUniform};
@@ -110,16 +114,18 @@ const LayerCase kMismatchCase{"mismatch_W2", 2, 64, 8, 2, true, false, kNormaliz
 // then the Zipf step again, bitwise. Skipped where fewer than W GPUs exist.
 class GpuMoELayerNcclThreads : public testing::TestWithParam<int> {};
 
-// One step on every GPU's rank; returns each rank's outputs (rank order) or the first failure.
-std::vector<RankOutputs> run_threads(const LayerCase& c, const HostWeights& weights, const HostStep& step) {
+// One step on every GPU's rank (a layer built with `options`); returns each rank's outputs (rank
+// order) or the first failure.
+std::vector<RankOutputs> run_threads(const LayerCase& c, const HostWeights& weights, const HostStep& step,
+                                     const MoELayerOptions& options = {}) {
   std::vector<int> devices(static_cast<size_t>(c.world));
   for (int d = 0; d < c.world; ++d) devices[static_cast<size_t>(d)] = d;
   std::vector<comm::NcclComm> comms = comm::init_all(devices);
   std::vector<RankOutputs> outputs(devices.size());
   const std::vector<std::string> failures = test::on_each_gpu(c.world, [&](int rank) {
     const size_t r = static_cast<size_t>(rank);
-    comm::NcclWorld world(comms[r].get(), MoELayer::heap_bytes(config_of(c)));  // collective
-    MoELayer layer(config_of(c), world);
+    comm::NcclWorld world(comms[r].get(), MoELayer::heap_bytes(config_of(c), options));  // collective
+    MoELayer layer(config_of(c), world, options);
     const WorldBuffers buffers(c, weights, world);
     buffers.prepare(step, world);
     Stream stream;
@@ -150,6 +156,13 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
       ASSERT_NO_THROW(again = run_threads(c, weights, step));
       expect_same_bits(got, again, "a second run");
     }
+    // A ring of 128 rows: both passes in macrobatches, the backward's first one reusing the x rows
+    // the forward pulled over NVLink (RowsInPlace), the same bits.
+    MoELayerOptions ring;
+    ring.ring_rows = 128;
+    std::vector<RankOutputs> on_ring;
+    ASSERT_NO_THROW(on_ring = run_threads(c, weights, step, ring));
+    expect_same_bits(got, on_ring, "a ring of 128 rows");
   }
 }
 
