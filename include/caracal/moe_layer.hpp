@@ -213,13 +213,14 @@ class MoEContext {
 
 class MoELayer {
  public:
-  // Memory for `config` built with `options` on a device of `multiprocessors` SMs (the default
-  // ring depends on them; 132: H100, H200). The fused path's row buffers hold its ring; v1's
+  // Memory for `config` built with `options` on a device of `multiprocessors` SMs, which the
+  // default ring follows (0: the current CUDA device's, or 132 — H100, H200 — where there is none;
+  // the layer itself uses its world's device). The fused path's row buffers hold its ring; v1's
   // (options.fused_forward false or more than 8 ranks) hold every row the schedule can have, plus
   // an output row per schedule row for its combine to push. Throws caracal::Error for a
   // configuration the layer cannot run (see the constructor). Host only.
   static MoELayerMemory memory(const LayerConfig& config, const MoELayerOptions& options = {},
-                               int multiprocessors = 132);
+                               int multiprocessors = 0);
   static size_t heap_bytes(const LayerConfig& config, const MoELayerOptions& options = {}) {
     return memory(config, options).heap;
   }

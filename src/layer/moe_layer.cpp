@@ -15,6 +15,8 @@
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -84,6 +86,18 @@ void require_same_config(const LayerConfig& config, comm::World& world) {
 // more ranks), it keeps v1's.
 bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
   return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
+}
+
+// The SMs of the current CUDA device, whose count the default ring follows; 132 (H100, H200) where
+// there is none (a host without a GPU: the planner's default).
+int current_device_multiprocessors() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && count > 0) {
+    return count;
+  }
+  (void)cudaGetLastError();  // no device here: not an error of the caller's
+  return 132;
 }
 
 // The layer's sizes: a fused layer's over its ring (options.ring_rows, or the planner's default
@@ -261,7 +275,9 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
 }
 
 MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
-  CARACAL_CHECK(multiprocessors >= 1, "MoELayer::memory: multiprocessors must be >= 1, got ", multiprocessors);
+  CARACAL_CHECK(multiprocessors >= 0, "MoELayer::memory: multiprocessors must be >= 0 (0: the current device's), got ",
+                multiprocessors);
+  if (multiprocessors == 0) multiprocessors = current_device_multiprocessors();
   const layer::LayerSizes sizes = sizes_for(config, options, multiprocessors);
   MoELayerMemory m;
   m.heap = transfer::TokenExchange::heap_bytes(layer::exchange_shape(config), sizes.world_size,
