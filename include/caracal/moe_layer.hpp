@@ -185,6 +185,12 @@ struct MoELayerOptions {
   // routing runs on any ring: an imbalance only adds macrobatches. The layer's memory follows the
   // ring (MoELayer::memory), not the worst case.
   int ring_rows = 0;
+  // Whether backward may be given bf16 weight gradients of the routed experts (d_w_*_bf16). Over a
+  // ring shorter than the rows a step can have, an expert cut by a macrobatch's edge carries its
+  // fp32 sums to the next macrobatch: fp32 gradients in themselves, bf16 ones in two partial
+  // buffers of one expert's gradients (3·D·I floats each: 336 MiB for DeepSeek-V3). A layer built
+  // with false leaves them out, and its backward refuses bf16 routed weight gradients.
+  bool bf16_weight_gradients = true;
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),

@@ -74,16 +74,19 @@ class MoE(nn.Module):
         self.hidden, self.intermediate, self.top_k = hidden, intermediate, top_k
         self.num_experts, self.shared_intermediate = num_experts, shared_intermediate
         self.tokens_per_rank, self.normalize, self.router_scale = tokens_per_rank, normalize, float(router_scale)
+        if dtype not in (torch.bfloat16, torch.float32):
+            raise TypeError(f"caracal.MoE: dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+        # bf16 parameters get bf16 weight gradients, which the engine keeps partial sums for; fp32
+        # ones do without (MoELayerOptions::bf16_weight_gradients).
         key = (hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
-               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows))
+               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows),
+               dtype == torch.bfloat16)
         self._engine = world._engine(key)
         # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
         # attributes, so with an int every engine would compile its own graph.
         self._layer = self._engine.layer
 
         experts = world.local_ranks * num_experts // world.size
-        if dtype not in (torch.bfloat16, torch.float32):
-            raise TypeError(f"caracal.MoE: dtype must be torch.bfloat16 or torch.float32, got {dtype}")
         factory = dict(dtype=dtype, device=world.device)
         self.w_gate_up = nn.Parameter(torch.empty(experts, 2 * intermediate, hidden, **factory))
         self.w_down = nn.Parameter(torch.empty(experts, hidden, intermediate, **factory))

@@ -113,12 +113,12 @@ class _Engine:
     other ranks may be gone by then)."""
 
     def __init__(self, world, hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank,
-                 normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows):
+                 normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows, bf16_weight_gradients):
         unique_id = world._next_unique_id() if world.backend == "nccl" else None
         self.handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
-            fused_forward, ring_rows, world.timeout)
+            fused_forward, ring_rows, bf16_weight_gradients, world.timeout)
         self.layer = torch.tensor(self.handle, dtype=torch.int64)  # what the traced ops take
         self._finalizer = weakref.finalize(self, torch.ops.caracal.destroy_layer, self.handle)
         self._finalizer.atexit = False

@@ -45,7 +45,7 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, const Laye
   return options;
 }
 
-LayerSizes layer_sizes(const LayerConfig& config, int ring_rows) {
+LayerSizes layer_sizes(const LayerConfig& config, int ring_rows, bool bf16_weight_gradients) {
   try {
     config.validate();
   } catch (const Error& e) {
@@ -68,6 +68,7 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows) {
   CARACAL_CHECK(ring_rows >= 0 && ring_rows % kTileM == 0, "MoELayer: ring_rows must be 0 or a multiple of ", kTileM,
                 ", got ", ring_rows);
   s.ring_rows = ring_rows > 0 ? std::min(ring_rows, s.routed_rows) : s.routed_rows;
+  s.weight_grad_partials = bf16_weight_gradients && s.has_ring_past_rows();
   s.shared_rows = as_int(round_up(s.tokens, kTileM), "tokens_per_rank rounded up to 128");
   return s;
 }

@@ -26,15 +26,19 @@ struct LayerSizes {
   // routed_rows (v1, whose standalone launches run over the whole schedule).
   int ring_rows = 0;
   int shared_rows = 0;          // T rounded up to 128: the shared expert's one padded segment
+  // The fp32 partial sums bf16 weight gradients carry between macrobatches (MoELayerOptions::
+  // bf16_weight_gradients, and a ring shorter than the rows).
+  bool weight_grad_partials = false;
 
   bool has_ring_past_rows() const { return ring_rows < routed_rows; }  // a step may need several macrobatches
 };
 
 // Validates `config` for the layer (LayerConfig::validate, bf16 only in v1, the exchange's limits)
 // and derives the sizes: with ring_rows = 0 v1's (row buffers of routed_rows rows), else a fused
-// layer's over a ring of min(ring_rows, routed_rows) rows (a multiple of 128). Throws
+// layer's over a ring of min(ring_rows, routed_rows) rows (a multiple of 128), with the weight
+// gradients' partial sums if bf16 ones may be asked for and the ring is shorter than the rows. Throws
 // caracal::Error naming the field and the value expected.
-LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0);
+LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0, bool bf16_weight_gradients = true);
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
 // The exchange a layer of `sizes` runs on: expert_out only for v1's forward (fused_forward false),

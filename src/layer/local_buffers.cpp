@@ -39,7 +39,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   LocalBuffers b;
   b.gate_up = block.take<bf16>(rows * 2 * I);
   b.activation = block.take<bf16>(rows * I);
-  if (s.has_ring_past_rows()) {
+  if (s.weight_grad_partials) {
     const auto partial = static_cast<int64_t>(gemm::weight_grad_partial_floats(s.hidden, s.intermediate));
     b.weight_grad_partials[0] = block.take<float>(partial);
     b.weight_grad_partials[1] = block.take<float>(partial);

@@ -22,8 +22,8 @@ struct LocalBuffers {
   __nv_bfloat16* activation = nullptr; // [ring_rows][I]: the SwiGLU activation (forward), then
                                        // bf16(g * activation) (backward; the forward's is not needed there)
   float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I): per schedule row
-  // With a ring shorter than the rows: bf16 weight gradients' fp32 sums between two macrobatches,
-  // gemm::weight_grad_partial_floats(D, I) each, used in turn (gemm::WeightGradArgs).
+  // With LayerSizes::weight_grad_partials: bf16 weight gradients' fp32 sums between two
+  // macrobatches, gemm::weight_grad_partial_floats(D, I) each, used in turn (gemm::WeightGradArgs).
   float* weight_grad_partials[2] = {nullptr, nullptr};
   // The fused forward's counters and task slots: fused::ready_counter_words(routed_rows, shared_rows).
   uint32_t* ready_counters = nullptr;

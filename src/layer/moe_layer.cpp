@@ -109,7 +109,7 @@ layer::LayerSizes sizes_for(const LayerConfig& config, const MoELayerOptions& op
                 ", got ", options.ring_rows);
   const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, multiprocessors);
   constexpr int64_t kMostRows = int64_t(1) << 30;  // past any schedule the layer takes (int sizes)
-  return layer::layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)));
+  return layer::layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)), options.bf16_weight_gradients);
 }
 
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
@@ -464,6 +464,12 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
         layer::backward_pointer_args(ranks[i], sizes, forward.shared_scale != nullptr);
     layer::check_pointer_args(args, kBackward, l);
     layer::check_pointer_devices(args, state.ranks[i].owned(), world_.device(), kBackward, l);
+    CARACAL_CHECK(!state.fused || !sizes.has_ring_past_rows() || sizes.weight_grad_partials ||
+                      (ranks[i].d_w_gate_up_bf16 == nullptr && ranks[i].d_w_down_bf16 == nullptr),
+                  kBackward, ": ranks[", l,
+                  "] asks for bf16 routed weight gradients, but the layer was built with "
+                  "MoELayerOptions::bf16_weight_gradients = false (no partial sums to carry them across its ring's "
+                  "macrobatches): give d_w_gate_up / d_w_down in fp32, or build the layer with it true");
     const MoELayerBuffers& own = state.ranks[i].io;
     // The layer's own input buffers hold the latest forward's inputs until the next forward.
     const bool inputs_rewritten = context.forward_id_ != latest_forward_;

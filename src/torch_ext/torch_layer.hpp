@@ -32,6 +32,7 @@ struct TorchLayerSpec {
   int exchange_sms = 0;
   bool fused_forward = true;  // MoELayerOptions::fused_forward
   int ring_rows = 0;          // MoELayerOptions::ring_rows
+  bool bf16_weight_gradients = true;  // MoELayerOptions::bf16_weight_gradients
   double timeout_s = 600.0;  // the world's wait timeout
 };
 

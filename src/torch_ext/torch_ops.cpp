@@ -128,7 +128,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                      int64_t shared_intermediate, int64_t ep_size, int64_t tokens_per_rank, bool normalize,
                      double router_scale, const std::string& backend, int64_t rank,
                      const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
-                     bool fused_forward, int64_t ring_rows, double timeout_s) {
+                     bool fused_forward, int64_t ring_rows, bool bf16_weight_gradients, double timeout_s) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -151,6 +151,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
   TORCH_CHECK_VALUE(ring_rows >= 0 && ring_rows <= std::numeric_limits<int>::max(),
                     "caracal.create_layer: ring_rows must be 0 (default) or a positive multiple of 128, got ", ring_rows);
   spec.ring_rows = static_cast<int>(ring_rows);
+  spec.bf16_weight_gradients = bf16_weight_gradients;
   TORCH_CHECK_VALUE(timeout_s > 0.0 && timeout_s <= 3600.0,
                     "caracal.create_layer: timeout must be in (0, 3600] seconds, got ", timeout_s);
   spec.timeout_s = timeout_s;
@@ -357,7 +358,8 @@ TORCH_LIBRARY(caracal, m) {
   m.def(
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
-      "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, float timeout) -> int");
+      "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
+      "float timeout) -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");

@@ -432,6 +432,31 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   EXPECT_NO_THROW(layer.check());
 }
 
+// A layer built for fp32 weight gradients only has no partial sums to carry bf16 ones across its
+// ring's macrobatches: its backward refuses them, naming the option; fp32 ones run.
+TEST(GpuMoELayerApi, Bf16WeightGradientsNeedTheOption) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"fp32_grads_only_W2", 2, 200, 8, 4, true, false, kNormalized, RoutingCase::kAllToOne};
+  const SeededStep s(c, c.routing);
+  MoELayerOptions options;
+  options.ring_rows = 128;
+  options.bf16_weight_gradients = false;
+  LoopbackLayer l(c, s.weights, options);
+  l.buffers.prepare(s.step, l.world);
+  Stream stream;
+  const MoEContext context = l.layer.forward(l.buffers.forward_args(), stream.get());
+  std::vector<MoEBackwardArgs> backward = l.buffers.backward_args();
+  backward[1].d_w_down_bf16 = reinterpret_cast<__nv_bfloat16*>(backward[1].d_w_down);
+  backward[1].d_w_down = nullptr;
+  test::expect_error([&] { l.layer.backward(backward, context, stream.get()); },
+                     {"MoELayer::backward: ranks[1] asks for bf16 routed weight gradients",
+                      "MoELayerOptions::bf16_weight_gradients = false"});
+  l.layer.backward(l.buffers.backward_args(), context, stream.get());
+  stream.sync();
+  ASSERT_NO_THROW(l.layer.check());
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), l.buffers.download());
+}
+
 TEST(GpuMoELayerApi, ContextsOfThisLayerSinceItsLastResetOnly) {
   CARACAL_REQUIRE_GPU();
   const auto l = prepared_layer(kApiCase, 2);

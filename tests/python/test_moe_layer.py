@@ -258,6 +258,17 @@ def test_small_ring_gives_v1s_bits(routing, dtype, seed):
     assert_same_step(run_caracal(a, *inputs), run_caracal(b, *inputs))
 
 
+def test_fp32_parameters_need_no_weight_gradient_partials():
+    """A ring shorter than the rows keeps two fp32 partial sums of one expert's weight gradients for
+    bf16 gradients; fp32 parameters (fp32 gradients) get an engine without them."""
+    world = caracal.World.loopback(2)
+    bf16 = caracal.MoE(tokens_per_rank=128, world=world, ring_rows=128, **SMALL)
+    fp32 = caracal.MoE(tokens_per_rank=128, world=world, ring_rows=128, dtype=torch.float32, **SMALL)
+    partials = 2 * 3 * SMALL["hidden"] * SMALL["intermediate"] * 4
+    assert bf16.memory()["local"] - fp32.memory()["local"] == partials
+    assert bf16.memory()["heap"] == fp32.memory()["heap"]
+
+
 def test_ring_rows_must_be_a_multiple_of_128():
     with pytest.raises(RuntimeError, match=r"options.ring_rows must be 0 \(default\) or a positive multiple of 128, got 100"):
         caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(1), ring_rows=100, **SMALL)

@@ -56,6 +56,9 @@ TEST(MoELayerSizes, TheFusedLayersRowBuffersAreItsRing) {
   EXPECT_TRUE(layer::layer_sizes(c, 1024).has_ring_past_rows());
   EXPECT_EQ(layer::layer_sizes(c, 8192).ring_rows, 4480);  // never more than the rows
   EXPECT_FALSE(layer::layer_sizes(c, 8192).has_ring_past_rows());
+  EXPECT_TRUE(layer::layer_sizes(c, 1024).weight_grad_partials);          // bf16 gradients may come
+  EXPECT_FALSE(layer::layer_sizes(c, 1024, false).weight_grad_partials);  // fp32 ones only
+  EXPECT_FALSE(layer::layer_sizes(c, 8192).weight_grad_partials);         // one macrobatch: none needed
   expect_error([&] { layer::layer_sizes(c, 1000); }, {"ring_rows must be 0 or a multiple of 128", "got 1000"});
 }
 
@@ -101,6 +104,10 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
     EXPECT_EQ(m.local - r.local + 2 * aligned_bytes(gemm::weight_grad_partial_floats(256, 128), 4),
               aligned_bytes(4480 * 2 * 128, 2) + aligned_bytes(4480 * 128, 2) - aligned_bytes(1024 * 2 * 128, 2) -
                   aligned_bytes(1024 * 128, 2));
+    // Built for fp32 weight gradients only: no partials.
+    ring.bf16_weight_gradients = false;
+    EXPECT_EQ(r.local - MoELayer::memory(c, ring).local, 2 * aligned_bytes(gemm::weight_grad_partial_floats(256, 128), 4));
+    EXPECT_EQ(MoELayer::memory(c, ring).heap, r.heap);
   }
 }
 
