@@ -34,8 +34,9 @@ class MoE(nn.Module):
     tokens, stored in the parameters' dtype (for bf16: rounded once, by the kernels).
     Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear.
 
-    Layers share their buffers: every caracal.MoE of one configuration (the arguments above but
-    the weights' dtype) on one World runs on one engine (a C++ MoELayer: the token exchange's
+    Layers share their buffers: every caracal.MoE of one configuration (the arguments above; bf16
+    and fp32 weights apart, as bf16 gradients need two fp32 partial sums of one expert's gradients
+    to cross the ring's macrobatches) on one World runs on one engine (a C++ MoELayer: the token exchange's
     symmetric heap and the experts' activations), which keeps the activations of the latest forward
     it ran. The backward of an earlier forward first replays what it needs of that forward (the
     routing, the dispatched rows, the up/gate GEMMs) from the inputs autograd saved for it, bitwise
@@ -55,8 +56,9 @@ class MoE(nn.Module):
     (which act on the engine: on every layer that shares it).
     `fused_forward` runs the forward's dispatch and expert GEMMs as one persistent kernel (the
     default; the same results bit for bit); False selects the separate launches of Caracal v1.
-    `ring_rows` sizes its ring of routed rows (a multiple of 128; 0: a balanced step in one
-    macrobatch): any routing runs on any ring, a smaller one only adds macrobatches.
+    `ring_rows` sizes the ring of routed rows both passes walk (a multiple of 128; 0: a balanced
+    step in one macrobatch): any routing runs on any ring, a smaller one only adds macrobatches
+    (the backward then recomputes their up/gate GEMMs); the engine's memory follows the ring.
     """
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
