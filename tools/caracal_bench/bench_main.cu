@@ -283,6 +283,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_option("--fused-comm-ctas", a.fused_comm_ctas, "Pulling CTAs per rank in the fused forward (0: default)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--fused-pull-all-rows", a.fused_pull_all_rows,
+               "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
   app.add_flag("--graph", a.graph,
                "Time replays of CUDA graphs captured from the layer's calls (no host work in the timed runs)");
   app.add_option("--ring-rows", a.ring_rows,
