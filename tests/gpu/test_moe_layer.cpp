@@ -303,6 +303,16 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), first);
   expect_same_bits(first, run(layer), "second run");
   expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
+  // On a ring of 128 rows (both passes in macrobatches, weight gradients carried across them) with
+  // 7 and with all CTAs.
+  MoELayerOptions ring;
+  ring.ring_rows = 128;
+  comm::LoopbackWorld ring_world(c.world, 2 * MoELayer::heap_bytes(config_of(c), ring));
+  MoELayer ring_layer(config_of(c), ring_world, ring);
+  ring.gemm_ctas = 7;
+  MoELayer ring_few_ctas(config_of(c), ring_world, ring);
+  expect_same_bits(first, run(ring_layer), "a ring of 128 rows");
+  expect_same_bits(first, run(ring_few_ctas), "a ring of 128 rows, gemm_ctas = 7");
   buffers.prepare(s.step, world);  // poisons the weight gradients, which the zero-copy run writes there too
   expect_same_bits(first, run_zero_copy(layer, buffers, s.step), "zero-copy path");
 }
