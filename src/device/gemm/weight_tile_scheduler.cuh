@@ -36,7 +36,8 @@ struct ExpertWindow {
 __device__ inline ExpertWindow expert_window(ScheduleView const& s, int expert) {
   int const begin = __ldg(s.expert_offset + expert);
   int const segment = min(__ldg(s.expert_offset + expert + 1), s.row_capacity) - begin;
-  int const rows = begin >= 0 ? max(min(s.expert_count != nullptr ? __ldg(s.expert_count + expert) : segment, segment), 0) : 0;
+  int const counted = s.expert_count != nullptr ? __ldg(s.expert_count + expert) : segment;
+  int const rows = begin >= 0 ? max(min(counted, segment), 0) : 0;
   int const window_end = s.end_row > 0 ? s.end_row : INT_MAX;
   ExpertWindow w;
   w.begin = max(begin, s.first_row);

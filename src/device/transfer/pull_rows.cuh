@@ -27,7 +27,8 @@ struct PullRows {
 };
 
 // The rows of `window` (expert_rows per buffer row, expert_gates per schedule row), but those it
-// leaves in place (window.in_place). kWithGates: also carry g. kCoherent: ld.global (the default, measured faster), else ld.global.nc.
+// leaves in place (window.in_place). kWithGates: also carry g. kCoherent: ld.global (the default,
+// measured faster), else ld.global.nc.
 template <bool kWithGates, bool kCoherent>
 __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule,
                                    const PullWindow& window, WarpWorkers warps, const PullRows& pull) {
