@@ -17,8 +17,9 @@
 // `stream` or read pinned memory; the host never learns token counts, so a forward+backward
 // pair can be captured into one CUDA graph and replayed with new routing and inputs (pointers
 // are baked into the graph; the data behind them is read at replay time). Every buffer is
-// allocated at construction from (T, k, D, I, W): receive-side rows for the worst case (all
-// W*T*k routes of all ranks on one rank), so no route is ever dropped.
+// allocated at construction from (T, k, D, I, W) and the options: the fused path's routed rows in
+// a ring of MoELayerOptions::ring_rows rows that both passes walk in macrobatches, v1's for the
+// worst case (all W*T*k routes of all ranks on one rank); either way no route is ever dropped.
 //
 // Shapes (per rank): T = tokens_per_rank, k = top_k, D = hidden, I = intermediate,
 // Is = shared_intermediate, L = num_experts / ep_size local experts. Expert e lives on rank e / L.

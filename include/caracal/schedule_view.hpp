@@ -7,11 +7,11 @@
 // Schedule rows and buffer rows. Row r of the schedule is the r-th row of its expert-contiguous
 // order; the row buffers (expert_x, gate_up, ..., expert_dx) hold it in buffer row
 // buffer_row(r). With ring_rows = 0 every schedule row has its own buffer row: MoELayer v1's
-// buffers, sized for the worst case, which its standalone kernels (the transfers, the grouped
-// GEMMs) require, as they run over the whole schedule at once. With ring_rows > 0 the buffers
-// form a ring of that many rows and schedule row r lives in buffer row r % ring_rows: the fused
-// kernels' macrobatches (DESIGN §3), each at most ring_rows consecutive rows. ring_rows is a
-// multiple of 128 (the GEMM tile), so a 128-row block never wraps.
+// buffers, sized for the worst case, over which its launches run the whole schedule at once. With
+// ring_rows > 0 the buffers form a ring of that many rows and schedule row r lives in buffer row
+// r % ring_rows: the fused layer's macrobatches (DESIGN §3), each at most ring_rows consecutive
+// rows, walked by the fused forward's kernel and by the backward's launches one window at a time.
+// ring_rows is a multiple of 128 (the GEMM tile), so a 128-row block never wraps.
 //
 // [first_row, end_row) (multiples of 128; end_row 0: no end) is the window of schedule rows the
 // standalone GEMMs work on: the row-tile GEMMs make only the tiles of its rows, the weight
