@@ -17,6 +17,9 @@ struct PlanOptions {
   double tflops = 806.0;      // matrix rate: bf16 cuBLAS dense GEMM measured on an H200 (DESIGN §6)
   double nvlink_gbs = 370.0;  // per direction: what NCCL reaches on NVLink 4 (DESIGN §6)
   int64_t ring_rows = 0;      // 0 = sized from the balanced step (see Plan::ring_rows)
+  // The layer may be asked for bf16 weight gradients (MoELayerOptions::bf16_weight_gradients):
+  // then a ring shorter than the rows keeps their fp32 partial sums (MemoryPlan::partials).
+  bool bf16_weight_gradients = true;
   void validate() const;
 };
 

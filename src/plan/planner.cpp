@@ -83,7 +83,7 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
 // of `ring_rows` rows, and v1's over every row its schedule can have. Rows of x and of the
 // activation in the layer's format (bf16 today; the FP8 plan shrinks them), the rest bf16 rows and
 // 4-byte scalars.
-MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) {
+MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, bool bf16_weight_gradients) {
   const LayerShape& s = c.shape;
   const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
   const int64_t L = c.local_experts(), W = c.ep_size, routes = T * k;
@@ -111,9 +111,9 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m) 
   // The shared expert's x (its dx over it), out, dy, gate_up and activation, gates and dg.
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
   m.saved = shared_rows * (3 * D + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
-  // With more rows than the ring: two fp32 sums of one expert's weight gradients (bf16 gradients
-  // across macrobatches).
-  m.partials = ring < routed_rows ? 2 * 3 * D * I * 4 : 0;
+  // With more rows than the ring, if bf16 weight gradients may be asked for: two fp32 sums of one
+  // expert's weight gradients (carrying them across macrobatches).
+  m.partials = bf16_weight_gradients && ring < routed_rows ? 2 * 3 * D * I * 4 : 0;
   m.weights = L * (2 * weight_bytes(I, D, c.precision) + weight_bytes(D, I, c.precision)) +
               (Is > 0 ? 2 * weight_bytes(Is, D, c.precision) + weight_bytes(D, Is, c.precision) : 0);
 
@@ -244,7 +244,7 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   rf.forward_nvlink_ms = static_cast<double>(rf.forward_nvlink_bytes) / bytes_per_ms;
   rf.backward_nvlink_ms = static_cast<double>(rf.backward_nvlink_bytes) / bytes_per_ms;
 
-  plan.memory = plan_memory(config, plan.ring_rows, options.tile_m);
+  plan.memory = plan_memory(config, plan.ring_rows, options.tile_m, options.bf16_weight_gradients);
   return plan;
 }
 

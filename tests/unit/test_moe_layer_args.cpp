@@ -249,7 +249,7 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
                                   make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
                                                config.shape.num_experts),
                                   "uniform", {});
-      const MoELayerMemory exact = MoELayer::memory(config);
+      const MoELayerMemory exact = MoELayer::memory(config, {}, 132);  // the plan's SMs
       EXPECT_NEAR(static_cast<double>(plan.memory.layer_heap), static_cast<double>(exact.heap),
                   0.001 * static_cast<double>(exact.heap));
       EXPECT_NEAR(static_cast<double>(plan.memory.layer_local), static_cast<double>(exact.local),
@@ -261,6 +261,19 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
                   0.001 * static_cast<double>(exact_v1.heap));
       EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_local), static_cast<double>(exact_v1.local),
                   0.001 * static_cast<double>(exact_v1.local));
+      // A layer for fp32 weight gradients only, and the plan that says so.
+      PlanOptions fp32_grads;
+      fp32_grads.bf16_weight_gradients = false;
+      const Plan fp32_plan = make_plan(config,
+                                       make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
+                                                    config.shape.num_experts),
+                                       "uniform", fp32_grads);
+      MoELayerOptions fp32_layer;
+      fp32_layer.bf16_weight_gradients = false;
+      const MoELayerMemory exact_fp32 = MoELayer::memory(config, fp32_layer, 132);
+      EXPECT_NEAR(static_cast<double>(fp32_plan.memory.layer_local), static_cast<double>(exact_fp32.local),
+                  0.001 * static_cast<double>(exact_fp32.local));
+      EXPECT_EQ(plan.memory.layer_local - fp32_plan.memory.layer_local, plan.memory.partials);
      }
     }
   }

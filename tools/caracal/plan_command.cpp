@@ -137,6 +137,9 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--ring-rows", args->options.ring_rows,
                   "Ring rows (a multiple of the minibatch); 0 = fit a balanced step")
       ->capture_default_str();
+  cmd->add_flag("--fp32-weight-grads", [args](int64_t) { args->options.bf16_weight_gradients = false; },
+                "The layer gives fp32 weight gradients only (MoELayerOptions::bf16_weight_gradients = false): no "
+                "partial sums for bf16 ones");
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->add_flag("--quiet", args->quiet, "No progress output");
   return [args, ep] {
