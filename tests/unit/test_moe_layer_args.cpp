@@ -236,45 +236,37 @@ TEST(MoELayerWeights, DeinterleaveInvertsInterleave) {
 // alignment) must stay within 0.1% of it, at 1,000 tokens per rank (a ring at least as long as the
 // rows at EP 1, shorter at EP 8) and at 4,096.
 TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
+  const auto expect_within = [](int64_t planned, size_t exact, const char* what) {
+    EXPECT_NEAR(static_cast<double>(planned), static_cast<double>(exact), 0.001 * static_cast<double>(exact)) << what;
+  };
   for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b", "gpt-oss-120b"}) {
     for (int64_t ep : {1, 8}) {
-     for (int64_t tokens : {1000, 4096}) {
-      LayerConfig config;
-      config.shape = find_model_preset(model).shape;
-      config.ep_size = ep;
-      config.tokens_per_rank = tokens;
-      SCOPED_TRACE(std::string(model) + " ep " + std::to_string(ep) + " T " + std::to_string(tokens));
-      RoutingSpec spec;
-      const Plan plan = make_plan(config,
-                                  make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
-                                               config.shape.num_experts),
-                                  "uniform", {});
-      const MoELayerMemory exact = MoELayer::memory(config, {}, 132);  // the plan's SMs
-      EXPECT_NEAR(static_cast<double>(plan.memory.layer_heap), static_cast<double>(exact.heap),
-                  0.001 * static_cast<double>(exact.heap));
-      EXPECT_NEAR(static_cast<double>(plan.memory.layer_local), static_cast<double>(exact.local),
-                  0.001 * static_cast<double>(exact.local));
-      MoELayerOptions v1;
-      v1.fused_forward = false;
-      const MoELayerMemory exact_v1 = MoELayer::memory(config, v1);
-      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_heap), static_cast<double>(exact_v1.heap),
-                  0.001 * static_cast<double>(exact_v1.heap));
-      EXPECT_NEAR(static_cast<double>(plan.memory.v1_layer_local), static_cast<double>(exact_v1.local),
-                  0.001 * static_cast<double>(exact_v1.local));
-      // A layer for fp32 weight gradients only, and the plan that says so.
-      PlanOptions fp32_grads;
-      fp32_grads.bf16_weight_gradients = false;
-      const Plan fp32_plan = make_plan(config,
-                                       make_routing(spec, ep, config.tokens_per_rank, config.shape.top_k,
-                                                    config.shape.num_experts),
-                                       "uniform", fp32_grads);
-      MoELayerOptions fp32_layer;
-      fp32_layer.bf16_weight_gradients = false;
-      const MoELayerMemory exact_fp32 = MoELayer::memory(config, fp32_layer, 132);
-      EXPECT_NEAR(static_cast<double>(fp32_plan.memory.layer_local), static_cast<double>(exact_fp32.local),
-                  0.001 * static_cast<double>(exact_fp32.local));
-      EXPECT_EQ(plan.memory.layer_local - fp32_plan.memory.layer_local, plan.memory.partials);
-     }
+      for (int64_t tokens : {1000, 4096}) {
+        LayerConfig config;
+        config.shape = find_model_preset(model).shape;
+        config.ep_size = ep;
+        config.tokens_per_rank = tokens;
+        SCOPED_TRACE(std::string(model) + " ep " + std::to_string(ep) + " T " + std::to_string(tokens));
+        const Routing routing =
+            make_routing(RoutingSpec{}, ep, config.tokens_per_rank, config.shape.top_k, config.shape.num_experts);
+        const Plan plan = make_plan(config, routing, "uniform", {});
+        const MoELayerMemory exact = MoELayer::memory(config, {}, 132);  // the plan's SMs
+        expect_within(plan.memory.layer_heap, exact.heap, "heap");
+        expect_within(plan.memory.layer_local, exact.local, "local");
+        MoELayerOptions v1;
+        v1.fused_forward = false;
+        const MoELayerMemory exact_v1 = MoELayer::memory(config, v1);
+        expect_within(plan.memory.v1_layer_heap, exact_v1.heap, "v1 heap");
+        expect_within(plan.memory.v1_layer_local, exact_v1.local, "v1 local");
+        // A layer for fp32 weight gradients only, and the plan that says so.
+        PlanOptions fp32_grads;
+        fp32_grads.bf16_weight_gradients = false;
+        const Plan fp32_plan = make_plan(config, routing, "uniform", fp32_grads);
+        MoELayerOptions fp32_layer;
+        fp32_layer.bf16_weight_gradients = false;
+        expect_within(fp32_plan.memory.layer_local, MoELayer::memory(config, fp32_layer, 132).local, "fp32 local");
+        EXPECT_EQ(plan.memory.layer_local - fp32_plan.memory.layer_local, plan.memory.partials);
+      }
     }
   }
 }
