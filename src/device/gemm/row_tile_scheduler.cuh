@@ -5,9 +5,8 @@
 // Every 128-row M block belongs to exactly one expert (segments are padded to the M tile), so the
 // grouped GEMM is one GEMM over all row blocks in which each block uses its expert's weights.
 // Tiles are numbered expert by expert: expert e owns tiles [B_e * nb, B_{e+1} * nb) where
-// B_e = expert_offset[e] / 128 and nb is the number of N blocks; inside an expert, groups of
-// kRasterGroupBlocks M blocks are visited N block by N block (M fastest), so the CTAs working at
-// one time share a few A blocks and a few weight slabs in L2.
+// B_e = expert_offset[e] / 128 and nb is the number of N blocks; inside an expert, in the order of
+// raster_order.hpp (groups of kRasterGroupBlocks M blocks, N block by N block).
 //
 // A CTA takes tiles first, first + stride, ... while they are below the device-side total (the
 // standalone kernel: first = blockIdx.x, stride = gridDim.x). Each role
@@ -18,6 +17,7 @@
 
 #include "caracal/schedule_view.hpp"
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/raster_order.hpp"
 #include "device/gemm/tile_coord.cuh"
 
 namespace caracal::gemm {
@@ -82,25 +82,12 @@ class RowTileScheduler {
     }
     int const local = t - begin_block_ * n_blocks_;
     int const blocks = min(end_block_, window_end_) - begin_block_;
-    int const grouped_blocks = blocks - blocks % kRasterGroupBlocks;  // in full groups
-    int m, n;
-    if (local < grouped_blocks * n_blocks_) {
-      int const group_tiles = kRasterGroupBlocks * n_blocks_;
-      int const group = local / group_tiles;
-      int const r = local - group * group_tiles;
-      m = group * kRasterGroupBlocks + r % kRasterGroupBlocks;
-      n = r / kRasterGroupBlocks;
-    } else {  // the last, partial group
-      int const r = local - grouped_blocks * n_blocks_;
-      int const width = blocks - grouped_blocks;
-      m = grouped_blocks + r % width;
-      n = r / width;
-    }
+    RasterPosition const pos = raster_position(local, blocks, n_blocks_, kRasterGroupBlocks);
     TileCoord c;
     c.expert = expert_;
-    c.m_begin = (begin_block_ + m) * kBlockM;
+    c.m_begin = (begin_block_ + pos.m_block) * kBlockM;
     c.m_buffer = c.m_begin;  // over a ring: locate()
-    c.n_begin = n * kBlockN;
+    c.n_begin = pos.n_block * kBlockN;
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     // The end of the expert's real rows (its padded end when counts are not given).
