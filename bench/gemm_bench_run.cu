@@ -86,17 +86,20 @@ struct OurKernels {
   OurKernels(const Case& the_case, const std::vector<int32_t>& offsets, const std::vector<InputSet>& input_sets,
              uint64_t seed);
 
-  void up(int iter, bool store_gate_up) const {
+  // `queued` false: the tiles in the fixed-stride order instead of from the tile queue.
+  void up(int iter, bool store_gate_up, bool queued = true) const {
     const InputSet& s = set(iter);
     auto a = case_args<UpGateSwigluArgs>(rows, c);
+    a.tile_queue = queued ? tile_queue.get() : nullptr;
     a.x = s.x.get();
     a.w_gate_up = s.w_gate_up.get();
     a.activation_out = hidden.get();
     a.gate_up_out = store_gate_up ? gate_up.get() : nullptr;
     gemm::grouped_up_gate_swiglu(a, nullptr);
   }
-  void down(int iter) const {
+  void down(int iter, bool queued = true) const {
     auto a = case_args<DownProjArgs>(rows, c);
+    a.tile_queue = queued ? tile_queue.get() : nullptr;
     a.activation = hidden.get();
     a.w_down = set(iter).w_down.get();
     a.y_out = y.get();
@@ -115,8 +118,9 @@ struct OurKernels {
     a.workspace = workspace.get();
     gemm::grouped_down_dgrad_swiglu(a, nullptr);
   }
-  void dgrad_x(int iter) const {
+  void dgrad_x(int iter, bool queued = true) const {
     auto a = case_args<GateUpDgradArgs>(rows, c);
+    a.tile_queue = queued ? tile_queue.get() : nullptr;
     a.d_gate_up = d_gate_up.get();
     a.w_gate_up = set(iter).w_gate_up.get();
     a.dx_out = dx.get();
@@ -149,12 +153,13 @@ struct OurKernels {
   Bf16Array hidden, gate_up, y, d_gate_up, scaled_activation, dx;
   DeviceArray<float> dg, workspace, d_w_gate_up, d_w_down;
   DeviceArray<__nv_bfloat16> d_w_gate_up_bf16, d_w_down_bf16;
+  DeviceArray<uint32_t> tile_queue;
 };
 
 OurKernels::OurKernels(const Case& the_case, const std::vector<int32_t>& offsets,
                        const std::vector<InputSet>& input_sets, uint64_t seed)
     : c(the_case), inputs(input_sets), d_offsets(offsets.size()), d_counts(size_t(the_case.num_experts)),
-      gates_host(padded_row_gates(the_case.counts, seed)) {
+      gates_host(padded_row_gates(the_case.counts, seed)), tile_queue(size_t(gemm::kTileQueueWords)) {
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(c.num_experts);
   const size_t cap = size_t(offsets.back());
   hidden.resize(cap * I);
@@ -283,6 +288,10 @@ void time_ours(const OurKernels& k, const Flops& f, double pad, const TimeIt& ti
   time_it("up_gate_swiglu", [&](int i) { k.up(i, true); }, f.up, f.up * pad);
   time_it("up_gate_swiglu_hidden_only", [&](int i) { k.up(i, false); }, f.up, f.up * pad);
   time_it("down", [&](int i) { k.down(i); }, f.down, f.down * pad);
+  // The same kernels with each CTA's tiles at a fixed stride (no tile queue), the order before it.
+  time_it("up_gate_swiglu_hidden_only_fixed_stride", [&](int i) { k.up(i, false, false); }, f.up, f.up * pad);
+  time_it("down_fixed_stride", [&](int i) { k.down(i, false); }, f.down, f.down * pad);
+  time_it("dx_fixed_stride", [&](int i) { k.dgrad_x(i, false); }, f.dx, f.dx * pad);
   time_it("forward", [&](int i) { k.up(i, true); k.down(i); }, f.forward, f.forward * pad);
   // The backward reads the gate_up of the last forward; its inputs do not change its speed.
   time_it("dgrad_swiglu", [&](int i) { k.dgrad(i); }, f.dgrad, f.dgrad * pad);

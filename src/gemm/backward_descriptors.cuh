@@ -27,7 +27,7 @@ inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& a
   g.mainloop.b =
       MNMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
   g.mainloop.b_mn_extent = args.hidden;
-  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), 2 * args.intermediate / kBlockK};
+  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), 2 * args.intermediate / kBlockK, args.tile_queue};
   return g;
 }
 

@@ -19,6 +19,7 @@ void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cu
   up.activation_out = pass.activation;
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
   up.num_ctas = pass.num_ctas;
+  up.tile_queue = pass.tile_queue;
   gemm::grouped_up_gate_swiglu(up, stream);
 }
 
@@ -31,6 +32,7 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
   down.w_down = weights.w_down;
   down.y_out = pass.out;
   down.num_ctas = pass.num_ctas;
+  down.tile_queue = pass.tile_queue;
   gemm::grouped_down_proj(down, stream);
 }
 
@@ -86,6 +88,7 @@ GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& we
   dx.w_gate_up = weights.w_gate_up;
   dx.dx_out = pass.dx;
   dx.num_ctas = pass.num_ctas;
+  dx.tile_queue = pass.tile_queue;
   return dx;
 }
 

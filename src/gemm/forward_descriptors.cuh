@@ -29,7 +29,7 @@ inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs
   g.mainloop.a = KMajorRows::make_map<kBlockM>(args.x, buffer_rows, d, "x");
   g.mainloop.b =
       KMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
-  g.tiles = {args.rows, int((2 * i + kBlockN - 1) / kBlockN), args.hidden / kBlockK};
+  g.tiles = {args.rows, int((2 * i + kBlockN - 1) / kBlockN), args.hidden / kBlockK, args.tile_queue};
   g.epilogue.activation =
       make_tensor_map_2d(args.activation_out, buffer_rows, i, kChunkRows, kChunkCols, "activation_out");
   g.epilogue.store_gate_up = args.gate_up_out != nullptr;
@@ -54,7 +54,7 @@ inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint6
   DownProjDescriptors g{};
   g.mainloop.a = KMajorRows::make_map<kBlockM>(args.activation, buffer_rows, i, "activation");
   g.mainloop.b = KMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), args.intermediate / kBlockK};
+  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), args.intermediate / kBlockK, args.tile_queue};
   if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");
   g.epilogue.cols = args.hidden;
   return g;

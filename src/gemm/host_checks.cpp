@@ -73,6 +73,15 @@ void check_num_ctas(int num_ctas, const char* fn) {
   CARACAL_CHECK(num_ctas >= 0, fn, ": num_ctas must be >= 0 (0: one per SM), got ", num_ctas);
 }
 
+// A tile queue is optional; given, it is 16-byte aligned and serves at most kTileQueueMaxCtas CTAs
+// (num_ctas 0, one per SM, is checked again at launch).
+void check_tile_queue(const uint32_t* queue, int num_ctas, const char* fn) {
+  if (queue == nullptr) return;
+  check_pointer(queue, false, fn, "tile_queue");
+  CARACAL_CHECK(num_ctas <= kTileQueueMaxCtas, fn, ": num_ctas must be at most ", kTileQueueMaxCtas,
+                " with a tile_queue, got ", num_ctas);
+}
+
 // Tile indices are 32-bit on the device.
 void check_tile_count(const ScheduleView& rows, int64_t n, const char* fn) {
   int64_t const tiles =
@@ -103,6 +112,7 @@ void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   check_pointer(a.activation_out, no_rows, fn, "activation_out");
   check_pointer(a.gate_up_out, true, fn, "gate_up_out");
   check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
 }
 
@@ -116,6 +126,7 @@ void check_down_proj_args(const DownProjArgs& a, bool out_stored) {
   check_pointer(a.w_down, false, fn, "w_down");
   check_pointer(a.y_out, no_rows || !out_stored, fn, "y_out");
   check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);
 }
 
@@ -147,6 +158,7 @@ void check_gate_up_dgrad_args(const GateUpDgradArgs& a, bool dx_stored) {
   check_pointer(a.w_gate_up, false, fn, "w_gate_up");
   check_pointer(a.dx_out, no_rows || !dx_stored, fn, "dx_out");
   check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);
 }
 

@@ -4,6 +4,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "fused/fused_forward.hpp"
 
@@ -48,6 +49,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
   const size_t counters = fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0);
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
+  b.tile_queue = block.take<uint32_t>(gemm::kTileQueueWords);
   if (!s.has_shared) return b;
   const int64_t shared = s.shared_rows;
   const int64_t Is = s.shared_intermediate;

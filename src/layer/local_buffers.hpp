@@ -27,6 +27,9 @@ struct LocalBuffers {
   float* weight_grad_partials[2] = {nullptr, nullptr};
   // The fused forward's counters and task slots: fused::ready_counter_words(routed_rows, shared_rows).
   uint32_t* ready_counters = nullptr;
+  // The row-tile GEMMs' tile queue (gemm::kTileQueueWords words): the routed and the shared
+  // experts' GEMMs take turns on the layer's one stream, so they share it.
+  uint32_t* tile_queue = nullptr;
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}

@@ -115,6 +115,9 @@ layer::LayerSizes sizes_for(const LayerConfig& config, const MoELayerOptions& op
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
                           const comm::World& world, int l, const MoELayerOptions& options) {
   const int gemm_ctas = options.gemm_ctas;
+  // The GEMMs take their row tiles in order from the rank's tile queue (their operands then stay in
+  // L2), which serves at most kTileQueueMaxCtas CTAs; more take them at a fixed stride.
+  const bool tile_queue = gemm_ctas <= gemm::kTileQueueMaxCtas;
   RankState state{layer::LocalMemory(sizes, options.local_allocator), {}, {}, {}, nullptr, nullptr};
   const layer::LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
@@ -137,6 +140,7 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.hidden = sizes.hidden;
   routed.intermediate = sizes.intermediate;
   routed.num_ctas = gemm_ctas;
+  routed.tile_queue = tile_queue ? local.tile_queue : nullptr;
   routed.x = at(fwd.expert_x);
   routed.gate_up = local.gate_up;
   routed.activation = local.activation;
@@ -154,6 +158,7 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   shared.hidden = sizes.hidden;
   shared.intermediate = sizes.shared_intermediate;
   shared.num_ctas = gemm_ctas;
+  shared.tile_queue = routed.tile_queue;
   shared.x = local.shared_x;
   shared.gate_up = local.shared_gate_up;
   shared.activation = local.shared_activation;

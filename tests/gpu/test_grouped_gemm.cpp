@@ -49,6 +49,7 @@ struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
   bool store_gate_up = true;
+  bool tile_queue = false;  // tiles from a tile queue instead of at a fixed stride
 };
 
 struct Outputs {
@@ -60,12 +61,19 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   for (auto* b : {&p.d_activation, &p.d_gate_up, &p.d_y}) ASSERT_NO_FATAL_FAILURE(b->poison());
   const ScheduleView rows = p.schedule(o.pass_counts);
   uint16_t* gate_up = o.store_gate_up ? p.d_gate_up.get() : nullptr;
-  ASSERT_NO_THROW(
-      caracal::gemm::grouped_up_gate_swiglu(up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas), nullptr));
+  DeviceBuffer<uint32_t> queue;
+  if (o.tile_queue) {
+    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
+    ASSERT_NO_FATAL_FAILURE(queue.poison());  // the launcher zeroes the counter; the slots are written first
+  }
+  auto up = up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas);
+  up.tile_queue = o.tile_queue ? queue.get() : nullptr;
+  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
   auto down = kernel_args<DownProjArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   down.activation = as_bf16(p.d_activation.get());
   down.w_down = as_bf16(p.d_w_down.get());
   down.y_out = as_bf16(p.d_y.get());
+  down.tile_queue = up.tile_queue;  // one after the other on one stream
   ASSERT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -174,6 +182,13 @@ TEST_P(GroupedGemmReference, MatchesWithoutCountsOrGateUp) {
   ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
 }
 
+TEST_P(GroupedGemmReference, MatchesWithATileQueue) {
+  CARACAL_REQUIRE_GPU();
+  RunOptions o;
+  o.tile_queue = true;
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(reference_cases()), case_name);
 
 // The bounds are tight enough to catch small systematic errors: one expert's output rows 0.5%
@@ -194,18 +209,22 @@ TEST(GroupedGemmChecks, CatchDeliberateErrors) {
 }
 
 // Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
-// run, or whether the optional counts let the kernels skip padding halves.
+// run, whether the optional counts let the kernels skip padding halves, or which CTA a tile queue
+// hands each tile to.
 TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
   CARACAL_REQUIRE_GPU();
   Problem p;
   Outputs first;
   ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, RunOptions{}, first));
   for (int num_ctas : {1, 7, 0, 0}) {
-    for (bool counts : {true, false}) {
-      SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + (counts ? ", counts" : ", no counts"));
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool counts = variant != 1, queued = variant == 2;
+      SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + (counts ? ", counts" : ", no counts") +
+                   (queued ? ", tile queue" : ""));
       RunOptions o;
       o.num_ctas = num_ctas;
       o.pass_counts = counts;
+      o.tile_queue = queued;
       Outputs again;
       ASSERT_NO_FATAL_FAILURE(run_forward(p, o, again));
       EXPECT_TRUE(same_bits(first.hidden, again.hidden)) << "hidden differs";
@@ -338,6 +357,12 @@ TEST(GroupedGemmArgs, UpGateRejectsBadArguments) {
   expect_error(with([](auto& a) { a.activation_out = fake_ptr(8); }), {"activation_out", "16-byte"});
   expect_error(with([](auto& a) { a.gate_up_out = fake_ptr(4); }), {"gate_up_out", "16-byte"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", ">= 0", "-1"});
+  expect_error(with([](auto& a) { a.tile_queue = fake_ptr<uint32_t>(4); }), {"tile_queue must be 16-byte aligned"});
+  expect_error(with([](auto& a) {
+                 a.tile_queue = fake_ptr<uint32_t>();
+                 a.num_ctas = 300;
+               }),
+               {"grouped_up_gate_swiglu", "num_ctas must be at most 256 with a tile_queue", "got 300"});
 }
 
 TEST(GroupedGemmArgs, DownRejectsBadArguments) {

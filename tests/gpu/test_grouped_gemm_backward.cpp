@@ -110,6 +110,7 @@ struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (dw_*_bf16) instead of fp32
+  bool tile_queue = false;         // the dx GEMM's tiles from a tile queue instead of at a fixed stride
 };
 
 struct Outputs {
@@ -164,8 +165,15 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   }
   for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
   const ScheduleView rows = p.schedule(o.pass_counts);
+  DeviceBuffer<uint32_t> queue;
+  if (o.tile_queue) {
+    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
+    ASSERT_NO_FATAL_FAILURE(queue.poison());  // the launcher zeroes the counter; the slots are written first
+  }
   ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad_args(p, rows, o.num_ctas), nullptr));
-  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx_args(p, rows, o.num_ctas), nullptr));
+  GateUpDgradArgs dx = dx_args(p, rows, o.num_ctas);
+  dx.tile_queue = o.tile_queue ? queue.get() : nullptr;
+  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
   ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(weight_args(p, rows, o), nullptr));
 
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -471,10 +479,17 @@ TEST_P(GroupedGemmBackwardReference, MatchesWithoutCounts) {
   ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
 }
 
+TEST_P(GroupedGemmBackwardReference, MatchesWithATileQueue) {
+  CARACAL_REQUIRE_GPU();
+  RunOptions o;
+  o.tile_queue = true;
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmBackwardReference, ::testing::ValuesIn(reference_cases()), case_name);
 
 // Each output tile (and each dg partial) has one owner and a fixed K order, the partials are added
-// in a fixed order: nothing may depend on the run or the grid size.
+// in a fixed order: nothing may depend on the run, the grid size or a tile queue.
 TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
   CARACAL_REQUIRE_GPU();
   Problem p;
@@ -484,6 +499,7 @@ TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
     SCOPED_TRACE("num_ctas " + std::to_string(num_ctas));
     RunOptions o;
     o.num_ctas = num_ctas;
+    o.tile_queue = num_ctas != 0;  // the dx GEMM both ways
     Outputs again;
     ASSERT_NO_FATAL_FAILURE(run_backward(p, o, again));
     EXPECT_TRUE(same_bits(first.d_gate_up, again.d_gate_up)) << "d_gate_up differs";

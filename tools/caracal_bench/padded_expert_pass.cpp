@@ -59,6 +59,7 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
            hidden,
            intermediate,
            /*num_ctas=*/0,
+           /*tile_queue=*/nullptr,
            x_.get(),
            gate_up_.get(),
            hidden_act_.get(),

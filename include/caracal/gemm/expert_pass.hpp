@@ -18,6 +18,7 @@ struct ExpertPass {
   int hidden = 0;                       // D
   int intermediate = 0;                 // I of these experts
   int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;       // the row-tile GEMMs' (caracal/gemm/grouped_gemm.hpp), or nullptr
   const __nv_bfloat16* x = nullptr;     // [buffer rows][D]
   __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
   __nv_bfloat16* activation = nullptr;  // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)

@@ -41,6 +41,15 @@ namespace caracal::gemm {
 
 // Every expert's row segment is padded to this many rows (the GEMMs' M tile).
 inline constexpr int kGroupedGemmTileM = 128;
+
+// A tile queue (the args' tile_queue): device memory of this many uint32_t words, owned by the
+// caller, which the row-tile GEMMs (up/gate, down, dx) hand their tiles out from, in order,
+// so that the tiles in flight share their operands in L2 (faster; the results are the same bits
+// without it). The launcher zeroes it before each launch; two kernels running at the same time must
+// not share one; 16-byte aligned. At most kTileQueueMaxCtas CTAs (num_ctas) use one.
+inline constexpr int kTileQueueMaxCtas = 256;
+inline constexpr int kTileQueueWords = 8 + kTileQueueMaxCtas * 4;  // a counter, a slot per CTA and stage
+
 // D and I must be positive multiples of this (one 128-byte swizzled K tile of bf16).
 inline constexpr int kGroupedGemmDimAlignment = 64;
 // Gate and up weight rows alternate in groups of this many (see gate_up_row below).
@@ -98,6 +107,7 @@ struct UpGateSwigluArgs {
   __nv_bfloat16* activation_out = nullptr;       // [buffer rows][I]
   __nv_bfloat16* gate_up_out = nullptr;      // [buffer rows][2I], interleaved; nullptr: not stored
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr (see above)
 };
 
 // Forward down projection: y[r] = bf16(activation[r] · W_down[e]^T)  (contract F3).
@@ -109,6 +119,7 @@ struct DownProjArgs {
   const __nv_bfloat16* w_down = nullptr;     // [L][D][I] (I contiguous)
   __nv_bfloat16* y_out = nullptr;            // [buffer rows][D]
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr (see above)
 };
 
 // Argument rules (both): D and I positive multiples of 64; num_experts >= 1; row_capacity >= 0

@@ -68,6 +68,7 @@ struct GateUpDgradArgs {
   const __nv_bfloat16* w_gate_up = nullptr;    // [L][2I][D] interleaved, as in the forward
   __nv_bfloat16* dx_out = nullptr;             // [buffer rows][D]
   int num_ctas = 0;
+  uint32_t* tile_queue = nullptr;  // kTileQueueWords words, or nullptr (caracal/gemm/grouped_gemm.hpp)
 };
 
 struct WeightGradArgs {

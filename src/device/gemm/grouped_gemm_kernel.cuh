@@ -8,7 +8,8 @@
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
 //                       its Params, the CTA's first tile and the stride between its tiles;
-//                       locate(params, tile) places a tile's rows in the row buffers
+//                       locate(params, tile) places a tile's rows in the row buffers; row tiles
+//                       may instead come from a tile queue (Params::tile_queue, tile_queue.cuh)
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // The kernel's parameters and shared storage are composed of the collectives' own.
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
 #include "device/gemm/tile_coord.cuh"
+#include "device/gemm/tile_queue.cuh"
 #include "device/gemm/tma_pipeline.cuh"
 
 namespace caracal::gemm {
@@ -69,14 +71,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   // Standalone, the CTAs of the launch share the tiles; a fused kernel would pass its GEMM role's.
+  // Row tiles may come from a queue instead (tile_queue.cuh): in order, whichever CTA is free.
   typename Gemm::Scheduler scheduler(p.scheduler, int(blockIdx.x), int(gridDim.x));
+  uint32_t* const queue = tile_queue<Gemm>(p.scheduler);
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load; the rest of the warpgroup retires.
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (threadIdx.x == 0) {
       PipelineState st;
-      for (; scheduler.has_tile(); scheduler.advance()) {
+      for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
+        if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
+          if (!producer_take_tile<Gemm>(queue, scheduler, pipe, st)) break;
+        } else if (!scheduler.has_tile()) {
+          break;
+        }
         TileCoord tile = scheduler.coord();
         Gemm::Scheduler::locate(p.scheduler, tile);
         load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
@@ -100,7 +109,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
     PipelineState st;
-    for (; scheduler.has_tile(); scheduler.advance()) {
+    for (;; scheduler.advance()) {
+      if (queue != nullptr) {
+        if (!consumer_take_tile<Gemm>(queue, scheduler, pipe, st)) break;
+      } else if (!scheduler.has_tile()) {
+        break;
+      }
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;

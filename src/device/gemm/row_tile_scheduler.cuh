@@ -9,7 +9,8 @@
 // raster_order.hpp (groups of kRasterGroupBlocks M blocks, N block by N block).
 //
 // A CTA takes tiles first, first + stride, ... while they are below the device-side total (the
-// standalone kernel: first = blockIdx.x, stride = gridDim.x). Each role
+// standalone kernel: first = blockIdx.x, stride = gridDim.x), or, with a tile queue
+// (tile_queue.cuh), whichever tile comes next when it is free. Each role
 // (producer, consumers) runs its own copy and walks the same sequence; tile indices only grow, so
 // the owning expert is found by moving a cursor forward (amortised O(1) per tile).
 #include <climits>
@@ -28,6 +29,8 @@ class RowTileScheduler {
     ScheduleView schedule;  // the rows' grouping by expert, its window and its ring
     int n_blocks;           // ceil(N / kBlockN)
     int k_tiles;            // K / kBlockK
+    uint32_t* tile_queue;   // nullptr: each CTA takes tiles first, first + stride, ...; else they
+                            // are handed out in order from it (tile_queue.cuh)
   };
 
   // The most tiles `p` can hold: every row block of the capacity, N block by N block.

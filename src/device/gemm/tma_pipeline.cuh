@@ -56,6 +56,9 @@ class TmaPipeline {
     return &full_[st.stage];
   }
 
+  // Producer: complete the stage's fill with no bytes (the end of a tile queue, tile_queue.cuh).
+  __device__ void producer_arrive(PipelineState st) const { FullBarrier::arrive(&full_[st.stage]); }
+
   // Consumers: wait until the stage's bytes have landed.
   __device__ void consumer_wait(PipelineState st) const {
     FullBarrier::wait(&full_[st.stage], st.phase);

@@ -20,6 +20,9 @@ struct DownDgradSwigluGemm {
   using OperandB = gemm::MNMajorWeights;
   using Scheduler = gemm::RowTileScheduler;
   using Epilogue = gemm::SwigluBackwardEpilogue;
+  // Its epilogue keeps the consumers at the 168 registers of the launch: with the tile queue's take
+  // they spill 8 bytes (ptxas, 2026-12-01). Tiles at the fixed stride.
+  static constexpr bool kTileQueue = false;
 };
 
 int intermediate_blocks(int intermediate) {
@@ -47,7 +50,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   p.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
   p.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   p.mainloop.b_mn_extent = args.intermediate;
-  p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK};
+  p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK, nullptr};
   SwigluBackwardEpilogue::Params& e = p.epilogue;
   e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
   e.scaled_activation =

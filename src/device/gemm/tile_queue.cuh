@@ -1,0 +1,95 @@
+#pragma once
+// Row tiles handed out in order (RowTileScheduler::Params::tile_queue): the producer thread of each
+// CTA takes its next tile index from one counter (atomicAdd) when the tile's first stage is free,
+// and hands it to its consumers through the CTA's slot of that stage; each role seeks its own
+// scheduler copy to it (tile indices only grow per CTA). The tiles in flight are then always a run
+// of consecutive tiles — the ones that read the same A blocks and weight slabs (raster_order.hpp) —
+// however the CTAs drift apart. With a fixed stride (tile b, b + grid, ... for CTA b) a CTA whose
+// tiles ran faster works ahead of the others, the tiles in flight spread over the schedule and their
+// operands stop fitting in L2. Measured on the H200 (ncu, base clock, DeepSeek-V3 up/gate, 2026-12-01):
+// 6.87 GB of DRAM reads at a fixed stride, 3.6 GB from the queue (CUTLASS's grouped GEMM 3.0 GB).
+//
+// Queue words (caracal::gemm::kTileQueueWords; the launcher zeroes the counter before each
+// launch): [0] the counter, from word 8 kStages one-word slots per CTA (a tile index). A slot is
+// written before the stage's fill is announced (the barrier's arrival releases it) and read after
+// the fill landed; it is rewritten only after every consumer warp released the stage. As the fused
+// forward's task slots, in global memory rather than shared: compute-sanitizer's racecheck does not
+// follow a stage barrier's arrivals from the reading warps' lane 0.
+#include <cstdint>
+#include <type_traits>
+
+#include "caracal/gemm/grouped_gemm.hpp"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+
+namespace caracal::gemm {
+
+inline constexpr int kTileQueueSlotsWord = 8;  // 32-byte aligned
+static_assert(kTileQueueWords >= kTileQueueSlotsWord + kTileQueueMaxCtas * kStages, "the public size of a tile queue");
+inline constexpr uint32_t kNoMoreTiles = 0xffffffffu;
+
+// Whether a scheduler's Params name a tile queue (RowTileScheduler's do).
+template <class Params, class = void>
+inline constexpr bool kHasTileQueue = false;
+template <class Params>
+inline constexpr bool kHasTileQueue<Params, std::void_t<decltype(Params::tile_queue)>> = true;
+
+// Whether a Gemm (grouped_gemm_kernel.cuh) takes its tiles from a queue when it is given one: those
+// with a row scheduler do unless they declare `static constexpr bool kTileQueue = false` (an
+// epilogue that leaves the consumers no registers for it).
+template <class Gemm, class = void>
+inline constexpr bool kTakesTileQueue = kHasTileQueue<typename Gemm::Scheduler::Params>;
+template <class Gemm>
+inline constexpr bool kTakesTileQueue<Gemm, std::void_t<decltype(Gemm::kTileQueue)>> =
+    kHasTileQueue<typename Gemm::Scheduler::Params> && Gemm::kTileQueue;
+
+// A Gemm's tile queue: nullptr when it was given none or takes none.
+template <class Gemm, class Params>
+__device__ uint32_t* tile_queue(Params const& p) {
+  if constexpr (kTakesTileQueue<Gemm>) return p.tile_queue;
+  return nullptr;
+}
+
+// This CTA's slot of stage `stage`.
+__device__ inline uint32_t* tile_slot(uint32_t* queue, int stage) {
+  return queue + kTileQueueSlotsWord + int(blockIdx.x) * kStages + stage;
+}
+
+// The producer thread: takes the next tile index once the tile's first stage is free (not earlier:
+// the tiles in flight stay consecutive), seeks `scheduler` to it and publishes it in the stage's
+// slot. At the end of the queue it publishes kNoMoreTiles, completes the stage with no bytes and
+// returns false.
+template <class Gemm, class Scheduler>
+__device__ bool producer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPipeline const& pipe,
+                                   PipelineState st) {
+  if constexpr (kTakesTileQueue<Gemm>) {
+    pipe.producer_acquire(st);
+    uint32_t const t = atomicAdd(queue, 1u);
+    bool const has_tile = t < uint32_t(scheduler.num_tiles());
+    *tile_slot(queue, st.stage) = has_tile ? t : kNoMoreTiles;
+    if (!has_tile) {
+      pipe.producer_arrive(st);
+      return false;
+    }
+    scheduler.seek(int(t));
+    return true;
+  }
+  return false;
+}
+
+// A consumer thread: waits for the tile's first stage, reads its index from the stage's slot and
+// seeks `scheduler` to it; false at the end of the queue.
+template <class Gemm, class Scheduler>
+__device__ bool consumer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPipeline const& pipe,
+                                   PipelineState st) {
+  if constexpr (kTakesTileQueue<Gemm>) {
+    pipe.consumer_wait(st);
+    uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
+    if (t == kNoMoreTiles) return false;
+    scheduler.seek(int(t));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace caracal::gemm
