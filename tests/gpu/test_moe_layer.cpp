@@ -22,6 +22,7 @@
 #include "caracal/comm/nccl_bootstrap.hpp"
 #include "caracal/comm/nccl_world.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/moe_layer.hpp"
 #include "error_checks.hpp"
 #include "exchange_test_support.hpp"
@@ -291,6 +292,11 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   MoELayerOptions few_ctas;
   few_ctas.gemm_ctas = 7;
   MoELayer other_layer(config_of(c), other_world, few_ctas);
+  // More CTAs than a tile queue serves: the row tiles at a fixed stride instead.
+  MoELayerOptions fixed_stride;
+  fixed_stride.gemm_ctas = gemm::kTileQueueMaxCtas + 1;
+  comm::LoopbackWorld fixed_stride_world(c.world, heap);
+  MoELayer fixed_stride_layer(config_of(c), fixed_stride_world, fixed_stride);
   const WorldBuffers buffers(c, s.weights, world);
   Stream stream;
 
@@ -303,6 +309,7 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), first);
   expect_same_bits(first, run(layer), "second run");
   expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
+  expect_same_bits(first, run(fixed_stride_layer), "row tiles at a fixed stride (no tile queue)");
   // On a ring of 128 rows (both passes in macrobatches, weight gradients carried across them) with
   // 7 and with all CTAs.
   MoELayerOptions ring;
