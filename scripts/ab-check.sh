@@ -7,7 +7,8 @@
 #      checksum, i.e. the two builds compute the same bits;
 #   2. the layer: caracal-bench of both, alternated old/new ROUNDS times (DeepSeek-V3, 32 experts,
 #      T = 4096, forward + backward);
-#   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way;
+#   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
+#      not run, for builds staged without it);
 # then a table of medians over the rounds (each run's own figure is a median of --reps runs).
 # Logs and JSON: $OUT/ab-logs.tgz when OUT is set.
 set -uo pipefail
@@ -49,6 +50,7 @@ for round in $(seq 1 "$rounds"); do
     dir=${!side}
     run "layer_${side}_$round" 300 "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
       --reps 20 --quiet --no-validate --json "$logs/layer_${side}_$round.json"
+    [ "${GEMM_CASES:-}" = none ] && continue
     run "gemm_${side}_$round" 300 "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
   done
 done
