@@ -47,7 +47,7 @@ Case routed_case(const std::string& model, RoutingKind kind, uint64_t seed) {
 
 std::vector<Case> make_cases(uint64_t seed) {
   std::vector<Case> cases;
-  for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b"}) {
+  for (const char* model : {"deepseek-v3", "kimi-k2", "qwen3.5-397b", "deepseek-v4-pro"}) {
     cases.push_back(routed_case(model, RoutingKind::kUniform, seed));
     cases.push_back(routed_case(model, RoutingKind::kZipf, seed));
   }

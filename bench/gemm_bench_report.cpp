@@ -101,6 +101,7 @@ bool print_case(const Case& c, const CaseResult& r) {
     row("CUTLASS down pingpong", "cutlass_pingpong_down", "cublas_down");
   }
   row("dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad");
+  row("dgrad+swiglu, fixed stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad");
   row("dx", "dx", "cublas_dx");
   row("dx, fixed stride", "dx_fixed_stride", "cublas_dx");
   row("wgrad (fp32)", "wgrad", "cublas_wgrad");

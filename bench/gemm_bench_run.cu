@@ -105,9 +105,10 @@ struct OurKernels {
     a.y_out = y.get();
     gemm::grouped_down_proj(a, nullptr);
   }
-  void dgrad(int iter) const {
+  void dgrad(int iter, bool queued = true) const {
     const InputSet& s = set(iter);
     auto a = case_args<DownDgradSwigluArgs>(rows, c);
+    a.tile_queue = queued ? tile_queue.get() : nullptr;
     a.dy = s.dy.get();
     a.w_down = s.w_down.get();
     a.gate_up = gate_up.get();
@@ -291,6 +292,7 @@ void time_ours(const OurKernels& k, const Flops& f, double pad, const TimeIt& ti
   // The same kernels with each CTA's tiles at a fixed stride (no tile queue), the order before it.
   time_it("up_gate_swiglu_hidden_only_fixed_stride", [&](int i) { k.up(i, false, false); }, f.up, f.up * pad);
   time_it("down_fixed_stride", [&](int i) { k.down(i, false); }, f.down, f.down * pad);
+  time_it("dgrad_swiglu_fixed_stride", [&](int i) { k.dgrad(i, false); }, f.dgrad, f.dgrad * pad);
   time_it("dx_fixed_stride", [&](int i) { k.dgrad_x(i, false); }, f.dx, f.dx * pad);
   time_it("forward", [&](int i) { k.up(i, true); k.down(i); }, f.forward, f.forward * pad);
   // The backward reads the gate_up of the last forward; its inputs do not change its speed.

@@ -52,6 +52,7 @@ void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& 
   dgrad.d_gates_out = pass.dg;
   dgrad.workspace = pass.workspace;
   dgrad.num_ctas = pass.num_ctas;
+  dgrad.tile_queue = pass.tile_queue;
   gemm::grouped_down_dgrad_swiglu(dgrad, stream);
 
   // The weight gradients before dx: their last read of x comes before dx may overwrite it.

@@ -145,6 +145,7 @@ void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
   check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
   check_pointer(a.workspace, no_rows, fn, "workspace");
   check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, a.intermediate, fn);
 }
 

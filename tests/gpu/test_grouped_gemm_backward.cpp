@@ -110,7 +110,7 @@ struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (dw_*_bf16) instead of fp32
-  bool tile_queue = false;         // the dx GEMM's tiles from a tile queue instead of at a fixed stride
+  bool tile_queue = false;         // the dgrad and dx GEMMs' tiles from a tile queue, not at a fixed stride
 };
 
 struct Outputs {
@@ -170,7 +170,9 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
     ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
     ASSERT_NO_FATAL_FAILURE(queue.poison());  // the launcher zeroes the counter; the slots are written first
   }
-  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad_args(p, rows, o.num_ctas), nullptr));
+  DownDgradSwigluArgs dgrad = dgrad_args(p, rows, o.num_ctas);
+  dgrad.tile_queue = o.tile_queue ? queue.get() : nullptr;
+  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
   GateUpDgradArgs dx = dx_args(p, rows, o.num_ctas);
   dx.tile_queue = o.tile_queue ? queue.get() : nullptr;
   ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
@@ -499,7 +501,7 @@ TEST(GroupedGemmBackwardDeterminism, BitwiseAcrossRunsAndGridSizes) {
     SCOPED_TRACE("num_ctas " + std::to_string(num_ctas));
     RunOptions o;
     o.num_ctas = num_ctas;
-    o.tile_queue = num_ctas != 0;  // the dx GEMM both ways
+    o.tile_queue = num_ctas != 0;  // the dgrad and dx GEMMs both ways
     Outputs again;
     ASSERT_NO_FATAL_FAILURE(run_backward(p, o, again));
     EXPECT_TRUE(same_bits(first.d_gate_up, again.d_gate_up)) << "d_gate_up differs";
@@ -736,6 +738,12 @@ TEST(GroupedGemmBackwardArgs, DgradRejectsBadArguments) {
   expect_error(with([](auto& a) { a.d_gates_out = nullptr; }), {"d_gates_out"});
   expect_error(with([](auto& a) { a.workspace = nullptr; }), {"workspace"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
+  expect_error(with([](auto& a) { a.tile_queue = fake_ptr<uint32_t>(4); }), {"tile_queue must be 16-byte aligned"});
+  expect_error(with([](auto& a) {
+                 a.tile_queue = fake_ptr<uint32_t>();
+                 a.num_ctas = 300;
+               }),
+               {"grouped_down_dgrad_swiglu", "num_ctas must be at most 256 with a tile_queue", "got 300"});
 }
 
 TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
@@ -747,6 +755,12 @@ TEST(GroupedGemmBackwardArgs, DxRejectsBadArguments) {
   expect_error(with([](auto& a) { a.d_gate_up = fake_ptr(2); }), {"d_gate_up", "16-byte"});
   expect_error(with([](auto& a) { a.w_gate_up = nullptr; }), {"w_gate_up"});
   expect_error(with([](auto& a) { a.dx_out = nullptr; }), {"dx_out"});
+  expect_error(with([](auto& a) { a.tile_queue = fake_ptr<uint32_t>(4); }), {"tile_queue must be 16-byte aligned"});
+  expect_error(with([](auto& a) {
+                 a.tile_queue = fake_ptr<uint32_t>();
+                 a.num_ctas = 257;
+               }),
+               {"grouped_gate_up_dgrad", "num_ctas must be at most 256 with a tile_queue", "got 257"});
 }
 
 TEST(GroupedGemmBackwardArgs, WeightGradsRejectBadArguments) {

@@ -43,7 +43,7 @@ namespace caracal::gemm {
 inline constexpr int kGroupedGemmTileM = 128;
 
 // A tile queue (the args' tile_queue): device memory of this many uint32_t words, owned by the
-// caller, which the row-tile GEMMs (up/gate, down, dx) hand their tiles out from, in order,
+// caller, which the row-tile GEMMs (up/gate, down, dgrad, dx) hand their tiles out from, in order,
 // so that the tiles in flight share their operands in L2 (faster; the results are the same bits
 // without it). The launcher zeroes it before each launch; two kernels running at the same time must
 // not share one; 16-byte aligned. At most kTileQueueMaxCtas CTAs (num_ctas) use one.

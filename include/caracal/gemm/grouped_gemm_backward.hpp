@@ -58,6 +58,7 @@ struct DownDgradSwigluArgs {
   float* d_gates_out = nullptr;                // [row_capacity] dL/dg of each row's route
   float* workspace = nullptr;                  // down_dgrad_workspace_floats(...) floats
   int num_ctas = 0;                            // persistent CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;  // kTileQueueWords words, or nullptr (caracal/gemm/grouped_gemm.hpp)
 };
 
 struct GateUpDgradArgs {

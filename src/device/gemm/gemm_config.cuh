@@ -38,9 +38,11 @@ inline constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupThreads / 
 inline constexpr int kWarpgroupRows = kBlockM / kConsumerWarpgroups;  // 64 = one wgmma M
 
 // setmaxnreg budgets: the producer needs few registers, the consumers hold 128 accumulators.
-// 40 x 128 + 232 x 256 = 64512 <= 65536 registers of the SM.
-inline constexpr uint32_t kProducerRegisters = 40;
-inline constexpr uint32_t kConsumerRegisters = 232;
+// producer x 128 + consumer x 256 <= 64512 (168 per thread at launch, 384 threads); multiples of 8.
+struct RegisterSplit {
+  uint32_t producer, consumer;
+};
+inline constexpr RegisterSplit kDefaultRegisterSplit{40, 232};
 
 // Epilogue: each consumer warpgroup stages bf16 64 x 64 chunks (one 128-byte swizzled TMA box)
 // in a ring of kChunkBuffers buffers, so writing one chunk overlaps the TMA store of the last.

@@ -13,6 +13,7 @@
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // The kernel's parameters and shared storage are composed of the collectives' own.
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
@@ -37,6 +38,13 @@ struct KernelParams {
   EpilogueParams epilogue;
 };
 
+// A Gemm's setmaxnreg budgets: kDefaultRegisterSplit unless it declares `static constexpr
+// RegisterSplit kRegisterSplit` (a producer that needs more than 40 registers).
+template <class Gemm, class = void>
+inline constexpr RegisterSplit kRegisterSplit = kDefaultRegisterSplit;
+template <class Gemm>
+inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::kRegisterSplit)>> = Gemm::kRegisterSplit;
+
 template <class Gemm>
 using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params>;
 
@@ -53,6 +61,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
   using namespace cute;
   using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
+  constexpr RegisterSplit kRegisters = kRegisterSplit<Gemm>;
+  static_assert(kRegisters.producer * kWarpgroupThreads + kRegisters.consumer * kConsumerWarpgroups * kWarpgroupThreads <=
+                    168 * kThreads && kRegisters.producer % 8 == 0 && kRegisters.consumer % 8 == 0,
+                "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
@@ -77,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load; the rest of the warpgroup retires.
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
     if (threadIdx.x == 0) {
       PipelineState st;
       for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
@@ -92,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
     int const consumer = warpgroup - 1;                       // 0 or 1
     int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
     int const wg_thread = thread % kWarpgroupThreads;

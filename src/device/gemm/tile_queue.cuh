@@ -35,13 +35,9 @@ template <class Params>
 inline constexpr bool kHasTileQueue<Params, std::void_t<decltype(Params::tile_queue)>> = true;
 
 // Whether a Gemm (grouped_gemm_kernel.cuh) takes its tiles from a queue when it is given one: those
-// with a row scheduler do unless they declare `static constexpr bool kTileQueue = false` (an
-// epilogue that leaves the consumers no registers for it).
-template <class Gemm, class = void>
-inline constexpr bool kTakesTileQueue = kHasTileQueue<typename Gemm::Scheduler::Params>;
+// with a row scheduler do.
 template <class Gemm>
-inline constexpr bool kTakesTileQueue<Gemm, std::void_t<decltype(Gemm::kTileQueue)>> =
-    kHasTileQueue<typename Gemm::Scheduler::Params> && Gemm::kTileQueue;
+inline constexpr bool kTakesTileQueue = kHasTileQueue<typename Gemm::Scheduler::Params>;
 
 // A Gemm's tile queue: nullptr when it was given none or takes none.
 template <class Gemm, class Params>

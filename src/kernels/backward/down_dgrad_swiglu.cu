@@ -20,9 +20,9 @@ struct DownDgradSwigluGemm {
   using OperandB = gemm::MNMajorWeights;
   using Scheduler = gemm::RowTileScheduler;
   using Epilogue = gemm::SwigluBackwardEpilogue;
-  // Its epilogue keeps the consumers at the 168 registers of the launch: with the tile queue's take
-  // they spill 8 bytes (ptxas, 2026-12-01). Tiles at the fixed stride.
-  static constexpr bool kTileQueue = false;
+  // Its producer also prefetches the epilogue's gate/up: with the tile queue's take it spills two
+  // registers at 40 (ptxas, 2026-12-01); the consumers need no more than 224.
+  static constexpr gemm::RegisterSplit kRegisterSplit{48, 224};
 };
 
 int intermediate_blocks(int intermediate) {
@@ -50,7 +50,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   p.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
   p.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   p.mainloop.b_mn_extent = args.intermediate;
-  p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK, nullptr};
+  p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK, args.tile_queue};
   SwigluBackwardEpilogue::Params& e = p.epilogue;
   e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
   e.scaled_activation =
