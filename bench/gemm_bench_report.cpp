@@ -91,8 +91,8 @@ bool print_case(const Case& c, const CaseResult& r) {
   row("up+swiglu (+gate_up)", "up_gate_swiglu", "cublas_up", true);
   row("up+swiglu (hidden)", "up_gate_swiglu_hidden_only", "cublas_up");
   row("down", "down", "cublas_down");
-  row("up (hidden), fixed stride", "up_gate_swiglu_hidden_only_fixed_stride", "cublas_up");
-  row("down, fixed stride", "down_fixed_stride", "cublas_down");
+  row("up hidden fixed-stride", "up_gate_swiglu_hidden_only_fixed_stride", "cublas_up");
+  row("down fixed-stride", "down_fixed_stride", "cublas_down");
   row("forward", "forward", "cublas_forward");
   if (r.timings.count("cutlass_cooperative_up")) {
     row("CUTLASS up coop", "cutlass_cooperative_up", "cublas_up");
@@ -101,9 +101,9 @@ bool print_case(const Case& c, const CaseResult& r) {
     row("CUTLASS down pingpong", "cutlass_pingpong_down", "cublas_down");
   }
   row("dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad");
-  row("dgrad+swiglu, fixed stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad");
+  row("dgrad fixed-stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad");
   row("dx", "dx", "cublas_dx");
-  row("dx, fixed stride", "dx_fixed_stride", "cublas_dx");
+  row("dx fixed-stride", "dx_fixed_stride", "cublas_dx");
   row("wgrad (fp32)", "wgrad", "cublas_wgrad");
   row("wgrad (bf16)", "wgrad_bf16", "cublas_wgrad");
   row("backward", "backward", "cublas_backward");
