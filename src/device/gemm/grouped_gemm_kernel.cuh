@@ -4,13 +4,6 @@
 // producer and consumers meet only through the stage ring, so the producer loads the next tile
 // while the consumers run the epilogue of the last.
 //
-// Cooperative (the default): both consumer warpgroups read every stage, each computing its 64-row
-// half of the 128 x 256 tile, and run their epilogues at the same time, the tensor cores idle.
-// Ping-pong (`static constexpr bool kPingPong = true`): the producer streams the tile's two halves
-// one after the other (B twice), warpgroup w takes half w of every tile, so one warpgroup's
-// epilogue runs under the other's mainloop; for epilogue-heavy GEMMs. Same tiles, same k order,
-// same bits.
-//
 // `Gemm` describes one kernel:
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
@@ -52,11 +45,6 @@ inline constexpr RegisterSplit kRegisterSplit = kDefaultRegisterSplit;
 template <class Gemm>
 inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::kRegisterSplit)>> = Gemm::kRegisterSplit;
 
-template <class Gemm, class = void>
-inline constexpr bool kPingPong = false;
-template <class Gemm>
-inline constexpr bool kPingPong<Gemm, std::void_t<decltype(Gemm::kPingPong)>> = Gemm::kPingPong;
-
 template <class Gemm>
 using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params>;
 
@@ -77,9 +65,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kRegisters.producer * kWarpgroupThreads + kRegisters.consumer * kConsumerWarpgroups * kWarpgroupThreads <=
                     168 * kThreads && kRegisters.producer % 8 == 0 && kRegisters.consumer % 8 == 0,
                 "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
-  static_assert(!kPingPong<Gemm> || (Gemm::OperandA::kMajor == Major::MN && !kTakesTileQueue<Gemm> &&
-                                     !kPrefetchesSource<typename Gemm::Epilogue>),
-                "ping-pong: A MN-major (its 64-row boxes are the halves), no tile queue, no source prefetch");
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
@@ -91,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
-    pipe.init(1, kPingPong<Gemm> ? kConsumerWarps / kConsumerWarpgroups : kConsumerWarps);
+    pipe.init();
     prefetch_tma_descriptor(&p.mainloop.a);
     prefetch_tma_descriptor(&p.mainloop.b);
   }
@@ -115,13 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         TileCoord tile = scheduler.coord();
         Gemm::Scheduler::locate(p.scheduler, tile);
-        if constexpr (kPingPong<Gemm>) {
-          for (int half = 0; half < kConsumerWarpgroups; ++half) {
-            if (half_has_work(tile, half)) load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile, half);
-          }
-        } else {
-          load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
-        }
+        load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
       }
     }
   } else {
@@ -150,11 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
-      bool const active = half_has_work(tile, consumer);
-      // Ping-pong: the ring holds the stages of the halves with work, half 0's first; a warpgroup
-      // walks only its own (none when its half has no work) and passes over the other's.
-      int const k_tiles = kPingPong<Gemm> && !active ? 0 : tile.k_tiles;
-      if (kPingPong<Gemm> && consumer == 1 && half_has_work(tile, 0)) st.skip(tile.k_tiles);
+      bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
       if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
         // The weight gradients over a window: where the tile's sum starts and stops, as the
         // scheduler found it (no loads of the offsets per tile).
@@ -168,13 +143,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
           warpgroup_fence_operand(accum);
         }
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, k_tiles, active, lane, false, continued);
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
         Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
       } else {
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, k_tiles, active, lane);
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
         Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
       }
-      if (kPingPong<Gemm> && consumer == 0 && half_has_work(tile, 1)) st.skip(tile.k_tiles);
     }
     ring.drain();
   }

@@ -1,8 +1,7 @@
 #pragma once
 // The tile GEMM mainloop: the producer's TMA loads and the consumers' wgmma loop for one
 // 128 x 256 output tile, K in a fixed order (k tile 0, 1, ...): the result of a tile does not
-// depend on which CTA computes it or when. In a ping-pong kernel (grouped_gemm_kernel.cuh) the
-// tile's two 64-row halves stream through the ring one after the other, each to its warpgroup.
+// depend on which CTA computes it or when.
 #include <cstdint>
 #include <type_traits>
 
@@ -41,15 +40,6 @@ struct MainloopStorage {
 // being fetched so early that the operand stream evicts it again.
 inline constexpr int kSourcePrefetchLead = 8;
 
-// Whether the consumer warpgroup `half` of a tile (its rows m_begin + 64 half, + 64) has work:
-// rows before the tile's active end and at least one k tile. Without, it only stores zeros.
-__device__ inline bool half_has_work(TileCoord const& tile, int half) {
-  return tile.k_tiles > 0 && tile.m_begin + half * kWarpgroupRows < tile.active_end;
-}
-
-// Bytes of a stage holding one 64-row half of A (a ping-pong kernel's) and the whole B tile.
-inline constexpr uint32_t kHalfStageBytes = uint32_t(sizeof(Element)) * (kWarpgroupRows + kBlockN) * kBlockK;
-
 // An epilogue whose sums may continue from partials (the weight gradients over a window, with
 // WeightTileScheduler) declares
 //   static constexpr bool kLoadsPartials = true;
@@ -70,29 +60,21 @@ inline constexpr bool
     kPrefetchesSource<Epilogue, std::void_t<decltype(&Epilogue::prefetch_source)>> = true;
 
 // Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
-// Gemm's operand kind (operand_loads.cuh). `half` >= 0: only A's rows of that half (a ping-pong
-// kernel's), into the half's place in the stage; A must then be MN-major, whose 64-row boxes are
-// the halves (a K-major A's box is its tensor map's, 128 rows).
+// Gemm's operand kind (operand_loads.cuh).
 template <class Gemm>
 __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
                           MainloopStorage& smem, TmaPipeline const& pipe, PipelineState& st,
-                          TileCoord const& tile, int half = -1) {
+                          TileCoord const& tile) {
   int const prefetch_at = max(tile.k_tiles - kSourcePrefetchLead, 0);
   for (int k = 0; k < tile.k_tiles; ++k) {
     if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
       if (k == prefetch_at) Gemm::Epilogue::prefetch_source(epilogue, tile);
     }
     pipe.producer_acquire(st);
-    uint64_t* full = pipe.producer_expect(st, half < 0 ? kStageBytes : kHalfStageBytes);
+    uint64_t* full = pipe.producer_expect(st, kStageBytes);
     int const k_index = tile.k_begin + k * kBlockK;
-    if (half < 0) {
-      Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_buffer, p.a_mn_extent,
-                                             k_index, tile.expert);
-    } else {
-      Gemm::OperandA::template load<kWarpgroupRows>(&p.a, full, smem.a[st.stage] + half * kWarpgroupRows * kBlockK,
-                                                    tile.m_buffer + half * kWarpgroupRows, p.a_mn_extent,
-                                                    k_index, tile.expert);
-    }
+    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_buffer,
+                                           p.a_mn_extent, k_index, tile.expert);
     Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
                                            p.b_mn_extent, k_index, tile.expert);
     st.advance();

@@ -26,9 +26,6 @@ struct WeightGradGemm {
   using OperandB = gemm::MNMajorRows;
   using Scheduler = gemm::WeightTileScheduler;
   using Epilogue = gemm::WeightGradEpilogue;
-  // Short K (an expert's rows) and 128 KiB of fp32 per tile: the epilogue under the other
-  // warpgroup's mainloop.
-  static constexpr bool kPingPong = true;
 };
 
 // grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
