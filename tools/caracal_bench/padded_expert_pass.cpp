@@ -4,6 +4,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "device_buffer.hpp"
 #include "padded_rows.hpp"
@@ -38,6 +39,8 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
   dg_ = device_buffer<float>(rows, "cudaMalloc(baseline expert dg)");
   workspace_ = device_buffer<float>(gemm::down_dgrad_workspace_floats(static_cast<int>(rows), intermediate),
                                  "cudaMalloc(baseline dgrad workspace)");
+  // The GEMMs at their best, as the layer runs them: row tiles from a tile queue.
+  tile_queue_ = comm::device_alloc<uint32_t>(size_t(gemm::kTileQueueWords), "cudaMalloc(baseline tile queue)");
 
   check_cuda(cudaMemcpyAsync(expert_offset_.get(), offsets_.data(), (L + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream),
@@ -59,7 +62,7 @@ PaddedExpertPass::PaddedExpertPass(const std::vector<int64_t>& counts, int hidde
            hidden,
            intermediate,
            /*num_ctas=*/0,
-           /*tile_queue=*/nullptr,
+           tile_queue_.get(),
            x_.get(),
            gate_up_.get(),
            hidden_act_.get(),

@@ -40,6 +40,7 @@ class PaddedExpertPass {
   comm::DeviceMemory<int32_t> expert_offset_, expert_count_;
   comm::DeviceMemory<__nv_bfloat16> x_, gate_up_, hidden_act_, out_, dy_, d_gate_up_, dx_;
   comm::DeviceMemory<float> gates_, dg_, workspace_;
+  comm::DeviceMemory<uint32_t> tile_queue_;
 };
 
 }  // namespace caracal::bench_tool
