@@ -2,6 +2,9 @@
 # A/B of two builds on the device machine in one call: scripts/ab-check.sh OLD NEW
 # OLD and NEW each hold caracal-bench, caracal-soak, caracal_gemm_bench and COMMIT (NEW: a staged
 # build, scripts/stage-gpu-build.sh; OLD: the same binaries copied from an earlier staging).
+#   0. AB_TESTS (optional): NEW's GPU test binaries of these names (NEW/tests/NAME), each bounded by
+#      AB_TEST_TIMEOUT s (90): for a build whose kernels may hang or be wrong, a failure stops the
+#      check here, before the benchmarks spend the call's time;
 #   1. bitwise: caracal-soak of both with one seed (loopback W = 4, changing routings, shared
 #      expert, fp32 and bf16 weight gradients): every output of every step must have the same
 #      checksum, i.e. the two builds compute the same bits;
@@ -10,6 +13,7 @@
 #   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
 #      not run, for builds staged without it);
 # then a table of medians over the rounds (each run's own figure is a median of --reps runs).
+# Every soak and benchmark run is bounded by AB_TIMEOUT s (300).
 # Logs and JSON: $OUT/ab-logs.tgz when OUT is set.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,10 +36,33 @@ run() {  # run NAME LIMIT CMD...: logs to NAME.log
   return "$rc"
 }
 
+summarize() {
+  echo
+  echo "==== A/B: old $(cat "$old/COMMIT" 2>/dev/null) vs new $(cat "$new/COMMIT" 2>/dev/null), $(date -u +%F) ===="
+  printf '%s\n' "${summary[@]}"
+  [ -n "${OUT:-}" ] && tar czf "$OUT/ab-logs.tgz" -C "$logs" .
+}
+limit="${AB_TIMEOUT:-300}"
+
+# ---- 0. the new build's tests first ---------------------------------------------------------------
+tests_failed=0
+for t in ${AB_TESTS:-}; do
+  if CARACAL_REQUIRE_GPU=1 run "$t" "${AB_TEST_TIMEOUT:-90}" "$new/tests/$t" --gtest_brief=1; then
+    record "$t" "passed"
+  else
+    tests_failed=1
+  fi
+done
+if [ "$tests_failed" -ne 0 ]; then
+  record "benchmarks" "not run: a test of the new build failed"
+  summarize
+  exit 1
+fi
+
 # ---- 1. the same bits ---------------------------------------------------------------------------
 for side in old new; do
   dir=${!side}
-  run "soak_$side" 300 "$dir/caracal-soak" --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}" --seed 2026 \
+  run "soak_$side" "$limit" "$dir/caracal-soak" --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}" --seed 2026 \
     --checksums "$logs/soak_$side.txt"
 done
 if [ -s "$logs/soak_old.txt" ] && cmp -s "$logs/soak_old.txt" "$logs/soak_new.txt"; then
@@ -48,10 +75,10 @@ fi
 for round in $(seq 1 "$rounds"); do
   for side in old new; do
     dir=${!side}
-    run "layer_${side}_$round" 300 "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
+    run "layer_${side}_$round" "$limit" "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
       --reps 20 --quiet --no-validate --json "$logs/layer_${side}_$round.json"
     [ "${GEMM_CASES:-}" = none ] && continue
-    run "gemm_${side}_$round" 300 "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
+    run "gemm_${side}_$round" "$limit" "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
   done
 done
 
@@ -82,7 +109,4 @@ for (case, k), v in sorted(rows.items()):
     print(f"  {case:22s} {k:16s} {o:8.3f} | {n:8.3f} | {n / o:.3f}")
 PY
 
-echo
-echo "==== A/B: old $(cat "$old/COMMIT" 2>/dev/null) vs new $(cat "$new/COMMIT" 2>/dev/null), $(date -u +%F) ===="
-printf '%s\n' "${summary[@]}"
-[ -n "${OUT:-}" ] && tar czf "$OUT/ab-logs.tgz" -C "$logs" .
+summarize
