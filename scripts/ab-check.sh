@@ -13,7 +13,8 @@
 #   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
 #      not run, for builds staged without it);
 # then a table of medians over the rounds (each run's own figure is a median of --reps runs).
-# Every soak and benchmark run is bounded by AB_TIMEOUT s (300).
+# Every soak and benchmark run is bounded by AB_TIMEOUT s (300). Exit status 1 when a run failed
+# or the checksums differ (tests/scripts/test_ab_check.sh checks this logic with stub builds).
 # Logs and JSON: $OUT/ab-logs.tgz when OUT is set.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,13 +27,14 @@ logs=$(mktemp -d)
 build="$new"
 source "$root/scripts/lib/nccl-env.sh"
 summary=()
+failed=0
 record() { summary+=("$(printf '%-40s %s' "$1" "$2")"); }
 run() {  # run NAME LIMIT CMD...: logs to NAME.log
   local name=$1 limit=$2 rc
   shift 2
   timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   rc=$?
-  [ "$rc" -eq 0 ] || { tail -n 20 "$logs/$name.log"; record "$name" "FAILED (rc $rc)"; }
+  [ "$rc" -eq 0 ] || { tail -n 20 "$logs/$name.log"; record "$name" "FAILED (rc $rc)"; failed=1; }
   return "$rc"
 }
 
@@ -69,6 +71,7 @@ if [ -s "$logs/soak_old.txt" ] && cmp -s "$logs/soak_old.txt" "$logs/soak_new.tx
   record "soak checksums old vs new" "bitwise identical ($(wc -l <"$logs/soak_new.txt") lines)"
 else
   record "soak checksums old vs new" "DIFFER"
+  failed=1
 fi
 
 # ---- 2, 3. speed, alternated ---------------------------------------------------------------------
@@ -110,3 +113,4 @@ for (case, k), v in sorted(rows.items()):
 PY
 
 summarize
+exit "$failed"

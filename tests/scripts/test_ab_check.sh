@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# scripts/ab-check.sh's own logic, with stub builds (no GPU): the new build's tests run first and a
+# failure or a hang stops the check before the benchmarks; the soak checksums of the two builds are
+# compared; the exit status says whether all of it passed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+make_build() {  # make_build DIR CHECKSUM: stub caracal-soak, caracal-bench and tests
+  local dir=$1
+  mkdir -p "$dir/tests"
+  echo "$2" >"$dir/checksum"
+  echo "stub-$(basename "$dir")" >"$dir/COMMIT"
+  cat >"$dir/caracal-soak" <<'STUB'
+#!/usr/bin/env bash
+while [ $# -gt 0 ]; do [ "$1" = --checksums ] && out=$2; shift; done
+cat "$(dirname "$0")/checksum" >"$out"
+STUB
+  cat >"$dir/caracal-bench" <<'STUB'
+#!/usr/bin/env bash
+while [ $# -gt 0 ]; do [ "$1" = --json ] && out=$2; shift; done
+echo '{"runs": [{"forward": {"ms": 1.0}, "backward": {"ms": 2.0}, "fwd_bwd": {"ms": 3.0}}]}' >"$out"
+STUB
+  printf '#!/usr/bin/env bash\nexit 0\n' >"$dir/tests/test_pass"
+  printf '#!/usr/bin/env bash\necho deliberate failure\nexit 1\n' >"$dir/tests/test_fail"
+  printf '#!/usr/bin/env bash\nsleep 30\n' >"$dir/tests/test_hang"
+  chmod +x "$dir"/caracal-* "$dir"/tests/*
+}
+make_build "$work/old" same
+make_build "$work/new" same
+make_build "$work/other" different
+
+check() {  # check NAME WANT_RC PATTERN [!PATTERN] -- ENV...: runs ab-check with ENV
+  local name=$1 want_rc=$2 pattern=$3 absent=$4
+  shift 5
+  local out rc
+  out=$(env "$@" ROUNDS=1 GEMM_CASES=none bash "$root/scripts/ab-check.sh" "$work/old" "${NEW:-$work/new}" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
+  grep -q -- "$pattern" <<<"$out" || fail "$name: no '$pattern' in"$'\n'"$out"
+  if [ -n "$absent" ] && grep -q -- "$absent" <<<"$out"; then fail "$name: '$absent' in"$'\n'"$out"; fi
+}
+
+check "a failing test stops the check" 1 "not run: a test of the new build failed" "soak checksums" -- \
+  AB_TESTS="test_pass test_fail"
+check "a hanging test is bounded and stops it" 1 "test_hang .*FAILED (rc 124)" "soak checksums" -- \
+  AB_TESTS=test_hang AB_TEST_TIMEOUT=1
+check "passing tests, the same bits" 0 "bitwise identical" "FAILED" -- AB_TESTS=test_pass
+NEW="$work/other" check "other bits" 1 "DIFFER" "" --
+[ "$failures" -eq 0 ] && echo "test_ab_check: all passed"
+exit $((failures > 0))
