@@ -28,16 +28,12 @@ inline constexpr int kTileQueueSlotsWord = 8;  // 32-byte aligned
 static_assert(kTileQueueWords >= kTileQueueSlotsWord + kTileQueueMaxCtas * kStages, "the public size of a tile queue");
 inline constexpr uint32_t kNoMoreTiles = 0xffffffffu;
 
-// Whether a scheduler's Params name a tile queue (RowTileScheduler's do).
-template <class Params, class = void>
-inline constexpr bool kHasTileQueue = false;
-template <class Params>
-inline constexpr bool kHasTileQueue<Params, std::void_t<decltype(Params::tile_queue)>> = true;
-
 // Whether a Gemm (grouped_gemm_kernel.cuh) takes its tiles from a queue when it is given one: those
-// with a row scheduler do.
+// whose scheduler's Params name one (RowTileScheduler's) do.
+template <class Gemm, class = void>
+inline constexpr bool kTakesTileQueue = false;
 template <class Gemm>
-inline constexpr bool kTakesTileQueue = kHasTileQueue<typename Gemm::Scheduler::Params>;
+inline constexpr bool kTakesTileQueue<Gemm, std::void_t<decltype(Gemm::Scheduler::Params::tile_queue)>> = true;
 
 // A Gemm's tile queue: nullptr when it was given none or takes none.
 template <class Gemm, class Params>
