@@ -180,6 +180,10 @@ struct MoELayerOptions {
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.
   bool fused_pull_all_rows = false;
+  // For benchmarks: every pull (the fused forward's, dispatch, reverse combine) reads a token's home
+  // row once per route, as v1 moved rows, instead of once per (token, rank) (DESIGN §2;
+  // transfer::ExchangeOptions::pull_per_route). Same bits either way.
+  bool pull_per_route = false;
   // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
   // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one
   // down, so that the ring holds macrobatch 0 when it ends, by the backward from the first one up,

@@ -315,6 +315,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   state.fused = runs_fused(config, options);
   transfer::ExchangeOptions exchange = layer::exchange_options(config, state.sizes, state.fused);
   exchange.max_sms = options.exchange_sms;
+  exchange.pull_per_route = options.pull_per_route;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
   if (state.fused) {
     const int ctas = fused::fused_ctas_per_rank(world);

@@ -29,6 +29,7 @@ struct ExchangeArgs {
   RouterScaling scaling;    // compute_gates and reverse_dispatch
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
   bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
+  bool pull_per_route = false;          // ExchangeOptions::pull_per_route
   PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
 };
 

@@ -53,7 +53,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   b.schedule.expert_count = heap.take<int32_t>(L);
   b.schedule.source_count = heap.take<int32_t>(L * W);
   b.schedule.route_location = heap.take<int2>(routes);
-  b.schedule.kept_experts = heap.take<int32_t>(W * routes);
+  b.schedule.route_rows = heap.take<int32_t>(W * routes);
   b.schedule.chunk_counts = heap.take<int32_t>(W * sizes.chunks * L);
   b.router.topk_scores = heap.take<float>(routes);
   b.router.gates = heap.take<float>(routes);
@@ -185,6 +185,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
   a.noncoherent_pull_loads = options_.noncoherent_pull_loads;
+  a.pull_per_route = options_.pull_per_route;
   a.window = {0, a.schedule.row_capacity, 0};
 }
 

@@ -20,17 +20,20 @@
 namespace caracal::layer_test {
 namespace {
 
-MoELayerOptions v1_options() {
+MoELayerOptions v1_options(bool pull_per_route = false) {
   MoELayerOptions o;
   o.fused_forward = false;
+  o.pull_per_route = pull_per_route;
   return o;
 }
 
-MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false) {
+MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false,
+                              bool pull_per_route = false) {
   MoELayerOptions o;
   o.fused_comm_ctas = comm_ctas;
   o.ring_rows = ring_rows;
   o.fused_pull_all_rows = pull_all_rows;
+  o.pull_per_route = pull_per_route;
   return o;
 }
 
@@ -83,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_case
 // Rings far smaller than the rows: many macrobatches, each taking over the ring rows of the one
 // walked before it (all routes to one expert: every rank's routes on one rank), and the backward
 // recomputing the up/gate tiles of every row past the ring. The same bits as v1 for every output
-// and gradient, whatever the ring and the comm CTAs, with rows gathered in place or all pulled.
+// and gradient, whatever the ring and the comm CTAs, with rows gathered in place or all pulled,
+// once per (token, rank) and macrobatch or once per route.
 std::vector<LayerCase> ring_cases() {
   using R = RoutingCase;
   return {
@@ -92,6 +96,8 @@ std::vector<LayerCase> ring_cases() {
       {"W4_all_to_one_k3_odd", 4, 301, 16, 3, true, true, kNormalized, R::kAllToOne},
       {"W4_empty_ranks_k2", 4, 253, 16, 2, true, true, kUnnormalized, R::kEmptyRanks},
       {"W8_empty_slots_k2", 8, 97, 16, 2, true, false, kNormalized, R::kEmptySlots},
+      // k > 32: a token's rows on a rank are found in two rounds of 32 slots.
+      {"W2_duplicates_k36", 2, 45, 48, 36, true, false, kNormalized, R::kDuplicates},
   };
 }
 
@@ -109,6 +115,11 @@ TEST_P(GpuFusedForwardRing, SameBitsAsV1ForEveryRing) {
   // its waits for the ring rows it takes over.
   expect_same_bits(v1, run_with(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
   expect_same_bits(v1, run_with(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
+  // A token is pulled once per macrobatch for all its rows there (token_group.cuh); per route, as
+  // v1 moved rows, every pull gives the same bits.
+  expect_same_bits(v1, run_with(c, s, fused_options(0, 128, true, true)),
+                   "fused, every row pulled per route, a ring of 128 rows");
+  expect_same_bits(v1, run_with(c, s, v1_options(true)), "v1, pulls per route");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForwardRing, testing::ValuesIn(ring_cases()), case_name);

@@ -1,6 +1,6 @@
 // The schedule table built on the GPU (TokenExchange::build_schedule) against its host twin
-// (build_schedule in schedule.hpp): rows, segment offsets, counts, source counts and the inverse
-// view, bit for bit, in loopback at W = 1, 2, 4, 8 and through a single-rank NCCL world; device
+// (build_schedule in schedule.hpp): rows, segment offsets, counts, source counts, the inverse
+// view and each rank's route rows, bit for bit, in loopback at W = 1, 2, 4, 8 and through a single-rank NCCL world; device
 // detection of out-of-range expert ids; and the host-side validation of the exchange's shape.
 #include <gtest/gtest.h>
 
@@ -51,7 +51,18 @@ void poison_schedule(const TokenExchange& exchange) {
     poison(world, b.expert_count, l, L, kPoisonByte);
     poison(world, b.source_count, l, L * world.world_size(), kPoisonByte);
     poison(world, b.route_location, l, exchange.sizes().routes, kPoisonByte);
+    poison(world, b.route_rows, l, world.world_size() * exchange.sizes().routes, kPoisonByte);
   }
+}
+
+// route_rows of receiving rank `rank` as the host twin places them: per source and route, the
+// route's row on `rank`, or -1.
+std::vector<int32_t> expected_route_rows(const Schedule& want, int rank) {
+  std::vector<int32_t> rows;
+  for (const std::vector<RouteLocation>& source : want.routes) {
+    for (const RouteLocation& route : source) rows.push_back(route.dst_rank == rank ? route.row : -1);
+  }
+  return rows;
 }
 
 void upload_routing(const TokenExchange& exchange, const Routing& routing) {
@@ -96,6 +107,9 @@ void expect_schedule(const TokenExchange& exchange, const Schedule& want) {
     EXPECT_EQ(download<RouteLocation>(world, b.route_location, l, exchange.sizes().routes),
               want.routes[static_cast<size_t>(rank)])
         << "route locations (inverse view) differ";
+    EXPECT_EQ(download<int32_t>(world, b.route_rows, l, world.world_size() * exchange.sizes().routes),
+              expected_route_rows(want, rank))
+        << "route rows (each route's row on this rank) differ";
   }
 }
 

@@ -334,6 +334,7 @@ void run_and_check(TokenExchange& ex, const Routing& routing, const RouterNormal
 const ExchangeShape kShapes[] = {
     {200, 6, 200, 16, 128},  // 25 vectors per row: the copy's remainder loop; k < kSlotsInFlight
     {64, 10, 1024, 32, 8},   // 128 vectors: whole unrolled batches; k > kSlotsInFlight; small tiles
+    {40, 36, 72, 48, 8},     // k > 32: a token's group of rows on a rank is read in two rounds of slots
 };
 
 struct TransferCase {
@@ -359,6 +360,11 @@ std::vector<TransferCase> transfer_cases() {
     for (int shape : {0, 1}) {
       cases.push_back({world, routing, shape, true, true});
       cases.push_back({world, routing, shape, false, false});
+    }
+  }
+  for (int world : {1, 2}) {
+    for (RoutingCase routing : {RoutingCase::kUniform, RoutingCase::kDuplicates, RoutingCase::kAllToOne}) {
+      cases.push_back({world, routing, 2, true, true});
     }
   }
   return cases;
@@ -391,6 +397,31 @@ TEST_P(GpuTransfers, MatchCpuTwinBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuTransfers, testing::ValuesIn(transfer_cases()), case_name);
+
+// ExchangeOptions::pull_per_route (one read of a token per route, as v1 moved rows): the same bits.
+TEST(GpuTransfersPerRoute, MatchCpuTwinBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  for (int world_size : {2, 4}) {
+    for (RoutingCase routing_case : {RoutingCase::kUniform, RoutingCase::kDuplicates}) {
+      SCOPED_TRACE("W" + std::to_string(world_size) + "_" + name_of(routing_case));
+      const ExchangeShape& shape = kShapes[0];
+      ExchangeOptions options{true, true, true};
+      options.pull_per_route = true;
+      comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
+      TokenExchange ex(world, shape, options);
+      Stream stream;
+      const RouterNormalization router = router_of(true);
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(seed_note(seed));
+      const Routing routing =
+          make_test_routing(routing_case, world_size, shape.tokens, shape.top_k, shape.num_experts, seed);
+      run_and_check(ex, routing, router, seed, [&] {
+        enqueue_step(ex, router, stream.get());
+        stream.sync();
+      });
+    }
+  }
+}
 
 // ---- CUDA graph --------------------------------------------------------------------------------------
 

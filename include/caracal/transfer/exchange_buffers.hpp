@@ -31,7 +31,9 @@ struct ScheduleBuffers {
   Sym<int32_t> source_count;   // [L][W] routes per (local expert, source rank)
   Sym<int2> route_location;    // [T*k] inverse view: {dst_rank, row} processing each home route,
                                //     {-1, -1} for an empty slot
-  Sym<int32_t> kept_experts;   // workspace [W][T*k]: local expert of each pulled route, or -1
+  Sym<int32_t> route_rows;     // [W][T*k] per route of each source: its row here, or -1 (the
+                               //     builder's workspace first: the route's local expert, or -1);
+                               //     the pulls find a token's rows here (token_group.cuh)
   Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: routes per (source, chunk, local expert)
 };
 

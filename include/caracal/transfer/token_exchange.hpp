@@ -72,6 +72,10 @@ struct ExchangeOptions {
   // are correct (row_copy.cuh says why); ld.global measured 4-8% faster (docs/PERF.md,
   // 2026-12-01), so it is the default and this stays to repeat the measurement.
   bool noncoherent_pull_loads = false;
+  // Pulls (dispatch, reverse combine, the fused forward's) read a token's home row once per route
+  // instead of once per (token, rank) and pull window (DESIGN §2): what v1 moved, kept to measure
+  // both designs side by side. The rows get the same bits either way.
+  bool pull_per_route = false;
 };
 
 // Which rows a pull (dispatch, reverse_combine) fills: the schedule rows [first_row, end_row)

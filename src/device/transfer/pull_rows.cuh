@@ -1,7 +1,8 @@
 #pragma once
 // The pull loop of dispatch and reverse combine (DESIGN §2): every warp of `warps` takes schedule
-// rows of the local ranks in turn and loads each row's home token row into its expert-side buffer
-// row (one warp a row; padding rows are zeroed). Reverse combine also carries g beside the row.
+// rows of the local ranks in turn; the warp that meets a token's first row in the window loads the
+// token's home row once and stores it into all of the token's rows there (token_group.cuh), the
+// others skip theirs; padding rows are zeroed. Reverse combine also carries g beside each row.
 // The home rows must be published before the launch's entry barrier (row_copy.cuh says why).
 #include <cuda_bf16.h>
 
@@ -9,7 +10,7 @@
 #include "device/comm/device_world.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/schedule_rows.cuh"
-#include "device/transfer/token_rows.cuh"
+#include "device/transfer/token_group.cuh"
 #include "device/transfer/warp_work.cuh"
 
 namespace caracal::transfer {
@@ -27,11 +28,13 @@ struct PullRows {
 };
 
 // The rows of `window` (expert_rows per buffer row, expert_gates per schedule row), but those it
-// leaves in place (window.in_place). kWithGates: also carry g. kCoherent: ld.global (the default,
-// measured faster), else ld.global.nc.
+// leaves in place (window.in_place): each token's home row read once for all its rows in the
+// window (token_group.cuh), or once per row with `per_route` (the measurement of DESIGN §2's bytes).
+// kWithGates: also carry g, each row its own route's. kCoherent: ld.global (the default, measured
+// faster), else ld.global.nc.
 template <bool kWithGates, bool kCoherent>
 __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule,
-                                   const PullWindow& window, WarpWorkers warps, const PullRows& pull) {
+                                   const PullWindow& window, WarpWorkers warps, const PullRows& pull, bool per_route) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   for_each_window_row(world, schedule, window, warps, [&](int rank, int row, int2 entry) {
     if (entry.x >= 0 && window.in_place != RowsInPlace::kNone) {
@@ -39,15 +42,27 @@ __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const Schedul
           static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
       if (window.in_place == RowsInPlace::kAll || !on_this_gpu) return;  // already there
     }
-    if constexpr (kWithGates) {
-      if (lane == 0) {
-        world.at(pull.expert_gates, rank)[row] = entry.x < 0 ? 0.0f : world.at(pull.home_gates, entry.x)[entry.y];
+    __nv_bfloat16* const expert_rows = world.at(pull.expert_rows, rank);
+    const auto buffer_row = [&](int r) {
+      return row_vectors(expert_rows, window.ring_rows > 0 ? r % window.ring_rows : r, pull.hidden);
+    };
+    if (entry.x < 0) {  // padding
+      if constexpr (kWithGates) {
+        if (lane == 0) world.at(pull.expert_gates, rank)[row] = 0.0f;
       }
+      warp_zero_row(buffer_row(row), pull.hidden / kBf16PerVector, lane);
+      return;
     }
-    pull_token_row<kCoherent>(world, entry, pull.home_rows, pull.top_k, pull.hidden,
-                              row_vectors(world.at(pull.expert_rows, rank),
-                                          window.ring_rows > 0 ? row % window.ring_rows : row, pull.hidden),
-                              lane);
+    const TokenGroup group(per_route ? nullptr : world.at(schedule.buffers.route_rows, rank), schedule.routes,
+                           pull.top_k, entry, row, window.first_row, window.end_row);
+    if (!group.led_by_own_row(lane)) return;  // pulled by the warp that meets the group's leader
+    if constexpr (kWithGates) {
+      const float* home_gates = world.at(pull.home_gates, entry.x);
+      float* expert_gates = world.at(pull.expert_gates, rank);
+      for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+    }
+    const uint4* home_row = row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k, pull.hidden);
+    warp_fan_out_row<kCoherent>(group, home_row, pull.hidden / kBf16PerVector, buffer_row, lane);
   });
 }
 

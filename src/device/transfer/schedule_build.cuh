@@ -7,12 +7,13 @@
 // Three phases per rank, separated by world barriers:
 //   0. reset this rank's route_location table to {-1, -1} (peers fill it in phase 2);
 //   1. pull: each chunk of each source's topk_idx is read once from the source's heap,
-//      validated, reduced to "local expert or -1" in kept_experts, and counted per local expert
+//      validated, reduced to "local expert or -1" in route_rows, and counted per local expert
 //      into chunk_counts[source][chunk][expert];
 //   2. place: every CTA sums the chunk counts into the rank's per-(expert, source) counts and
 //      padded segment offsets (in shared memory); each chunk's warp then ranks its routes and
-//      writes rows[...] = {source, route} and, into the source's table, route_location[route] =
-//      {rank, row}; padding rows get {-1, -1}.
+//      writes rows[...] = {source, route}, route_rows[source][route] = row (over the local expert)
+//      and, into the source's table, route_location[route] = {rank, row}; padding rows get
+//      {-1, -1}.
 // Determinism: a route's index j among its source's routes to its expert is
 //   (routes to that expert in the source's earlier chunks: a sum of chunk counts)
 //   + (routes to it in earlier steps of this chunk: a per-warp running base in shared memory)
@@ -81,7 +82,7 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int 
                                             int chunk, int* counts, int lane) {
   const int first_expert = rank * p.local_experts;
   const int32_t* ids = world.at(p.buffers.topk_idx, source);
-  int32_t* kept = world.at(p.buffers.kept_experts, rank) + static_cast<int64_t>(source) * p.routes;
+  int32_t* route_rows = world.at(p.buffers.route_rows, rank) + static_cast<int64_t>(source) * p.routes;
   const int begin = chunk * kChunkRoutes;
 
   for (int e = lane; e < p.local_experts; e += kWarpSize) counts[e] = 0;
@@ -103,7 +104,7 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int 
     }
     const bool ours = valid && expert >= first_expert && expert < first_expert + p.local_experts;
     const int local = ours ? expert - first_expert : -1;
-    if (route < p.routes) kept[route] = local;
+    if (route < p.routes) route_rows[route] = local;  // phase 2 turns it into the row
     const unsigned same = __match_any_sync(~0u, local);
     if (local >= 0 && lane == kWarpSize - 1 - __clz(same)) counts[local] += __popc(same);  // one lane per expert
     __syncwarp();  // the next step's updates come after this one's
@@ -182,8 +183,9 @@ __device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, co
   }
 }
 
-// Phase 2, one warp: places chunk `chunk` of `source`'s routes. `next_j` is the warp's [L]
-// scratch: per expert, the index j of the source's next route to it.
+// Phase 2, one warp: places chunk `chunk` of `source`'s routes, each kept route's local expert in
+// route_rows replaced by its row. `next_j` is the warp's [L] scratch: per expert, the index j of
+// the source's next route to it.
 __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
                                    const SharedLayout& layout, int* next_j, int lane) {
   const int L = p.local_experts;
@@ -193,13 +195,13 @@ __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, con
     for (int c = 0; c < chunk; ++c) n += counts[static_cast<int64_t>(c) * L + e];
     next_j[e] = n;
   }
-  const int32_t* kept = world.at(p.buffers.kept_experts, rank) + static_cast<int64_t>(source) * p.routes;
+  int32_t* route_rows = world.at(p.buffers.route_rows, rank) + static_cast<int64_t>(source) * p.routes;
   const int begin = chunk * kChunkRoutes;
   int32_t local[kChunkSteps];
 #pragma unroll
   for (int step = 0; step < kChunkSteps; ++step) {
     const int route = begin + step * kWarpSize + lane;
-    local[step] = route < p.routes ? kept[route] : -1;
+    local[step] = route < p.routes ? route_rows[route] : -1;
   }
   __syncwarp();  // next_j is initialized
   int2* rows = world.at(p.buffers.rows, rank);
@@ -215,6 +217,7 @@ __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, con
       const int row =
           layout.offset[e] + round_robin_row(layout.source_count + e * p.world_size, p.world_size, source, j);
       rows[row] = make_int2(source, route);
+      route_rows[route] = row;  // this lane read the entry above, and no other lane reads it
       home_location[route] = make_int2(rank, row);
     }
     __syncwarp();  // every lane has read next_j[e] before its update
@@ -243,7 +246,7 @@ __device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm
   for (int item = warps.index; item < items; item += warps.count) {
     pull_and_count_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
   }
-  // This rank's kept experts and chunk counts are complete.
+  // This rank's route_rows (local experts) and chunk counts are complete.
   if (!comm::world_barrier(world, place)) return false;
   load_layout(world, rank, p, layout);
   if (place.index == 0) publish_layout(world, rank, p, layout);

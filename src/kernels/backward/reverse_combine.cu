@@ -18,7 +18,8 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
   pull_schedule_rows<true, kCoherent>(
       world, args.schedule, args.window, role_warps(world, place),
       PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates, args.backward.expert_gates, args.top_k,
-               args.hidden});
+               args.hidden},
+      args.pull_per_route);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   if (comm::cta_of_rank(world) < p.comm_ctas) {
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
     // A failed wait is recorded; the CTA computes on, and its own waits fail as fast.
-    (void)pull_forward_rows(world, place, p.pull, p.ranks[place.local_rank], p.pull_all_rows);
+    (void)pull_forward_rows(world, place, p.schedule, p.pull, p.ranks[place.local_rank], p.pull_all_rows,
+                            p.pull_per_route);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
@@ -188,6 +189,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   p.pull = transfer::PullRows{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
   p.comm_ctas = comm_ctas;
   p.pull_all_rows = args.pull_all_rows;
+  p.pull_per_route = exchange.pull_per_route;
   comm::launch(world, "fused forward", shape, stream, fused_forward_kernel, p);
 }
 

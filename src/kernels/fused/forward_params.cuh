@@ -76,6 +76,7 @@ struct ForwardKernelParams {
   transfer::PullRows pull;  // home x rows into the ring's expert_x rows (no gates)
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
+  bool pull_per_route;      // ExchangeOptions::pull_per_route
 };
 static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
 

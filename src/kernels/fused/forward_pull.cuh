@@ -7,9 +7,10 @@
 // rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
 // are (forward_compute.cuh); with pull_all_rows (tests) every row but padding is pulled.
 //
-// Every warp of the rank's comm CTAs copies rows (token_rows.cuh, as v1's dispatch), the rows dealt
-// to the warps in turn, so the blocks fill in order; a warp raises a block's counter once per block
-// it leaves, by the rows it pulled there. Measured on the H200 (docs/PERF.md, 2026-12-01): a comm
+// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn, so the blocks
+// fill in order. A token is read once per macrobatch for all its rows there (token_group.cuh, as
+// v1's dispatch), by the warp that meets its first row; that warp then raises the counter of each
+// block the token's rows fell in, by the rows it stored there. Measured on the H200 (docs/PERF.md, 2026-12-01): a comm
 // CTA of warp copies moves ~92 GB/s (read + written) alone; bulk asynchronous copies through shared
 // memory from one thread moved half that (each row holds a stage until its store completes).
 #include <cstdint>
@@ -18,7 +19,7 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/gemm_config.cuh"
-#include "device/transfer/token_rows.cuh"
+#include "device/transfer/token_group.cuh"
 #include "device/transfer/pull_rows.cuh"
 #include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/warp_work.cuh"
@@ -28,8 +29,8 @@ namespace caracal::fused {
 
 // All threads of a comm CTA. Returns false when a wait failed (timeout or aborted world, recorded).
 __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                         const transfer::PullRows& pull, const FusedForwardRankParams& rank,
-                                         bool pull_all_rows) {
+                                         const transfer::ScheduleParams& schedule, const transfer::PullRows& pull,
+                                         const FusedForwardRankParams& rank, bool pull_all_rows, bool per_route) {
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
   const transfer::WarpWorkers warps = transfer::rank_warps(place);
   const ScheduleView& view = rank.routed.tiles.up.schedule;  // the ring's rows
@@ -39,13 +40,8 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
   const int last_batch_begin = (batches.count() - 1) * batch_rows;  // walked first
   const uint32_t activation_complete = 2u * static_cast<uint32_t>(rank.routed.tiles.up.n_blocks);
   __nv_bfloat16* expert_rows = world.at(pull.expert_rows, place.rank);
-  int block = -1;
-  uint32_t pulled = 0;
-  const auto count_block = [&] {
-    if (pulled == 0) return;
-    __syncwarp();  // every lane's stores of the block's rows before lane 0's release
-    if (lane == 0) comm::signal_ready_thread(rank.x_ready + block, pulled);
-  };
+  const int32_t* route_rows = per_route ? nullptr : world.at(schedule.buffers.route_rows, place.rank);
+  const auto ring_row = [&](int row) { return transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden); };
   // Rows in the macrobatches' order: the last macrobatch, then the others from the top down.
   for (int i = warps.index; i < rows; i += warps.count) {
     const int first_rows = rows - last_batch_begin;
@@ -56,26 +52,36 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
     const bool on_this_gpu =
         static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
     if (entry.x < 0 || (on_this_gpu && !pull_all_rows)) continue;  // gathered in place
-    if (row / gemm::kBlockM != block) {
-      count_block();
-      block = row / gemm::kBlockM;
-      pulled = 0;
-      // The ring rows are free once the up/gate tiles of the block that held them read them.
-      const int previous = batches.previous_in_ring(block);
-      bool ready = true;
-      if (previous >= 0 && lane == 0) {
+    // The token's rows in this row's macrobatch, pulled together by the warp that meets the first.
+    const int batch_begin = row / batch_rows * batch_rows;
+    const transfer::TokenGroup group(route_rows, schedule.routes, pull.top_k, entry, row, batch_begin,
+                                     min(batch_begin + batch_rows, rows));
+    if (!group.led_by_own_row(lane)) continue;
+    // Each row's ring row is free once the up/gate tiles of the block that held it have read it.
+    bool ready = true;
+    transfer::for_each_member(group, lane, [&](int, int member) {
+      const int previous = batches.previous_in_ring(member / gemm::kBlockM);
+      if (previous >= 0 && ready) {
         ready = comm::wait_ready_thread(world, place, rank.routed.activation_ready + previous, activation_complete,
                                         previous);
       }
-      ready = __shfl_sync(0xffffffffu, static_cast<int>(ready), 0) != 0;
-      __syncwarp();  // the lanes' stores after lane 0's acquire
-      if (!ready) return false;
-    }
-    transfer::pull_token_row<true>(world, entry, pull.home_rows, pull.top_k, pull.hidden,
-                                   transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden), lane);
-    ++pulled;
+    });
+    if (!__all_sync(0xffffffffu, ready)) return false;
+    __syncwarp();  // every lane's stores after the lanes' acquires
+    transfer::warp_fan_out_row<true>(group,
+                                     transfer::row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k,
+                                                           pull.hidden),
+                                     pull.hidden / transfer::kBf16PerVector, ring_row, lane);
+    // Count the rows into their blocks, one release per block: every lane's stores before it.
+    __syncwarp();
+    transfer::for_each_slot_round(group, lane, [&](int, int member) {
+      const int block = member >= 0 ? member / gemm::kBlockM : -1;
+      const unsigned same_block = __match_any_sync(0xffffffffu, block);
+      if (block >= 0 && lane == __ffs(same_block) - 1) {
+        comm::signal_ready_thread(rank.x_ready + block, static_cast<uint32_t>(__popc(same_block)));
+      }
+    });
   }
-  count_block();
   return true;
 }
 
