@@ -2,23 +2,26 @@
 // How caracal_transfer_bench counts bytes. Every figure is bytes moved, read + write, of token-row
 // payload (a row is D bf16 = 2*D bytes); schedule entries, expert ids, gates and dL/dg scalars
 // (4 to 8 bytes per row) are left out. Per pass, summed over all ranks:
-//   dispatch          reads each routed x row at its home rank and writes it into expert_x,
-//                     and writes the zero padding rows:               (routed + padded_rows) * row
+//   dispatch          reads each token's x row at its home rank once per rank holding experts of
+//                     it (DESIGN §2: one read per (token, rank); one per route with
+//                     ExchangeOptions::pull_per_route), writes it into each of its routes' rows of
+//                     expert_x and writes the zero padding rows:      (pulled + padded_rows) * row
 //   combine           push: reads each routed expert_out row and writes it into its home slot;
 //                     sum: reads every routed slot and writes one y row per token:
 //                                                                     (3 * routed + tokens) * row
-//   reverse_combine   as dispatch, with dy rows                       (routed + padded_rows) * row
+//   reverse_combine   as dispatch, with dy rows                       (pulled + padded_rows) * row
 //   reverse_dispatch  as combine, with expert_dx rows                 (3 * routed + tokens) * row
-// with routed = routes to a real expert, padded_rows = the schedules' rows (routed + padding) and
-// tokens = W * T. The device-to-device copy a pass is compared with moves the same total: one
+// with routed = routes to a real expert, pulled = (token, rank) pairs (routed per route),
+// padded_rows = the schedules' rows (routed + padding) and tokens = W * T. The device-to-device copy a pass is compared with moves the same total: one
 // cudaMemcpyAsync of half as many bytes, each read once and written once.
 // In loopback every rank's traffic crosses one GPU's memory, so the rate is the whole GPU's. The
 // counts are logical: a home row that several of its k routes read may come from L2, not HBM.
 //
-// NVLink bytes (the NCCL backend, one GPU per rank) count only the routed rows whose home rank
-// (the token's) is not the rank holding their expert (expert e is on rank e / (E / W), the
-// placement of schedule.hpp), each once, as one row arriving at the GPU it is written into:
-//   dispatch, reverse_combine   the expert's rank pulls the row from the home rank (remote_pulled)
+// NVLink bytes (the NCCL backend, one GPU per rank) count only the rows whose home rank (the
+// token's) is not the rank holding their expert (expert e is on rank e / (E / W), the placement
+// of schedule.hpp), each once, as one row arriving at the GPU it is written into:
+//   dispatch, reverse_combine   the expert's rank pulls the token from the home rank once
+//                               (remote_pulled_tokens; remote_pulled per route)
 //   combine, reverse_dispatch   the expert's rank pushes the row into the home slot (remote_pushed)
 // Padding rows, the slot sums and rows whose expert is on their home rank never leave their GPU.
 #include <cstdint>
@@ -49,11 +52,14 @@ inline bool is_pull(Pass pass) { return pass == Pass::kDispatch || pass == Pass:
 
 // The rows one exchange moves, over all ranks, and per rank those that cross between ranks.
 struct RowTraffic {
+  bool pull_per_route = false;  // ExchangeOptions::pull_per_route: the pulls read a row per route
   int64_t routed = 0;       // routes to a real expert
+  int64_t pulled_tokens = 0;  // (token, rank holding one of its experts) pairs
   int64_t padded_rows = 0;  // schedule rows: routed + padding to tile_m per expert
   int64_t tokens = 0;       // W * T
   int64_t row_bytes = 0;    // 2 * D
   std::vector<int64_t> remote_pulled;  // [W] rows rank r's experts take from other home ranks
+  std::vector<int64_t> remote_pulled_tokens;  // [W] tokens of other home ranks rank r's experts take
   std::vector<int64_t> remote_pushed;  // [W] rows of rank r's tokens whose expert is on another rank
 };
 
@@ -62,10 +68,11 @@ std::vector<int64_t> schedule_rows_per_rank(const Routing& routing, int64_t num_
 
 // Every count above from the routing; `rows_per_rank` from schedule_rows_per_rank.
 RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& shape,
-                      const std::vector<int64_t>& rows_per_rank);
+                      const std::vector<int64_t>& rows_per_rank, bool pull_per_route);
 
 inline double bytes_moved(Pass pass, const RowTraffic& t) {
-  const int64_t rows = is_pull(pass) ? t.routed + t.padded_rows : 3 * t.routed + t.tokens;
+  const int64_t pulled = t.pull_per_route ? t.routed : t.pulled_tokens;
+  const int64_t rows = is_pull(pass) ? pulled + t.padded_rows : 3 * t.routed + t.tokens;
   return static_cast<double>(rows) * static_cast<double>(t.row_bytes);
 }
 

@@ -191,6 +191,7 @@ void write_json(const std::string& path, const std::vector<DirectionResult>& res
                      {"world", r.world},
                      {"direction", r.direction},
                      {"routed_rows", r.traffic.routed},
+                     {"pulled_token_rows", r.traffic.pulled_tokens},
                      {"padded_rows", r.traffic.padded_rows},
                      {"tokens", r.traffic.tokens},
                      {"row_bytes", r.traffic.row_bytes},
@@ -207,6 +208,7 @@ void write_json(const std::string& path, const std::vector<DirectionResult>& res
                               {"tile_m", kTileM},
                               {"warmup", o.warmup},
                               {"reps", o.reps},
+                              {"pull_per_route", o.pull_per_route},
                               {"seed", seed},
                               {"bytes_counted", o.nccl() ? kNcclBytesCounted : kLoopbackBytesCounted},
                               {"cases", cases}};
