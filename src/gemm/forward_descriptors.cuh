@@ -1,8 +1,7 @@
 #pragma once
 // The forward GEMMs' descriptors (TMA maps, tiles, epilogue parameters) from their arguments, for
 // the standalone launchers (src/kernels/forward) and the fused forward (src/kernels/fused), whose
-// row buffers may be a ring: every row buffer's map spans `buffer_rows` rows. `ARows`: the rows of
-// A's TMA box (mainloop.cuh's kARowsPerLoad: 64 for a ping-pong kernel).
+// row buffers may be a ring: every row buffer's map spans `buffer_rows` rows.
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm.hpp"
@@ -23,12 +22,11 @@ struct UpGateSwigluDescriptors {
   UpGateSwigluEpilogue::Params epilogue;
 };
 
-template <int ARows = kBlockM>
-UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
+inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   UpGateSwigluDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<ARows>(args.x, buffer_rows, d, "x");
+  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.x, buffer_rows, d, "x");
   g.mainloop.b =
       KMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
   g.tiles = {args.rows, int((2 * i + kBlockN - 1) / kBlockN), args.hidden / kBlockK, args.tile_queue};
@@ -50,12 +48,11 @@ struct DownProjDescriptors {
   RowsBf16Epilogue::Params epilogue;
 };
 
-template <int ARows = kBlockM>
-DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
+inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   DownProjDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<ARows>(args.activation, buffer_rows, i, "activation");
+  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.activation, buffer_rows, i, "activation");
   g.mainloop.b = KMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), args.intermediate / kBlockK, args.tile_queue};
   if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");

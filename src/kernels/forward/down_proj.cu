@@ -17,7 +17,6 @@ struct DownProjGemm {
   using OperandB = gemm::KMajorWeights;
   using Scheduler = gemm::RowTileScheduler;
   using Epilogue = gemm::RowsBf16Epilogue;
-  static constexpr bool kPingPong = true;  // one warpgroup's epilogue under the other's mainloop
 };
 
 }  // namespace
@@ -27,8 +26,7 @@ void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  const DownProjDescriptors g =
-      down_proj_descriptors<kARowsPerLoad<DownProjGemm>>(args, uint64_t(args.rows.buffer_rows()));
+  const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.buffer_rows()));
   GemmParams<DownProjGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;

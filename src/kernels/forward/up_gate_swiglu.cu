@@ -17,7 +17,6 @@ struct UpGateSwigluGemm {
   using OperandB = gemm::KMajorWeights;
   using Scheduler = gemm::RowTileScheduler;
   using Epilogue = gemm::UpGateSwigluEpilogue;
-  static constexpr bool kPingPong = true;  // one warpgroup's SwiGLU epilogue under the other's mainloop
 };
 
 }  // namespace
@@ -27,8 +26,7 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   check_up_gate_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  const UpGateSwigluDescriptors g =
-      up_gate_swiglu_descriptors<kARowsPerLoad<UpGateSwigluGemm>>(args, uint64_t(args.rows.buffer_rows()));
+  const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.buffer_rows()));
   GemmParams<UpGateSwigluGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;
