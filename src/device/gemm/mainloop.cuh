@@ -59,41 +59,22 @@ template <class Epilogue>
 inline constexpr bool
     kPrefetchesSource<Epilogue, std::void_t<decltype(&Epilogue::prefetch_source)>> = true;
 
-// Whether a Gemm's consumers run ping-pong (consumer_turns.cuh): it declares
-// `static constexpr bool kPingPong = true`.
-template <class Gemm, class = void>
-inline constexpr bool kPingPong = false;
-template <class Gemm>
-inline constexpr bool kPingPong<Gemm, std::void_t<decltype(Gemm::kPingPong)>> = Gemm::kPingPong;
-
-// Rows of A one load brings (and the rows of a K-major A's TMA box: its tensor map is made with
-// them): a tile's 128, or a ping-pong half's 64.
-template <class Gemm>
-inline constexpr int kARowsPerLoad = kPingPong<Gemm> ? kWarpgroupRows : kBlockM;
-
 // Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
-// Gemm's operand kind (operand_loads.cuh); in ping-pong the 64 rows of A of half `half` (0 or 1)
-// into their place in the stage, with the whole of B.
+// Gemm's operand kind (operand_loads.cuh).
 template <class Gemm>
 __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
                           MainloopStorage& smem, TmaPipeline const& pipe, PipelineState& st,
-                          TileCoord const& tile, int half = 0) {
-  constexpr int kARows = kARowsPerLoad<Gemm>;
-  constexpr uint32_t kBytes = uint32_t(sizeof(Element)) * (kARows + kBlockN) * kBlockK;
-  int const a_row = half * kARows;
+                          TileCoord const& tile) {
   int const prefetch_at = max(tile.k_tiles - kSourcePrefetchLead, 0);
   for (int k = 0; k < tile.k_tiles; ++k) {
     if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
-      // The whole tile's source, before the first epilogue that reads it.
-      if (k == prefetch_at && half == 0) Gemm::Epilogue::prefetch_source(epilogue, tile);
+      if (k == prefetch_at) Gemm::Epilogue::prefetch_source(epilogue, tile);
     }
     pipe.producer_acquire(st);
-    uint64_t* full = pipe.producer_expect(st, kBytes);
+    uint64_t* full = pipe.producer_expect(st, kStageBytes);
     int const k_index = tile.k_begin + k * kBlockK;
-    // A's rows lie contiguously in a stage (K-major) or in 64-row boxes (MN-major): 64 rows are
-    // 64 x kBlockK elements on either.
-    Gemm::OperandA::template load<kARows>(&p.a, full, smem.a[st.stage] + a_row * kBlockK, tile.m_buffer + a_row,
-                                          p.a_mn_extent, k_index, tile.expert);
+    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_buffer,
+                                           p.a_mn_extent, k_index, tile.expert);
     Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
                                            p.b_mn_extent, k_index, tile.expert);
     st.advance();

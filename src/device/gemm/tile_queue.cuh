@@ -69,23 +69,16 @@ __device__ bool producer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPip
   return false;
 }
 
-// A consumer thread: waits for the tile's first stage and reads its index from the stage's slot;
-// -1 at the end of the queue.
-__device__ inline int consumer_tile_index(uint32_t* queue, TmaPipeline const& pipe, PipelineState st) {
-  pipe.consumer_wait(st);
-  uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
-  return t == kNoMoreTiles ? -1 : int(t);
-}
-
-// A consumer thread: consumer_tile_index, and seeks `scheduler` to the tile; false at the end of
-// the queue.
+// A consumer thread: waits for the tile's first stage, reads its index from the stage's slot and
+// seeks `scheduler` to it; false at the end of the queue.
 template <class Gemm, class Scheduler>
 __device__ bool consumer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPipeline const& pipe,
                                    PipelineState st) {
   if constexpr (kTakesTileQueue<Gemm>) {
-    int const t = consumer_tile_index(queue, pipe, st);
-    if (t < 0) return false;
-    scheduler.seek(t);
+    pipe.consumer_wait(st);
+    uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
+    if (t == kNoMoreTiles) return false;
+    scheduler.seek(int(t));
     return true;
   }
   return false;

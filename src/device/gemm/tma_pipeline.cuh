@@ -2,8 +2,8 @@
 // The shared-memory stage ring between the TMA producer and the wgmma consumers.
 //
 // Every stage has a "full" mbarrier (the producer's arrive_and_expect_tx plus the TMA's
-// transaction bytes) and an "empty" mbarrier (one arrival per consumer warp that reads the stage
-// once its wgmmas have finished reading it: all of them, or one warpgroup's in ping-pong). Both sides walk the ring in the same order across all the tiles
+// transaction bytes) and an "empty" mbarrier (one arrival per consumer warp once its wgmmas have
+// finished reading the stage). Both sides walk the ring in the same order across all the tiles
 // of a persistent CTA; mbarrier waits name the phase by its parity.
 #include <cstdint>
 
@@ -24,12 +24,6 @@ struct PipelineState {
       phase ^= 1u;
     }
   }
-  // `n` advances at once: past stages another warpgroup consumes (ping-pong, consumer_turns.cuh).
-  __device__ void skip(int n) {
-    int const s = stage + n;
-    phase ^= uint32_t((s / kStages) & 1);
-    stage = s % kStages;
-  }
 };
 
 class TmaPipeline {
@@ -41,11 +35,11 @@ class TmaPipeline {
 
   // One thread, before the CTA-wide barrier that precedes any use. `full_arrivals`: arrivals that
   // complete a stage's fill (1: the producer's arrive_and_expect_tx; more when other threads
-  // also arrive, as a gathering warp does). `empty_arrivals`: the consumer warps reading a stage.
-  __device__ void init(uint32_t full_arrivals = 1, uint32_t empty_arrivals = kConsumerWarps) const {
+  // also arrive, as a gathering warp does).
+  __device__ void init(uint32_t full_arrivals = 1) const {
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&full_[s], full_arrivals);
-      EmptyBarrier::init(&empty_[s], empty_arrivals);
+      EmptyBarrier::init(&empty_[s], kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();  // make the inits visible to the async (TMA) proxy
   }

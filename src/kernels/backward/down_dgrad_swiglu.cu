@@ -23,9 +23,6 @@ struct DownDgradSwigluGemm {
   // Its producer also prefetches the epilogue's gate/up: with the tile queue's take it spills two
   // registers at 40 (ptxas, 2026-12-01); the consumers need no more than 224.
   static constexpr gemm::RegisterSplit kRegisterSplit{48, 224};
-  // Its epilogue (the SwiGLU backward and the router-score partials) runs under the other
-  // warpgroup's mainloop.
-  static constexpr bool kPingPong = true;
 };
 
 int intermediate_blocks(int intermediate) {
@@ -50,7 +47,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   uint64_t const i = uint64_t(args.intermediate);
   int const n_blocks = intermediate_blocks(args.intermediate);
   GemmParams<DownDgradSwigluGemm> p{};
-  p.mainloop.a = KMajorRows::make_map<kARowsPerLoad<DownDgradSwigluGemm>>(args.dy, rows, d, "dy");
+  p.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
   p.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   p.mainloop.b_mn_extent = args.intermediate;
   p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK, args.tile_queue};

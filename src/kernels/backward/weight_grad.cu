@@ -26,8 +26,6 @@ struct WeightGradGemm {
   using OperandB = gemm::MNMajorRows;
   using Scheduler = gemm::WeightTileScheduler;
   using Epilogue = gemm::WeightGradEpilogue;
-  // Its epilogue (fp32 partial sums in, the fp32 tile out) runs under the other warpgroup's mainloop.
-  static constexpr bool kPingPong = true;
 };
 
 // grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];

@@ -15,7 +15,6 @@ struct WeightGradBf16Gemm {
   using OperandB = MNMajorRows;
   using Scheduler = WeightTileScheduler;
   using Epilogue = WeightGradBf16Epilogue;
-  static constexpr bool kPingPong = true;  // as WeightGradGemm
 };
 
 }  // namespace
