@@ -231,7 +231,16 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
-    // MoELayer v1 moves one row per route, and replays nothing.
+    // Today's kernels: the pulls (x, dy) read a token once per rank (once per macrobatch it spans,
+    // counted here as once), the pushes (expert outputs, dx and dL/dg) still move a row per route.
+    const int64_t today_fwd = std::max(t.tokens_received_remote * x_row + t.sent_remote * out_row,
+                                       t.tokens_sent_remote * x_row + t.received_remote * out_row);
+    const int64_t today_bwd =
+        std::max(t.tokens_received_remote * out_row + t.sent_remote * (out_row + 4) + replay_remote * x_row,
+                 t.tokens_sent_remote * out_row + t.received_remote * (out_row + 4));
+    rf.today_forward_nvlink_bytes = std::max(rf.today_forward_nvlink_bytes, today_fwd);
+    rf.today_backward_nvlink_bytes = std::max(rf.today_backward_nvlink_bytes, today_bwd);
+    // MoELayer v1 as it was, one row per route, and replays nothing.
     const int64_t v1_fwd = std::max(t.received_remote * x_row + t.sent_remote * out_row,
                                     t.sent_remote * x_row + t.received_remote * out_row);
     const int64_t v1_bwd = std::max(t.received_remote * out_row + t.sent_remote * (out_row + 4),

@@ -86,7 +86,10 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << format("  NVLink MB (busier dir.)    %9.1f   %9.1f\n", static_cast<double>(rf.forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.backward_nvlink_bytes) * 1e-6);
   os << format("  NVLink ms                  %9.3f   %9.3f\n", rf.forward_nvlink_ms, rf.backward_nvlink_ms);
-  os << format("  NVLink MB, v1 (per route)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,
+  os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (pulls per (token, rank), pushes per route)\n",
+               static_cast<double>(rf.today_forward_nvlink_bytes) * 1e-6,
+               static_cast<double>(rf.today_backward_nvlink_bytes) * 1e-6);
+  os << format("  NVLink MB, per route (v1)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.v1_backward_nvlink_bytes) * 1e-6);
   os << format("  bound                      %9s   %9s\n", rf.forward_bound(), rf.backward_bound());
 }
@@ -141,6 +144,7 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                     {{"flops", rf.forward_flops},
                      {"compute_ms", rf.forward_compute_ms},
                      {"nvlink_bytes", rf.forward_nvlink_bytes},
+                     {"today_nvlink_bytes", rf.today_forward_nvlink_bytes},
                      {"v1_nvlink_bytes", rf.v1_forward_nvlink_bytes},
                      {"nvlink_ms", rf.forward_nvlink_ms},
                      {"bound", rf.forward_bound()}}},
@@ -148,6 +152,7 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                     {{"flops", rf.backward_flops},
                      {"compute_ms", rf.backward_compute_ms},
                      {"nvlink_bytes", rf.backward_nvlink_bytes},
+                     {"today_nvlink_bytes", rf.today_backward_nvlink_bytes},
                      {"v1_nvlink_bytes", rf.v1_backward_nvlink_bytes},
                      {"nvlink_ms", rf.backward_nvlink_ms},
                      {"bound", rf.backward_bound()}}}};
