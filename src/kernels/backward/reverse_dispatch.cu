@@ -8,7 +8,7 @@
 #include "device/transfer/router_math.cuh"
 #include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/slot_reduce.cuh"
-#include "device/transfer/token_rows.cuh"
+#include "device/transfer/push_rows.cuh"
 #include "device/transfer/warp_work.cuh"
 #include "transfer/exchange_launch.hpp"
 
