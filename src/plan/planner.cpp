@@ -46,12 +46,14 @@ struct RankTraffic {
   int64_t received = 0;         // routes this rank's experts process
   int64_t received_remote = 0;  // ... of which come from other ranks (pulled over NVLink)
   int64_t sent_remote = 0;      // routes of this rank's tokens processed on other ranks
-  int64_t tokens_received_remote = 0;  // token rows here from other ranks: one per (token, rank)
-  int64_t tokens_sent_remote = 0;      // (token, other rank) pairs of this rank's tokens
+  // Token rows here from other ranks: one per (token, rank) and macrobatch of the ring the token's
+  // rows fall in (the pulls read a token once per macrobatch: token_group.cuh).
+  int64_t tokens_received_remote = 0;
+  int64_t tokens_sent_remote = 0;  // the same counted at the tokens' home ranks
   int64_t padded_rows = 0;
 };
 
-std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
+std::vector<RankTraffic> rank_traffic(const Schedule& schedule, int64_t ring_rows) {
   const int64_t world = schedule.world_size;
   std::vector<RankTraffic> traffic(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {
@@ -69,8 +71,16 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule) {
         }
       }
     }
-    for (const TokenRow& token : rs.token_rows) {
-      if (token.src_rank == r) continue;
+    // Rows in increasing order walk the macrobatches in increasing order: a token row is counted
+    // again when one of its rows falls in a later macrobatch than the last one counted.
+    std::vector<int64_t> last_macrobatch(rs.token_rows.size(), -1);
+    for (size_t row = 0; row < rs.rows.size(); ++row) {
+      const int32_t token_row = rs.row_token[row];
+      if (token_row < 0) continue;  // padding
+      const TokenRow& token = rs.token_rows[static_cast<size_t>(token_row)];
+      const int64_t macrobatch = static_cast<int64_t>(row) / ring_rows;
+      if (token.src_rank == r || last_macrobatch[static_cast<size_t>(token_row)] == macrobatch) continue;
+      last_macrobatch[static_cast<size_t>(token_row)] = macrobatch;
       ++t.tokens_received_remote;
       ++traffic[static_cast<size_t>(token.src_rank)].tokens_sent_remote;
     }
@@ -169,7 +179,6 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   plan.routing_source = routing_source;
 
   const Schedule schedule = build_schedule(routing, s.num_experts, options.tile_m);
-  const std::vector<RankTraffic> traffic = rank_traffic(schedule);
 
   std::vector<int64_t> per_rank, per_expert;
   for (const RankSchedule& rs : schedule.ranks) {
@@ -195,6 +204,7 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   } else {
     plan.ring_rows = default_ring_rows(config, options.sm_count, options.tile_m, options.tile_n);
   }
+  const std::vector<RankTraffic> traffic = rank_traffic(schedule, plan.ring_rows);
 
   const double D = static_cast<double>(s.hidden), I = static_cast<double>(s.intermediate);
   const double Is = static_cast<double>(s.num_shared_experts * s.shared_intermediate);
@@ -218,9 +228,9 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     rf.forward_flops = std::max(rf.forward_flops, fwd);
     rf.backward_flops = std::max(rf.backward_flops, bwd);
 
-    // Cross-rank bytes in each direction; the busier direction bounds the rank. The fused kernels
-    // move one row per (token, rank): pull x rows in (expert side), push one summed row per token
-    // home (home side receives); backward pulls dy rows in, pushes dx rows home, a 4-byte score
+    // Cross-rank bytes in each direction; the busier direction bounds the rank. The fused kernels'
+    // design moves one row per (token, rank) and macrobatch: pull x rows in (expert side), push
+    // one summed row per token home (home side receives); backward pulls dy rows in, pushes dx rows home, a 4-byte score
     // gradient per route, and re-pulls the remote share of replayed rows.
     const int64_t replay_remote =
         t.received > 0 ? replayed * t.received_remote / std::max<int64_t>(t.padded_rows, 1) : 0;
@@ -231,8 +241,8 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
-    // Today's kernels: the pulls (x, dy) read a token once per rank (once per macrobatch it spans,
-    // counted here as once), the pushes (expert outputs, dx and dL/dg) still move a row per route.
+    // Today's kernels: the pulls (x, dy) read a token once per rank and macrobatch, the pushes
+    // (expert outputs, dx and dL/dg) still move a row per route.
     const int64_t today_fwd = std::max(t.tokens_received_remote * x_row + t.sent_remote * out_row,
                                        t.tokens_sent_remote * x_row + t.received_remote * out_row);
     const int64_t today_bwd =

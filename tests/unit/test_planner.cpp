@@ -86,6 +86,21 @@ TEST(Planner, AllToOneNeedsSeveralMacrobatchesAndReplays) {
   EXPECT_EQ(p.roofline.today_forward_nvlink_bytes, int64_t{7} * 4096 * 8 * (7168 * 2));
 }
 
+TEST(Planner, PullsReadATokenOncePerMacrobatchItsRowsFallIn) {
+  // At EP 2 a token's ~4 rows on the other rank lie in different experts' segments: a ring of one
+  // minibatch cuts many of them apart, and each part is read once.
+  const LayerConfig c = config_for("deepseek-v3", 2, 4096);
+  const Plan whole = plan_with(c, RoutingKind::kUniform);
+  PlanOptions small;
+  small.ring_rows = whole.minibatch_rows;
+  const Plan cut = plan_with(c, RoutingKind::kUniform, small);
+  EXPECT_EQ(whole.macrobatches, 1);
+  EXPECT_GT(cut.macrobatches, 10);
+  EXPECT_GT(cut.roofline.today_forward_nvlink_bytes, whole.roofline.today_forward_nvlink_bytes);
+  EXPECT_LT(cut.roofline.today_forward_nvlink_bytes, cut.roofline.v1_forward_nvlink_bytes);
+  EXPECT_EQ(cut.roofline.v1_forward_nvlink_bytes, whole.roofline.v1_forward_nvlink_bytes);
+}
+
 TEST(Planner, SingleRankMovesNothingOverNvlink) {
   const LayerConfig c = config_for("deepseek-v3", 1, 1000);
   const Plan p = plan_with(c, RoutingKind::kZipf);
