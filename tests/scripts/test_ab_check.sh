@@ -2,12 +2,7 @@
 # scripts/ab-check.sh's own logic, with stub builds (no GPU): the new build's tests run first and a
 # failure or a hang stops the check before the benchmarks; the soak checksums of the two builds are
 # compared; the exit status says whether all of it passed.
-set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/script_test_lib.sh"
 
 make_build() {  # make_build DIR CHECKSUM: stub caracal-soak, caracal-bench and tests
   local dir=$1
@@ -50,5 +45,4 @@ check "a hanging test is bounded and stops it" 1 "test_hang .*FAILED (rc 124)" "
   AB_TESTS=test_hang AB_TEST_TIMEOUT=1
 check "passing tests, the same bits" 0 "bitwise identical" "FAILED" -- AB_TESTS=test_pass
 NEW="$work/other" check "other bits" 1 "DIFFER" "" --
-[ "$failures" -eq 0 ] && echo "test_ab_check: all passed"
-exit $((failures > 0))
+finish test_ab_check

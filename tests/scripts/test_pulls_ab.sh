@@ -2,12 +2,7 @@
 # scripts/pulls-ab.sh's own logic, with a stub build (no GPU): both pull designs are run and the
 # table pairs them (per-route and per-token times, their ratio, the bytes' ratio); a failing run
 # makes the exit status 1.
-set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/script_test_lib.sh"
 
 make_build() {  # make_build DIR EXIT_STATUS: stub caracal_transfer_bench and caracal-bench
   local dir=$1
@@ -54,5 +49,4 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "a failing run: exit $rc, want 1"$'\n'"$out"
 grep -q "FAILED" <<<"$out" || fail "a failing run is not reported in"$'\n'"$out"
 
-[ "$failures" -eq 0 ] && echo "test_pulls_ab: all passed"
-exit $((failures > 0))
+finish test_pulls_ab

@@ -10,9 +10,10 @@
 // Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn, so the blocks
 // fill in order. A token is read once per macrobatch for all its rows there (token_group.cuh, as
 // v1's dispatch), by the warp that meets its first row; that warp then raises the counter of each
-// block the token's rows fell in, by the rows it stored there. Measured on the H200 (docs/PERF.md, 2026-12-01): a comm
-// CTA of warp copies moves ~92 GB/s (read + written) alone; bulk asynchronous copies through shared
-// memory from one thread moved half that (each row holds a stage until its store completes).
+// block the token's rows fell in, by the rows it stored there. Measured on the H200 (docs/PERF.md,
+// 2026-12-01): a comm CTA of warp copies moves ~92 GB/s (read + written) alone; bulk asynchronous
+// copies through shared memory from one thread moved half that (each row holds a stage until its
+// store completes).
 #include <cstdint>
 
 #include "device/comm/cta_place.cuh"
