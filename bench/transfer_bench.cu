@@ -121,7 +121,7 @@ void run_loopback_direction(const ModelPreset& model, const Routing& routing, bo
   const int W = static_cast<int>(routing.world_size);
   const ExchangeShape shape{o.tokens, model.shape.top_k, model.shape.hidden, model.shape.num_experts, kTileM};
   const std::vector<int64_t> rows_per_rank = schedule_rows_per_rank(routing, shape.num_experts, shape.tile_m);
-  result.traffic = traffic_of(routing, shape, rows_per_rank, o.pull_per_route);
+  result.traffic = traffic_of(routing, shape, rows_per_rank, o.rows_per_route);
   const std::array<Pass, 2> passes = passes_of(forward);
   const std::vector<double> bytes{bytes_moved(passes[0], result.traffic), bytes_moved(passes[1], result.traffic)};
   Stream stream;
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--noncoherent-loads", o.noncoherent_loads, "pull with ld.global.nc instead of ld.global");
-  app.add_flag("--pull-per-route", o.pull_per_route,
+  app.add_flag("--rows-per-route", o.rows_per_route,
                "pull a token's row once per route (as v1 did) instead of once per (token, rank)");
   app.add_option("--json", o.json_path, "also write every figure to this JSON file");
   CLI11_PARSE(app, argc, argv);

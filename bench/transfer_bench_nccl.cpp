@@ -189,7 +189,7 @@ void NcclDirections::run(const ModelPreset& model, const Routing& routing, bool 
   const int W = static_cast<int>(routing.world_size);
   const ExchangeShape shape{o.tokens, model.shape.top_k, model.shape.hidden, model.shape.num_experts, kTileM};
   const std::vector<int64_t> rows_per_rank = schedule_rows_per_rank(routing, shape.num_experts, shape.tile_m);
-  result.traffic = traffic_of(routing, shape, rows_per_rank, o.pull_per_route);
+  result.traffic = traffic_of(routing, shape, rows_per_rank, o.rows_per_route);
   const ExchangeOptions options = o.exchange_options(forward);
   const size_t heap = TokenExchange::heap_bytes(shape, W, options);
   result.heap_bytes = static_cast<double>(heap) * W;

@@ -23,9 +23,9 @@ std::vector<int64_t> schedule_rows_per_rank(const Routing& routing, int64_t num_
 }
 
 RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& shape,
-                      const std::vector<int64_t>& rows_per_rank, bool pull_per_route) {
+                      const std::vector<int64_t>& rows_per_rank, bool rows_per_route) {
   RowTraffic t;
-  t.pull_per_route = pull_per_route;
+  t.rows_per_route = rows_per_route;
   t.routed = std::count_if(routing.topk_idx.begin(), routing.topk_idx.end(),
                            [&](int32_t id) { return routed(id, shape.num_experts); });
   for (const int64_t rows : rows_per_rank) t.padded_rows += rows;
@@ -38,6 +38,7 @@ RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& sha
   t.remote_pulled.assign(W, 0);
   t.remote_pulled_tokens.assign(W, 0);
   t.remote_pushed.assign(W, 0);
+  t.remote_pushed_tokens.assign(W, 0);
   std::vector<int64_t> last_token(W, -1);  // per expert rank: the last token counted there
   for (size_t home = 0; home < W; ++home) {
     const int32_t* ids = routing.rank_topk(static_cast<int64_t>(home));
@@ -53,14 +54,16 @@ RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& sha
       ++t.remote_pulled[expert_rank];
       if (first_of_token) ++t.remote_pulled_tokens[expert_rank];
       ++t.remote_pushed[home];
+      if (first_of_token) ++t.remote_pushed_tokens[home];
     }
   }
   return t;
 }
 
 std::vector<double> remote_bytes_per_rank(Pass pass, const RowTraffic& t) {
-  const std::vector<int64_t>& rows =
-      is_pull(pass) ? (t.pull_per_route ? t.remote_pulled : t.remote_pulled_tokens) : t.remote_pushed;
+  const std::vector<int64_t>& rows = is_pull(pass)            ? (t.rows_per_route ? t.remote_pulled : t.remote_pulled_tokens)
+                                     : pass == Pass::kCombine ? (t.rows_per_route ? t.remote_pushed : t.remote_pushed_tokens)
+                                                              : t.remote_pushed;
   std::vector<double> bytes(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) bytes[r] = static_cast<double>(rows[r]) * static_cast<double>(t.row_bytes);
   return bytes;

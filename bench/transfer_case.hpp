@@ -26,14 +26,14 @@ struct Options {
   bool no_baseline = false;
   int exchange_sms = 0;              // ExchangeOptions::max_sms (0: the default)
   bool noncoherent_loads = false;    // ExchangeOptions::noncoherent_pull_loads
-  bool pull_per_route = false;       // ExchangeOptions::pull_per_route
+  bool rows_per_route = false;       // ExchangeOptions::rows_per_route
   std::string json_path;
 
   transfer::ExchangeOptions exchange_options(bool forward) const {
     transfer::ExchangeOptions options{forward, !forward, false};
     options.max_sms = exchange_sms;
     options.noncoherent_pull_loads = noncoherent_loads;
-    options.pull_per_route = pull_per_route;
+    options.rows_per_route = rows_per_route;
     return options;
   }
 

@@ -72,7 +72,7 @@ void run_exchange(transfer::TokenExchange& ex, const ModelPreset& model, const R
           ex.dispatch(stream);
           break;
         case Pass::kCombine:
-          ex.combine(stream);
+          ex.combine(model.router, stream);
           break;
         case Pass::kReverseCombine:
           ex.reverse_combine(stream);

@@ -208,7 +208,7 @@ void write_json(const std::string& path, const std::vector<DirectionResult>& res
                               {"tile_m", kTileM},
                               {"warmup", o.warmup},
                               {"reps", o.reps},
-                              {"pull_per_route", o.pull_per_route},
+                              {"rows_per_route", o.rows_per_route},
                               {"seed", seed},
                               {"bytes_counted", o.nccl() ? kNcclBytesCounted : kLoopbackBytesCounted},
                               {"cases", cases}};

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "caracal/bf16.hpp"
+#include "caracal/combine_groups.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 
@@ -177,7 +178,9 @@ std::string check_slot_sum(const ExchangeRanks& ranks, const Routing& routing, b
       const int64_t first_route = t * k;
       const std::vector<int2> location = ranks.fetch(schedule.route_location, r, first_route, k);
       const std::vector<float> gates = ranks.fetch(ex.router_buffers().gates, r, first_route, k);
-      std::vector<float> acc(static_cast<size_t>(D), 0.0f);
+      std::vector<float> acc(static_cast<size_t>(D), 0.0f);  // reverse dispatch's sum
+      std::vector<SlotPlace> places(static_cast<size_t>(k));  // combine's groups
+      std::vector<std::vector<uint16_t>> values(static_cast<size_t>(k));
       for (int64_t s = 0; s < k; ++s) {
         const int32_t id = routing.at(r, t, s);
         if (!routed(id, E)) continue;
@@ -191,12 +194,19 @@ std::string check_slot_sum(const ExchangeRanks& ranks, const Routing& routing, b
                                          ", ", entry.y, "}");
         }
         const std::vector<uint16_t> value = fetch_row(ranks, expert_rows, at.x, at.y, D);
-        for (size_t d = 0; d < acc.size(); ++d) {
-          const float v = bf16_to_float(value[d]);
-          acc[d] = reverse_dispatch ? acc[d] + v : std::fma(gates[static_cast<size_t>(s)], v, acc[d]);
-        }
+        for (size_t d = 0; d < acc.size(); ++d) acc[d] = acc[d] + bf16_to_float(value[d]);
+        places[static_cast<size_t>(s)] = {true, at.x, at.y};
+        values[static_cast<size_t>(s)] = value;
       }
-      if (const std::string diff = compare_bits(fetch_row(ranks, out, r, t, D), to_bits(acc)); !diff.empty())
+      std::vector<uint16_t> want;
+      if (reverse_dispatch) {
+        want = to_bits(acc);
+      } else {
+        std::vector<const uint16_t*> rows;
+        for (const std::vector<uint16_t>& v : values) rows.push_back(v.empty() ? nullptr : v.data());
+        want = combine_token_row(places, gates, rows, nullptr, D, /*group_rows=*/0, ex.options().rows_per_route);
+      }
+      if (const std::string diff = compare_bits(fetch_row(ranks, out, r, t, D), want); !diff.empty())
         return where + diff;
     }
   }

@@ -55,9 +55,10 @@ std::string check_total_rows(const ExchangeRanks& ranks, const std::vector<int64
 // each real row's schedule entry names a route to that row's expert.
 std::string check_pull(const ExchangeRanks& ranks, const Routing& routing, bool reverse_combine, uint64_t seed);
 
-// combine (y = sum of g * expert_out over the slots, fmaf) or, with `reverse_dispatch`, reverse
-// dispatch (dx = sum of expert_dx over the slots): sampled tokens of every rank, including that
-// each slot's route_location points at a schedule row holding that slot. No shared expert.
+// combine (y = the sums of g * expert_out per (token, rank), caracal/combine_groups.hpp) or, with
+// `reverse_dispatch`, reverse dispatch (dx = sum of expert_dx over the slots): sampled tokens of
+// every rank, including that each slot's route_location points at a schedule row holding that
+// slot. No shared expert.
 std::string check_slot_sum(const ExchangeRanks& ranks, const Routing& routing, bool reverse_dispatch,
                            uint64_t seed);
 

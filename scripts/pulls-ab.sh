@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two pull designs side by side (DESIGN §2: a token read once per (token, rank) against once per
-# route, ExchangeOptions::pull_per_route), run on the device machine over a build made elsewhere:
+# route, ExchangeOptions::rows_per_route), run on the device machine over a build made elsewhere:
 #   1. caracal_transfer_bench in the loopback world: dispatch and reverse combine, both designs,
 #      DeepSeek-V3 and Kimi K2 (uniform), W = 8, 2 and 1, T = 4096; bytes are the design's own
 #      (bench/transfer_bytes.hpp);
@@ -23,7 +23,7 @@ run() {
 
 for design in per_token per_route; do
   flag=()
-  [ "$design" = per_route ] && flag=(--pull-per-route)
+  [ "$design" = per_route ] && flag=(--rows-per-route)
   run "$build/caracal_transfer_bench" --model deepseek-v3 kimi-k2 --routing uniform --world 8 2 1 --tokens 4096 \
     --reps 30 --no-baseline --seed 2026 "${flag[@]}" --json "$out/transfers_$design.json"
   for ep in 1 2; do

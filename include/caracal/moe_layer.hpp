@@ -182,8 +182,8 @@ struct MoELayerOptions {
   bool fused_pull_all_rows = false;
   // For benchmarks: every pull (the fused forward's, dispatch, reverse combine) reads a token's home
   // row once per route, as v1 moved rows, instead of once per (token, rank) (DESIGN §2;
-  // transfer::ExchangeOptions::pull_per_route). Same bits either way.
-  bool pull_per_route = false;
+  // transfer::ExchangeOptions::rows_per_route). Same bits either way.
+  bool rows_per_route = false;
   // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
   // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one
   // down, so that the ring holds macrobatch 0 when it ends, by the backward from the first one up,

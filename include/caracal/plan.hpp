@@ -55,8 +55,9 @@ struct RooflinePlan {
   double backward_flops = 0;   // on the busiest rank, replay of overwritten macrobatches included
   // Busiest direction of the busiest rank, cross-rank only: the fused kernels' design, one row per
   // (token, rank) and macrobatch of the ring both ways (the schedule's token rows); today's
-  // kernels, pulls one row per (token, rank) and macrobatch and pushes (combine, reverse dispatch)
-  // one per route; MoELayer v1 before its pulls read tokens once per rank, one row per route.
+  // kernels, the same forward (pulls and combine's pushes per (token, rank) and macrobatch) and a
+  // backward whose pushes (reverse dispatch) move one row per route; MoELayer v1 before its
+  // transfers moved tokens once per rank, one row per route.
   int64_t forward_nvlink_bytes = 0;
   int64_t backward_nvlink_bytes = 0;
   int64_t today_forward_nvlink_bytes = 0;

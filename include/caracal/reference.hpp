@@ -30,9 +30,12 @@
 //   F1. gate = W_gate x and up = W_up x (GEMM outputs)            -> bf16
 //   F2. act = SiLU(gate) * up (the activation), from the rounded gate and up -> bf16
 //   F3. the expert output row E(x) = W_down act (unweighted)       -> bf16 (it travels as bf16)
-//   F4. y_t = bf16(c_t * shared_row) + sum_j g_j * routed_row_j, summed in that order (shared
-//       first, then slots in slot order) without intermediate rounding -> bf16 once. (The layer
-//       stores the scaled shared row as bf16 before the combine; with c_t = 1 that is the row.)
+//   F4. y_t = bf16(c_t * shared_row) + sum over ranks r of bf16(sum_{j on r} g_j * routed_row_j):
+//       the routes of one rank's experts (experts_per_rank of them each) summed and rounded to
+//       bf16 once, as combine pushes one row per (token, rank) (src/device/transfer/group_sum.cuh),
+//       then added to the shared row and rounded once -> bf16. (The layer stores the scaled shared
+//       row as bf16 before the combine; with c_t = 1 that is the row.) A fused layer whose ring
+//       splits a token's routes on a rank over macrobatches rounds once per macrobatch instead.
 // Backward, per route with weight w (g_j, or c_t for the shared expert):
 //   B1. d_activation = w * (W_down^T dy): not stored (kept in fp32 registers)  -> not rounded
 //       dw = <W_down^T dy, act> (the router-score / shared-scale gradient) -> not rounded
@@ -89,6 +92,7 @@ struct ReferenceInputs {
 struct ReferenceOptions {
   RouterNormalization router;
   bool round_intermediates_to_bf16 = false;  // the contract above
+  int64_t experts_per_rank = 0;              // F4's groups (with rounding on); 0: one rank holds all
 };
 
 // What one expert computed for a set of rows, as the kernels store it (rounded in bf16 mode).

@@ -4,8 +4,9 @@ that the comparison measures Caracal's bf16 rounding only).
 
 With `round_like_kernels=True` (use dtype=torch.float64) it also rounds to bf16 exactly where the
 kernels store bf16, forward and backward: the contract F1-F4 / B1-B5 of include/caracal/reference.hpp
-(gate/up, hidden, each expert's output row, the scaled shared row; d_gate/d_up, each route's dx
-row; dW_down from bf16(g * hidden)). Outputs compared against it then differ only by fp32
+(gate/up, hidden, each expert's output row, the scaled shared row, the g-weighted sum of a token's
+rows on one rank of `experts_per_rank` experts (F4: combine pushes one row per (token, rank));
+d_gate/d_up, each route's dx row; dW_down from bf16(g * hidden)). Outputs compared against it then differ only by fp32
 accumulation order, and the final bf16 rounding of y and dx is left to the caller (round_bf16).
 
 Weights use Caracal's layout: w_gate_up [E][2I][D] with gate and up rows interleaved in groups of
@@ -94,9 +95,11 @@ def router_gates(topk_idx, topk_scores, normalize=True, router_scale=1.0):
 
 def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=None, shared_w_down=None,
                   shared_scale=None, *, normalize=True, router_scale=1.0, dtype=torch.float32,
-                  round_like_kernels=False):
+                  round_like_kernels=False, experts_per_rank=None):
     """y [T][D] in `dtype`: c_t * shared(x_t) + sum over valid slots j of g_j * E_{idx_j}(x_t).
-    `round_like_kernels`: round where the kernels store bf16 (see the module's docstring)."""
+    `round_like_kernels`: round where the kernels store bf16 (see the module's docstring), a
+    token's routes to each rank's `experts_per_rank` experts (None: all on one rank) summed and
+    rounded as one row."""
     tokens, top_k = topk_idx.shape
     experts = w_gate_up.shape[0]
     x, w_gate_up, w_down = x.to(dtype), w_gate_up.to(dtype), w_down.to(dtype)
@@ -126,4 +129,13 @@ def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=
             y = y + _contract_expert(x, shared_w_gate_up.to(dtype), shared_w_down.to(dtype), scale, True)
         else:
             y = y + _expert(x, shared_w_gate_up.to(dtype), shared_w_down.to(dtype)) * scale.unsqueeze(-1)
-    return y.index_add(0, order[:start] // top_k, routed)
+    if not round_like_kernels:
+        return y.index_add(0, order[:start] // top_k, routed)
+    # F4: one bf16 row per (token, rank), rounded in the forward only (the backward is exact: y's
+    # rounding is not part of any gradient's contract).
+    per_rank = experts_per_rank or experts
+    ranks = -(-experts // per_rank)
+    group = order[:start] // top_k * ranks + key.index_select(0, order[:start]) // per_rank
+    sums = torch.zeros(tokens * ranks, x.shape[-1], dtype=dtype, device=x.device).index_add(0, group, routed)
+    sums = sums + (round_bf16(sums) - sums).detach()
+    return y + sums.view(tokens, ranks, -1).sum(1)

@@ -1,16 +1,18 @@
 #pragma once
 // The fused forward (DESIGN §3): one persistent launch per forward pass per GPU (one for all ranks
 // of a loopback world) that pulls the dispatch rows, runs the shared expert's and the routed
-// experts' grouped GEMMs and stores every routed row's output into its home slot, the GEMM tiles of
-// a 128-row block starting as soon as its rows have landed (readiness counters, never a host
+// experts' grouped GEMMs and pushes the routed outputs home as one g-weighted sum per (token, rank,
+// macrobatch) (combine's expert side, src/device/transfer/group_sum.cuh), the GEMM tiles of a
+// 128-row block starting as soon as its rows have landed (readiness counters, never a host
 // synchronization). Communication CTAs (the first comm_ctas of each rank) pull; the others take the
 // rank's tasks from one counter (the shared expert's up/gate+SwiGLU tiles, its down tiles, then the
-// routed experts' likewise, macrobatch by macrobatch), and the comm CTAs join them once their pulls
-// are done. The schedule, the gates and the sums of the slots (TokenExchange::combine_filled_slots)
-// stay their own launches around it.
+// routed experts' likewise and the group sums, macrobatch by macrobatch), and the comm CTAs join
+// them once their pulls are done. The schedule, the gates and the home's sums of the slots
+// (TokenExchange::combine_filled_slots with group_rows = the ring's rows) stay their own launches
+// around it.
 //
 // The ring (DESIGN §2): with pass.rows.ring_rows > 0 the routed rows' buffers (expert_x, gate_up,
-// activation) hold ring_rows rows, schedule row r in buffer row r % ring_rows; the launch walks the
+// activation, out) hold ring_rows rows, schedule row r in buffer row r % ring_rows; the launch walks the
 // schedule in macrobatches of ring_rows rows from the last one down, and a block's rows take over
 // the ring rows of the block ring_rows further on only once that block's tiles have read them. At
 // the end the ring holds macrobatch 0 (schedule rows [0, ring_rows)). ring_rows = 0: one
@@ -27,8 +29,9 @@
 // of them: MoELayer's backward pulls each macrobatch's rows with TokenExchange::dispatch).
 //
 // Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch,
-// gemm::expert_forward of the routed experts and combine's push (the same tiles, K order and
-// epilogues), whatever comm_ctas and ring_rows; pass.out is not written.
+// gemm::expert_forward of the routed experts and TokenExchange::combine's push with group_rows =
+// ring_rows (the same tiles, K order, epilogues and group sums), whatever comm_ctas; with ring_rows
+// = 0 or a ring that holds the step, the same as combine's groups per (token, rank).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -48,7 +51,9 @@ inline constexpr int kFusedMaxCtasPerRank = 256;
 
 struct FusedForwardRank {
   // rows = the exchange's schedule view (ring_rows of the launch's choice); x = its expert_x;
-  // gate_up, activation; the outputs go to the exchange's combine_slots (out: not read, may be null).
+  // gate_up, activation; out: the routed rows' outputs (as many rows as the ring, or the row
+  // capacity), read back by the group sums, which store into the exchange's combine_slots (the
+  // layer lends it expert_dy, idle until the backward pulls dy).
   gemm::ExpertPass pass;
   gemm::ExpertPassWeights weights;
   // The shared expert (one expert over the rank's tokens: its own rows, x copied in before the
@@ -62,6 +67,7 @@ struct FusedForwardRank {
 
 struct FusedForwardArgs {
   const transfer::TokenExchange* exchange = nullptr;
+  RouterNormalization router;           // g for the group sums: compute_gates' (caracal/layer_config.hpp)
   std::vector<FusedForwardRank> ranks;  // one per local rank of the exchange's world
   int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
   // Pull the rows of tokens on this GPU too, as those of other GPUs (the same bits): for tests and

@@ -116,7 +116,7 @@ void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
 }
 
-void check_down_proj_args(const DownProjArgs& a, bool out_stored) {
+void check_down_proj_args(const DownProjArgs& a) {
   const char* fn = "grouped_down_proj";
   check_rows(a.rows, fn);
   check_dim(a.hidden, fn, "hidden (D)");
@@ -124,7 +124,7 @@ void check_down_proj_args(const DownProjArgs& a, bool out_stored) {
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.activation, no_rows, fn, "activation");
   check_pointer(a.w_down, false, fn, "w_down");
-  check_pointer(a.y_out, no_rows || !out_stored, fn, "y_out");
+  check_pointer(a.y_out, no_rows, fn, "y_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn);

@@ -10,9 +10,7 @@
 namespace caracal::gemm {
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& args);
-// out_stored false: the caller stores the output rows elsewhere (the fused forward's routed rows go
-// to their home slots), so y_out may be null.
-void check_down_proj_args(const DownProjArgs& args, bool out_stored = true);
+void check_down_proj_args(const DownProjArgs& args);
 void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& args);
 // dx_stored false: the caller stores the dx rows elsewhere (their home slots), so dx_out may be null.
 void check_gate_up_dgrad_args(const GateUpDgradArgs& args, bool dx_stored = true);

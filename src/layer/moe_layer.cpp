@@ -144,7 +144,9 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   routed.x = at(fwd.expert_x);
   routed.gate_up = local.gate_up;
   routed.activation = local.activation;
-  routed.out = exchange.options().expert_out ? at(fwd.expert_out) : nullptr;  // the fused forward stores rows home
+  // The fused forward's down tiles store into expert_dy's ring rows, which the backward fills
+  // only later (with dy); its group sums push them home.
+  routed.out = exchange.options().expert_out ? at(fwd.expert_out) : at(bwd.expert_dy);
   routed.dy = at(bwd.expert_dy);
   routed.gates = at(bwd.expert_gates);
   routed.d_gate_up = local.gate_up;  // in place (gemm::expert_backward)
@@ -315,7 +317,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   state.fused = runs_fused(config, options);
   transfer::ExchangeOptions exchange = layer::exchange_options(config, state.sizes, state.fused);
   exchange.max_sms = options.exchange_sms;
-  exchange.pull_per_route = options.pull_per_route;
+  exchange.rows_per_route = options.rows_per_route;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
   if (state.fused) {
     const int ctas = fused::fused_ctas_per_rank(world);
@@ -402,6 +404,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   if (state.fused) {
     fused::FusedForwardArgs fused_args;
     fused_args.exchange = state.exchange.get();
+    fused_args.router = config_.router;
     fused_args.comm_ctas = state.fused_comm_ctas;
     fused_args.pull_all_rows = state.pull_all_rows;
     for (size_t l = 0; l < ranks.size(); ++l) {
@@ -430,9 +433,10 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     }
   }
   if (state.fused) {
-    state.exchange->combine_filled_slots(stream);  // the fused down tiles stored every routed row home
+    // The fused kernel stored each token group's sum home, its groups within macrobatches.
+    state.exchange->combine_filled_slots(sizes.ring_rows, stream);
   } else {
-    state.exchange->combine(stream);
+    state.exchange->combine(config_.router, stream);
   }
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {

@@ -241,10 +241,10 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
-    // Today's kernels: the pulls (x, dy) read a token once per rank and macrobatch, the pushes
-    // (expert outputs, dx and dL/dg) still move a row per route.
-    const int64_t today_fwd = std::max(t.tokens_received_remote * x_row + t.sent_remote * out_row,
-                                       t.tokens_sent_remote * x_row + t.received_remote * out_row);
+    // Today's kernels: the pulls (x, dy) read a token once per rank and macrobatch and combine
+    // pushes one sum per (token, rank) and macrobatch (the design's forward); the backward's
+    // pushes (dx and dL/dg) still move a row per route.
+    const int64_t today_fwd = std::max(fwd_in, fwd_out);
     const int64_t today_bwd =
         std::max(t.tokens_received_remote * out_row + t.sent_remote * (out_row + 4) + replay_remote * x_row,
                  t.tokens_sent_remote * out_row + t.received_remote * (out_row + 4));

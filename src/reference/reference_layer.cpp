@@ -296,7 +296,14 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
   result.shared = make_activations(layer.shared ? T : 0,
                                    layer.shared ? layer.shared->intermediate : 0, D);
 
+  CARACAL_CHECK(options.experts_per_rank >= 0, "reference_forward: options.experts_per_rank must be >= 0, got ",
+                options.experts_per_rank);
+  const int64_t E = static_cast<int64_t>(layer.experts.size());
+  const int64_t per_rank = options.experts_per_rank > 0 ? options.experts_per_rank : E;
   std::vector<double> sum(static_cast<size_t>(D));
+  // F4's sums per rank: [ranks][D]
+  std::vector<double> rank_sums(static_cast<size_t>((E + per_rank - 1) / per_rank * D));
+  std::vector<bool> rank_used(static_cast<size_t>((E + per_rank - 1) / per_rank));
   for (int64_t t = 0; t < T; ++t) {
     const double* x = inputs.x.data() + static_cast<size_t>(t * D);
     std::fill(sum.begin(), sum.end(), 0.0);
@@ -306,6 +313,8 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const double scale = shared_scale_of(inputs, t);
       for (int64_t d = 0; d < D; ++d) sum[d] += store(scale * row.output[d]);  // F4: the scaled row as stored
     }
+    std::fill(rank_sums.begin(), rank_sums.end(), 0.0);
+    std::fill(rank_used.begin(), rank_used.end(), false);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t route = t * k + j;
       const int32_t expert = inputs.topk_idx[static_cast<size_t>(route)];
@@ -313,7 +322,15 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const ActivationRow row = row_of(result.routed, route);
       expert_forward(layer.experts[static_cast<size_t>(expert)], x, store, row);
       const double g = result.gates[static_cast<size_t>(route)];
-      for (int64_t d = 0; d < D; ++d) sum[d] += g * row.output[d];
+      const int64_t rank = expert / per_rank;
+      rank_used[static_cast<size_t>(rank)] = true;
+      double* group = rank_sums.data() + rank * D;
+      for (int64_t d = 0; d < D; ++d) group[d] += g * row.output[d];
+    }
+    for (size_t rank = 0; rank < rank_used.size(); ++rank) {
+      if (!rank_used[rank]) continue;
+      const double* group = rank_sums.data() + static_cast<int64_t>(rank) * D;
+      for (int64_t d = 0; d < D; ++d) sum[d] += store(group[d]);  // F4: one row per (token, rank)
     }
     double* y = result.y.data() + static_cast<size_t>(t * D);
     for (int64_t d = 0; d < D; ++d) y[d] = store(sum[d]);  // F4

@@ -26,10 +26,11 @@ struct ExchangeArgs {
   RouterBuffers router;
   ForwardBuffers forward;
   BackwardBuffers backward;
-  RouterScaling scaling;    // compute_gates and reverse_dispatch
+  RouterScaling scaling;    // compute_gates, combine and reverse_dispatch (per call)
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
   bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
-  bool pull_per_route = false;          // ExchangeOptions::pull_per_route
+  bool rows_per_route = false;          // ExchangeOptions::rows_per_route
+  int combine_group_rows = 0;           // combine's group window (per call; group_sum.cuh)
   PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
 };
 

@@ -185,7 +185,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
   a.noncoherent_pull_loads = options_.noncoherent_pull_loads;
-  a.pull_per_route = options_.pull_per_route;
+  a.rows_per_route = options_.rows_per_route;
   a.window = {0, a.schedule.row_capacity, 0};
 }
 
@@ -224,15 +224,24 @@ detail::ExchangeArgs TokenExchange::pull_args(const char* name, const PullRange&
   return args;
 }
 
-void TokenExchange::combine(cudaStream_t stream) {
+void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stream, int group_rows) {
   CARACAL_CHECK(options_.forward && options_.expert_out,
                 "TokenExchange::combine needs ExchangeOptions::forward = true and expert_out = true");
-  detail::launch_combine(world_, kernels_->combine, kernels_->args, stream);
+  CARACAL_CHECK(group_rows >= 0, "TokenExchange::combine: group_rows must be >= 0 (0: the whole schedule), got ",
+                group_rows);
+  detail::ExchangeArgs args = kernels_->args;
+  args.scaling = scaling_of(router);
+  args.combine_group_rows = group_rows;
+  detail::launch_combine(world_, kernels_->combine, args, stream);
 }
 
-void TokenExchange::combine_filled_slots(cudaStream_t stream) {
+void TokenExchange::combine_filled_slots(int group_rows, cudaStream_t stream) {
   CARACAL_CHECK(options_.forward, "TokenExchange::combine_filled_slots needs ExchangeOptions::forward = true");
-  detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, kernels_->args, stream);
+  CARACAL_CHECK(group_rows >= 0, "TokenExchange::combine_filled_slots: group_rows must be >= 0 (0: the whole schedule), got ",
+                group_rows);
+  detail::ExchangeArgs args = kernels_->args;
+  args.combine_group_rows = group_rows;
+  detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, args, stream);
 }
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {

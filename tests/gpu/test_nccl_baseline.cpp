@@ -146,7 +146,7 @@ TEST_P(NcclBaseline, MatchesTokenExchangeAtW1) {
                           cudaMemcpyHostToDevice),
                "cudaMemcpy(baseline expert_out)");
     settle();
-    ex.combine(stream.get());
+    ex.combine(router, stream.get());
     baseline.combine(baseline_out.get(), world.local_pointer(ex.router_buffers().gates), baseline_y.get(),
                      stream.get());
     stream.sync();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "caracal/bf16.hpp"
+#include "caracal/combine_groups.hpp"
 #include "caracal/comm/loopback_world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/layer_config.hpp"
@@ -104,6 +105,8 @@ struct Twin {
   float scale;
   bool normalize;
   bool shared;
+  int combine_group_rows;  // combine's group window (0: the whole schedule)
+  bool per_route;          // ExchangeOptions::rows_per_route
 
   bool routed(int32_t id) const { return id >= 0 && id < shape.num_experts; }
 
@@ -141,9 +144,34 @@ struct Twin {
     return out;
   }
 
-  // Home side: shared + sum over routed slots of (g *) the expert row that processed the slot.
-  Bf16Rows reduced(int64_t rank, const std::vector<Bf16Rows>& expert_rows, const Bf16Rows& shared_rows,
-                   const std::vector<float>* gates) const {
+  // y: combine per (token, rank) (caracal/combine_groups.hpp) of the expert rows that processed
+  // the token's slots.
+  Bf16Rows combined(int64_t rank, const std::vector<float>& gates) const {
+    const int64_t D = shape.hidden;
+    const int64_t k = shape.top_k;
+    const std::vector<RouteLocation>& where = schedule.routes[static_cast<size_t>(rank)];
+    Bf16Rows out(static_cast<size_t>(shape.tokens * D));
+    for (int64_t t = 0; t < shape.tokens; ++t) {
+      std::vector<SlotPlace> slots(static_cast<size_t>(k));
+      std::vector<const uint16_t*> rows(static_cast<size_t>(k), nullptr);
+      for (int64_t j = 0; j < k; ++j) {
+        if (!routed(routing.at(rank, t, j))) continue;
+        const RouteLocation loc = where[static_cast<size_t>(t * k + j)];
+        slots[static_cast<size_t>(j)] = {true, static_cast<int>(loc.dst_rank), static_cast<int>(loc.row)};
+        rows[static_cast<size_t>(j)] =
+            in.expert_out[static_cast<size_t>(loc.dst_rank)].data() + static_cast<int64_t>(loc.row) * D;
+      }
+      const std::vector<float> token_gates(gates.begin() + t * k, gates.begin() + (t + 1) * k);
+      const Bf16Rows row = combine_token_row(
+          slots, token_gates, rows, shared ? in.shared_out[static_cast<size_t>(rank)].data() + t * D : nullptr, D,
+          combine_group_rows, per_route);
+      std::copy(row.begin(), row.end(), out.begin() + t * D);
+    }
+    return out;
+  }
+
+  // dx: shared + the sum over routed slots of the expert row that processed the slot.
+  Bf16Rows reduced(int64_t rank, const std::vector<Bf16Rows>& expert_rows, const Bf16Rows& shared_rows) const {
     const int64_t D = shape.hidden;
     const int64_t k = shape.top_k;
     const std::vector<RouteLocation>& where = schedule.routes[static_cast<size_t>(rank)];
@@ -156,7 +184,7 @@ struct Twin {
           const RouteLocation loc = where[static_cast<size_t>(t * k + j)];
           const float v = bf16_to_float(expert_rows[static_cast<size_t>(loc.dst_rank)]
                                                    [static_cast<size_t>(static_cast<int64_t>(loc.row) * D + d)]);
-          acc = gates != nullptr ? std::fma((*gates)[static_cast<size_t>(t * k + j)], v, acc) : acc + v;
+          acc = acc + v;
         }
         out[static_cast<size_t>(t * D + d)] = bf16_bits(acc);
       }
@@ -216,8 +244,8 @@ struct Twin {
       e.expert_gates.push_back(g);
       e.expert_x.push_back(pulled(r, in.x));
       e.expert_dy.push_back(pulled(r, in.dy));
-      e.y.push_back(reduced(r, in.expert_out, in.shared_out[static_cast<size_t>(r)], &e.gates[static_cast<size_t>(r)]));
-      e.dx.push_back(reduced(r, in.expert_dx, in.shared_dx[static_cast<size_t>(r)], nullptr));
+      e.y.push_back(combined(r, e.gates[static_cast<size_t>(r)]));
+      e.dx.push_back(reduced(r, in.expert_dx, in.shared_dx[static_cast<size_t>(r)]));
       e.d_scores.push_back(score_gradients_of(r));
     }
     return e;
@@ -264,11 +292,11 @@ void poison_outputs(const TokenExchange& ex) {
   }
 }
 
-void enqueue_step(TokenExchange& ex, const RouterNormalization& router, cudaStream_t stream) {
+void enqueue_step(TokenExchange& ex, const RouterNormalization& router, cudaStream_t stream, int combine_group_rows = 0) {
   ex.build_schedule(stream);
   ex.compute_gates(router, stream);
   ex.dispatch(stream);
-  ex.combine(stream);
+  ex.combine(router, stream, combine_group_rows);
   ex.reverse_combine(stream);
   ex.reverse_dispatch(router, stream);
 }
@@ -315,7 +343,7 @@ void expect_outputs(const TokenExchange& ex, const Expected& want, const Schedul
 // One step with fresh inputs for `routing`, launched by `launch` (directly or from a graph).
 template <typename Launch>
 void run_and_check(TokenExchange& ex, const Routing& routing, const RouterNormalization& router, uint64_t seed,
-                   Launch launch) {
+                   Launch launch, int combine_group_rows = 0) {
   const ExchangeShape& shape = ex.shape();
   const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
   const Inputs in = make_inputs(shape, ex.sizes().row_capacity, schedule, seed);
@@ -324,8 +352,15 @@ void run_and_check(TokenExchange& ex, const Routing& routing, const RouterNormal
   settle();
   launch();
   ASSERT_NO_THROW(ex.check());
-  const Twin twin{
-      shape, routing, schedule, in, static_cast<float>(router.scale), router.normalize, ex.options().shared_expert};
+  const Twin twin{shape,
+                  routing,
+                  schedule,
+                  in,
+                  static_cast<float>(router.scale),
+                  router.normalize,
+                  ex.options().shared_expert,
+                  combine_group_rows,
+                  ex.options().rows_per_route};
   expect_outputs(ex, twin.run(), schedule);
 }
 
@@ -385,20 +420,27 @@ TEST_P(GpuTransfers, MatchCpuTwinBitForBit) {
   TokenExchange ex(world, shape, options);
   Stream stream;
   const RouterNormalization router = router_of(c.normalize);
-  for (int step = 0; step < 2; ++step) {  // the second step reuses every buffer with new data
+  // The second step reuses every buffer with new data, and sums combine's groups within windows of
+  // two tiles of rows (as the fused forward's macrobatches).
+  for (int step = 0; step < 2; ++step) {
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed_note(seed));
+    const int group_rows = step == 0 ? 0 : 2 * static_cast<int>(shape.tile_m);
+    SCOPED_TRACE(seed_note(seed) + ", combine's group rows " + std::to_string(group_rows));
     const Routing routing = make_test_routing(c.routing, c.world, shape.tokens, shape.top_k, shape.num_experts, seed);
-    run_and_check(ex, routing, router, seed, [&] {
-      enqueue_step(ex, router, stream.get());
-      stream.sync();
-    });
+    run_and_check(
+        ex, routing, router, seed,
+        [&] {
+          enqueue_step(ex, router, stream.get(), group_rows);
+          stream.sync();
+        },
+        group_rows);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuTransfers, testing::ValuesIn(transfer_cases()), case_name);
 
-// ExchangeOptions::pull_per_route (one read of a token per route, as v1 moved rows): the same bits.
+// ExchangeOptions::rows_per_route (a row per route both ways, as v1 moved rows): pulls of the same
+// bits, combine's groups of one route each.
 TEST(GpuTransfersPerRoute, MatchCpuTwinBitForBit) {
   CARACAL_REQUIRE_GPU();
   for (int world_size : {2, 4}) {
@@ -406,7 +448,7 @@ TEST(GpuTransfersPerRoute, MatchCpuTwinBitForBit) {
       SCOPED_TRACE("W" + std::to_string(world_size) + "_" + name_of(routing_case));
       const ExchangeShape& shape = kShapes[0];
       ExchangeOptions options{true, true, true};
-      options.pull_per_route = true;
+      options.rows_per_route = true;
       comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
       TokenExchange ex(world, shape, options);
       Stream stream;

@@ -13,7 +13,7 @@ make_build() {  # make_build DIR EXIT_STATUS: stub caracal_transfer_bench and ca
 per_route=0
 while [ \$# -gt 0 ]; do
   [ "\$1" = --json ] && out=\$2
-  [ "\$1" = --pull-per-route ] && per_route=1
+  [ "\$1" = --rows-per-route ] && per_route=1
   shift
 done
 if [ \$per_route = 1 ]; then ms=2.0; bytes=3.0; else ms=1.0; bytes=2.0; fi
@@ -25,7 +25,7 @@ STUB
 per_route=0
 while [ $# -gt 0 ]; do
   [ "$1" = --json ] && out=$2
-  [ "$1" = --pull-per-route ] && per_route=1
+  [ "$1" = --rows-per-route ] && per_route=1
   shift
 done
 if [ $per_route = 1 ]; then f=6.0; b=12.0; else f=5.0; b=10.0; fi

@@ -541,7 +541,8 @@ TEST_F(ReferenceTest, Bf16ModeRoundsExactlyAtTheContractPoints) {
   std::vector<double> y(p.dy.size());
   std::vector<double> dx(p.dy.size());
   for (size_t d = 0; d < y.size(); ++d) {
-    y[d] = round_to_bf16(round_to_bf16(c * shared.output[d]) + g0 * slot0.output[d] + g1 * slot1.output[d]);
+    // Both routes on one rank (experts_per_rank 0): one group, rounded once before the home's sum.
+    y[d] = round_to_bf16(round_to_bf16(c * shared.output[d]) + round_to_bf16(g0 * slot0.output[d] + g1 * slot1.output[d]));
     dx[d] = round_to_bf16(shared.dx[d] + slot0.dx[d] + slot1.dx[d]);
   }
   expect_near_relative(forward.shared.swiglu, shared.swiglu, "shared.swiglu");
@@ -556,6 +557,16 @@ TEST_F(ReferenceTest, Bf16ModeRoundsExactlyAtTheContractPoints) {
   expect_near_relative(grads.d_experts[2].down, slot0.grad.down, "experts[2].down");
   expect_near_relative(grads.d_shared->gate, shared.grad.gate, "shared.gate");
   expect_near_relative(grads.d_shared->down, shared.grad.down, "shared.down");
+
+  // One expert per rank: each route its own group (F4), rounded before the home's sum.
+  p.options.experts_per_rank = 1;
+  const auto per_rank = reference_forward(p.layer, p.inputs, p.options);
+  for (size_t d = 0; d < y.size(); ++d) {
+    y[d] = round_to_bf16(round_to_bf16(c * shared.output[d]) + round_to_bf16(g0 * slot0.output[d]) +
+                         round_to_bf16(g1 * slot1.output[d]));
+  }
+  expect_near_relative(per_rank.y, y, "y, one expert per rank");
+  EXPECT_GT(relative_difference(per_rank.y, forward.y), 0.0) << "the groups made no difference";
 }
 
 // ---- Bad inputs ------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ Routing hand_routing() {
 constexpr transfer::ExchangeShape kShape{2, 3, 8, 4, 4};  // T, k, D, E, tile_m
 constexpr double kRow = 2 * 8;                            // bytes of a row
 
-RowTraffic traffic(bool pull_per_route) {
+RowTraffic traffic(bool rows_per_route) {
   const Routing r = hand_routing();
-  return traffic_of(r, kShape, schedule_rows_per_rank(r, kShape.num_experts, kShape.tile_m), pull_per_route);
+  return traffic_of(r, kShape, schedule_rows_per_rank(r, kShape.num_experts, kShape.tile_m), rows_per_route);
 }
 
 TEST(TransferBytes, CountsRoutesTokenRowsAndPadding) {
@@ -39,9 +39,10 @@ TEST(TransferBytes, CountsRoutesTokenRowsAndPadding) {
   EXPECT_EQ(t.remote_pulled, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(t.remote_pulled_tokens, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(t.remote_pushed, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(t.remote_pushed_tokens, (std::vector<int64_t>{1, 1}));  // token 0 of each rank, to the other
 }
 
-TEST(TransferBytes, PullsCountOneReadPerTokenAndRankOrPerRoute) {
+TEST(TransferBytes, PullsAndCombineCountOneRowPerTokenAndRankOrPerRoute) {
   const RowTraffic per_token = traffic(false);
   const RowTraffic per_route = traffic(true);
   EXPECT_DOUBLE_EQ(bytes_moved(Pass::kDispatch, per_token), (5 + 16) * kRow);
@@ -49,10 +50,15 @@ TEST(TransferBytes, PullsCountOneReadPerTokenAndRankOrPerRoute) {
   EXPECT_DOUBLE_EQ(bytes_moved(Pass::kDispatch, per_route), (8 + 16) * kRow);
   EXPECT_EQ(remote_bytes_per_rank(Pass::kDispatch, per_token), (std::vector<double>{kRow, kRow}));
   EXPECT_EQ(remote_bytes_per_rank(Pass::kDispatch, per_route), (std::vector<double>{kRow, 2 * kRow}));
-  // The pushes move a row per route either way.
+  // combine reads every routed row and pushes (then sums) a row per (token, rank) or per route.
+  EXPECT_DOUBLE_EQ(bytes_moved(Pass::kCombine, per_token), (8 + 2 * 5 + 4) * kRow);
+  EXPECT_DOUBLE_EQ(bytes_moved(Pass::kCombine, per_route), (3 * 8 + 4) * kRow);
+  EXPECT_EQ(remote_bytes_per_rank(Pass::kCombine, per_token), (std::vector<double>{kRow, kRow}));
+  EXPECT_EQ(remote_bytes_per_rank(Pass::kCombine, per_route), (std::vector<double>{2 * kRow, kRow}));
+  // reverse dispatch pushes a row per route either way.
   for (const RowTraffic& t : {per_token, per_route}) {
-    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kCombine, t), (3 * 8 + 4) * kRow);
-    EXPECT_EQ(remote_bytes_per_rank(Pass::kCombine, t), (std::vector<double>{2 * kRow, kRow}));
+    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kReverseDispatch, t), (3 * 8 + 4) * kRow);
+    EXPECT_EQ(remote_bytes_per_rank(Pass::kReverseDispatch, t), (std::vector<double>{2 * kRow, kRow}));
   }
 }
 

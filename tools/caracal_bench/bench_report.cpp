@@ -81,7 +81,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["fused_pull_all_rows"] = a.fused_pull_all_rows;
-  out["pull_per_route"] = a.pull_per_route;
+  out["rows_per_route"] = a.rows_per_route;
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["flops_note"] =

@@ -15,8 +15,9 @@
 //                     push route locations | barrier
 //   compute_gates     g from topk_scores, local (no barrier)
 //   dispatch          barrier | pull x rows (the barrier may be skipped: PullRange)
-//   combine           barrier | push expert_out rows to home slots | barrier | y = shared + sum g*slot
-//   combine_filled_slots                                          barrier | y = shared + sum g*slot
+//   combine           barrier | push a g-weighted sum of expert_out rows per (token, rank) to
+//                     home slots | barrier | y = shared + sum of the filled slots (group_sum.cuh)
+//   combine_filled_slots                                   barrier | y = shared + sum of the slots
 //   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
@@ -72,10 +73,13 @@ struct ExchangeOptions {
   // are correct (row_copy.cuh says why); ld.global measured 4-8% faster (docs/PERF.md,
   // 2026-12-01), so it is the default and this stays to repeat the measurement.
   bool noncoherent_pull_loads = false;
-  // Pulls (dispatch, reverse combine, the fused forward's) read a token's home row once per route
-  // instead of once per (token, rank) and pull window (DESIGN §2): what v1 moved, kept to measure
-  // both designs side by side. The rows get the same bits either way.
-  bool pull_per_route = false;
+  // One row per route over the links instead of one per (token, rank) (DESIGN §2): what v1 moved,
+  // kept to measure both designs side by side. The pulls (dispatch, reverse combine, the fused
+  // forward's) read a token's home row once per route instead of once per (token, rank) and pull
+  // window (the rows get the same bits either way); combine's expert side pushes each route's
+  // g-weighted row alone instead of a sum per (token, rank) (y rounds each route's row to bf16
+  // before the home sums them: other bits, within the reference's bounds).
+  bool rows_per_route = false;
 };
 
 // Which rows a pull (dispatch, reverse_combine) fills: the schedule rows [first_row, end_row)
@@ -125,14 +129,18 @@ class TokenExchange {
   // expert_x from x (needs a built schedule; options.forward), for the rows of `range`; rows an
   // earlier launch left in expert_x (range.in_place) are not pulled again.
   void dispatch(cudaStream_t stream, const PullRange& range = {});
-  // y from expert_out, gates and shared_out when options.shared_expert (options.forward and
-  // options.expert_out).
-  void combine(cudaStream_t stream);
-  // y as combine, from combine_slots that an earlier launch filled (the fused forward's down tiles
-  // store each row into its home slot), so without the push and its barrier. A launch that fills
-  // peers' slots must come after a world barrier that follows the last combine's sums (the fused
-  // forward follows build_schedule's).
-  void combine_filled_slots(cudaStream_t stream);
+  // y from expert_out, g (from topk_scores through `router`, which must be the one compute_gates
+  // used) and shared_out when options.shared_expert (options.forward and options.expert_out): one
+  // g-weighted sum per token group pushed home (src/device/transfer/group_sum.cuh), a group being
+  // a token's routes on one rank within a window of `group_rows` schedule rows (0: the whole
+  // schedule, one group per (token, rank); the fused forward's windows are its macrobatches).
+  void combine(const RouterNormalization& router, cudaStream_t stream, int group_rows = 0);
+  // y as combine, from combine_slots that an earlier launch filled with the sums of groups within
+  // windows of `group_rows` schedule rows (the fused forward's macrobatches, its ring_rows; 0: the
+  // whole schedule), so without the push and its barrier. A launch that fills peers' slots must
+  // come after a world barrier that follows the last combine's sums (the fused forward follows
+  // build_schedule's).
+  void combine_filled_slots(int group_rows, cudaStream_t stream);
   // expert_dy and expert_gates from dy and gates (options.backward), for the rows of `range`
   // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});

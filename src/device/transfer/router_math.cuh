@@ -30,6 +30,27 @@ __device__ inline float normalization_factor(float scale, float sum) {
   return sum != 0.0f ? __fdiv_rn(scale, sum) : 0.0f;
 }
 
+// One warp: the factor of one token's gates (g_l = factor * s_l at routed slots), the same value
+// on every lane and the same bits as token_gates: lane j loads slot j (rounds of 32: one load per
+// lane and round, as `ids` and `scores` may live on another GPU) and the sum runs in slot order
+// through shuffles.
+__device__ inline float warp_gate_factor(const int32_t* ids, const float* scores, int num_experts, int top_k,
+                                         RouterScaling router, int lane) {
+  if (!router.normalize) return router.scale;
+  float sum = 0.0f;
+  for (int base = 0; base < top_k; base += kWarpSize) {
+    const int slot = base + lane;
+    const bool routed = slot < top_k && is_routed(ids[slot], num_experts);
+    const float score = routed ? scores[slot] : 0.0f;
+    const unsigned routed_lanes = __ballot_sync(~0u, routed);
+    for (int j = 0; j < kWarpSize && base + j < top_k; ++j) {
+      const float s = __shfl_sync(~0u, score, j);
+      if ((routed_lanes >> j) & 1u) sum = __fadd_rn(sum, s);
+    }
+  }
+  return normalization_factor(router.scale, sum);
+}
+
 // One thread: g of one token's k slots.
 __device__ inline void token_gates(const int32_t* ids, const float* scores, int num_experts, int top_k,
                                    RouterScaling router, float* gates) {

@@ -1,12 +1,12 @@
 #pragma once
-// The home side of combine and reverse dispatch: one token's k slot rows summed in slot order,
-// one warp per token, lanes over 16-byte vectors (DESIGN §2, "Determinism"):
-//   combine:          y  = shared + sum_{routed s} g_s * slot_s     (kWeighted)
+// The home side of combine and reverse dispatch: one token's slot rows summed in slot order, one
+// warp per token, lanes over 16-byte vectors (DESIGN §2, "Determinism"):
+//   combine:          y  = shared + sum_{leader slots s} slot_s   (the slots hold the expert
+//                     side's weighted group sums, group_sum.cuh)
 //   reverse dispatch: dx = shared + sum_{routed s} slot_s
-// in fp32 with every operation spelled out (__fmaf_rn / __fadd_rn: the compiler may not contract
-// or reorder them), rounded to bf16 once. A host twin performing the same float operations in the
-// same order (std::fma for __fmaf_rn) gets the same bits. Slots whose id is not a routed expert
-// are never read: nothing was pushed there.
+// in fp32 with every operation spelled out (__fadd_rn: the compiler may not reorder them), rounded
+// to bf16 once. A host twin performing the same float operations in the same order gets the same
+// bits. Slots that are not summed are never read: nothing was pushed there.
 #include <cstdint>
 
 #include "device/transfer/routing_fault.cuh"
@@ -18,12 +18,12 @@ namespace caracal::transfer {
 // in flight together.
 inline constexpr int kSlotsInFlight = 8;
 
-// `ids` and `gates` (ignored unless kWeighted) are the token's k entries; `slots` its k rows of
-// `vectors` 16-byte vectors, pushed during this launch and ordered by a world barrier; `shared`
-// its shared-expert row or null; `out` its output row.
-template <bool kWeighted>
-__device__ inline void reduce_token_slots(const int32_t* ids, const float* gates, int num_experts, int top_k,
-                                          const uint4* slots, const uint4* shared, uint4* out, int vectors, int lane) {
+// `summed(slot)`: whether slot `slot`'s row is part of the sum (the same on every lane); `slots`
+// the token's k rows of `vectors` 16-byte vectors, pushed during this launch and ordered by a
+// world barrier; `shared` its shared-expert row or null; `out` its output row.
+template <typename Summed>
+__device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint4* slots, const uint4* shared,
+                                          uint4* out, int vectors, int lane) {
   for (int v = lane; v < vectors; v += kWarpSize) {
     float acc[kBf16PerVector];
     if (shared != nullptr) {
@@ -33,28 +33,22 @@ __device__ inline void reduce_token_slots(const int32_t* ids, const float* gates
       for (int i = 0; i < kBf16PerVector; ++i) acc[i] = 0.0f;
     }
     for (int first = 0; first < top_k; first += kSlotsInFlight) {
-      bool routed[kSlotsInFlight];
+      bool used[kSlotsInFlight];
       uint4 row[kSlotsInFlight];
 #pragma unroll
       for (int u = 0; u < kSlotsInFlight; ++u) {
         const int slot = first + u;
-        routed[u] = slot < top_k && is_routed(__ldg(ids + slot), num_experts);
+        used[u] = slot < top_k && summed(slot);
         row[u] =
-            routed[u] ? load_coherent16(slots + static_cast<int64_t>(slot) * vectors + v) : make_uint4(0u, 0u, 0u, 0u);
+            used[u] ? load_coherent16(slots + static_cast<int64_t>(slot) * vectors + v) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
       for (int u = 0; u < kSlotsInFlight; ++u) {
-        if (!routed[u]) continue;
+        if (!used[u]) continue;
         float value[kBf16PerVector];
         unpack_bf16x8(row[u], value);
-        if constexpr (kWeighted) {
-          const float g = __ldg(gates + first + u);
 #pragma unroll
-          for (int i = 0; i < kBf16PerVector; ++i) acc[i] = __fmaf_rn(g, value[i], acc[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kBf16PerVector; ++i) acc[i] = __fadd_rn(acc[i], value[i]);
-        }
+        for (int i = 0; i < kBf16PerVector; ++i) acc[i] = __fadd_rn(acc[i], value[i]);
       }
     }
     store16(out + v, pack_bf16x8(acc));

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
       world, args.schedule, args.window, role_warps(world, place),
       PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates, args.backward.expert_gates, args.top_k,
                args.hidden},
-      args.pull_per_route);
+      args.rows_per_route);
 }
 
 }  // namespace

@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
     token_score_gradients(ids, world.at(args.router.topk_scores, rank) + first_route,
                           world.at(backward.dg_slots, rank) + first_route, args.num_experts, args.top_k, args.scaling,
                           world.at(args.router.d_topk_scores, rank) + first_route, lane);
-    reduce_token_slots<false>(
-        ids, nullptr, args.num_experts, args.top_k,
+    reduce_token_slots(
+        [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k,
         row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden),
         args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) : nullptr,
         row_vectors(world.at(backward.dx, rank), token, args.hidden), args.hidden / kBf16PerVector, lane);

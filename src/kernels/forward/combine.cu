@@ -1,17 +1,20 @@
-// combine: the expert side pushes its output rows into their home slots; after one barrier each
-// home rank sums its tokens' slots in slot order, weighted by g, onto the shared expert's output.
-// Without the push (kPush false) when the fused forward's down tiles filled the slots already.
+// combine per (token, rank) (group_sum.cuh): the expert side sums each token group's expert_out
+// rows weighted by g and pushes one row into the home slot of the group's leader route; after one
+// barrier each home rank sums its tokens' leader slots in slot order onto the shared expert's
+// output. Without the push (kPush false) when the fused forward filled the leader slots already.
+#include <climits>
+
 #include "device/comm/device_sync.cuh"
+#include "device/transfer/group_sum.cuh"
 #include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/slot_reduce.cuh"
-#include "device/transfer/push_rows.cuh"
 #include "device/transfer/warp_work.cuh"
 #include "transfer/exchange_launch.hpp"
 
 namespace caracal::transfer::detail {
 namespace {
 
-// 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
+// 24 warps per SM: the sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
 
 template <bool kPush>
 __global__ void __launch_bounds__(kReduceThreads, 1)
@@ -20,24 +23,42 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const ScheduleBuffers& schedule = args.schedule.buffers;
+  const int group_rows = args.combine_group_rows;
   if constexpr (kPush) {
     // No home rank is still summing its slots in an earlier combine.
     if (!comm::world_barrier(world, place)) return;
     for_each_schedule_row(world, args.schedule, warps, [&](int rank, int row, int2 entry) {
-      push_slot_row(world, entry,
-                    row_vectors(world.at(args.forward.expert_out, rank), row, args.hidden), args.forward.combine_slots,
-                    args.hidden, lane);
+      if (entry.x < 0) return;  // padding
+      const int window_begin = group_rows > 0 ? row / group_rows * group_rows : 0;
+      const int window_end = group_rows > 0 ? window_begin + group_rows : INT_MAX;
+      const TokenGroup group(args.rows_per_route ? nullptr : world.at(schedule.route_rows, rank), args.schedule.routes,
+                             args.top_k, entry, row, window_begin, window_end);
+      if (!group.led_by_own_row(lane)) return;
+      const int64_t first_route = group.route(0);
+      const float* scores = world.at(args.router.topk_scores, entry.x) + first_route;
+      const GroupGates gates{warp_gate_factor(world.at(schedule.topk_idx, entry.x) + first_route, scores,
+                                              args.num_experts, args.top_k, args.scaling, lane),
+                             scores};
+      const __nv_bfloat16* out = world.at(args.forward.expert_out, rank);
+      warp_store_group_sum<false, 4>(
+          group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
+          row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden),
+          args.hidden / kBf16PerVector, lane);
     });
   }
-  // Every routed slot of every home rank has been written.
+  // Every leader slot of every home rank has been written.
   if (!comm::world_barrier(world, place)) return;
   for_each_local_token(world, args.tokens, warps, [&](int rank, int token) {
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
-    reduce_token_slots<true>(
-        world.at(schedule.topk_idx, rank) + first_route, world.at(args.router.gates, rank) + first_route,
-        args.num_experts, args.top_k, row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden),
-        args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden) : nullptr,
-        row_vectors(world.at(args.forward.y, rank), token, args.hidden), args.hidden / kBf16PerVector, lane);
+    const LeaderSlots leaders(world.at(schedule.route_location, rank) + first_route,
+                              world.at(schedule.topk_idx, rank) + first_route, args.num_experts, args.top_k,
+                              group_rows, args.rows_per_route, lane);
+    reduce_token_slots(leaders, args.top_k,
+                       row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden),
+                       args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden)
+                                       : nullptr,
+                       row_vectors(world.at(args.forward.y, rank), token, args.hidden), args.hidden / kBf16PerVector,
+                       lane);
   });
 }
 

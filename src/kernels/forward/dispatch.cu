@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceW
   if (args.window.barrier && !comm::world_barrier(world, place)) return;
   pull_schedule_rows<false, kCoherent>(world, args.schedule, args.window, role_warps(world, place),
                                        PullRows{args.forward.x, args.forward.expert_x, {}, {}, args.top_k, args.hidden},
-                                       args.pull_per_route);
+                                       args.rows_per_route);
 }
 
 }  // namespace

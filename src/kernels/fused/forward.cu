@@ -29,27 +29,25 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
     // A failed wait is recorded; the CTA computes on, and its own waits fail as fast.
     (void)pull_forward_rows(world, place, p.schedule, p.pull, p.ranks[place.local_rank], p.pull_all_rows,
-                            p.pull_per_route);
+                            p.rows_per_route);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const FusedForwardRankParams& rank = p.ranks[place.local_rank];
-  run_forward_tasks(world, place, rank, p.pull, p.pull_all_rows, *reinterpret_cast<gemm::KernelStorage*>(smem), producer_task,
-                    rank.task_slots + place.index * gemm::kStages);
+  run_forward_tasks(world, place, rank, p, *reinterpret_cast<gemm::KernelStorage*>(smem), producer_task);
 }
 
 constexpr const char* kName = "fused forward";
 
 // One group of experts' GEMMs but the down epilogue: the standalone launchers' descriptors
 // (gemm/forward_descriptors.cuh) over `pass`'s rows, the row buffers' maps over the rows they hold
-// (ring_rows of the ring, else the row capacity). `out_stored` false: the rows go elsewhere than
-// pass.out (the routed experts' to their home slots).
+// (ring_rows of the ring, else the row capacity), pass.out's too.
 struct GroupGemms {
   ExpertGemms gemms;
-  gemm::RowsBf16Epilogue::Params out;  // with out_stored
+  gemm::RowsBf16Epilogue::Params out;
 };
 GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeights& weights,
-                        uint32_t* activation_ready, bool out_stored) {
+                        uint32_t* activation_ready) {
   using namespace gemm;
   const ScheduleView& schedule = pass.rows;
   CARACAL_CHECK(schedule.ring_rows >= 0 && schedule.ring_rows % kBlockM == 0 && schedule.ring_rows <= schedule.row_capacity,
@@ -74,8 +72,8 @@ GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeig
   down.intermediate = pass.intermediate;
   down.activation = pass.activation;
   down.w_down = weights.w_down;
-  down.y_out = out_stored ? pass.out : nullptr;
-  check_down_proj_args(down, out_stored);
+  down.y_out = pass.out;
+  check_down_proj_args(down);
 
   const uint64_t rows = uint64_t(schedule.ring_rows > 0 ? schedule.ring_rows : schedule.row_capacity);
   up.rows = schedule;  // the tiles walk the ring's schedule
@@ -92,23 +90,28 @@ GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeig
   return g;
 }
 
-// The counters ahead of the task slots, in words: x_ready, the routed activation_ready and
-// down_done per block of the schedule, the shared expert's activation_ready per block of its rows,
-// the task counter.
+// The counters ahead of the task slots, in words: x_ready, the routed activation_ready, down_done
+// and out_stored per block of the schedule, sums_done per macrobatch (at most one per block), the
+// shared expert's activation_ready per block of its rows, the task counter.
 size_t counter_words(int row_capacity, int shared_rows) {
-  return 3 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
+  return 5 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
 }
 
 // Rank l's parameters: its GEMMs and where its counters and task slots are.
-FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer::detail::ExchangeArgs& exchange,
-                                   const comm::World& world) {
+FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
-  r.routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks, /*out_stored=*/false).gemms;
+  CARACAL_CHECK(rank.pass.out != nullptr, kName, ": pass.out must hold the routed rows' outputs (",
+                rank.pass.rows.ring_rows > 0 ? "ring_rows" : "row_capacity", " rows), got null");
+  const GroupGemms routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
+  r.routed = routed.gemms;
+  r.routed_out = routed.out;
+  r.out_rows = rank.pass.out;
   r.down_done = rank.ready_counters + 2 * blocks;
-  r.routed_out = {rank.pass.rows.rows, world.device_heap_table(), exchange.forward.combine_slots, rank.pass.hidden};
+  r.out_stored = rank.ready_counters + 3 * blocks;
+  r.sums_done = rank.ready_counters + 4 * blocks;
   r.has_shared = rank.has_shared;
   const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
   if (rank.has_shared) {
@@ -116,8 +119,7 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank, const transfer:
                   rank.shared.rows.num_experts);
     CARACAL_CHECK(rank.shared.rows.ring_rows == 0, kName, ": the shared pass has no ring, got ring_rows ",
                   rank.shared.rows.ring_rows);
-    const GroupGemms shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 3 * blocks,
-                                           /*out_stored=*/true);
+    const GroupGemms shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 5 * blocks);
     r.shared = shared.gemms;
     r.shared_out = shared.out;
   }
@@ -179,7 +181,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
     CARACAL_CHECK(exchange_ring == 0 || rank.pass.rows.ring_rows == exchange_ring, kName, ": ranks[", l,
                   "].pass.rows.ring_rows must be the exchange's ring (", exchange_ring,
                   " rows: its expert_x holds that many), got ", rank.pass.rows.ring_rows);
-    p.ranks[l] = rank_params(rank, exchange, world);
+    p.ranks[l] = rank_params(rank);
     const size_t counters =  // not the task slots
         counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
     check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
@@ -187,9 +189,11 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   }
   p.schedule = exchange.schedule;
   p.pull = transfer::PullRows{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
+  p.sums = {exchange.forward.combine_slots, exchange.router.topk_scores,
+            {static_cast<float>(args.router.scale), args.router.normalize}};
   p.comm_ctas = comm_ctas;
   p.pull_all_rows = args.pull_all_rows;
-  p.pull_per_route = exchange.pull_per_route;
+  p.rows_per_route = exchange.rows_per_route;
   comm::launch(world, "fused forward", shape, stream, fused_forward_kernel, p);
 }
 

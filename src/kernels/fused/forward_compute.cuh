@@ -7,7 +7,10 @@
 // the comm role has pulled them (x_ready counts a block's pulled rows); the shared expert's
 // up/gate A is its own copy of the rank's x (staged before the launch), loaded by TMA; a down
 // tile's A waits for its block's activation (its group's activation_ready, raised below by the
-// up/gate tiles' epilogues once their TMA stores have completed).
+// up/gate tiles' epilogues once their TMA stores have completed); a routed down tile's output rows
+// go to their ring rows of out_rows; a group_sums task is handed to the consumers through a stage
+// without bytes, and their eight warps push the block's group sums home (forward_group_sums.cuh)
+// while the producer streams the next tiles' operands.
 //
 // The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
 // task slots (forward_tasks.cuh), the slot of the tile's first stage; ForwardPhase::end there,
@@ -29,6 +32,7 @@
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
 #include "device/gemm/tma_pipeline.cuh"
+#include "kernels/fused/forward_group_sums.cuh"
 #include "kernels/fused/forward_params.cuh"
 #include "kernels/fused/forward_tasks.cuh"
 
@@ -39,6 +43,15 @@ namespace caracal::fused {
 // 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kFusedProducerRegisters = 88;
 inline constexpr uint32_t kFusedConsumerRegisters = 208;
+
+// This CTA's first task slot among its rank's (run_forward_tasks: place.index * kStages), from a
+// fresh read of %ctaid.x (volatile: not hoisted): producer and consumers find it again on every
+// task, as a register held across their loops spills.
+__device__ inline int first_task_slot(const comm::DeviceWorld& world) {
+  uint32_t cta;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
+  return static_cast<int>(cta) % world.ctas_per_rank * gemm::kStages;
+}
 
 // Where the rows of an up/gate tile are read from, as the producer sees them.
 struct GatherSources {
@@ -72,10 +85,10 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                             const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                             bool pull_all_rows, gemm::MainloopStorage& smem, int& shared_task,
-                                             const gemm::TmaPipeline& pipe, TaskSlot* stage_task, int thread) {
-  const GatherSources sources{world, pull, place.rank, pull_all_rows};
+                                             const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                             gemm::MainloopStorage& smem, int& shared_task,
+                                             const gemm::TmaPipeline& pipe, int thread) {
+  const GatherSources sources{world, kp.pull, place.rank, kp.pull_all_rows};
   ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   gemm::PipelineState st;
   for (;;) {
@@ -86,6 +99,16 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     if (gemm::gather_threads_count(t >= tasks.num_tasks()) > 0) break;
     const ForwardTask task = tasks.at(t);
     const int block = task.m_block();
+    if (task.phase == ForwardPhase::group_sums) {  // for the consumers: a stage with the task and no bytes
+      pipe.producer_acquire(st);
+      if (thread == 0) {
+        p.task_slots[first_task_slot(world) + st.stage].task = task;
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      }
+      cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      st.advance();
+      continue;
+    }
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
     const bool gathered = task.phase == ForwardPhase::up_gate;  // the shared expert's A is by TMA
     gemm::GatherRows rows;
@@ -100,9 +123,10 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     }
     // What the tile waits for: a routed up/gate tile for the ring rows it takes over (the down
     // tiles of the block that held them have read them) and its block's pulled rows (if any), a
-    // down tile for its block's activation; the shared expert's up/gate tiles for nothing.
+    // down tile for its block's activation and, routed, for the group sums of the macrobatch whose
+    // output rows it takes over; the shared expert's up/gate tiles for nothing.
     const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
-    const int previous = gathered ? tasks.macrobatches().previous_in_ring(block) : -1;
+    const int previous = task.shared() ? -1 : tasks.macrobatches().previous_in_ring(block);
     if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
@@ -113,6 +137,12 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
         } else {
           const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
           ready = comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete, block);
+          if (ready && previous >= 0) {
+            const Macrobatches& batches = tasks.macrobatches();
+            const int batch = batches.of_block(previous);
+            ready = comm::wait_ready_thread(world, place, p.sums_done + batch,
+                                            kGroupSumWarps * static_cast<uint32_t>(batches.blocks_in(batch)), batch);
+          }
         }
         comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
       }
@@ -121,7 +151,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     const gemm::MainloopParams& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
     for (int k = 0; k < task.tile.k_tiles; ++k) {
       pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
-      if (thread == 0 && k == 0) stage_task[st.stage].task = task;
+      if (thread == 0 && k == 0) p.task_slots[first_task_slot(world) + st.stage].task = task;
       const int k_index = task.tile.k_begin + k * gemm::kBlockK;
       if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).
@@ -148,7 +178,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
   }
   pipe.producer_acquire(st);
   if (thread == 0) {
-    stage_task[st.stage].task.phase = ForwardPhase::end;
+    p.task_slots[first_task_slot(world) + st.stage].task.phase = ForwardPhase::end;
     cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
   }
   cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
@@ -157,22 +187,33 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 // A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
 // tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
 // complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
-// the block's down_done (its ring rows have been read).
+// the block's down_done (its ring rows have been read), after its stores the block's out_stored.
+// A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
+// warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
+// (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
 template <class TiledMma, class FragA, class FragB, class Accum>
-__device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma& tiled_mma, const FragA& tCrA,
-                                      const FragB& tCrB, Accum& accum, const gemm::TmaPipeline& pipe,
-                                      gemm::ChunkStoreRing& ring, int consumer, int wg_thread, TaskSlot* stage_task) {
+__device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
+                                      const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                      int wg_thread) {
   const int lane = wg_thread % 32;
   gemm::PipelineState st;
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
-    const ForwardTask task = stage_task[st.stage].task;
+    const ForwardTask task = p.task_slots[first_task_slot(world) + st.stage].task;
     if (task.phase == ForwardPhase::end) break;
-    const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
+    const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
+    const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
-    if (task.up_gate()) {
+    if (sums) {
+      const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
+      (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
+                             kp.rows_per_route, task.tile, warp, kGroupSumWarps, lane);
+      __syncwarp();  // every lane's reads of the output rows before the count
+      if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
+    } else if (task.up_gate()) {
       UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);  // into the ring
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
@@ -180,10 +221,15 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
         comm::signal_ready_thread(gemms.activation_ready + task.m_block());
       }
     } else if (task.shared()) {
-      DownGemm::SharedEpilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
+      DownGemm::Epilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
     } else {
       if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
-      DownGemm::RoutedEpilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);
+      DownGemm::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
+      ring.drain();  // this warpgroup's stores of the slice have completed
+      if (wg_thread == 0) {
+        comm::async_proxy_fence();
+        comm::signal_ready_thread(p.out_stored + task.m_block());
+      }
     }
   }
   ring.drain();
@@ -191,9 +237,8 @@ __device__ void consume_forward_tiles(const FusedForwardRankParams& p, TiledMma&
 
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                         const FusedForwardRankParams& p, const transfer::PullRows& pull,
-                                         bool pull_all_rows, gemm::KernelStorage& smem, int& producer_task,
-                                         TaskSlot* stage_task) {
+                                         const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                         gemm::KernelStorage& smem, int& producer_task) {
   using namespace cute;
   using namespace gemm;
   using Mma = MmaConfig<UpGateGemm::OperandA::kMajor, UpGateGemm::OperandB::kMajor>;
@@ -211,8 +256,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
-    produce_forward_tiles(world, place, p, pull, pull_all_rows, smem.mainloop, producer_task, pipe, stage_task,
-                          static_cast<int>(threadIdx.x));
+    produce_forward_tiles(world, place, p, kp, smem.mainloop, producer_task, pipe, static_cast<int>(threadIdx.x));
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegisters>();
@@ -227,7 +271,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread, stage_task);
+  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused

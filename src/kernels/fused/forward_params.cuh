@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+
+#include "caracal/comm/symmetric_ptr.hpp"
 #include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/operand_loads.cuh"
@@ -14,14 +17,13 @@
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
 #include "kernels/fused/forward_tasks.cuh"
-#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 
 // gate_up = x · W_gate_up[e]^T with the SwiGLU epilogue; y = activation · W_down[e]^T: the same
 // operand kinds and epilogues as the standalone kernels (src/kernels/forward), hence the same bits;
-// the routed experts' y rows go to their home slots (home_slots_epilogue.cuh), the shared expert's
-// to its output rows.
+// the routed experts' y rows go to the ring rows of their output buffer (the group sums push them
+// home, forward_group_sums.cuh), the shared expert's to its output rows.
 struct UpGateGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::KMajorWeights;
@@ -30,8 +32,7 @@ struct UpGateGemm {
 struct DownGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::KMajorWeights;
-  using SharedEpilogue = gemm::RowsBf16Epilogue;
-  using RoutedEpilogue = HomeSlotsEpilogue;
+  using Epilogue = gemm::RowsBf16Epilogue;
 };
 
 static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
@@ -54,12 +55,19 @@ struct ExpertGemms {
 
 struct FusedForwardRankParams {
   ExpertGemms routed;
-  DownGemm::RoutedEpilogue::Params routed_out;
+  DownGemm::Epilogue::Params routed_out;  // into out_rows' ring rows
+  const __nv_bfloat16* out_rows;          // the routed rows' outputs, [ring rows][D], as routed_out
   // Zeroed before the launch, one word per 128-row block of the schedule: the down tiles' warpgroup
   // slices whose mainloop is done (2 * tiles.down.n_blocks: the block's ring rows may be reused).
   uint32_t* down_done;
+  // Likewise, the down tiles' warpgroup slices whose output rows are stored (2 * tiles.down.n_blocks:
+  // the group sums may read them).
+  uint32_t* out_stored;
+  // Zeroed before the launch, one word per macrobatch: its group_sums tasks done (all of them: the
+  // next macrobatch's down tiles may overwrite its output rows).
+  uint32_t* sums_done;
   ExpertGemms shared;  // only with has_shared
-  DownGemm::SharedEpilogue::Params shared_out;
+  DownGemm::Epilogue::Params shared_out;
   bool has_shared;
   // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
   uint32_t* x_ready;
@@ -70,13 +78,21 @@ struct FusedForwardRankParams {
 // Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.
 inline constexpr int kMaxLocalRanks = 8;
 
+// What the group sums read at the home ranks and where they store (forward_group_sums.cuh).
+struct GroupSumParams {
+  comm::SymmetricPtr<__nv_bfloat16> home_slots;  // combine_slots [T*k][D]
+  comm::SymmetricPtr<float> topk_scores;         // [T*k]: g from the scores (router_math.cuh)
+  transfer::RouterScaling scaling;
+};
+
 struct ForwardKernelParams {
   FusedForwardRankParams ranks[kMaxLocalRanks];
   transfer::ScheduleParams schedule;
   transfer::PullRows pull;  // home x rows into the ring's expert_x rows (no gates)
+  GroupSumParams sums;
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
-  bool pull_per_route;      // ExchangeOptions::pull_per_route
+  bool rows_per_route;      // ExchangeOptions::rows_per_route
 };
 static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
 

@@ -2,15 +2,17 @@
 // The fused forward's compute tasks (DESIGN §3) of one rank, in one order: the shared expert's
 // up/gate+SwiGLU tiles, its down tiles (they need no pulled rows: they fill the SMs while the first
 // pulls are in flight), then, macrobatch by macrobatch in descending order, the routed experts'
-// up/gate+SwiGLU tiles and their down tiles, each phase in RowTileScheduler's order. The rank's
-// compute CTAs take tasks in that order from one counter (atomicAdd), so a CTA that finishes early,
-// or a comm CTA whose pulls are done, takes the next. Each task waits only on counters raised by
-// the comm CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the
-// ring rows it takes over released by the macrobatch walked before); the comm CTAs' pulls into the
-// ring wait only on tasks of lower index than those reading them. Tasks are taken in increasing
-// order and every CTA of the launch is resident, so the smallest unfinished task can always run: no
-// deadlock. Which CTA runs a task changes nothing in its result (one CTA per tile, K in a fixed
-// order).
+// up/gate+SwiGLU tiles, their down tiles (each phase in RowTileScheduler's order) and the group
+// sums of the macrobatch's 128-row blocks (forward_group_sums.cuh: combine's expert side, before
+// the next macrobatch's down tiles overwrite the output rows they read). The rank's compute CTAs
+// take tasks in that order from one counter (atomicAdd), so a CTA that finishes early, or a comm
+// CTA whose pulls are done, takes the next. Each task waits only on counters raised by the comm
+// CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the ring rows
+// it takes over released by the macrobatch walked before, a block's output rows stored, a
+// macrobatch's group sums done); the comm CTAs' pulls into the ring wait only on tasks of lower
+// index than those reading them. Tasks are taken in increasing order and every CTA of the launch
+// is resident, so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
+// changes nothing in its result (one CTA per tile, K in a fixed order; one warp per group sum).
 #include "caracal/schedule_view.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/tile_coord.cuh"
@@ -18,7 +20,7 @@
 namespace caracal::fused {
 
 // In task order; end: no more tasks for this CTA.
-enum class ForwardPhase : int { shared_up_gate, shared_down, up_gate, down, end };
+enum class ForwardPhase : int { shared_up_gate, shared_down, up_gate, down, group_sums, end };
 
 struct ForwardTask {
   ForwardPhase phase;
@@ -58,6 +60,9 @@ struct Macrobatches {
         ring_blocks(rows.ring_rows > 0 ? rows.ring_rows / gemm::kBlockM : max(total_blocks, 1)) {}
 
   __device__ int count() const { return (total_blocks + ring_blocks - 1) / ring_blocks; }
+  __device__ int of_block(int block) const { return block / ring_blocks; }
+  // The row blocks of macrobatch `batch`.
+  __device__ int blocks_in(int batch) const { return min(total_blocks, (batch + 1) * ring_blocks) - batch * ring_blocks; }
   // The block whose ring rows block `block` takes over (walked before it), or -1 for none.
   __device__ int previous_in_ring(int block) const {
     return block + ring_blocks < total_blocks ? block + ring_blocks : -1;
@@ -66,8 +71,9 @@ struct Macrobatches {
 
 // Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own): the
 // shared expert's up/gate then down tiles, then per macrobatch (descending) the routed up/gate
-// tiles then the down tiles of its blocks. The phases are named, not indexed, so that everything
-// stays in registers.
+// tiles, the down tiles and the group sums of its blocks (a group_sums task: its block's first row
+// in tile.m_begin, its macrobatch in tile.expert and the macrobatch's rows in [tile.k_begin,
+// tile.active_end)). The phases are named, not indexed, so that everything stays in registers.
 class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
@@ -77,7 +83,7 @@ class ForwardTaskCursor {
     const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
     end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up / shared->up.n_blocks) : 0);
-    const int per_block = routed.up.n_blocks + routed.down.n_blocks;
+    const int per_block = routed.up.n_blocks + routed.down.n_blocks + 1;  // + its group sums
     const int batches = batches_.count();
     last_batch_tasks_ = batches > 0 ? (batches_.total_blocks - (batches - 1) * batches_.ring_blocks) * per_block : 0;
     full_batch_tasks_ = batches_.ring_blocks * per_block;
@@ -104,8 +110,18 @@ class ForwardTaskCursor {
       const int walked = routed < last_batch_tasks_ ? 0 : 1 + (routed - last_batch_tasks_) / full_batch_tasks_;
       batch = batches - 1 - walked;
       first = end_shared_down_ + (walked == 0 ? 0 : last_batch_tasks_ + (walked - 1) * full_batch_tasks_);
-      const int up_tasks = (min(batches_.total_blocks, (batch + 1) * batches_.ring_blocks) - batch * batches_.ring_blocks) *
-                           routed_->up.n_blocks;
+      const int blocks = batches_.blocks_in(batch);
+      const int up_tasks = blocks * routed_->up.n_blocks;
+      const int down_tasks = blocks * routed_->down.n_blocks;
+      if (task - first >= up_tasks + down_tasks) {
+        gemm::TileCoord tile{};
+        tile.m_begin = (batch * batches_.ring_blocks + task - first - up_tasks - down_tasks) * gemm::kBlockM;
+        tile.k_tiles = 1;  // the stage that hands it to the consumers
+        tile.expert = batch;
+        tile.k_begin = batch * batches_.ring_blocks * gemm::kBlockM;
+        tile.active_end = (batch * batches_.ring_blocks + blocks) * gemm::kBlockM;
+        return ForwardTask{ForwardPhase::group_sums, tile};
+      }
       phase = task - first < up_tasks ? ForwardPhase::up_gate : ForwardPhase::down;
       if (phase == ForwardPhase::down) first += up_tasks;
     }

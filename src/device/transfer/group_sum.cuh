@@ -1,0 +1,124 @@
+#pragma once
+// Combine per (token, rank) (DESIGN §2): one row goes home per token group, not one per route.
+// A group is a token's routes processed on one rank whose rows lie in one window of `group_rows`
+// schedule rows (the fused forward's macrobatch; 0: the whole schedule, one group per (token,
+// rank)); its leader is the member with the lowest row (token_group.cuh), as for the pulls.
+//   expert side: sum_j g_j * out_j over the group in slot order, in fp32 (__fmaf_rn from 0),
+//                rounded once to bf16, stored into the home slot of the leader's route;
+//   home side:   y = shared + the leader slots in slot order (slot_reduce.cuh), rounded once.
+// Per route (ExchangeOptions::rows_per_route) every route is a group of its own. A host twin
+// performing the same float operations in the same order (std::fma for __fmaf_rn) gets the same
+// bits.
+#include <cstdint>
+
+#include "device/transfer/router_math.cuh"
+#include "device/transfer/row_copy.cuh"
+#include "device/transfer/routing_fault.cuh"
+#include "device/transfer/slot_reduce.cuh"
+#include "device/transfer/token_group.cuh"
+
+namespace caracal::transfer {
+
+// A token's gates as the expert side computes them from its home's router inputs (the gates
+// buffer may not be written yet when the fused forward runs): g_slot = factor * scores[slot].
+struct GroupGates {
+  float factor;          // warp_gate_factor
+  const float* scores;   // the token's k topk_scores on its home rank
+
+  __device__ float of(int slot) const { return __fmul_rn(factor, scores[slot]); }
+};
+
+// One warp: the weighted sum of `group`'s output rows (row_of(row): a member's first vector),
+// stored into `dst` (the leader route's home slot). kCoherent: the rows were stored during this
+// launch (ld.global), else before it (ld.global.nc). kInFlight: member rows loaded before they are
+// accumulated (as many registers as the caller can spare). Call from all lanes, for a group this
+// row leads.
+template <bool kCoherent, int kInFlight, typename RowOf>
+__device__ void warp_store_group_sum(const TokenGroup& group, const GroupGates& gates, RowOf&& row_of, uint4* dst,
+                                     int vectors, int lane) {
+  // The first 32 slots' members and gates stay in registers; further rounds (k > 32) are looked
+  // up again for every vector.
+  const int first_row = group.member(lane);
+  const float first_gate = first_row >= 0 ? gates.of(lane) : 0.0f;
+  for (int first = 0; first < vectors; first += kWarpSize) {  // warp-uniform trip count
+    const int v = first + lane;
+    const bool in_row = v < vectors;
+    float acc[kBf16PerVector];
+#pragma unroll
+    for (int i = 0; i < kBf16PerVector; ++i) acc[i] = 0.0f;
+    for (int base = 0; base < group.top_k(); base += kWarpSize) {
+      const int mine = base == 0 ? first_row : group.member(base + lane);
+      const float my_gate = base == 0 ? first_gate : (mine >= 0 ? gates.of(base + lane) : 0.0f);
+      unsigned rest = __ballot_sync(~0u, mine >= 0);
+      while (rest != 0u) {
+        bool used[kInFlight];
+        float gate[kInFlight];
+        uint4 row[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {  // the next members in slot order
+          used[u] = rest != 0u;
+          const int src_lane = used[u] ? __ffs(rest) - 1 : 0;
+          if (used[u]) rest &= rest - 1u;
+          const int member_row = __shfl_sync(~0u, mine, src_lane);
+          gate[u] = __shfl_sync(~0u, my_gate, src_lane);
+          row[u] = used[u] && in_row ? load_row16<kCoherent>(row_of(member_row) + v) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+          if (!used[u]) continue;
+          float value[kBf16PerVector];
+          unpack_bf16x8(row[u], value);
+#pragma unroll
+          for (int i = 0; i < kBf16PerVector; ++i) acc[i] = __fmaf_rn(gate[u], value[i], acc[i]);
+        }
+      }
+    }
+    if (in_row) store16(dst + v, pack_bf16x8(acc));
+  }
+}
+
+// The home side's view of a token's groups: which of its k slots hold a group's sum (the leader
+// slots), from route_location ({rank, row} of each route, written by build_schedule). Made by the
+// warp that sums the token; the first 32 slots' answers are kept as a bit mask.
+class LeaderSlots {
+ public:
+  __device__ LeaderSlots(const int2* locations, const int32_t* ids, int num_experts, int top_k, int group_rows,
+                         bool per_route, int lane)
+      : locations_(locations),
+        ids_(ids),
+        num_experts_(num_experts),
+        top_k_(top_k),
+        group_rows_(group_rows),
+        per_route_(per_route),
+        first_mask_(__ballot_sync(~0u, lane < top_k && leads(lane))) {}
+
+  __device__ bool operator()(int slot) const {
+    return slot < kWarpSize ? ((first_mask_ >> slot) & 1u) != 0u : leads(slot);
+  }
+
+ private:
+  // Whether `slot` is routed and no other route of its token to the same rank and window has a
+  // lower row.
+  __device__ bool leads(int slot) const {
+    if (!is_routed(ids_[slot], num_experts_)) return false;
+    if (per_route_) return true;
+    const int2 own = locations_[slot];
+    for (int j = 0; j < top_k_; ++j) {
+      if (j == slot || !is_routed(ids_[j], num_experts_)) continue;
+      const int2 other = locations_[j];
+      const bool same_window = group_rows_ == 0 || other.y / group_rows_ == own.y / group_rows_;
+      if (other.x == own.x && same_window && other.y < own.y) return false;
+    }
+    return true;
+  }
+
+  const int2* locations_;
+  const int32_t* ids_;
+  int num_experts_;
+  int top_k_;
+  int group_rows_;
+  bool per_route_;
+  unsigned first_mask_;
+};
+
+}  // namespace caracal::transfer
