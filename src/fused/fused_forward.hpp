@@ -7,9 +7,10 @@
 // synchronization). Communication CTAs (the first comm_ctas of each rank) pull; the others take the
 // rank's tasks from one counter (the shared expert's up/gate+SwiGLU tiles, its down tiles, then the
 // routed experts' likewise and the group sums, macrobatch by macrobatch), and the comm CTAs join
-// them once their pulls are done. The schedule, the gates and the home's sums of the slots
-// (TokenExchange::combine_filled_slots with group_rows = the ring's rows) stay their own launches
-// around it.
+// them once their pulls are done. The schedule, the gates and the combine stay their own launches
+// around it: the last macrobatch walked, macrobatch 0 (all of a balanced step), leaves its output
+// rows in pass.out's ring rows, and TokenExchange::combine_after_fused_forward pushes their sums on
+// every SM, then sums the home slots.
 //
 // The ring (DESIGN §2): with pass.rows.ring_rows > 0 the routed rows' buffers (expert_x, gate_up,
 // activation, out) hold ring_rows rows, schedule row r in buffer row r % ring_rows; the launch walks the
@@ -52,8 +53,9 @@ inline constexpr int kFusedMaxCtasPerRank = 256;
 struct FusedForwardRank {
   // rows = the exchange's schedule view (ring_rows of the launch's choice); x = its expert_x;
   // gate_up, activation; out: the routed rows' outputs (as many rows as the ring, or the row
-  // capacity), read back by the group sums, which store into the exchange's combine_slots (the
-  // layer lends it expert_dy, idle until the backward pulls dy).
+  // capacity), read back by the group sums, which store into the exchange's combine_slots: it
+  // must be the exchange's expert_dy (idle until the backward pulls dy), where
+  // TokenExchange::combine_after_fused_forward finds macrobatch 0's.
   gemm::ExpertPass pass;
   gemm::ExpertPassWeights weights;
   // The shared expert (one expert over the rank's tokens: its own rows, x copied in before the

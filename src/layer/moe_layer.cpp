@@ -3,7 +3,7 @@
 // forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
 //            dispatch | routed experts (per local rank) | shared rows scaled | combine | y out
 //            (fused: the shared expert, dispatch, the routed experts and combine's push of every
-//            local rank in one launch after compute_gates, then combine_filled_slots)
+//            local rank in one launch after compute_gates, then combine_after_fused_forward)
 // backward:  (replay, when a later forward or a backward overwrote this one's activations: stage
 //            inputs | shared expert's up/gate | build_schedule | compute_gates | v1: dispatch,
 //            routed up/gate) | stage dy | per macrobatch of the ring, ascending (v1: one, all rows):
@@ -433,8 +433,9 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
     }
   }
   if (state.fused) {
-    // The fused kernel stored each token group's sum home, its groups within macrobatches.
-    state.exchange->combine_filled_slots(sizes.ring_rows, stream);
+    // The fused kernel pushed the sums of the macrobatches before the last; macrobatch 0's wait in
+    // expert_dy's ring rows.
+    state.exchange->combine_after_fused_forward(config_.router, sizes.ring_rows, stream);
   } else {
     state.exchange->combine(config_.router, stream);
   }

@@ -30,7 +30,7 @@ struct ExchangeArgs {
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
   bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
   bool rows_per_route = false;          // ExchangeOptions::rows_per_route
-  int combine_group_rows = 0;           // combine's group window (per call; group_sum.cuh)
+  CombinePush combine;                  // combine's push (per call)
   PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
 };
 
@@ -78,12 +78,10 @@ comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream);
 
-// push false: the shape of launch_combine_filled_slots.
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
-                                       const ExchangeSizes& sizes, bool push);
+                                       const ExchangeSizes& sizes);
+// args.combine names what is pushed.
 void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
-void launch_combine_filled_slots(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                 cudaStream_t stream);
 
 comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes);

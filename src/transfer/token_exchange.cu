@@ -126,7 +126,6 @@ struct TokenExchange::Kernels {
   comm::LaunchShape dispatch;
   comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
-  comm::LaunchShape combine_filled_slots;
   comm::LaunchShape reverse_dispatch;
   detail::ExchangeArgs args;  // scaling is filled in per call
 };
@@ -161,8 +160,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
   kernels_->dispatch = detail::dispatch_launch_shape(world, sm_budget, sizes_);
   kernels_->reverse_combine = detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
-  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_, /*push=*/true);
-  kernels_->combine_filled_slots = detail::combine_launch_shape(world, sm_budget, shape_, sizes_, /*push=*/false);
+  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
   kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
   detail::ExchangeArgs& a = kernels_->args;
@@ -231,17 +229,21 @@ void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stre
                 group_rows);
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  args.combine_group_rows = group_rows;
+  args.combine = {forward_.expert_out, 0, group_rows};
   detail::launch_combine(world_, kernels_->combine, args, stream);
 }
 
-void TokenExchange::combine_filled_slots(int group_rows, cudaStream_t stream) {
-  CARACAL_CHECK(options_.forward, "TokenExchange::combine_filled_slots needs ExchangeOptions::forward = true");
-  CARACAL_CHECK(group_rows >= 0, "TokenExchange::combine_filled_slots: group_rows must be >= 0 (0: the whole schedule), got ",
-                group_rows);
+void TokenExchange::combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream) {
+  CARACAL_CHECK(options_.forward && options_.backward,
+                "TokenExchange::combine_after_fused_forward needs ExchangeOptions::forward = true and backward = true "
+                "(the rows wait in expert_dy)");
+  CARACAL_CHECK(ring_rows >= 0 && ring_rows % shape_.tile_m == 0,
+                "TokenExchange::combine_after_fused_forward: ring_rows must be 0 or a multiple of tile_m = ",
+                shape_.tile_m, ", got ", ring_rows);
   detail::ExchangeArgs args = kernels_->args;
-  args.combine_group_rows = group_rows;
-  detail::launch_combine_filled_slots(world_, kernels_->combine_filled_slots, args, stream);
+  args.scaling = scaling_of(router);
+  args.combine = {backward_.expert_dy, ring_rows, ring_rows};
+  detail::launch_combine(world_, kernels_->combine, args, stream);
 }
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {

@@ -17,7 +17,7 @@
 //   dispatch          barrier | pull x rows (the barrier may be skipped: PullRange)
 //   combine           barrier | push a g-weighted sum of expert_out rows per (token, rank) to
 //                     home slots | barrier | y = shared + sum of the filled slots (group_sum.cuh)
-//   combine_filled_slots                                   barrier | y = shared + sum of the slots
+//   combine_after_fused_forward   the same, pushing the rows of macrobatch 0 from expert_dy
 //   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
@@ -54,8 +54,8 @@ struct ExchangeOptions {
   bool forward = true;         // dispatch + combine
   bool backward = true;        // reverse combine + reverse dispatch
   bool shared_expert = false;  // shared_out / shared_dx inputs added in combine / reverse dispatch
-  // expert_out (R x D), what combine pushes home; without it only combine_filled_slots runs (the
-  // fused forward's down tiles store the rows home themselves).
+  // expert_out (R x D), what combine pushes home; without it only combine_after_fused_forward
+  // runs (the fused forward's rows wait in expert_dy's ring).
   bool expert_out = true;
   // expert_dx (R x D), what reverse_dispatch pushes home; without it only
   // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself).
@@ -135,12 +135,13 @@ class TokenExchange {
   // a token's routes on one rank within a window of `group_rows` schedule rows (0: the whole
   // schedule, one group per (token, rank); the fused forward's windows are its macrobatches).
   void combine(const RouterNormalization& router, cudaStream_t stream, int group_rows = 0);
-  // y as combine, from combine_slots that an earlier launch filled with the sums of groups within
-  // windows of `group_rows` schedule rows (the fused forward's macrobatches, its ring_rows; 0: the
-  // whole schedule), so without the push and its barrier. A launch that fills peers' slots must
-  // come after a world barrier that follows the last combine's sums (the fused forward follows
-  // build_schedule's).
-  void combine_filled_slots(int group_rows, cudaStream_t stream);
+  // y after the fused forward (src/fused/fused_forward.hpp, options.forward and options.backward):
+  // it pushed the group sums of the macrobatches it walked before the last; the last, macrobatch 0
+  // (schedule rows [0, ring_rows); all rows with ring_rows = 0), waits in expert_dy's buffer rows.
+  // This pushes that macrobatch's sums (groups within windows of ring_rows rows), then sums every
+  // filled slot as combine does. A launch that fills peers' slots must come after a world barrier
+  // that follows the last combine's sums (the fused forward follows build_schedule's).
+  void combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream);
   // expert_dy and expert_gates from dy and gates (options.backward), for the rows of `range`
   // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});

@@ -1,7 +1,10 @@
 #pragma once
 // Parameters of the exchange's device blocks, as plain data that host launchers fill in.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
+#include "caracal/comm/symmetric_ptr.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
 #include "caracal/transfer/routing_fault.hpp"
 
@@ -29,6 +32,17 @@ struct PullWindow {
   int ring_rows = 0;
   RowsInPlace in_place = RowsInPlace::kNone;  // real rows the pull leaves as they are
   bool barrier = true;                        // the launch's entry world barrier (PullRange)
+};
+
+// What combine's expert side pushes home (group_sum.cuh): the sums of token groups within windows
+// of group_rows schedule rows (0: the whole schedule, one group per (token, rank)) over the
+// schedule rows [0, end_row) (and below expert_offset[L]), schedule row r read from buffer row r of
+// `rows`: v1's expert_out, all rows; after the fused forward, expert_dy's ring rows holding
+// macrobatch 0, end_row = group_rows = the ring's rows.
+struct CombinePush {
+  comm::SymmetricPtr<__nv_bfloat16> rows;
+  int end_row = 0;
+  int group_rows = 0;
 };
 
 // The router normalization of DESIGN §1 in the precision the kernels use.

@@ -1,7 +1,8 @@
-// combine per (token, rank) (group_sum.cuh): the expert side sums each token group's expert_out
-// rows weighted by g and pushes one row into the home slot of the group's leader route; after one
-// barrier each home rank sums its tokens' leader slots in slot order onto the shared expert's
-// output. Without the push (kPush false) when the fused forward filled the leader slots already.
+// combine per (token, rank) (group_sum.cuh): the expert side sums each token group's rows
+// (args.combine: v1's expert_out, or the rows of macrobatch 0 that the fused forward left in
+// expert_dy's ring) weighted by g and pushes one row into the home slot of the group's leader
+// route; after one barrier each home rank sums its tokens' leader slots in slot order onto the
+// shared expert's output.
 #include <climits>
 
 #include "device/comm/device_sync.cuh"
@@ -14,45 +15,43 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 24 warps per SM: the sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
+// 24 warps per SM: the sums keep four rows in flight (~80 registers) without spilling.
 
-template <bool kPush>
-__global__ void __launch_bounds__(kReduceThreads, 1)
-    combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+__global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const ScheduleBuffers& schedule = args.schedule.buffers;
-  const int group_rows = args.combine_group_rows;
-  if constexpr (kPush) {
-    // No home rank is still summing its slots in an earlier combine.
-    if (!comm::world_barrier(world, place)) return;
-    for_each_schedule_row(world, args.schedule, warps, [&](int rank, int row, int2 entry) {
-      if (entry.x < 0) return;  // padding
-      const int window_begin = group_rows > 0 ? row / group_rows * group_rows : 0;
-      const int window_end = group_rows > 0 ? window_begin + group_rows : INT_MAX;
-      const TokenGroup group(args.rows_per_route ? nullptr : world.at(schedule.route_rows, rank), args.schedule.routes,
-                             args.top_k, entry, row, window_begin, window_end);
-      if (!group.led_by_own_row(lane)) return;
-      const int64_t first_route = group.route(0);
-      const float* scores = world.at(args.router.topk_scores, entry.x) + first_route;
-      const GroupGates gates{warp_gate_factor(world.at(schedule.topk_idx, entry.x) + first_route, scores,
-                                              args.num_experts, args.top_k, args.scaling, lane),
-                             scores};
-      const __nv_bfloat16* out = world.at(args.forward.expert_out, rank);
-      warp_store_group_sum<false, 4>(
-          group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
-          row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden),
-          args.hidden / kBf16PerVector, lane);
-    });
-  }
-  // Every leader slot of every home rank has been written.
+  const CombinePush& push = args.combine;
+  // No home rank is still summing its slots in an earlier combine.
+  if (!comm::world_barrier(world, place)) return;
+  const PullWindow rows{0, push.end_row > 0 ? push.end_row : INT_MAX};
+  for_each_window_row(world, args.schedule, rows, warps, [&](int rank, int row, int2 entry) {
+    if (entry.x < 0) return;  // padding
+    const int window_begin = push.group_rows > 0 ? row / push.group_rows * push.group_rows : 0;
+    const int window_end = push.group_rows > 0 ? window_begin + push.group_rows : INT_MAX;
+    const TokenGroup group(args.rows_per_route ? nullptr : world.at(schedule.route_rows, rank), args.schedule.routes,
+                           args.top_k, entry, row, window_begin, window_end);
+    if (!group.led_by_own_row(lane)) return;
+    const int64_t first_route = group.route(0);
+    const float* scores = world.at(args.router.topk_scores, entry.x) + first_route;
+    const GroupGates gates{warp_gate_factor(world.at(schedule.topk_idx, entry.x) + first_route, scores,
+                                            args.num_experts, args.top_k, args.scaling, lane),
+                           scores};
+    const __nv_bfloat16* out = world.at(push.rows, rank);
+    warp_store_group_sum<false, 4>(
+        group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
+        row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden), args.hidden / kBf16PerVector,
+        lane);
+  });
+  // Every leader slot of every home rank has been written (the fused forward's earlier
+  // macrobatches' before this launch).
   if (!comm::world_barrier(world, place)) return;
   for_each_local_token(world, args.tokens, warps, [&](int rank, int token) {
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     const LeaderSlots leaders(world.at(schedule.route_location, rank) + first_route,
                               world.at(schedule.topk_idx, rank) + first_route, args.num_experts, args.top_k,
-                              group_rows, args.rows_per_route, lane);
+                              push.group_rows, args.rows_per_route, lane);
     reduce_token_slots(leaders, args.top_k,
                        row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden),
                        args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden)
@@ -65,24 +64,18 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
 }  // namespace
 
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
-                                       const ExchangeSizes& sizes, bool push) {
+                                       const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
   shape.threads_per_cta = kReduceThreads;
-  const int max_ctas = push ? comm::max_ctas_per_rank(world, combine_kernel<true>, shape.threads_per_cta)
-                            : comm::max_ctas_per_rank(world, combine_kernel<false>, shape.threads_per_cta);
+  const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta);
   // A warp per row while pushing, a warp per token while summing.
-  const int64_t items = push ? std::max(sizes.row_capacity, exchange.tokens) : exchange.tokens;
+  const int64_t items = std::max(sizes.row_capacity, exchange.tokens);
   shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);
   return shape;
 }
 
 void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::combine", shape, stream, combine_kernel<true>, args);
-}
-
-void launch_combine_filled_slots(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                 cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::combine_filled_slots", shape, stream, combine_kernel<false>, args);
+  comm::launch(world, "TokenExchange::combine", shape, stream, combine_kernel, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -103,8 +103,6 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
   FusedForwardRankParams r{};
   r.x_ready = rank.ready_counters;
-  CARACAL_CHECK(rank.pass.out != nullptr, kName, ": pass.out must hold the routed rows' outputs (",
-                rank.pass.rows.ring_rows > 0 ? "ring_rows" : "row_capacity", " rows), got null");
   const GroupGemms routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
   r.routed = routed.gemms;
   r.routed_out = routed.out;
@@ -181,6 +179,9 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
     CARACAL_CHECK(exchange_ring == 0 || rank.pass.rows.ring_rows == exchange_ring, kName, ": ranks[", l,
                   "].pass.rows.ring_rows must be the exchange's ring (", exchange_ring,
                   " rows: its expert_x holds that many), got ", rank.pass.rows.ring_rows);
+    // Macrobatch 0's output rows wait there for TokenExchange::combine_after_fused_forward.
+    CARACAL_CHECK(rank.pass.out == world.local_pointer(args.exchange->backward_buffers().expert_dy, l), kName,
+                  ": ranks[", l, "].pass.out must be the exchange's expert_dy of local rank ", l);
     p.ranks[l] = rank_params(rank);
     const size_t counters =  // not the task slots
         counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);

@@ -1,6 +1,8 @@
 #pragma once
 // The fused forward's group sums: combine's expert side (src/device/transfer/group_sum.cuh) inside
-// the launch. A group_sums task (forward_tasks.cuh) covers one 128-row block of a macrobatch: for
+// the launch, for the macrobatches walked before the last (those whose output rows the next
+// macrobatch overwrites; macrobatch 0's wait in the ring for the combine launch, which sums them on
+// every SM). A group_sums task (forward_tasks.cuh) covers one 128-row block of a macrobatch: for
 // each row there that leads its token group (the token's rows on this rank in the macrobatch), one
 // warp waits until the down tiles of every member's block have stored their output rows, sums the
 // members' rows weighted by g in slot order, rounds once and stores the sum into the home slot of

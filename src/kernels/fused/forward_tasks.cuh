@@ -4,7 +4,8 @@
 // pulls are in flight), then, macrobatch by macrobatch in descending order, the routed experts'
 // up/gate+SwiGLU tiles, their down tiles (each phase in RowTileScheduler's order) and the group
 // sums of the macrobatch's 128-row blocks (forward_group_sums.cuh: combine's expert side, before
-// the next macrobatch's down tiles overwrite the output rows they read). The rank's compute CTAs
+// the next macrobatch's down tiles overwrite the output rows they read; none for macrobatch 0,
+// walked last, whose rows the combine launch sums). The rank's compute CTAs
 // take tasks in that order from one counter (atomicAdd), so a CTA that finishes early, or a comm
 // CTA whose pulls are done, takes the next. Each task waits only on counters raised by the comm
 // CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the ring rows
@@ -71,9 +72,11 @@ struct Macrobatches {
 
 // Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own): the
 // shared expert's up/gate then down tiles, then per macrobatch (descending) the routed up/gate
-// tiles, the down tiles and the group sums of its blocks (a group_sums task: its block's first row
-// in tile.m_begin, its macrobatch in tile.expert and the macrobatch's rows in [tile.k_begin,
-// tile.active_end)). The phases are named, not indexed, so that everything stays in registers.
+// tiles, the down tiles and, but for macrobatch 0, the group sums of its blocks (a group_sums
+// task: its block's first row in tile.m_begin, its macrobatch in tile.expert and the
+// macrobatch's rows in [tile.k_begin, tile.active_end)). Macrobatch 0's rows stay in the ring
+// after the launch: TokenExchange::combine_after_fused_forward sums them on every SM. The phases
+// are named, not indexed, so that everything stays in registers.
 class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
@@ -83,11 +86,13 @@ class ForwardTaskCursor {
     const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
     end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up / shared->up.n_blocks) : 0);
-    const int per_block = routed.up.n_blocks + routed.down.n_blocks + 1;  // + its group sums
+    // Per block its tiles and, but in macrobatch 0 (walked last: combine sums it), its group sums.
+    const int per_block = routed.up.n_blocks + routed.down.n_blocks + 1;
     const int batches = batches_.count();
-    last_batch_tasks_ = batches > 0 ? (batches_.total_blocks - (batches - 1) * batches_.ring_blocks) * per_block : 0;
+    const int first_walked_blocks = batches > 0 ? batches_.blocks_in(batches - 1) : 0;
+    last_batch_tasks_ = first_walked_blocks * per_block - (batches == 1 ? first_walked_blocks : 0);
     full_batch_tasks_ = batches_.ring_blocks * per_block;
-    end_ = end_shared_down_ + batches_.total_blocks * per_block;
+    end_ = end_shared_down_ + batches_.total_blocks * per_block - (batches > 0 ? batches_.blocks_in(0) : 0);
   }
 
   __device__ int num_tasks() const { return end_; }
