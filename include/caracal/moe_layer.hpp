@@ -171,7 +171,9 @@ struct MoELayerOptions {
   DeviceAllocator local_allocator;  // both set, or neither
   // The fused path: the forward's shared expert, dispatch and routed GEMMs as one persistent launch
   // (src/fused/fused_forward.hpp: GEMM tiles start as their rows land) and both passes over a ring
-  // of rows (ring_rows), or v1's separate launches over buffers of every row. Same bits either way.
+  // of rows (ring_rows), or v1's separate launches over buffers of every row. The same gradient
+  // bits either way, and the same y where the ring holds each rank's rows in one macrobatch (else
+  // y sums a token's rows on a rank per macrobatch: other bits, as close to the reference).
   // The fused path needs a world of at most 8 ranks (for now; with more it runs v1).
   // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
   // exchange_sms does not apply to it.
@@ -250,6 +252,9 @@ class MoELayer {
   const LayerConfig& config() const { return config_; }
   comm::World& world() const { return world_; }
   MoELayerBuffers buffers(int local_rank) const;
+  // The fused path's ring (MoELayerOptions::ring_rows, or the default it chose), 0 for v1. y sums a
+  // token's rows on a rank once per macrobatch of this many rows (src/device/transfer/group_sum.cuh).
+  int ring_rows() const;
 
   // y = MoE(x) for every local rank (ranks.size() == world.local_ranks()). Enqueues on `stream`;
   // throws caracal::Error before enqueuing anything for a bad argument (naming ranks[i] and the

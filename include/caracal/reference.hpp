@@ -35,7 +35,8 @@
 //       bf16 once, as combine pushes one row per (token, rank) (src/device/transfer/group_sum.cuh),
 //       then added to the shared row and rounded once -> bf16. (The layer stores the scaled shared
 //       row as bf16 before the combine; with c_t = 1 that is the row.) A fused layer whose ring
-//       splits a token's routes on a rank over macrobatches rounds once per macrobatch instead.
+//       splits a token's routes on a rank over macrobatches rounds once per macrobatch instead
+//       (ReferenceOptions::route_groups).
 // Backward, per route with weight w (g_j, or c_t for the shared expert):
 //   B1. d_activation = w * (W_down^T dy): not stored (kept in fp32 registers)  -> not rounded
 //       dw = <W_down^T dy, act> (the router-score / shared-scale gradient) -> not rounded
@@ -93,6 +94,9 @@ struct ReferenceOptions {
   RouterNormalization router;
   bool round_intermediates_to_bf16 = false;  // the contract above
   int64_t experts_per_rank = 0;              // F4's groups (with rounding on); 0: one rank holds all
+  // F4's groups given per route instead ([T][k]; routes of a token with equal values are summed
+  // and rounded together): a fused layer's, whose ring cuts a rank's routes into macrobatches.
+  std::vector<int64_t> route_groups;
 };
 
 // What one expert computed for a set of rows, as the kernels store it (rounded in bf16 mode).

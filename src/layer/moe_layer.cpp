@@ -341,6 +341,8 @@ MoELayerBuffers MoELayer::buffers(int local_rank) const {
   return impl_->ranks[static_cast<size_t>(local_rank)].io;
 }
 
+int MoELayer::ring_rows() const { return impl_->fused ? impl_->sizes.ring_rows : 0; }
+
 void MoELayer::check() { impl_->exchange->check(); }
 
 void MoELayer::reset(cudaStream_t stream) {

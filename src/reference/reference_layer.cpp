@@ -300,10 +300,13 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
                 options.experts_per_rank);
   const int64_t E = static_cast<int64_t>(layer.experts.size());
   const int64_t per_rank = options.experts_per_rank > 0 ? options.experts_per_rank : E;
+  CARACAL_CHECK(options.route_groups.empty() || static_cast<int64_t>(options.route_groups.size()) == T * k,
+                "reference_forward: options.route_groups must be empty or hold T * k = ", T * k, " entries, got ",
+                options.route_groups.size());
   std::vector<double> sum(static_cast<size_t>(D));
-  // F4's sums per rank: [ranks][D]
-  std::vector<double> rank_sums(static_cast<size_t>((E + per_rank - 1) / per_rank * D));
-  std::vector<bool> rank_used(static_cast<size_t>((E + per_rank - 1) / per_rank));
+  // F4's sums of one token: its groups' ids and sums, in order of appearance.
+  std::vector<int64_t> group_ids;
+  std::vector<std::vector<double>> group_sums;
   for (int64_t t = 0; t < T; ++t) {
     const double* x = inputs.x.data() + static_cast<size_t>(t * D);
     std::fill(sum.begin(), sum.end(), 0.0);
@@ -313,8 +316,8 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const double scale = shared_scale_of(inputs, t);
       for (int64_t d = 0; d < D; ++d) sum[d] += store(scale * row.output[d]);  // F4: the scaled row as stored
     }
-    std::fill(rank_sums.begin(), rank_sums.end(), 0.0);
-    std::fill(rank_used.begin(), rank_used.end(), false);
+    group_ids.clear();
+    group_sums.clear();
     for (int64_t j = 0; j < k; ++j) {
       const int64_t route = t * k + j;
       const int32_t expert = inputs.topk_idx[static_cast<size_t>(route)];
@@ -322,15 +325,18 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const ActivationRow row = row_of(result.routed, route);
       expert_forward(layer.experts[static_cast<size_t>(expert)], x, store, row);
       const double g = result.gates[static_cast<size_t>(route)];
-      const int64_t rank = expert / per_rank;
-      rank_used[static_cast<size_t>(rank)] = true;
-      double* group = rank_sums.data() + rank * D;
-      for (int64_t d = 0; d < D; ++d) group[d] += g * row.output[d];
+      const int64_t id = options.route_groups.empty() ? expert / per_rank
+                                                      : options.route_groups[static_cast<size_t>(route)];
+      size_t group = 0;
+      while (group < group_ids.size() && group_ids[group] != id) ++group;
+      if (group == group_ids.size()) {
+        group_ids.push_back(id);
+        group_sums.emplace_back(static_cast<size_t>(D), 0.0);
+      }
+      for (int64_t d = 0; d < D; ++d) group_sums[group][static_cast<size_t>(d)] += g * row.output[d];
     }
-    for (size_t rank = 0; rank < rank_used.size(); ++rank) {
-      if (!rank_used[rank]) continue;
-      const double* group = rank_sums.data() + static_cast<int64_t>(rank) * D;
-      for (int64_t d = 0; d < D; ++d) sum[d] += store(group[d]);  // F4: one row per (token, rank)
+    for (const std::vector<double>& group : group_sums) {
+      for (int64_t d = 0; d < D; ++d) sum[d] += store(group[static_cast<size_t>(d)]);  // F4: one row per group
     }
     double* y = result.y.data() + static_cast<size_t>(t * D);
     for (int64_t d = 0; d < D; ++d) y[d] = store(sum[d]);  // F4

@@ -23,6 +23,7 @@
 #include "caracal/moe_layer.hpp"
 #include "caracal/reference.hpp"
 #include "caracal/routing.hpp"
+#include "caracal/schedule.hpp"
 #include "exchange_test_support.hpp"
 #include "output_checks.hpp"
 
@@ -389,17 +390,36 @@ struct StepExpected {
   std::vector<ExpertGradients> routed;         // [E]: summed over the home ranks
 };
 
+// F4's groups (caracal/reference.hpp) of rank `rank`'s routes on a fused layer whose ring holds
+// `ring_rows` rows: a token's routes on one rank and in one macrobatch.
+inline std::vector<int64_t> ring_route_groups(const Schedule& schedule, int rank, int64_t ring_rows) {
+  std::vector<int64_t> groups;
+  for (const RouteLocation& at : schedule.routes[static_cast<size_t>(rank)]) {
+    groups.push_back(at.row < 0 ? -1 : static_cast<int64_t>(at.dst_rank) * (int64_t{1} << 32) + at.row / ring_rows);
+  }
+  return groups;
+}
+
 // The reference of every rank (in parallel: they are independent), and the routed experts'
-// weight gradients summed over the ranks whose tokens they served.
-inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s) {
+// weight gradients summed over the ranks whose tokens they served. `ring_rows` > 0: y as a fused
+// layer with that ring sums it (one bf16 row per token, rank and macrobatch); 0: per (token, rank);
+// `per_route`: a row per route (MoELayerOptions::rows_per_route).
+inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
+                                   int64_t ring_rows = 0, bool per_route = false) {
   ReferenceOptions options;
   options.router = c.router;
   options.round_intermediates_to_bf16 = true;
   options.experts_per_rank = c.experts / c.world;
+  const Schedule schedule = ring_rows > 0 ? build_schedule(s.routing, c.experts, 128) : Schedule{};
   std::vector<std::future<RankExpected>> futures;
   for (int r = 0; r < c.world; ++r) {
-    futures.push_back(std::async(std::launch::async, [&, r] {
+    futures.push_back(std::async(std::launch::async, [&, r, options]() mutable {
       const auto i = static_cast<size_t>(r);
+      if (ring_rows > 0) options.route_groups = ring_route_groups(schedule, r, ring_rows);
+      if (per_route) {
+        options.route_groups.resize(s.scores[i].size());
+        for (size_t route = 0; route < options.route_groups.size(); ++route) options.route_groups[route] = static_cast<int64_t>(route);
+      }
       RankExpected e;
       e.inputs.tokens = c.tokens;
       e.inputs.top_k = c.top_k;
@@ -582,7 +602,8 @@ inline void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& 
   const HostStep step = random_step(c, routing, seed.value());
   buffers.prepare(step, layer.world());
   ASSERT_NO_THROW(run_step(layer, buffers, stream));
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step, layer.ring_rows()),
+                      buffers.download());
 }
 
 // ---- Bitwise comparison -------------------------------------------------------------------------------

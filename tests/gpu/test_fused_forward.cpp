@@ -71,13 +71,17 @@ std::vector<LayerCase> fused_cases() {
 
 std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
 
-// Whether the default ring (sized for this device's SMs) holds every rank's schedule rows in one
-// macrobatch: y is then v1's to the bit (group_sum.cuh).
-bool default_ring_holds_step(const LayerCase& c, const HostStep& step) {
+// The ring a fused layer has by default on this device (MoELayer::ring_rows).
+int64_t default_ring(const LayerCase& c) {
   int device = 0, sms = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  const int64_t ring = default_ring_rows(config_of(c), sms);
+  return default_ring_rows(config_of(c), sms);
+}
+
+// Whether `ring` holds every rank's schedule rows in one macrobatch: y is then v1's to the bit
+// (group_sum.cuh).
+bool ring_holds_step(const LayerCase& c, const HostStep& step, int64_t ring) {
   const Schedule schedule = build_schedule(step.routing, c.experts, 128);
   for (const RankSchedule& rank : schedule.ranks) {
     if (rank.padded_rows() > ring) return false;
@@ -93,8 +97,12 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   const SeededStep s(c, c.routing);
   const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
   const std::vector<RankOutputs> fused = run_with(c, s, MoELayerOptions{});
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), fused);
-  if (default_ring_holds_step(c, s.step)) {
+  {
+    const LoopbackLayer l(c, s.weights, MoELayerOptions{});
+    ASSERT_EQ(l.layer.ring_rows(), default_ring(c));
+  }
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, default_ring(c)), fused);
+  if (ring_holds_step(c, s.step, default_ring(c))) {
     expect_same_bits(v1, fused, "fused (default comm CTAs) against v1");
   } else {  // more than one macrobatch: y's groups differ (GpuFusedForwardRing)
     expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1");
@@ -132,25 +140,25 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
-  const StepExpected reference = reference_step(c, reference_layer(c, s.weights), s.step);
+  const ReferenceLayer reference = reference_layer(c, s.weights);
   const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
-  // Every output of a ring run but y against v1 bitwise, y against the reference.
-  const auto expect_ring = [&](const std::vector<RankOutputs>& ring, const std::string& what) {
+  // Every output of a ring run but y against v1 bitwise, y against the reference of its ring.
+  const auto expect_ring = [&](const std::vector<RankOutputs>& ring, int64_t ring_rows, const std::string& what) {
     SCOPED_TRACE(what);
-    expect_step_matches(c, s.step, reference, ring);
+    expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_rows), ring);
     expect_same_bits_but_y(v1, ring, what + " against v1");
   };
   const std::vector<RankOutputs> ring128 = run_with(c, s, fused_options(0, 128));
-  expect_ring(ring128, "fused, a ring of 128 rows");
-  expect_ring(run_with(c, s, fused_options(1, 384)), "fused, a ring of 384 rows, 1 comm CTA per rank");
-  expect_ring(run_with(c, s, fused_options(5, 1024)), "fused, a ring of 1024 rows, 5 comm CTAs per rank");
+  expect_ring(ring128, 128, "fused, a ring of 128 rows");
+  expect_ring(run_with(c, s, fused_options(1, 384)), 384, "fused, a ring of 384 rows, 1 comm CTA per rank");
+  expect_ring(run_with(c, s, fused_options(5, 1024)), 1024, "fused, a ring of 1024 rows, 5 comm CTAs per rank");
   // Every row pulled (a loopback world pulls none otherwise): the pull role, its x_ready counts and
   // its waits for the ring rows it takes over; the same bits as the ring's other runs.
   expect_same_bits(ring128, run_with(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
   expect_same_bits(v1, run_with(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
   // Per route (a pull per route, a row home per route): v1's bits, whatever the ring.
   const std::vector<RankOutputs> v1_per_route = run_with(c, s, v1_options(true));
-  expect_step_matches(c, s.step, reference, v1_per_route);
+  expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0, /*per_route=*/true), v1_per_route);
   expect_same_bits(v1_per_route, run_with(c, s, fused_options(0, 128, true, true)),
                    "fused, every row pulled per route, a ring of 128 rows");
 }
@@ -176,7 +184,7 @@ TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
     const std::string what = "ring layer, step " + std::to_string(i++);
     expect_same_bits(run_with(base, weights, step, fused_options(0, 256)), got, what);
     SCOPED_TRACE(what);
-    expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step), got);
+    expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step, 256), got);
   }
 }
 

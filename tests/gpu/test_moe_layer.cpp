@@ -151,8 +151,7 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
     const HostStep step = random_step(c, routing, seed.value());
     std::vector<RankOutputs> got;
     ASSERT_NO_THROW(got = run_threads(c, weights, step));
-    const StepExpected want = reference_step(c, reference, step);
-    expect_step_matches(c, step, want, got);
+    expect_step_matches(c, step, reference_step(c, reference, step), got);
     if (routing == RoutingCase::kZipf) {
       std::vector<RankOutputs> again;
       ASSERT_NO_THROW(again = run_threads(c, weights, step));
@@ -166,7 +165,7 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
     std::vector<RankOutputs> on_ring;
     ASSERT_NO_THROW(on_ring = run_threads(c, weights, step, ring));
     expect_same_bits_but_y(got, on_ring, "a ring of 128 rows");
-    expect_step_matches(c, step, want, on_ring);
+    expect_step_matches(c, step, reference_step(c, reference, step, ring.ring_rows), on_ring);
   }
 }
 
@@ -229,7 +228,8 @@ TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
       graph->launch(stream);
       stream.sync();
       ASSERT_NO_THROW(layer.check());
-      expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step), buffers.download());
+      expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step, layer.ring_rows()),
+                          buffers.download());
     }
   }
 }
@@ -324,7 +324,8 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   // y's groups follow the macrobatches (group_sum.cuh): the gradients v1's bits, y the reference's.
   const std::vector<RankOutputs> on_ring = run(ring_layer);
   expect_same_bits_but_y(first, on_ring, "a ring of 128 rows");
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), on_ring);
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, ring_layer.ring_rows()),
+                      on_ring);
   expect_same_bits(on_ring, run(ring_few_ctas), "a ring of 128 rows, gemm_ctas = 7");
   buffers.prepare(s.step, world);  // poisons the weight gradients, which the zero-copy run writes there too
   expect_same_bits(first, run_zero_copy(layer, buffers, s.step), "zero-copy path");
@@ -477,7 +478,8 @@ TEST(GpuMoELayerApi, Bf16WeightGradientsNeedTheOption) {
   l.layer.backward(l.buffers.backward_args(), context, stream.get());
   stream.sync();
   ASSERT_NO_THROW(l.layer.check());
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), l.buffers.download());
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, l.layer.ring_rows()),
+                      l.buffers.download());
 }
 
 TEST(GpuMoELayerApi, ContextsOfThisLayerSinceItsLastResetOnly) {

@@ -15,9 +15,11 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 24 warps per SM: the sums keep four rows in flight (~80 registers) without spilling.
+// 16 warps per SM: a group's sum keeps kSlotsInFlight rows in flight (~128 registers): a warp's
+// sum is a chain of dependent loads, so fewer, longer batches (measured: 24 warps with four rows
+// in flight took the fused forward's combine ~0.3 ms longer, docs/PERF.md 2026-12-02).
 
-__global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+__global__ void __launch_bounds__(kCombineThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -39,7 +41,7 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
                                             args.num_experts, args.top_k, args.scaling, lane),
                            scores};
     const __nv_bfloat16* out = world.at(push.rows, rank);
-    warp_store_group_sum<false, 4>(
+    warp_store_group_sum<false, kSlotsInFlight>(
         group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
         row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden), args.hidden / kBf16PerVector,
         lane);
@@ -66,11 +68,11 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                        const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kReduceThreads;
+  shape.threads_per_cta = kCombineThreads;
   const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta);
   // A warp per row while pushing, a warp per token while summing.
   const int64_t items = std::max(sizes.row_capacity, exchange.tokens);
-  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kCombineThreads / kWarpSize);
   return shape;
 }
 

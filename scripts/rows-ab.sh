@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The two pull designs side by side (DESIGN §2: a token read once per (token, rank) against once per
-# route, ExchangeOptions::rows_per_route), run on the device machine over a build made elsewhere:
-#   1. caracal_transfer_bench in the loopback world: dispatch and reverse combine, both designs,
-#      DeepSeek-V3 and Kimi K2 (uniform), W = 8, 2 and 1, T = 4096; bytes are the design's own
-#      (bench/transfer_bytes.hpp);
+# The two transfer designs side by side (DESIGN §2: a row per (token, rank) against one per route,
+# ExchangeOptions::rows_per_route: the pulls read a token once per rank, combine pushes one sum per
+# (token, rank)), run on the device machine over a build made elsewhere:
+#   1. caracal_transfer_bench in the loopback world: dispatch, combine and reverse combine, both
+#      designs, DeepSeek-V3 and Kimi K2 (uniform), W = 8, 2 and 1, T = 4096; bytes are the design's
+#      own (bench/transfer_bytes.hpp);
 #   2. caracal bench's fused forward with every row pulled (--fused-pull-all-rows, so that one GPU
 #      runs the pull role), both designs, DeepSeek-V3 with 32 local experts, W = 1 and loopback W = 2;
 # then a table: per case the per-route and per-token times and the ratio.
-# Usage: scripts/pulls-ab.sh [build-dir]   Files (5) go to $OUT if set, else /tmp/caracal-pulls-ab.
+# Usage: scripts/rows-ab.sh [build-dir]   Files (5) go to $OUT if set, else /tmp/caracal-rows-ab.
 set -uo pipefail
 build="${1:-build}"
-out="${OUT:-/tmp/caracal-pulls-ab}"
+out="${OUT:-/tmp/caracal-rows-ab}"
 mkdir -p "$out"
 source "$(dirname "$0")/lib/nccl-env.sh"
-log="$out/pulls-ab.log"
+log="$out/rows-ab.log"
 : >"$log"
 failed=0
 run() {
@@ -43,7 +44,7 @@ tok, rte = load("transfers_per_token.json"), load("transfers_per_route.json")
 if tok and rte:
     for a, b in zip(tok["cases"], rte["cases"]):
         for la, lb in zip(a["passes"], b["passes"]):
-            if la["pass"] not in ("dispatch", "reverse_combine"):
+            if la["pass"] not in ("dispatch", "combine", "reverse_combine"):
                 continue
             name = f"{a['model']} W{a['world']} {la['pass']}"
             print(f"{name:44s} {lb['ms']:12.3f} {la['ms']:12.3f} {lb['ms'] / la['ms']:6.2f} "
