@@ -14,9 +14,7 @@
 #include "caracal/comm/loopback_world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/moe_layer.hpp"
-#include "caracal/plan.hpp"
 #include "caracal/schedule.hpp"
-#include "caracal/comm/cuda_check.hpp"
 #include "error_checks.hpp"
 #include "gpu_test_util.hpp"
 #include "moe_layer_test_support.hpp"
@@ -71,14 +69,6 @@ std::vector<LayerCase> fused_cases() {
 
 std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
 
-// The ring a fused layer has by default on this device (MoELayer::ring_rows).
-int64_t default_ring(const LayerCase& c) {
-  int device = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return default_ring_rows(config_of(c), sms);
-}
-
 // Whether `ring` holds every rank's schedule rows in one macrobatch: y is then v1's to the bit
 // (group_sum.cuh).
 bool ring_holds_step(const LayerCase& c, const HostStep& step, int64_t ring) {
@@ -97,12 +87,9 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   const SeededStep s(c, c.routing);
   const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
   const std::vector<RankOutputs> fused = run_with(c, s, MoELayerOptions{});
-  {
-    const LoopbackLayer l(c, s.weights, MoELayerOptions{});
-    ASSERT_EQ(l.layer.ring_rows(), default_ring(c));
-  }
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, default_ring(c)), fused);
-  if (ring_holds_step(c, s.step, default_ring(c))) {
+  const int64_t ring = LoopbackLayer(c, s.weights, MoELayerOptions{}).layer.ring_rows();  // the default's
+  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, ring), fused);
+  if (ring_holds_step(c, s.step, ring)) {
     expect_same_bits(v1, fused, "fused (default comm CTAs) against v1");
   } else {  // more than one macrobatch: y's groups differ (GpuFusedForwardRing)
     expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1");

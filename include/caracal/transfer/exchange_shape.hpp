@@ -15,8 +15,7 @@ inline constexpr int64_t kScheduleChunkRoutes = 1024;
 // large so that a few of them still keep enough copies in flight, each sized to its kernel's
 // registers (one CTA fills an SM's register file).
 inline constexpr int kPullThreads = 1024;      // dispatch, reverse combine: 64 registers
-inline constexpr int kReduceThreads = 768;     // reverse dispatch: the slot sums need ~80
-inline constexpr int kCombineThreads = 512;    // combine: a token group's 8 rows in flight, ~128
+inline constexpr int kReduceThreads = 768;     // combine, reverse dispatch: the sums need ~80
 inline constexpr int kScheduleThreads = 512;   // 32 route ids per lane in registers
 inline constexpr int kGatesThreads = 1024;
 // SMs the exchange leaves free by default: room for an NCCL collective on another stream (DDP or

@@ -15,11 +15,10 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 16 warps per SM: a group's sum keeps kSlotsInFlight rows in flight (~128 registers): a warp's
-// sum is a chain of dependent loads, so fewer, longer batches (measured: 24 warps with four rows
-// in flight took the fused forward's combine ~0.3 ms longer, docs/PERF.md 2026-12-02).
+// 24 warps per SM, the group sums keeping four rows in flight (~80 registers): measured faster than
+// 16 warps with eight in flight (docs/PERF.md, 2026-12-02: 0.46 against 0.65 ms at W = 1).
 
-__global__ void __launch_bounds__(kCombineThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
+__global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -41,7 +40,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1) combine_kernel(comm::Devic
                                             args.num_experts, args.top_k, args.scaling, lane),
                            scores};
     const __nv_bfloat16* out = world.at(push.rows, rank);
-    warp_store_group_sum<false, kSlotsInFlight>(
+    warp_store_group_sum<false, 4>(
         group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
         row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden), args.hidden / kBf16PerVector,
         lane);
@@ -68,11 +67,11 @@ __global__ void __launch_bounds__(kCombineThreads, 1) combine_kernel(comm::Devic
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                        const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
-  shape.threads_per_cta = kCombineThreads;
+  shape.threads_per_cta = kReduceThreads;
   const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta);
   // A warp per row while pushing, a warp per token while summing.
   const int64_t items = std::max(sizes.row_capacity, exchange.tokens);
-  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kCombineThreads / kWarpSize);
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);
   return shape;
 }
 
