@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--noncoherent-loads", o.noncoherent_loads, "pull with ld.global.nc instead of ld.global");
   app.add_flag("--rows-per-route", o.rows_per_route,
-               "pull a token's row once per route (as v1 did) instead of once per (token, rank)");
+               "a row per route both ways (as v1 did) instead of one per (token, rank): pulls and combine's pushes");
   app.add_option("--json", o.json_path, "also write every figure to this JSON file");
   CLI11_PARSE(app, argc, argv);
   o.fixed_seed = seed->count() > 0;

@@ -182,9 +182,10 @@ struct MoELayerOptions {
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.
   bool fused_pull_all_rows = false;
-  // For benchmarks: every pull (the fused forward's, dispatch, reverse combine) reads a token's home
-  // row once per route, as v1 moved rows, instead of once per (token, rank) (DESIGN §2;
-  // transfer::ExchangeOptions::rows_per_route). Same bits either way.
+  // For benchmarks: a row per route both ways, as v1 moved rows, instead of one per (token, rank)
+  // (DESIGN §2; transfer::ExchangeOptions::rows_per_route): every pull (the fused forward's,
+  // dispatch, reverse combine) reads a token's home row once per route, and combine pushes each
+  // route's g-weighted row home alone. The same gradient bits; y rounds each route's row.
   bool rows_per_route = false;
   // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
   // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one

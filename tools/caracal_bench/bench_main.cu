@@ -286,7 +286,7 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--fused-pull-all-rows", a.fused_pull_all_rows,
                "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
   app.add_flag("--rows-per-route", a.rows_per_route,
-               "Pulls read a token's row once per route (as v1 did), not once per (token, rank): same bits");
+               "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
   app.add_flag("--graph", a.graph,
                "Time replays of CUDA graphs captured from the layer's calls (no host work in the timed runs)");
   app.add_option("--ring-rows", a.ring_rows,

@@ -2,8 +2,8 @@
 // The token exchange of an expert-parallel world (DESIGN §2) as standalone launches: the schedule
 // table built on the GPU and the four transfers, over any comm::World (loopback: all ranks in one
 // launch; NCCL: one rank per process or thread). The kernels are thin wrappers around the device
-// blocks in schedule_build.cuh, pull_rows.cuh, push_rows.cuh, slot_reduce.cuh and router_math.cuh,
-// which the fused layer kernel calls directly.
+// blocks in schedule_build.cuh, pull_rows.cuh, push_rows.cuh, group_sum.cuh, slot_reduce.cuh and
+// router_math.cuh, which the fused layer kernel calls directly.
 //
 // Every call only enqueues work on `stream`: no host synchronization, outputs stay on the device,
 // the sequence can be captured into a CUDA graph and replayed (inputs are read from the buffers at

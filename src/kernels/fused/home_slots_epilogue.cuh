@@ -1,9 +1,9 @@
 #pragma once
 // An epilogue that stores each output row, rounded once to bf16 (the same bits as
-// RowsBf16Epilogue), straight into its route's slot on its home rank: combine's push done by the
-// fused forward's down tiles, reverse dispatch's push of dx rows done by the dx GEMM (DESIGN §2),
-// so no row waits in a buffer of the worst-case size and the home rank only sums slots. Padding
-// rows are not stored; a slice of padding rows only stores nothing.
+// RowsBf16Epilogue), straight into its route's slot on its home rank: reverse dispatch's push of
+// dx rows done by the dx GEMM (DESIGN §2), so no row waits in a buffer of the worst-case size and
+// the home rank only sums slots. Padding rows are not stored; a slice of padding rows only stores
+// nothing. (The forward's combine pushes one sum per (token, rank) instead: group_sum.cuh.)
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
