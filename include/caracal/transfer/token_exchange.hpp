@@ -23,8 +23,10 @@
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
 // visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
-// an earlier launch. A buffer that peers read (topk_idx, x, dy, gates) must therefore only be
-// rewritten after a later launch's barrier, as the forward-backward sequence above does. The
+// an earlier launch. A buffer that peers read (topk_idx, topk_scores — combine's expert side
+// computes g from them —, x, dy, gates) must therefore only be rewritten after a later launch's
+// barrier, as the forward-backward sequence above does (a forward after a forward too: combine's
+// second barrier follows every peer's reads). The
 // combine and dx slots are one buffer (exchange_buffers.hpp): a launch that fills peers' slots
 // (combine, reverse_dispatch and the fused kernels that store rows home) must come after a world
 // barrier that follows the peers' last sums of them, combine's or reverse dispatch's, as that
