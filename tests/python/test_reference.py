@@ -76,3 +76,31 @@ def test_round_like_kernels_rounds_but_stays_the_same_layer():
     for exact, rounded in zip(*runs):
         rel = ((rounded - exact).norm() / exact.norm()).item()
         assert 0 < rel < 2e-2, rel
+
+
+def test_round_like_kernels_rounds_one_row_per_token_and_rank():
+    """F4: a token's weighted rows on one rank (experts_per_rank experts each) are summed and rounded
+    to bf16 once, as combine pushes them; each rank's row is then added. Unnormalized gates, so
+    that a slot can be left out without changing the other's weight."""
+    torch.manual_seed(5)
+    t, d, i, e = 16, 32, 16, 4
+    x = torch.randn(t, d, dtype=torch.float64)
+    idx = torch.stack([torch.randint(0, 2, (t,)), torch.randint(2, 4, (t,))], dim=1).int()  # ranks 0 and 1
+    scores = torch.rand(t, 2, dtype=torch.float64) + 0.1
+    w_gate_up = torch.randn(e, 2 * i, d, dtype=torch.float64) / d ** 0.5
+    w_down = torch.randn(e, d, i, dtype=torch.float64) / i ** 0.5
+    run = dict(normalize=False, router_scale=1.5, dtype=torch.float64, round_like_kernels=True)
+
+    def y(ids, experts_per_rank):
+        return moe_reference(x, ids, scores, w_gate_up, w_down, experts_per_rank=experts_per_rank, **run)
+
+    alone = [y(torch.where(torch.arange(2) == j, idx, torch.full_like(idx, -1)), 1) for j in range(2)]
+    for a in alone:  # one route: its row rounded to bf16
+        assert torch.equal(a, a.to(torch.bfloat16).double())
+    two_ranks = y(idx, 2)
+    assert torch.equal(two_ranks, alone[0] + alone[1])
+    one_rank = y(idx, None)  # both routes on one rank: one rounding of their sum
+    assert torch.equal(one_rank, one_rank.to(torch.bfloat16).double())
+    assert not torch.equal(one_rank, two_ranks)
+    # Both round the same two rows' sum, at most a few bf16 steps of those rows apart.
+    assert ((one_rank - two_ranks).abs() <= 2.0 ** -7 * (alone[0].abs() + alone[1].abs())).all()
