@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/world.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
@@ -40,6 +41,12 @@ inline int exchange_sm_budget(const comm::World& world, int max_sms) {
   const int budget = max_sms > 0 ? std::min(max_sms, world.multiprocessors())
                                  : std::max(1, world.multiprocessors() - kExchangeFreeSms);
   return std::max(budget, world.local_ranks());
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (above the default 48 KiB).
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes, const char* what) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
 }
 
 // CTAs per rank giving each of `items_per_rank` work items its own worker (`per_cta` of them in a

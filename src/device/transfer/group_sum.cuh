@@ -15,6 +15,7 @@
 #include "device/transfer/row_copy.cuh"
 #include "device/transfer/routing_fault.cuh"
 #include "device/transfer/slot_reduce.cuh"
+#include "device/transfer/staged_row_sum.cuh"
 #include "device/transfer/token_group.cuh"
 
 namespace caracal::transfer {
@@ -75,6 +76,26 @@ __device__ void warp_store_group_sum(const TokenGroup& group, const GroupGates& 
     }
     if (in_row) store16(dst + v, pack_bf16x8(acc));
   }
+}
+
+// warp_store_group_sum with the member rows staged through shared memory (staged_row_sum.cuh:
+// more loads in flight per warp), for top_k <= kMaxStagedRows (a slot per lane); the same float
+// operations in the same order, so the same bits. The rows must have been stored before the
+// launch or before a barrier that orders them. `stage`: the warp's kStagedBytesPerWarp bytes.
+template <typename RowOf>
+__device__ void warp_store_group_sum_staged(const TokenGroup& group, const GroupGates& gates, RowOf&& row_of,
+                                            uint4* dst, int vectors, uint4* stage, int lane) {
+  const unsigned members = __ballot_sync(~0u, group.member(lane) >= 0);
+  const int count = __popc(members);
+  const int slot = nth_set_bit(members, lane);  // lane j: the group's j-th member in slot order
+  const bool mine = lane < count;
+  const float gate = mine ? gates.of(slot) : 0.0f;
+  warp_staged_row_sum(count, mine ? row_of(group.member(slot)) : nullptr, vectors, dst, stage, lane,
+                      [&](float (&acc)[kBf16PerVector], int m, const float (&value)[kBf16PerVector]) {
+                        const float g = __shfl_sync(~0u, gate, m);
+#pragma unroll
+                        for (int i = 0; i < kBf16PerVector; ++i) acc[i] = __fmaf_rn(g, value[i], acc[i]);
+                      });
 }
 
 // The home side's view of a token's groups: which of its k slots hold a group's sum (the leader

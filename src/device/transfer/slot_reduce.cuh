@@ -11,6 +11,7 @@
 
 #include "device/transfer/routing_fault.cuh"
 #include "device/transfer/row_copy.cuh"
+#include "device/transfer/staged_row_sum.cuh"
 
 namespace caracal::transfer {
 
@@ -53,6 +54,28 @@ __device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint
     }
     store16(out + v, pack_bf16x8(acc));
   }
+}
+
+// reduce_token_slots with the rows staged through shared memory (staged_row_sum.cuh: more loads
+// in flight per warp), for top_k < kMaxStagedRows (the shared row and a slot per lane); the same
+// float operations in the same order, so the same bits. `stage`: the warp's kStagedBytesPerWarp bytes.
+template <typename Summed>
+__device__ inline void reduce_token_slots_staged(Summed&& summed, int top_k, const uint4* slots, const uint4* shared,
+                                                 uint4* out, int vectors, uint4* stage, int lane) {
+  const unsigned summed_slots = __ballot_sync(~0u, lane < top_k && summed(lane));
+  const int first = shared != nullptr ? 1 : 0;  // row 0: the shared row, the sum's start
+  const int count = first + __popc(summed_slots);
+  const uint4* row = nullptr;
+  if (lane < first) {
+    row = shared;
+  } else if (lane < count) {
+    row = slots + static_cast<int64_t>(nth_set_bit(summed_slots, lane - first)) * vectors;
+  }
+  warp_staged_row_sum(count, row, vectors, out, stage, lane,
+                      [&](float (&acc)[kBf16PerVector], int m, const float (&value)[kBf16PerVector]) {
+#pragma unroll
+                        for (int i = 0; i < kBf16PerVector; ++i) acc[i] = m < first ? value[i] : __fadd_rn(acc[i], value[i]);
+                      });
 }
 
 }  // namespace caracal::transfer

@@ -15,13 +15,17 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 24 warps per SM, the group sums keeping four rows in flight (~80 registers): measured faster than
-// 16 warps with eight in flight (docs/PERF.md, 2026-12-02: 0.46 against 0.65 ms at W = 1).
+// 24 warps per SM. With top_k < kMaxStagedRows (every preset) both sums stage their loads through
+// shared memory (staged_row_sum.cuh: 8 KiB a warp, 15 loads in flight); beyond, the register
+// versions keep four (group sums) or eight (home sums) rows in flight.
 
 __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const WarpWorkers warps = role_warps(world, place);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  extern __shared__ uint4 combine_stages[];
+  uint4* const stage = warp_stage(combine_stages);
+  const bool staged = args.top_k < kMaxStagedRows;
   const ScheduleBuffers& schedule = args.schedule.buffers;
   const CombinePush& push = args.combine;
   // No home rank is still summing its slots in an earlier combine.
@@ -40,10 +44,13 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
                                             args.num_experts, args.top_k, args.scaling, lane),
                            scores};
     const __nv_bfloat16* out = world.at(push.rows, rank);
-    warp_store_group_sum<false, 4>(
-        group, gates, [&](int member) { return row_vectors(out, member, args.hidden); },
-        row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden), args.hidden / kBf16PerVector,
-        lane);
+    const auto row_of = [&](int member) { return row_vectors(out, member, args.hidden); };
+    uint4* const dst = row_vectors(world.at(args.forward.combine_slots, entry.x), entry.y, args.hidden);
+    if (staged) {
+      warp_store_group_sum_staged(group, gates, row_of, dst, args.hidden / kBf16PerVector, stage, lane);
+    } else {
+      warp_store_group_sum<false, 4>(group, gates, row_of, dst, args.hidden / kBf16PerVector, lane);
+    }
   });
   // Every leader slot of every home rank has been written (the fused forward's earlier
   // macrobatches' before this launch).
@@ -53,12 +60,15 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
     const LeaderSlots leaders(world.at(schedule.route_location, rank) + first_route,
                               world.at(schedule.topk_idx, rank) + first_route, args.num_experts, args.top_k,
                               push.group_rows, args.rows_per_route, lane);
-    reduce_token_slots(leaders, args.top_k,
-                       row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden),
-                       args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden)
-                                       : nullptr,
-                       row_vectors(world.at(args.forward.y, rank), token, args.hidden), args.hidden / kBf16PerVector,
-                       lane);
+    const uint4* slots = row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden);
+    const uint4* shared =
+        args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden) : nullptr;
+    uint4* const y = row_vectors(world.at(args.forward.y, rank), token, args.hidden);
+    if (staged) {
+      reduce_token_slots_staged(leaders, args.top_k, slots, shared, y, args.hidden / kBf16PerVector, stage, lane);
+    } else {
+      reduce_token_slots(leaders, args.top_k, slots, shared, y, args.hidden / kBf16PerVector, lane);
+    }
   });
 }
 
@@ -68,7 +78,9 @@ comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const 
                                        const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
   shape.threads_per_cta = kReduceThreads;
-  const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta);
+  shape.shared_bytes = staged_sum_shared_bytes(shape.threads_per_cta);
+  allow_shared_bytes(combine_kernel, shape.shared_bytes, "cudaFuncSetAttribute(combine_kernel, MaxDynamicSharedMemorySize)");
+  const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta, shape.shared_bytes);
   // A warp per row while pushing, a warp per token while summing.
   const int64_t items = std::max(sizes.row_capacity, exchange.tokens);
   shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);

@@ -24,9 +24,8 @@ comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const
   // The limit belongs to the kernel, shared by every exchange of the process on this device: set
   // it to the most any shape may ask for (exchange_sizes caps them there), never to this one's,
   // or a later exchange with a smaller shape would make this one's launches invalid.
-  check_cuda(cudaFuncSetAttribute(build_schedule_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kMaxSharedBytesPerCta)),
-             "cudaFuncSetAttribute(build_schedule_kernel, MaxDynamicSharedMemorySize)");
+  allow_shared_bytes(build_schedule_kernel, kMaxSharedBytesPerCta,
+                     "cudaFuncSetAttribute(build_schedule_kernel, MaxDynamicSharedMemorySize)");
   const int max_ctas = comm::max_ctas_per_rank(world, build_schedule_kernel, shape.threads_per_cta, shape.shared_bytes);
   shape.ctas_per_rank =
       ctas_for_items(world, sm_budget, max_ctas, sizes.world_size * sizes.chunks, kScheduleThreads / kWarpSize);  // a warp per chunk
