@@ -31,6 +31,10 @@ struct LayerSizes {
   bool weight_grad_partials = false;
 
   bool has_ring_past_rows() const { return ring_rows < routed_rows; }  // a step may need several macrobatches
+  // The shared expert's rows are the T tokens (T a multiple of 128: no zero padding), so it reads x
+  // and dy where the exchange holds them and writes its output and dx where combine and reverse
+  // dispatch read them: no copies of its own.
+  bool shared_rows_in_place() const { return shared_rows == tokens; }
 };
 
 // Validates `config` for the layer (LayerConfig::validate, bf16 only in v1, the exchange's limits)

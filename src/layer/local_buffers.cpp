@@ -55,11 +55,13 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   const int64_t Is = s.shared_intermediate;
   b.shared_offset = block.take<int32_t>(2);
   b.shared_count = block.take<int32_t>(1);
-  b.shared_x = block.take<bf16>(shared * D);
+  if (!s.shared_rows_in_place()) {  // zero-padded copies of the exchange's rows
+    b.shared_x = block.take<bf16>(shared * D);
+    b.shared_out = block.take<bf16>(shared * D);
+    b.shared_dy = block.take<bf16>(shared * D);
+  }
   b.shared_gate_up = block.take<bf16>(shared * 2 * Is);
   b.shared_activation = block.take<bf16>(shared * Is);
-  b.shared_out = block.take<bf16>(shared * D);
-  b.shared_dy = block.take<bf16>(shared * D);
   b.shared_gates = block.take<float>(shared);
   b.shared_dg = block.take<float>(shared);
   b.shared_workspace = block.take<float>(

@@ -31,7 +31,8 @@ struct LocalBuffers {
   // experts' GEMMs take turns on the layer's one stream, so they share it.
   uint32_t* tile_queue = nullptr;
 
-  // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one).
+  // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one;
+  // x, out and dy also null where LayerSizes::shared_rows_in_place, the exchange's buffers serving).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}
   int32_t* shared_count = nullptr;            // [1] {T}
   __nv_bfloat16* shared_x = nullptr;          // [shared_rows][D]; the backward's dx over it

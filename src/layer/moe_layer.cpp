@@ -161,17 +161,18 @@ RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenE
   shared.intermediate = sizes.shared_intermediate;
   shared.num_ctas = gemm_ctas;
   shared.tile_queue = routed.tile_queue;
-  shared.x = local.shared_x;
+  const bool shared_in_place = sizes.shared_rows_in_place();  // no copies (LayerSizes)
+  shared.x = shared_in_place ? state.io.x : local.shared_x;
   shared.gate_up = local.shared_gate_up;
   shared.activation = local.shared_activation;
-  shared.out = local.shared_out;
-  shared.dy = local.shared_dy;
+  shared.out = shared_in_place ? at(fwd.shared_out) : local.shared_out;
+  shared.dy = shared_in_place ? state.io.dy : local.shared_dy;
   shared.gates = local.shared_gates;
   shared.d_gate_up = local.shared_gate_up;  // in place, as the routed experts'
 
   shared.dg = local.shared_dg;
   shared.workspace = local.shared_workspace;
-  shared.dx = local.shared_x;  // in place, as the routed experts'
+  shared.dx = shared_in_place ? at(bwd.shared_dx) : local.shared_x;  // else in place, as the routed experts'
 
   state.shared_out_slot = at(fwd.shared_out);
   state.shared_dx_slot = at(bwd.shared_dx);
@@ -211,8 +212,10 @@ void MoELayer::Impl::stage_inputs(const std::vector<MoEForwardArgs>& args, cudaS
     copy_unless_same(rank.io.topk_idx, a.topk_idx, routes, stream, "MoELayer: cudaMemcpyAsync(topk_idx)");
     copy_unless_same(rank.io.topk_scores, a.topk_scores, routes, stream, "MoELayer: cudaMemcpyAsync(topk_scores)");
     if (!sizes.has_shared) continue;
-    // The shared expert's rows are padded to 128 with zeros: its own copy of x.
-    copy_unless_same(rank.local.buffers().shared_x, a.x, rows, stream, "MoELayer: cudaMemcpyAsync(shared x)");
+    // The shared expert's rows padded to 128 with zeros: its own copy of x (else it reads io.x).
+    if (rank.shared.x != rank.io.x) {
+      copy_unless_same(rank.local.buffers().shared_x, a.x, rows, stream, "MoELayer: cudaMemcpyAsync(shared x)");
+    }
     layer::write_shared_gates(a.shared_scale, sizes.tokens, rank.local.buffers().shared_gates, stream);
   }
 }
@@ -426,7 +429,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   for (size_t l = 0; l < ranks.size(); ++l) {
     const RankState& rank_state = state.ranks[l];
     if (!sizes.has_shared) break;
-    if (ranks[l].shared_scale != nullptr) {
+    if (ranks[l].shared_scale != nullptr) {  // in place when shared.out is the slot
       layer::scale_rows(rank_state.shared.out, rank_state.shared.gates, sizes.tokens, sizes.hidden,
                         rank_state.shared_out_slot, stream);
     } else {
@@ -503,7 +506,7 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   for (size_t l = 0; l < ranks.size(); ++l) {
     RankState& rank_state = state.ranks[l];
     copy_unless_same(rank_state.io.dy, ranks[l].dy, rows, stream, "MoELayer::backward: cudaMemcpyAsync(dy)");
-    if (sizes.has_shared) {
+    if (sizes.has_shared && rank_state.shared.dy != rank_state.io.dy) {  // padded to 128 rows with zeros
       copy_unless_same(rank_state.local.buffers().shared_dy, ranks[l].dy, rows, stream,
                        "MoELayer::backward: cudaMemcpyAsync(shared dy)");
     }

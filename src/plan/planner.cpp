@@ -118,9 +118,11 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4 +
                                 W * ceil_div(routes, transfer::kScheduleChunkRoutes) * L * 4 + 2 * capacity * 4;
   m.schedule = schedule_heap + dgrad_workspace(routed_rows, I);
-  // The shared expert's x (its dx over it), out, dy, gate_up and activation, gates and dg.
+  // The shared expert's gate_up and activation, gates and dg, and, where T is not a multiple of the
+  // tile (its rows padded with zeros), its own x (its dx over it), out and dy.
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
-  m.saved = shared_rows * (3 * D + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
+  const int64_t shared_copies = shared_rows != T ? 3 * D : 0;
+  m.saved = shared_rows * (shared_copies + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
   // With more rows than the ring, if bf16 weight gradients may be asked for: two fp32 sums of one
   // expert's weight gradients (carrying them across macrobatches).
   m.partials = bf16_weight_gradients && ring < routed_rows ? 2 * 3 * D * I * 4 : 0;

@@ -5,7 +5,8 @@
 // the rank's task counter. A routed up/gate tile's A rows are gathered where they are
 // (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other GPUs from expert_x once
 // the comm role has pulled them (x_ready counts a block's pulled rows); the shared expert's
-// up/gate A is its own copy of the rank's x (staged before the launch), loaded by TMA; a down
+// up/gate A is the rank's x (the exchange's rows, or a zero-padded copy staged before the
+// launch where T is not a multiple of 128), loaded by TMA; a down
 // tile's A waits for its block's activation (its group's activation_ready, raised below by the
 // up/gate tiles' epilogues once their TMA stores have completed); a routed down tile's output rows
 // go to their ring rows of out_rows; a group_sums task is handed to the consumers through a stage
