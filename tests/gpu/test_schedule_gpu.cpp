@@ -306,7 +306,7 @@ TEST(ExchangeShapeValidation, SizesOfDeepSeekV3) {
   EXPECT_EQ(s.routes, 32768);
   EXPECT_EQ(s.local_experts, 32);
   EXPECT_EQ(s.row_capacity, 8 * 32768 + 32 * 127);
-  EXPECT_EQ(s.chunks, 32);
+  EXPECT_EQ(s.chunks, 128);  // 256-route chunks
   EXPECT_EQ(s.schedule_shared_bytes, (256 + (2 + 16) * 32 + 1) * sizeof(int32_t));  // 16 warps per CTA
 }
 
