@@ -27,7 +27,8 @@
 // Zero-copy inputs and outputs: buffers(local_rank) names where the layer itself reads x,
 // topk_idx, topk_scores, dy and writes y, dx, d_topk_scores (the world's symmetric heap). Passing
 // exactly those pointers skips the corresponding device-to-device copy; any other device pointer
-// is copied in (inputs) or out (outputs) on `stream`. Inputs written there are part of the saved
+// is copied in (inputs) or out (outputs) on `stream`, but y, which combine writes straight into
+// the caller's buffer (worlds of up to transfer::kMaxCombineOutputs local ranks). Inputs written there are part of the saved
 // context: leave x, topk_idx and topk_scores unchanged until backward has been enqueued.
 //
 // Saved context: the layer's buffers hold the activations of one forward (the schedule, the

@@ -437,16 +437,21 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
                        "MoELayer::forward: cudaMemcpyAsync(shared out)");
     }
   }
+  // combine writes y into the caller's buffers (up to kMaxCombineOutputs local ranks; more get a copy).
+  std::vector<bf16*> y;
+  if (world_.local_ranks() <= transfer::kMaxCombineOutputs) {
+    for (const MoEForwardArgs& rank : ranks) y.push_back(rank.y);
+  }
   if (state.fused) {
     // The fused kernel pushed the sums of the macrobatches before the last; macrobatch 0's wait in
     // expert_dy's ring rows.
-    state.exchange->combine_after_fused_forward(config_.router, sizes.ring_rows, stream);
+    state.exchange->combine_after_fused_forward(config_.router, sizes.ring_rows, stream, y);
   } else {
-    state.exchange->combine(config_.router, stream);
+    state.exchange->combine(config_.router, stream, 0, y);
   }
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
-    copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+    if (y.empty()) copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
     outputs.push_back({ranks[l].y, static_cast<size_t>(rows) * sizeof(bf16), world_.abort_word(static_cast<int>(l))});
   }
   layer::poison_if_aborted(outputs, stream);

@@ -222,7 +222,26 @@ detail::ExchangeArgs TokenExchange::pull_args(const char* name, const PullRange&
   return args;
 }
 
-void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stream, int group_rows) {
+namespace {
+
+// combine's y destinations (TokenExchange::combine): one per local rank, or none.
+void set_y_outputs(CombinePush& push, const std::vector<__nv_bfloat16*>& y, int local_ranks,
+                   const char* what) {
+  if (y.empty()) return;
+  CARACAL_CHECK(static_cast<int>(y.size()) == local_ranks, what, ": y must hold one destination per local rank (",
+                local_ranks, "), got ", y.size());
+  CARACAL_CHECK(local_ranks <= kMaxCombineOutputs, what, ": y destinations serve at most ", kMaxCombineOutputs,
+                " local ranks, the world has ", local_ranks);
+  for (int l = 0; l < local_ranks; ++l) {
+    CARACAL_CHECK(y[static_cast<size_t>(l)] != nullptr, what, ": y[", l, "] must not be null");
+    push.y_out[l] = y[static_cast<size_t>(l)];
+  }
+}
+
+}  // namespace
+
+void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stream, int group_rows,
+                            const std::vector<__nv_bfloat16*>& y) {
   CARACAL_CHECK(options_.forward && options_.expert_out,
                 "TokenExchange::combine needs ExchangeOptions::forward = true and expert_out = true");
   CARACAL_CHECK(group_rows >= 0, "TokenExchange::combine: group_rows must be >= 0 (0: the whole schedule), got ",
@@ -230,10 +249,12 @@ void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stre
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
   args.combine = {forward_.expert_out, 0, group_rows};
+  set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine");
   detail::launch_combine(world_, kernels_->combine, args, stream);
 }
 
-void TokenExchange::combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream) {
+void TokenExchange::combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream,
+                                                const std::vector<__nv_bfloat16*>& y) {
   CARACAL_CHECK(options_.forward && options_.backward,
                 "TokenExchange::combine_after_fused_forward needs ExchangeOptions::forward = true and backward = true "
                 "(the rows wait in expert_dy)");
@@ -243,6 +264,7 @@ void TokenExchange::combine_after_fused_forward(const RouterNormalization& route
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
   args.combine = {backward_.expert_dy, ring_rows, ring_rows};
+  set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine_after_fused_forward");
   detail::launch_combine(world_, kernels_->combine, args, stream);
 }
 

@@ -26,6 +26,7 @@
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "error_checks.hpp"
 #include "exchange_test_support.hpp"
 #include "gpu_test_util.hpp"
 
@@ -508,6 +509,19 @@ TEST(GpuTransfersApi, RefusesPassesWithoutTheirBuffers) {
   TokenExchange ex(world, shape, forward_only);
   EXPECT_THROW(ex.reverse_combine(nullptr), Error);
   EXPECT_THROW(ex.reverse_dispatch(RouterNormalization{}, nullptr), Error);
+}
+
+TEST(GpuTransfersApi, RefusesBadYDestinations) {
+  CARACAL_REQUIRE_GPU();
+  const ExchangeShape shape = kShapes[0];
+  const ExchangeOptions options{true, false, false};
+  comm::LoopbackWorld world(2, TokenExchange::heap_bytes(shape, 2, options));
+  TokenExchange ex(world, shape, options);
+  __nv_bfloat16* y = world.local_pointer(ex.forward_buffers().y, 0);
+  test::expect_error([&] { ex.combine(RouterNormalization{}, nullptr, 0, {y}); },
+                     {"TokenExchange::combine", "one destination per local rank (2)", "got 1"});
+  test::expect_error([&] { ex.combine(RouterNormalization{}, nullptr, 0, {y, nullptr}); },
+                     {"TokenExchange::combine", "y[1] must not be null"});
 }
 
 TEST(GpuTransfersApi, RefusesASmallHeap) {

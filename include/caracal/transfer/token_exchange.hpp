@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "caracal/comm/world.hpp"
 #include "caracal/layer_config.hpp"
@@ -136,14 +137,18 @@ class TokenExchange {
   // g-weighted sum per token group pushed home (src/device/transfer/group_sum.cuh), a group being
   // a token's routes on one rank within a window of `group_rows` schedule rows (0: the whole
   // schedule, one group per (token, rank); the fused forward's windows are its macrobatches).
-  void combine(const RouterNormalization& router, cudaStream_t stream, int group_rows = 0);
+  // `y`: one destination per local rank (at most transfer::kMaxCombineOutputs, device memory of
+  // tokens x hidden bf16) instead of the exchange's y, or empty.
+  void combine(const RouterNormalization& router, cudaStream_t stream, int group_rows = 0,
+               const std::vector<__nv_bfloat16*>& y = {});
   // y after the fused forward (src/fused/fused_forward.hpp, options.forward and options.backward):
   // it pushed the group sums of the macrobatches it walked before the last; the last, macrobatch 0
   // (schedule rows [0, ring_rows); all rows with ring_rows = 0), waits in expert_dy's buffer rows.
   // This pushes that macrobatch's sums (groups within windows of ring_rows rows), then sums every
   // filled slot as combine does. A launch that fills peers' slots must come after a world barrier
   // that follows the last combine's sums (the fused forward follows build_schedule's).
-  void combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream);
+  void combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream,
+                                   const std::vector<__nv_bfloat16*>& y = {});
   // expert_dy and expert_gates from dy and gates (options.backward), for the rows of `range`
   // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});

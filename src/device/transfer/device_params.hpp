@@ -6,6 +6,7 @@
 
 #include "caracal/comm/symmetric_ptr.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
 #include "caracal/transfer/routing_fault.hpp"
 
 namespace caracal::transfer {
@@ -39,10 +40,12 @@ struct PullWindow {
 // schedule rows [0, end_row) (and below expert_offset[L]), schedule row r read from buffer row r of
 // `rows`: v1's expert_out, all rows; after the fused forward, expert_dy's ring rows holding
 // macrobatch 0, end_row = group_rows = the ring's rows.
+// y_out[l]: where local rank l's y goes (the caller's buffer), or, where null, the exchange's y.
 struct CombinePush {
   comm::SymmetricPtr<__nv_bfloat16> rows;
   int end_row = 0;
   int group_rows = 0;
+  __nv_bfloat16* y_out[kMaxCombineOutputs] = {};
 };
 
 // The router normalization of DESIGN §1 in the precision the kernels use.

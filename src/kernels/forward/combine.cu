@@ -2,7 +2,7 @@
 // (args.combine: v1's expert_out, or the rows of macrobatch 0 that the fused forward left in
 // expert_dy's ring) weighted by g and pushes one row into the home slot of the group's leader
 // route; after one barrier each home rank sums its tokens' leader slots in slot order onto the
-// shared expert's output.
+// shared expert's output, into the caller's y buffers when given (CombinePush::y_out).
 #include <climits>
 
 #include "device/comm/device_sync.cuh"
@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
     const uint4* slots = row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden);
     const uint4* shared =
         args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden) : nullptr;
-    uint4* const y = row_vectors(world.at(args.forward.y, rank), token, args.hidden);
+    __nv_bfloat16* const y_out = push.y_out[rank - world.first_local_rank];  // else the exchange's y
+    uint4* const y = row_vectors(y_out != nullptr ? y_out : world.at(args.forward.y, rank), token, args.hidden);
     if (staged) {
       reduce_token_slots_staged(leaders, args.top_k, slots, shared, y, args.hidden / kBf16PerVector, stage, lane);
     } else {
