@@ -28,8 +28,9 @@
 // topk_idx, topk_scores, dy and writes y, dx, d_topk_scores (the world's symmetric heap). Passing
 // exactly those pointers skips the corresponding device-to-device copy; any other device pointer
 // is copied in (inputs) or out (outputs) on `stream`, but y, which combine writes straight into
-// the caller's buffer (worlds of up to transfer::kMaxCombineOutputs local ranks). Inputs written there are part of the saved
-// context: leave x, topk_idx and topk_scores unchanged until backward has been enqueued.
+// the caller's buffer (worlds of up to transfer::kMaxCombineOutputs local ranks). Inputs written
+// there are part of the saved context: leave x, topk_idx and topk_scores unchanged until backward
+// has been enqueued.
 //
 // Saved context: the layer's buffers hold the activations of one forward (the schedule, the
 // dispatched rows, gate/up, the gates, the shared expert's rows and scale), shared by every

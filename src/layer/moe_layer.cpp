@@ -451,7 +451,9 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   }
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
-    if (y.empty()) copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+    if (y.empty()) {
+      copy_unless_same(ranks[l].y, state.ranks[l].io.y, rows, stream, "MoELayer::forward: cudaMemcpyAsync(y)");
+    }
     outputs.push_back({ranks[l].y, static_cast<size_t>(rows) * sizeof(bf16), world_.abort_word(static_cast<int>(l))});
   }
   layer::poison_if_aborted(outputs, stream);

@@ -74,7 +74,9 @@ __device__ inline void reduce_token_slots_staged(Summed&& summed, int top_k, con
   warp_staged_row_sum(count, row, vectors, out, stage, lane,
                       [&](float (&acc)[kBf16PerVector], int m, const float (&value)[kBf16PerVector]) {
 #pragma unroll
-                        for (int i = 0; i < kBf16PerVector; ++i) acc[i] = m < first ? value[i] : __fadd_rn(acc[i], value[i]);
+                        for (int i = 0; i < kBf16PerVector; ++i) {
+                          acc[i] = m < first ? value[i] : __fadd_rn(acc[i], value[i]);
+                        }
                       });
 }
 

@@ -44,8 +44,8 @@ __device__ __forceinline__ void cp_async16(uint4* smem_dst, const uint4* global_
 // Sums `count` (warp-uniform, <= kMaxStagedRows) rows of `vectors` 16-byte vectors into `dst`:
 // lane j < count holds row j's first vector in `my_row`. The copies read through L2 and allocate
 // no L1 line (.cg), so rows that other CTAs or ranks stored earlier in the launch, ordered by a
-// barrier, are read as ld.global would read them. `stage`: this warp's
-// kStagedBytesPerWarp bytes of shared memory. No rows: dst is zeroed. Call from all lanes.
+// barrier, are read as ld.global would read them. `stage`: this warp's kStagedBytesPerWarp bytes
+// of shared memory. No rows: dst is zeroed. Call from all lanes.
 template <typename Accumulate>
 __device__ void warp_staged_row_sum(int count, const uint4* my_row, int vectors, uint4* dst, uint4* stage, int lane,
                                     Accumulate&& accumulate) {

@@ -80,7 +80,8 @@ comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const 
   comm::LaunchShape shape;
   shape.threads_per_cta = kReduceThreads;
   shape.shared_bytes = staged_sum_shared_bytes(shape.threads_per_cta);
-  allow_shared_bytes(combine_kernel, shape.shared_bytes, "cudaFuncSetAttribute(combine_kernel, MaxDynamicSharedMemorySize)");
+  allow_shared_bytes(combine_kernel, shape.shared_bytes,
+                     "cudaFuncSetAttribute(combine_kernel, MaxDynamicSharedMemorySize)");
   const int max_ctas = comm::max_ctas_per_rank(world, combine_kernel, shape.threads_per_cta, shape.shared_bytes);
   // A warp per row while pushing, a warp per token while summing.
   const int64_t items = std::max(sizes.row_capacity, exchange.tokens);
