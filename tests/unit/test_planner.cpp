@@ -101,6 +101,25 @@ TEST(Planner, PullsReadATokenOncePerMacrobatchItsRowsFallIn) {
   EXPECT_EQ(cut.roofline.v1_forward_nvlink_bytes, whole.roofline.v1_forward_nvlink_bytes);
 }
 
+TEST(Planner, SharedExpertNeedsNoCopiesWhenTheTokensFillItsTiles) {
+  LayerConfig c;
+  c.shape = LayerShape{64, 128, 4, 2, 1, 64};
+  c.ep_size = 2;
+  PlanOptions o;
+  o.tile_m = 16;
+  o.tile_n = 16;
+  o.sm_count = 2;
+  const int64_t D = 64, Is = 64;
+  // T = 16 fills its tile: the shared expert reads x and dy and writes its output and dx in the
+  // exchange's buffers (LayerSizes::shared_rows_in_place); T = 17 pads to 32 rows of its own.
+  c.tokens_per_rank = 16;
+  const Plan filled = plan_with(c, RoutingKind::kUniform, o);
+  EXPECT_EQ(filled.memory.saved, 16 * 3 * Is * 2 + 16 * 2 * 4 + 16 * 4);
+  c.tokens_per_rank = 17;
+  const Plan padded = plan_with(c, RoutingKind::kUniform, o);
+  EXPECT_EQ(padded.memory.saved, 32 * (3 * D + 3 * Is) * 2 + 32 * 2 * 4 + 32 * 4);
+}
+
 TEST(Planner, SingleRankMovesNothingOverNvlink) {
   const LayerConfig c = config_for("deepseek-v3", 1, 1000);
   const Plan p = plan_with(c, RoutingKind::kZipf);
