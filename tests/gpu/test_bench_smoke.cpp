@@ -93,7 +93,14 @@ TEST(BenchSmoke, LoopbackTwoRanks) {
 
 TEST(BenchSmoke, LoopbackOneRankWithTheNcclBaseline) {
   CARACAL_REQUIRE_GPU();
-  expect_report(run_bench(std::string(kTinyShape) + " --ep 1 --tokens 128"), 128, 1, true);
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 1 --tokens 128");
+  expect_report(r, 128, 1, true);
+  // The fused passes over the baseline's GEMMs alone (the issues' data-movement-hidden metric).
+  const nlohmann::json& nccl = r.json.at("runs")[0].at("baselines").at("nccl_exchange_plus_gemms");
+  EXPECT_GT(nccl.at("gemms_alone_forward_ms").get<double>(), 0.0);
+  EXPECT_GT(nccl.at("forward_over_gemms_alone").get<double>(), 0.0);
+  EXPECT_GT(nccl.at("backward_over_gemms_alone").get<double>(), 0.0);
+  EXPECT_NE(r.out.find("over the GEMMs alone"), std::string::npos) << r.out;
 }
 
 // CUDA-graph replays of the layer's calls, on a ring small enough for several macrobatches.
@@ -103,6 +110,15 @@ TEST(BenchSmoke, GraphReplaysOnASmallRing) {
   expect_report(r, 256, 2, false);
   EXPECT_TRUE(r.json.at("graph").get<bool>());
   EXPECT_EQ(r.json.at("ring_rows").get<int64_t>(), 128);
+}
+
+TEST(BenchSmoke, ProfileStepRunsOneStepWithoutTiming) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 2 --tokens 256 --no-validate --profile-step");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("profiled T=256: one forward and backward"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.json.at("profiled").get<bool>());
+  EXPECT_FALSE(r.json.contains("runs"));
 }
 
 TEST(BenchSmoke, NcclOneRank) {

@@ -161,25 +161,28 @@ nlohmann::json validate(const LayerConfig& first, const RoutingSpec& spec, const
 // ---- 2. One tokens-per-rank value -------------------------------------------------------------------
 
 // The layer over W ranks: a loopback world on GPU 0, one NCCL rank on GPU 0, or one thread per GPU,
-// each timing its rank (the slowest rank's times).
+// each timing its rank (the slowest rank's times; --profile-step: profile_layer, no times).
 LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                                   bool fused_forward) {
   const int W = int(c.ep_size);
   const size_t heap = MoELayer::heap_bytes(c, layer_options(a, fused_forward));
+  const auto on_world = [&](comm::World& world) {
+    if (!a.profile_step) return time_layer(world, c, routing, a, fused_forward);
+    profile_layer(world, c, routing, a, fused_forward);
+    return LayerTimes{};
+  };
   if (!a.nccl()) {
     comm::LoopbackWorld world(W, heap, 0);
-    return time_layer(world, c, routing, a, fused_forward);
+    return on_world(world);
   }
   if (W == 1) {
     std::vector<comm::NcclComm> comms = comm::init_all({0});
     comm::NcclWorld world(comms[0].get(), heap);
-    return time_layer(world, c, routing, a, fused_forward);
+    return on_world(world);
   }
   // One thread per GPU; each builds its world and layer (collective) and times its rank.
   std::vector<LayerTimes> per_rank(static_cast<size_t>(W));
-  cli::on_each_gpu(W, heap, [&](comm::World& world, int rank) {
-    per_rank[size_t(rank)] = time_layer(world, c, routing, a, fused_forward);
-  });
+  cli::on_each_gpu(W, heap, [&](comm::World& world, int rank) { per_rank[size_t(rank)] = on_world(world); });
   LayerTimes t;
   for (const LayerTimes& p : per_rank) {  // the slowest rank
     t.forward = std::max(t.forward, p.forward);
@@ -240,6 +243,18 @@ int run(const BenchOptions& a) {
   print_config(gpus.first, preset, base, spec, a);
   out["validation"] = validate(configs.front(), spec, a, out);
 
+  if (a.profile_step) {  // no timing: one step of the fused layer per token count, for a profiler
+    for (const LayerConfig& c : configs) {
+      const Routing routing =
+          make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
+      (void)time_layer_on_backend(c, routing, a, true);
+      std::cout << "  profiled T=" << c.tokens_per_rank
+                << ": one forward and backward of the fused layer between cudaProfilerStart and cudaProfilerStop\n";
+    }
+    out["profiled"] = true;
+    write_json(a, out);
+    return 0;
+  }
   print_runs_header();
   nlohmann::json runs = nlohmann::json::array();
   for (const LayerConfig& c : configs) {
@@ -287,6 +302,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
+  app.add_flag("--profile-step", a.profile_step,
+               "No timing: after two warm-up steps, one forward and backward of the fused layer between "
+               "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");
   app.add_flag("--graph", a.graph,
                "Time replays of CUDA graphs captured from the layer's calls (no host work in the timed runs)");
   app.add_option("--ring-rows", a.ring_rows,

@@ -29,6 +29,7 @@ struct BenchOptions {
   bool rows_per_route = false;       // MoELayerOptions::rows_per_route
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
+  bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)
 
   bool nccl() const { return backend == "nccl"; }
 };

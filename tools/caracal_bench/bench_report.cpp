@@ -92,6 +92,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["rows_per_route"] = a.rows_per_route;
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
+  out["profile_step"] = a.profile_step;  // no timing: one step for a profiler
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
   return out;

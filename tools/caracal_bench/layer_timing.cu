@@ -1,5 +1,7 @@
 #include "layer_timing.hpp"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <functional>
@@ -162,6 +164,24 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(bench)");
   layer.check();
   return t;
+}
+
+void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                   bool fused_forward) {
+  MoELayer layer(c, world, layer_options(a, fused_forward));
+  const bench::Stream stream;
+  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
+  const auto step = [&] {
+    const MoEContext context = layer.forward(in.forward, stream.get());
+    layer.backward(in.backward, context, stream.get());
+  };
+  for (int i = 0; i < 2; ++i) step();  // warm: the first launches load modules and fill caches
+  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(profile warm-up)");
+  check_cuda(cudaProfilerStart(), "cudaProfilerStart");
+  step();
+  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(profiled step)");
+  check_cuda(cudaProfilerStop(), "cudaProfilerStop");
+  layer.check();
 }
 
 }  // namespace caracal::bench_tool

@@ -28,4 +28,10 @@ MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward);
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward);
 
+// No timing: after two warm-up steps, one forward and one backward of the layer between
+// cudaProfilerStart and cudaProfilerStop (for `ncu --profile-from-start off`: the kernels of one
+// step, scripts/kernel-times.sh). Collective for NCCL worlds.
+void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                   bool fused_forward);
+
 }  // namespace caracal::bench_tool

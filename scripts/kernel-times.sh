@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Per-kernel GPU time of one forward and backward of the fused layer (caracal-bench --profile-step
+# under ncu --profile-from-start off), for one build or two side by side, kernel by kernel in launch
+# order, then the totals. ncu runs each kernel alone at its own clocks: the figures compare kernels
+# and builds, they are not the layer's sustained time (caracal bench's). Run on the device machine:
+#   scripts/kernel-times.sh NEW [OLD]      (build folders holding caracal-bench with --profile-step)
+# BENCH_ARGS sets the case (default: DeepSeek-V3 with 32 experts, W = 1, T = 4096). The CSVs and
+# ncu's logs go to $OUT if set, else /tmp/caracal-kernel-times. Exit status 1 when a run failed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+new="${1:?usage: scripts/kernel-times.sh NEW [OLD]}"
+old="${2:-}"
+out="${OUT:-/tmp/caracal-kernel-times}"
+mkdir -p "$out"
+args=${BENCH_ARGS:---model deepseek-v3 --experts 32 --ep 1 --tokens 4096}
+build="$new"
+source "$root/scripts/lib/nccl-env.sh"
+failed=0
+profile() {  # profile SIDE BUILD
+  # shellcheck disable=SC2086  # BENCH_ARGS splits into arguments
+  ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --log-file "$out/kernels_$1.csv" "$2/caracal-bench" $args --no-validate --profile-step --quiet \
+    >"$out/bench_$1.log" 2>&1 || { echo "FAILED: ncu on $2 (see $out/bench_$1.log)"; failed=1; }
+}
+profile new "$new"
+[ -n "$old" ] && profile old "$old"
+echo "==== kernel times, one step of the fused layer ($args): ${old:+old $(cat "$old/COMMIT" 2>/dev/null) vs }new $(cat "$new/COMMIT" 2>/dev/null)"
+[ "$failed" -eq 0 ] && { python3 "$root/scripts/lib/kernel_table.py" "$out/kernels_new.csv" ${old:+"$out/kernels_old.csv"} ||
+  failed=1; }
+exit "$failed"

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""The table of scripts/kernel-times.sh: per kernel, in launch order, its GPU time from ncu's CSV
+(`--metrics gpu__time_duration.sum --csv`), for one build or two side by side, then the totals.
+
+Usage: kernel_table.py NEW.csv [OLD.csv]
+"""
+import csv
+import re
+import sys
+
+
+def kernels(path):
+    """[(short name, microseconds)] in launch order."""
+    rows = [r for r in csv.reader(open(path, errors="replace")) if len(r) > 5]
+    if not rows:
+        return []
+    header = rows[0]
+    name, metric, value = header.index("Kernel Name"), header.index("Metric Name"), header.index("Metric Value")
+    unit = header.index("Metric Unit")
+    to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+    out = []
+    for r in rows[1:]:
+        if r[metric] != "gpu__time_duration.sum":
+            continue
+        short = re.sub(r"\(.*$", "", r[name])  # no parameter list
+        short = re.sub(r"^void ", "", short).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+        out.append((short[-64:], float(r[value].replace(",", "")) * to_us[r[unit]]))
+    return out
+
+
+def main():
+    new = kernels(sys.argv[1])
+    old = kernels(sys.argv[2]) if len(sys.argv) > 2 else None
+    if old is None:
+        print(f"{'#':>4} {'us':>10}  kernel")
+        for i, (name, us) in enumerate(new):
+            print(f"{i:4d} {us:10.1f}  {name}")
+        print(f"{'':4} {sum(us for _, us in new):10.1f}  total of {len(new)} kernels")
+        return
+    print(f"{'#':>4} {'old us':>10} {'new us':>10}  kernel")
+    for i in range(max(len(new), len(old))):
+        o = old[i] if i < len(old) else ("-", 0.0)
+        n = new[i] if i < len(new) else ("-", 0.0)
+        name = n[0] if n[0] == o[0] else f"{o[0]}  <>  {n[0]}"
+        print(f"{i:4d} {o[1]:10.1f} {n[1]:10.1f}  {name}")
+    print(f"{'':4} {sum(us for _, us in old):10.1f} {sum(us for _, us in new):10.1f}  "
+          f"total of {len(old)} / {len(new)} kernels")
+
+
+if __name__ == "__main__":
+    main()
