@@ -33,9 +33,21 @@ MODELS = {
 }
 
 
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
+def median_ms(fn, warmup, reps, warmup_ms=200.0):
+    """Median ms of `reps` event-timed calls of fn, after at least `warmup` calls and at least
+    `warmup_ms` of them (a GPU coming out of idle needs tens of milliseconds of work to reach its
+    boost clock; as bench/event_timer.hpp warms caracal bench)."""
+    calls, warmed_ms, batch = 0, 0.0, max(warmup, 1)
+    while calls < warmup or warmed_ms < warmup_ms:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(batch):
+            fn()
+        end.record()
+        end.synchronize()
+        calls += batch
+        warmed_ms += begin.elapsed_time(end)
+        batch *= 2
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, stop in zip(starts, stops):
