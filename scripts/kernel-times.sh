@@ -16,15 +16,20 @@ args=${BENCH_ARGS:---model deepseek-v3 --experts 32 --ep 1 --tokens 4096}
 build="$new"
 source "$root/scripts/lib/nccl-env.sh"
 failed=0
-profile() {  # profile SIDE BUILD
+profile() {  # profile SIDE BUILD: 0 when its CSV is there
   # shellcheck disable=SC2086  # BENCH_ARGS splits into arguments
   ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
     --log-file "$out/kernels_$1.csv" "$2/caracal-bench" $args --no-validate --profile-step --quiet \
-    >"$out/bench_$1.log" 2>&1 || { echo "FAILED: ncu on $2 (see $out/bench_$1.log)"; failed=1; }
+    >"$out/bench_$1.log" 2>&1 && return 0
+  echo "FAILED: ncu on $2 (see $out/bench_$1.log; an OLD build from before --profile-step cannot run)"
+  failed=1
+  return 1
 }
-profile new "$new"
-[ -n "$old" ] && profile old "$old"
-echo "==== kernel times, one step of the fused layer ($args): ${old:+old $(cat "$old/COMMIT" 2>/dev/null) vs }new $(cat "$new/COMMIT" 2>/dev/null)"
-[ "$failed" -eq 0 ] && { python3 "$root/scripts/lib/kernel_table.py" "$out/kernels_new.csv" ${old:+"$out/kernels_old.csv"} ||
-  failed=1; }
+profile new "$new" && new_csv="$out/kernels_new.csv" || new_csv=""
+old_csv=""
+[ -n "$old" ] && profile old "$old" && old_csv="$out/kernels_old.csv"
+echo "==== kernel times, one step of the fused layer ($args): ${old_csv:+old $(cat "$old/COMMIT" 2>/dev/null) vs }new $(cat "$new/COMMIT" 2>/dev/null)"
+if [ -n "$new_csv" ]; then  # NEW's table, beside OLD's where that ran
+  python3 "$root/scripts/lib/kernel_table.py" "$new_csv" ${old_csv:+"$old_csv"} || failed=1
+fi
 exit "$failed"

@@ -7,7 +7,7 @@ source "$(dirname "$0")/script_test_lib.sh"
 mkdir -p "$work/bin" "$work/new" "$work/old"
 for b in new old; do echo 2.28.9 >"$work/$b/NCCL_VERSION"; echo "$b-commit" >"$work/$b/COMMIT"; done
 # The stub writes ncu's CSV to --log-file; the old build's fused kernel is slower and its last
-# kernel has another name. STUB_FAIL=1 fails.
+# kernel has another name. STUB_FAIL=1 fails, STUB_FAIL_OLD=1 fails on the old build only.
 cat >"$work/bin/ncu" <<'STUB'
 #!/usr/bin/env bash
 [ "${STUB_FAIL:-0}" = 1 ] && exit 3
@@ -16,6 +16,7 @@ while [ $# -gt 0 ]; do
   case "$1" in */caracal-bench) bench=$1 ;; esac
   shift
 done
+case "$bench" in */old/*) [ "${STUB_FAIL_OLD:-0}" = 1 ] && exit 2 ;; esac
 slow=4.63; last=combine_kernel
 case "$bench" in */old/*) slow=4.70; last=copy_kernel ;; esac
 {
@@ -45,4 +46,11 @@ grep -qE '^ +1 +4700\.0 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fai
 grep -q 'transfer::copy_kernel  <>  transfer::combine_kernel' <<<"$out" || fail "two builds: differing names marked"
 
 STUB_FAIL=1 OUT="$work/out3" bash "$root/scripts/kernel-times.sh" "$work/new" >/dev/null 2>&1 && fail "a failing ncu: exit status 0"
+# An OLD build that cannot run (before --profile-step): NEW's table still, and exit status 1.
+out=$(STUB_FAIL_OLD=1 OUT="$work/out4" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old" 2>&1)
+status=$?
+echo "$out"
+[ "$status" -eq 1 ] || fail "a failing OLD: exit status $status"
+grep -q 'FAILED: ncu on .*/old' <<<"$out" || fail "a failing OLD: named"
+grep -qE '^ +1 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "a failing OLD: NEW's table alone"
 finish test_kernel_times
