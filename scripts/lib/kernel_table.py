@@ -17,7 +17,8 @@ def kernels(path):
     header = rows[0]
     name, metric, value = header.index("Kernel Name"), header.index("Metric Name"), header.index("Metric Value")
     unit = header.index("Metric Unit")
-    to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+    to_us = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6,  # --print-units base
+             "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
     out = []
     for r in rows[1:]:
         if r[metric] != "gpu__time_duration.sum":

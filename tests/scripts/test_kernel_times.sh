@@ -22,7 +22,7 @@ case "$bench" in */old/*) slow=4.70; last=copy_kernel ;; esac
 {
   echo '==PROF== Connected to process 1'
   echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
-  echo '"0","1","caracal-bench","h","transfer::<unnamed>::build_schedule_kernel(comm::DeviceWorld, transfer::ExchangeArgs)","1","7","(512, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","28,500"'
+  echo '"0","1","caracal-bench","h","transfer::<unnamed>::build_schedule_kernel(comm::DeviceWorld, transfer::ExchangeArgs)","1","7","(512, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","28,500"'
   echo "\"1\",\"1\",\"caracal-bench\",\"h\",\"void fused::<unnamed>::fused_forward_kernel(comm::DeviceWorld, fused::ForwardKernelParams)\",\"1\",\"7\",\"(384, 1, 1)\",\"(132, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"msecond\",\"$slow\""
   echo "\"2\",\"1\",\"caracal-bench\",\"h\",\"transfer::<unnamed>::$last(comm::DeviceWorld, transfer::ExchangeArgs)\",\"1\",\"7\",\"(768, 1, 1)\",\"(116, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"usecond\",\"294.0\""
 } >"$log"
