@@ -20,11 +20,12 @@ namespace caracal::transfer {
 inline constexpr int kSlotsInFlight = 8;
 
 // `summed(slot)`: whether slot `slot`'s row is part of the sum (the same on every lane); `slots`
-// the token's k rows of `vectors` 16-byte vectors, pushed during this launch and ordered by a
-// world barrier; `shared` its shared-expert row or null; `out` its output row.
+// the token's k rows, `slot_stride` 16-byte vectors apart, pushed during this launch and ordered
+// by a world barrier; `shared` its shared-expert row or null; `out` its output row; `vectors` of
+// each summed (a slice of the rows where slot_stride is more).
 template <typename Summed>
-__device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint4* slots, const uint4* shared,
-                                          uint4* out, int vectors, int lane) {
+__device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint4* slots, int64_t slot_stride,
+                                          const uint4* shared, uint4* out, int vectors, int lane) {
   for (int v = lane; v < vectors; v += kWarpSize) {
     float acc[kBf16PerVector];
     if (shared != nullptr) {
@@ -41,7 +42,7 @@ __device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint
         const int slot = first + u;
         used[u] = slot < top_k && summed(slot);
         row[u] =
-            used[u] ? load_coherent16(slots + static_cast<int64_t>(slot) * vectors + v) : make_uint4(0u, 0u, 0u, 0u);
+            used[u] ? load_coherent16(slots + slot * slot_stride + v) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
       for (int u = 0; u < kSlotsInFlight; ++u) {

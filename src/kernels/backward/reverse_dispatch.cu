@@ -17,6 +17,11 @@ namespace {
 
 // 24 warps per SM: the slot sums keep kSlotsInFlight rows in flight (~80 registers) without spilling.
 
+// A token's dx is summed in slices of this many vectors (4 KiB of a row), each by its own warp:
+// one warp per token left most warps idle at the end (at W = 1 each summed one or two of
+// DeepSeek-V3's 8 x 14 KiB slot sets). A vector's sum is the same whichever slice it is in.
+inline constexpr int kSliceVectors = 256;
+
 template <bool kPushDx>
 __global__ void __launch_bounds__(kReduceThreads, 1)
     reverse_dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
@@ -38,18 +43,26 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
   });
   // Every routed slot of every home rank has been written.
   if (!comm::world_barrier(world, place)) return;
-  for_each_local_token(world, args.tokens, warps, [&](int rank, int token) {
-    const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
-    const int32_t* ids = world.at(schedule.topk_idx, rank) + first_route;
-    token_score_gradients(ids, world.at(args.router.topk_scores, rank) + first_route,
-                          world.at(backward.dg_slots, rank) + first_route, args.num_experts, args.top_k, args.scaling,
-                          world.at(args.router.d_topk_scores, rank) + first_route, lane);
-    reduce_token_slots(
-        [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k,
-        row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden),
-        args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) : nullptr,
-        row_vectors(world.at(backward.dx, rank), token, args.hidden), args.hidden / kBf16PerVector, lane);
-  });
+  const int vectors = args.hidden / kBf16PerVector;
+  const int slices = (vectors + kSliceVectors - 1) / kSliceVectors;
+  for_each_local_item(
+      world, warps, [&](int) { return args.tokens * slices; },
+      [&](int rank, int item) {
+        const int token = item / slices, first = item % slices * kSliceVectors;  // the slice's first vector
+        const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
+        const int32_t* ids = world.at(schedule.topk_idx, rank) + first_route;
+        if (first == 0) {
+          token_score_gradients(ids, world.at(args.router.topk_scores, rank) + first_route,
+                                world.at(backward.dg_slots, rank) + first_route, args.num_experts, args.top_k,
+                                args.scaling, world.at(args.router.d_topk_scores, rank) + first_route, lane);
+        }
+        reduce_token_slots(
+            [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k,
+            row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden) + first, vectors,
+            args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
+            row_vectors(world.at(backward.dx, rank), token, args.hidden) + first, min(kSliceVectors, vectors - first),
+            lane);
+      });
 }
 
 }  // namespace
@@ -60,9 +73,11 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
   shape.threads_per_cta = kReduceThreads;
   const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_dispatch_kernel<true>, shape.threads_per_cta),
                                 comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false>, shape.threads_per_cta));
-  // A warp per row while pushing, a warp per token while summing.
+  // A warp per row while pushing, a warp per token slice while summing.
   shape.ctas_per_rank =
-      ctas_for_items(world, sm_budget, max_ctas, std::max(sizes.row_capacity, exchange.tokens), kReduceThreads / kWarpSize);
+      ctas_for_items(world, sm_budget, max_ctas,
+                     std::max(sizes.row_capacity, exchange.tokens * ((exchange.hidden / kBf16PerVector + kSliceVectors - 1) / kSliceVectors)),
+                     kReduceThreads / kWarpSize);
   return shape;
 }
 
