@@ -21,6 +21,10 @@ namespace {
 // one warp per token left most warps idle at the end (at W = 1 each summed one or two of
 // DeepSeek-V3's 8 x 14 KiB slot sets). A vector's sum is the same whichever slice it is in.
 inline constexpr int kSliceVectors = 256;
+// The slices of a row of `hidden` values.
+__host__ __device__ constexpr int slices_of_row(int64_t hidden) {
+  return static_cast<int>((hidden / kBf16PerVector + kSliceVectors - 1) / kSliceVectors);
+}
 
 template <bool kPushDx>
 __global__ void __launch_bounds__(kReduceThreads, 1)
@@ -44,7 +48,7 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
   // Every routed slot of every home rank has been written.
   if (!comm::world_barrier(world, place)) return;
   const int vectors = args.hidden / kBf16PerVector;
-  const int slices = (vectors + kSliceVectors - 1) / kSliceVectors;
+  const int slices = slices_of_row(args.hidden);
   for_each_local_item(
       world, warps, [&](int) { return args.tokens * slices; },
       [&](int rank, int item) {
@@ -74,10 +78,8 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
   const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_dispatch_kernel<true>, shape.threads_per_cta),
                                 comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false>, shape.threads_per_cta));
   // A warp per row while pushing, a warp per token slice while summing.
-  shape.ctas_per_rank =
-      ctas_for_items(world, sm_budget, max_ctas,
-                     std::max(sizes.row_capacity, exchange.tokens * ((exchange.hidden / kBf16PerVector + kSliceVectors - 1) / kSliceVectors)),
-                     kReduceThreads / kWarpSize);
+  const int64_t items = std::max(sizes.row_capacity, exchange.tokens * slices_of_row(exchange.hidden));
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);
   return shape;
 }
 
