@@ -4,28 +4,22 @@
 
 Usage: kernel_table.py NEW.csv [OLD.csv]
 """
-import csv
-import re
 import sys
+
+from ncu_csv import metric_rows, short_kernel_name
 
 
 def kernels(path):
     """[(short name, microseconds)] in launch order."""
-    rows = [r for r in csv.reader(open(path, errors="replace")) if len(r) > 5]
-    if not rows:
-        return []
-    header = rows[0]
-    name, metric, value = header.index("Kernel Name"), header.index("Metric Name"), header.index("Metric Value")
-    unit = header.index("Metric Unit")
+    col, rows = metric_rows(path)
     to_us = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6,  # --print-units base
              "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
     out = []
-    for r in rows[1:]:
-        if r[metric] != "gpu__time_duration.sum":
+    for r in rows:
+        if r[col["Metric Name"]] != "gpu__time_duration.sum":
             continue
-        short = re.sub(r"\(.*$", "", r[name])  # no parameter list
-        short = re.sub(r"^void ", "", short).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
-        out.append((short[-64:], float(r[value].replace(",", "")) * to_us[r[unit]]))
+        us = float(r[col["Metric Value"]].replace(",", "")) * to_us[r[col["Metric Unit"]]]
+        out.append((short_kernel_name(r[col["Kernel Name"]])[-64:], us))
     return out
 
 

@@ -7,9 +7,9 @@ largest first. Exit status 1 when the CSV holds no launch.
 
 Usage: profile_digest.py PROFILE.csv
 """
-import csv
-import re
 import sys
+
+from ncu_csv import metric_rows, short_kernel_name
 
 # (label, ncu's metric name) in the order printed.
 FIGURES = [
@@ -35,17 +35,11 @@ def number(text):
 
 def launches(path):
     """{id: (kernel name, grid, block, {metric: (value, unit)})} in launch order."""
-    rows = [r for r in csv.reader(open(path, errors="replace")) if len(r) > 5]
-    if not rows:
-        return {}
-    header = rows[0]
-    col = {name: header.index(name) for name in
-           ("ID", "Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Unit", "Metric Value")}
+    col, rows = metric_rows(path)
     out = {}
-    for r in rows[1:]:
-        name = re.sub(r"\(.*$", "", r[col["Kernel Name"]])  # no parameter list
-        name = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
-        entry = out.setdefault(r[col["ID"]], (name, r[col["Grid Size"]], r[col["Block Size"]], {}))
+    for r in rows:
+        entry = out.setdefault(r[col["ID"]], (short_kernel_name(r[col["Kernel Name"]]), r[col["Grid Size"]],
+                                              r[col["Block Size"]], {}))
         entry[3].setdefault(r[col["Metric Name"]], (r[col["Metric Value"]], r[col["Metric Unit"]]))
     return out
 
