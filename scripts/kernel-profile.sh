@@ -7,7 +7,8 @@
 #   scripts/kernel-profile.sh BUILD REGEX      e.g.  scripts/kernel-profile.sh build-gpu 'combine_kernel|dispatch_kernel'
 # BENCH_ARGS sets the case (default: DeepSeek-V3 with 32 experts, W = 1, T = 4096). ncu's CSV and
 # log go to $OUT if set, else /tmp/caracal-kernel-profile; a digest per launch is printed (its
-# duration, DRAM throughput and bytes, L2 hit rate, occupancy, cycles per issue, top stalls).
+# duration, DRAM throughput and bytes, L2 hit rate, occupancy, cycles per issue, the SMs' active
+# cycles least/mean/most (how evenly the work spread), top stalls).
 # Exit status 1 when ncu failed or matched no launch.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +20,7 @@ args=${BENCH_ARGS:---model deepseek-v3 --experts 32 --ep 1 --tokens 4096}
 source "$root/scripts/lib/nccl-env.sh"
 stalls=barrier,dispatch_stall,lg_throttle,long_scoreboard,math_pipe_throttle,membar,mio_throttle,short_scoreboard
 stalls+=,sleeping,wait
-metrics=dram__bytes_read.sum,dram__bytes_write.sum
+metrics=dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max
 for s in ${stalls//,/ }; do metrics+=",smsp__average_warp_latency_issue_stalled_$s.ratio"; done
 echo "==== kernel profile, one step of the fused layer ($args): $(cat "$build/COMMIT" 2>/dev/null), kernels matching '$regex'"
 # shellcheck disable=SC2086  # BENCH_ARGS splits into arguments

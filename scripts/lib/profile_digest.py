@@ -21,6 +21,9 @@ FIGURES = [
     ("L2 hit rate", "L2 Hit Rate"),
     ("achieved occupancy", "Achieved Occupancy"),
     ("warp cycles per issue", "Warp Cycles Per Issued Instruction"),
+    ("SM active cycles, least", "sm__cycles_active.min"),
+    ("SM active cycles, mean", "sm__cycles_active.avg"),
+    ("SM active cycles, most", "sm__cycles_active.max"),
 ]
 STALL = "smsp__average_warp_latency_issue_stalled_"
 TOP_STALLS = 4

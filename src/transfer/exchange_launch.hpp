@@ -90,6 +90,14 @@ comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const 
 // args.combine names what is pushed.
 void launch_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
+// Whether combine runs in one pass (combine_single_rank.cu): a world of one rank, and the shared
+// row and a token's k routes fit a staged sum's lanes.
+bool runs_single_rank_combine(const comm::World& world, const ExchangeShape& exchange);
+// Every SM (the launch never waits on another CTA), regardless of the SM budget.
+comm::LaunchShape combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
+void launch_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                                cudaStream_t stream);
+
 comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                                 const ExchangeSizes& sizes);
 // push_dx false: the dx rows are in the home slots already (only dg is pushed).

@@ -126,6 +126,7 @@ struct TokenExchange::Kernels {
   comm::LaunchShape dispatch;
   comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
+  bool single_rank_combine = false;  // combine in one pass (detail::runs_single_rank_combine)
   comm::LaunchShape reverse_dispatch;
   detail::ExchangeArgs args;  // scaling is filled in per call
 };
@@ -160,7 +161,9 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
   kernels_->dispatch = detail::dispatch_launch_shape(world, sm_budget, sizes_);
   kernels_->reverse_combine = detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
-  kernels_->combine = detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
+  kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
+  kernels_->combine = kernels_->single_rank_combine ? detail::combine_single_rank_launch_shape(world, shape_)
+                                                    : detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
   kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
   detail::ExchangeArgs& a = kernels_->args;
@@ -250,7 +253,7 @@ void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stre
   args.scaling = scaling_of(router);
   args.combine = {forward_.expert_out, 0, group_rows};
   set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine");
-  detail::launch_combine(world_, kernels_->combine, args, stream);
+  launch_combine(args, stream);
 }
 
 void TokenExchange::combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream,
@@ -265,7 +268,15 @@ void TokenExchange::combine_after_fused_forward(const RouterNormalization& route
   args.scaling = scaling_of(router);
   args.combine = {backward_.expert_dy, ring_rows, ring_rows};
   set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine_after_fused_forward");
-  detail::launch_combine(world_, kernels_->combine, args, stream);
+  launch_combine(args, stream);
+}
+
+void TokenExchange::launch_combine(const detail::ExchangeArgs& args, cudaStream_t stream) {
+  if (kernels_->single_rank_combine) {
+    detail::launch_combine_single_rank(world_, kernels_->combine, args, stream);
+  } else {
+    detail::launch_combine(world_, kernels_->combine, args, stream);
+  }
 }
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {

@@ -444,7 +444,7 @@ INSTANTIATE_TEST_SUITE_P(Loopback, GpuTransfers, testing::ValuesIn(transfer_case
 // bits, combine's groups of one route each.
 TEST(GpuTransfersPerRoute, MatchCpuTwinBitForBit) {
   CARACAL_REQUIRE_GPU();
-  for (int world_size : {2, 4}) {
+  for (int world_size : {1, 2, 4}) {
     for (RoutingCase routing_case : {RoutingCase::kUniform, RoutingCase::kDuplicates}) {
       SCOPED_TRACE("W" + std::to_string(world_size) + "_" + name_of(routing_case));
       const ExchangeShape& shape = kShapes[0];
@@ -462,6 +462,83 @@ TEST(GpuTransfersPerRoute, MatchCpuTwinBitForBit) {
         enqueue_step(ex, router, stream.get());
         stream.sync();
       });
+    }
+  }
+}
+
+// combine_after_fused_forward: the groups of macrobatch 0 (schedule rows [0, ring)) summed from
+// expert_dy's rows, those of later macrobatches read from the slots where the fused forward left
+// their sums (here the twin's, written by the test); y is the twin's with windows of `ring` rows,
+// bit for bit, in one pass (W = 1, single_rank_combine.cuh) and in two (W = 2).
+TEST(GpuTransfersAfterFusedForward, SumsMacrobatchZeroAndReadsLaterGroupsFromTheirSlots) {
+  CARACAL_REQUIRE_GPU();
+  for (int world_size : {1, 2}) {
+    for (bool shared : {true, false}) {
+      SCOPED_TRACE("W" + std::to_string(world_size) + (shared ? "_shared" : "_noshared"));
+      const ExchangeShape& shape = kShapes[0];
+      const int64_t T = shape.tokens, k = shape.top_k, D = shape.hidden, ring = shape.tile_m;
+      const ExchangeOptions options{true, true, shared};
+      comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
+      TokenExchange ex(world, shape, options);
+      Stream stream;
+      const RouterNormalization router = router_of(true);
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(seed_note(seed));
+      const Routing routing =
+          make_test_routing(RoutingCase::kUniform, world_size, T, k, shape.num_experts, seed);
+      const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
+      const Inputs in = make_inputs(shape, ex.sizes().row_capacity, schedule, seed);
+      upload_step(ex, routing, in);
+      poison_outputs(ex);
+      const Twin twin{shape, routing, schedule, in, static_cast<float>(router.scale), router.normalize, shared,
+                      static_cast<int>(ring), false};
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+        ASSERT_GT(schedule.ranks[rank].padded_rows(), 2 * ring) << "the routing must fill several macrobatches";
+        // Macrobatch 0's expert outputs wait in expert_dy's first ring rows.
+        upload(world, ex.backward_buffers().expert_dy, l,
+               Bf16Rows(in.expert_out[rank].begin(), in.expert_out[rank].begin() + ring * D));
+      }
+      // The home slots of the groups led from later macrobatches: each group's sum alone (its
+      // members' places, the others unrouted, no shared row: one rounding of the group's sum).
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t home = static_cast<size_t>(world.first_local_rank() + l);
+        const std::vector<float> gates = twin.gates_of(static_cast<int64_t>(home));
+        Bf16Rows slots(static_cast<size_t>(T * k * D), kBf16Nan);
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<SlotPlace> places(static_cast<size_t>(k));
+          std::vector<const uint16_t*> rows(static_cast<size_t>(k), nullptr);
+          for (int64_t j = 0; j < k; ++j) {
+            if (!twin.routed(routing.at(static_cast<int64_t>(home), t, j))) continue;
+            const RouteLocation loc = schedule.routes[home][static_cast<size_t>(t * k + j)];
+            places[static_cast<size_t>(j)] = {true, static_cast<int>(loc.dst_rank), static_cast<int>(loc.row)};
+            rows[static_cast<size_t>(j)] = in.expert_out[static_cast<size_t>(loc.dst_rank)].data() + loc.row * D;
+          }
+          const std::vector<int> leaders = combine_group_leaders(places, static_cast<int>(ring), false);
+          for (int64_t j = 0; j < k; ++j) {
+            if (leaders[static_cast<size_t>(j)] != j || places[static_cast<size_t>(j)].row < ring) continue;
+            std::vector<SlotPlace> group(static_cast<size_t>(k));
+            for (int64_t i = 0; i < k; ++i) {
+              if (leaders[static_cast<size_t>(i)] == j) group[static_cast<size_t>(i)] = places[static_cast<size_t>(i)];
+            }
+            const std::vector<float> token_gates(gates.begin() + t * k, gates.begin() + (t + 1) * k);
+            const Bf16Rows sum = combine_token_row(group, token_gates, rows, nullptr, D, static_cast<int>(ring), false);
+            std::copy(sum.begin(), sum.end(), slots.begin() + (t * k + j) * D);
+          }
+        }
+        upload(world, ex.forward_buffers().combine_slots, l, slots);
+      }
+      settle();
+      ex.build_schedule(stream.get());
+      ex.combine_after_fused_forward(router, static_cast<int>(ring), stream.get());
+      stream.sync();
+      ASSERT_NO_THROW(ex.check());
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+        expect_same_bits(download<uint16_t>(world, ex.forward_buffers().y, l, T * D),
+                         twin.combined(static_cast<int64_t>(rank), twin.gates_of(static_cast<int64_t>(rank))),
+                         "y, rank " + std::to_string(rank));
+      }
     }
   }
 }

@@ -28,6 +28,7 @@ row() {  # row ID KERNEL METRIC UNIT VALUE
     row 0 "$k" Duration ns "294,112"
     row 0 "$k" "DRAM Throughput" % 45.5
     row 0 "$k" dram__bytes_read.sum byte "590,000,000"
+    row 0 "$k" sm__cycles_active.max cycle "400,000"
     row 0 "$k" smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio inst/warp "366,720.05"
     row 0 "$k" smsp__average_warp_latency_issue_stalled_lg_throttle.ratio inst/warp "27,658.28"
     row 0 "$k" smsp__average_warp_latency_issue_stalled_wait.ratio inst/warp "380,594.10"
@@ -53,6 +54,8 @@ grep -q "build-commit, kernels matching 'combine_kernel|dispatch_kernel'" <<<"$o
 grep -qE '^\[0\] transfer::combine_kernel  grid \(116, 1, 1\) x block \(768, 1, 1\)$' <<<"$out" || fail "launch 0 named"
 grep -qE '^    duration +294,112 ns$' <<<"$out" || fail "launch 0's duration"
 grep -qE '^    DRAM bytes read +590,000,000 byte$' <<<"$out" || fail "launch 0's DRAM bytes"
+grep -qE '^    SM active cycles, most +400,000 cycle$' <<<"$out" || fail "launch 0's busiest SM"
+grep -q "sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max" "$work/args" || fail "ncu asked for SM activity"
 grep -qE '^    top stalls +wait 380,594, long_scoreboard 366,720, lg_throttle 27,658, membar 0$' <<<"$out" ||
   fail "launch 0's stalls, largest first"
 grep -qE '^\[1\] transfer::reverse_dispatch_kernel<0>  ' <<<"$out" || fail "launch 1 named, in order"

@@ -138,7 +138,8 @@ class TokenExchange {
   // a token's routes on one rank within a window of `group_rows` schedule rows (0: the whole
   // schedule, one group per (token, rank); the fused forward's windows are its macrobatches).
   // `y`: one destination per local rank (at most transfer::kMaxCombineOutputs, device memory of
-  // tokens x hidden bf16) instead of the exchange's y, or empty.
+  // tokens x hidden bf16) instead of the exchange's y, or empty. In a world of one rank both
+  // passes run as one (src/device/transfer/single_rank_combine.cuh: the same bits).
   void combine(const RouterNormalization& router, cudaStream_t stream, int group_rows = 0,
                const std::vector<__nv_bfloat16*>& y = {});
   // y after the fused forward (src/fused/fused_forward.hpp, options.forward and options.backward):
@@ -173,6 +174,8 @@ class TokenExchange {
   struct Kernels;  // launch shapes, fixed at setup
   // The kernels' arguments for a pull of `range` (checked; `name` for errors).
   detail::ExchangeArgs pull_args(const char* name, const PullRange& range) const;
+  // combine's launch, in two passes or in one (a world of one rank).
+  void launch_combine(const detail::ExchangeArgs& args, cudaStream_t stream);
 
   comm::World& world_;
   ExchangeShape shape_;
