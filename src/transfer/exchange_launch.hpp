@@ -72,6 +72,34 @@ comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const Exc
   return shape;
 }
 
+// The launches of a world of one rank (single_rank_pull.cuh, single_rank_combine.cuh) share the
+// tokens' rows out in chunks of 32 vectors: their count, checked to fit in 32 bits.
+int single_rank_chunks(const ExchangeShape& exchange);
+
+// A launch of a world of one rank never waits on another CTA: it takes every SM, whatever the SM
+// budget, with `threads` a CTA, as many CTAs as all `kernels` can keep co-resident and the chunks
+// can use.
+template <typename... Kernels>
+comm::LaunchShape single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange, int threads,
+                                           size_t shared_bytes, Kernels... kernels) {
+  comm::LaunchShape shape;
+  shape.threads_per_cta = threads;
+  shape.shared_bytes = shared_bytes;
+  const int max_ctas = std::min({comm::max_ctas_per_rank(world, kernels, threads, shared_bytes)...});
+  shape.ctas_per_rank =
+      ctas_for_items(world, world.multiprocessors(), max_ctas, single_rank_chunks(exchange), threads / kWarpSize);
+  return shape;
+}
+
+// The pulls in a world of one rank (single_rank_pull.cuh: by token, every SM, no barrier).
+bool runs_single_rank_pulls(const comm::World& world);
+comm::LaunchShape dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
+void launch_dispatch_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                                 cudaStream_t stream);
+comm::LaunchShape reverse_combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
+void launch_reverse_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                                        cudaStream_t stream);
+
 comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
@@ -93,7 +121,6 @@ void launch_combine(comm::World& world, const comm::LaunchShape& shape, const Ex
 // Whether combine runs in one pass (combine_single_rank.cu): a world of one rank, and the shared
 // row and a token's k routes fit a staged sum's lanes.
 bool runs_single_rank_combine(const comm::World& world, const ExchangeShape& exchange);
-// Every SM (the launch never waits on another CTA), regardless of the SM budget.
 comm::LaunchShape combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
 void launch_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                                 cudaStream_t stream);

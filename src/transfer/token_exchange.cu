@@ -120,9 +120,22 @@ RouterScaling scaling_of(const RouterNormalization& router) {
 
 }  // namespace
 
+namespace detail {
+
+int single_rank_chunks(const ExchangeShape& exchange) {
+  const int64_t chunks = exchange.tokens * ((exchange.hidden / kBf16PerVector + kWarpSize - 1) / kWarpSize);
+  CARACAL_CHECK(chunks <= INT32_MAX, "TokenExchange: tokens x ceil(hidden / 256) must fit in 32 bits, got ", chunks);
+  return static_cast<int>(chunks);
+}
+
+bool runs_single_rank_pulls(const comm::World& world) { return world.world_size() == 1; }
+
+}  // namespace detail
+
 struct TokenExchange::Kernels {
   comm::LaunchShape schedule;
   comm::LaunchShape gates;
+  bool single_rank_pulls = false;  // dispatch and reverse combine by token (detail::runs_single_rank_pulls)
   comm::LaunchShape dispatch;
   comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
@@ -159,8 +172,12 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_ = std::make_unique<Kernels>();
   kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
   kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
-  kernels_->dispatch = detail::dispatch_launch_shape(world, sm_budget, sizes_);
-  kernels_->reverse_combine = detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
+  kernels_->single_rank_pulls = detail::runs_single_rank_pulls(world);
+  kernels_->dispatch = kernels_->single_rank_pulls ? detail::dispatch_single_rank_launch_shape(world, shape_)
+                                                   : detail::dispatch_launch_shape(world, sm_budget, sizes_);
+  kernels_->reverse_combine = kernels_->single_rank_pulls
+                                  ? detail::reverse_combine_single_rank_launch_shape(world, shape_)
+                                  : detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
   kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
   kernels_->combine = kernels_->single_rank_combine ? detail::combine_single_rank_launch_shape(world, shape_)
                                                     : detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
@@ -212,7 +229,12 @@ void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_
 
 void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  detail::launch_dispatch(world_, kernels_->dispatch, pull_args("TokenExchange::dispatch", range), stream);
+  const detail::ExchangeArgs args = pull_args("TokenExchange::dispatch", range);
+  if (kernels_->single_rank_pulls) {
+    detail::launch_dispatch_single_rank(world_, kernels_->dispatch, args, stream);
+  } else {
+    detail::launch_dispatch(world_, kernels_->dispatch, args, stream);
+  }
 }
 
 detail::ExchangeArgs TokenExchange::pull_args(const char* name, const PullRange& range) const {
@@ -283,8 +305,12 @@ void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range)
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
   CARACAL_CHECK(range.in_place == RowsInPlace::kNone,
                 "TokenExchange::reverse_combine: range.in_place must be kNone (no launch leaves dy rows in place)");
-  detail::launch_reverse_combine(world_, kernels_->reverse_combine, pull_args("TokenExchange::reverse_combine", range),
-                                 stream);
+  const detail::ExchangeArgs args = pull_args("TokenExchange::reverse_combine", range);
+  if (kernels_->single_rank_pulls) {
+    detail::launch_reverse_combine_single_rank(world_, kernels_->reverse_combine, args, stream);
+  } else {
+    detail::launch_reverse_combine(world_, kernels_->reverse_combine, args, stream);
+  }
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {

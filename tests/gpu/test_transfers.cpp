@@ -543,6 +543,103 @@ TEST(GpuTransfersAfterFusedForward, SumsMacrobatchZeroAndReadsLaterGroupsFromThe
   }
 }
 
+// Pulls window by window over a ring, as the fused backward's: each window's rows land in the
+// ring's first rows (dispatch: x; reverse combine: dy, and g per schedule row), padding zeroed, no
+// row past the window written; with RowsInPlace::kAll dispatch zeroes only the padding and leaves
+// the real rows as they were. Bit for bit against the twin, in a world of one rank (by token,
+// single_rank_pull.cuh) and of two (by schedule row, pull_rows.cuh).
+TEST(GpuTransfersWindows, PullEachWindowIntoTheRing) {
+  CARACAL_REQUIRE_GPU();
+  for (int world_size : {1, 2}) {
+    SCOPED_TRACE("W" + std::to_string(world_size));
+    const ExchangeShape& shape = kShapes[0];
+    const int64_t T = shape.tokens, k = shape.top_k, D = shape.hidden, ring = 2 * shape.tile_m;
+    ExchangeOptions options{true, true, false};
+    options.expert_out = false;
+    options.expert_dx = false;
+    options.ring_rows = static_cast<int>(ring);
+    comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
+    TokenExchange ex(world, shape, options);
+    Stream stream;
+    const RouterNormalization router = router_of(true);
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed_note(seed));
+    const Routing routing = make_test_routing(RoutingCase::kZipf, world_size, T, k, shape.num_experts, seed);
+    const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
+    const Inputs in = make_inputs(shape, ex.sizes().row_capacity, schedule, seed);
+    int64_t most_rows = 0;
+    for (int l = 0; l < world.local_ranks(); ++l) {
+      const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+      const int32_t* ids = routing.rank_topk(static_cast<int64_t>(rank));
+      upload(world, ex.schedule_buffers().topk_idx, l, std::vector<int32_t>(ids, ids + T * k));
+      upload(world, ex.router_buffers().topk_scores, l, in.scores[rank]);
+      upload(world, ex.forward_buffers().x, l, in.x[rank]);
+      upload(world, ex.backward_buffers().dy, l, in.dy[rank]);
+      most_rows = std::max(most_rows, schedule.ranks[rank].padded_rows());
+    }
+    ASSERT_GT(most_rows, 2 * ring) << "the routing must fill several windows";
+    const Twin twin{shape, routing, schedule, in, static_cast<float>(router.scale), router.normalize, false, 0, false};
+    const Expected want = twin.run();
+    settle();
+    ex.build_schedule(stream.get());
+    ex.compute_gates(router, stream.get());
+    stream.sync();
+    const int64_t R = ex.sizes().row_capacity;
+    for (int64_t first = 0; first < most_rows; first += ring) {
+      const int end = static_cast<int>(std::min(first + ring, static_cast<int64_t>(ex.schedule_view(0).row_capacity)));
+      SCOPED_TRACE("window [" + std::to_string(first) + ", " + std::to_string(end) + ")");
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        poison(world, ex.forward_buffers().expert_x, l, ring * D, kNanByte);
+        poison(world, ex.backward_buffers().expert_dy, l, ring * D, kNanByte);
+        poison(world, ex.backward_buffers().expert_gates, l, R, kNanByte);
+      }
+      settle();
+      ex.dispatch(stream.get(), {static_cast<int>(first), end});
+      ex.reverse_combine(stream.get(), {static_cast<int>(first), end});
+      stream.sync();
+      ASSERT_NO_THROW(ex.check());
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+        const int64_t rows = std::clamp(schedule.ranks[rank].padded_rows() - first, int64_t{0}, ring);
+        const auto window_of = [&](const Bf16Rows& all) {
+          return Bf16Rows(all.begin() + first * D, all.begin() + (first + rows) * D);
+        };
+        expect_same_bits(used_rows(download<uint16_t>(world, ex.forward_buffers().expert_x, l, ring * D), rows, D,
+                                   "expert_x"),
+                         window_of(want.expert_x[rank]), "expert_x, rank " + std::to_string(rank));
+        expect_same_bits(used_rows(download<uint16_t>(world, ex.backward_buffers().expert_dy, l, ring * D), rows, D,
+                                   "expert_dy"),
+                         window_of(want.expert_dy[rank]), "expert_dy, rank " + std::to_string(rank));
+        const std::vector<float> gates = download<float>(world, ex.backward_buffers().expert_gates, l, R);
+        expect_same_bits(std::vector<float>(gates.begin() + first, gates.begin() + first + rows),
+                         std::vector<float>(want.expert_gates[rank].begin() + first,
+                                            want.expert_gates[rank].begin() + first + rows),
+                         "expert_gates, rank " + std::to_string(rank));
+      }
+      // Rows in place: only the padding is written (zero); the real rows keep their poison.
+      for (int l = 0; l < world.local_ranks(); ++l) poison(world, ex.forward_buffers().expert_x, l, ring * D, kNanByte);
+      settle();
+      transfer::PullRange in_place{static_cast<int>(first), end};
+      in_place.in_place = transfer::RowsInPlace::kAll;
+      ex.dispatch(stream.get(), in_place);
+      stream.sync();
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+        const int64_t rows = std::clamp(schedule.ranks[rank].padded_rows() - first, int64_t{0}, ring);
+        const Bf16Rows got = download<uint16_t>(world, ex.forward_buffers().expert_x, l, ring * D);
+        int64_t wrong = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const bool padding = schedule.ranks[rank].rows[static_cast<size_t>(first + r)].is_padding();
+          for (int64_t d = 0; d < D; ++d) {
+            wrong += got[static_cast<size_t>(r * D + d)] != (padding ? uint16_t{0} : kBf16Nan);
+          }
+        }
+        EXPECT_EQ(wrong, 0) << "rank " << rank << ": values of a dispatch with every row in place";
+      }
+    }
+  }
+}
+
 // ---- CUDA graph --------------------------------------------------------------------------------------
 
 class GpuTransfersGraph : public testing::TestWithParam<int> {};

@@ -21,6 +21,9 @@
 //   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
+// In a world of one rank (W = 1) dispatch, combine and reverse combine need no barrier (stream
+// order publishes everything) and run by token: single_rank_pull.cuh, single_rank_combine.cuh
+// (combine's two passes in one), the same bits.
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
 // visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
 // an earlier launch. A buffer that peers read (topk_idx, topk_scores — combine's expert side
@@ -70,7 +73,9 @@ struct ExchangeOptions {
   int ring_rows = 0;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
-  // always progresses). 0 = all but kExchangeFreeSms.
+  // always progresses). 0 = all but kExchangeFreeSms. In a world of one rank dispatch, combine and
+  // reverse combine wait on nothing (src/device/transfer/single_rank_pull.cuh, single_rank_combine.cuh)
+  // and take every SM.
   int max_sms = 0;
   // Pulls (dispatch, reverse combine) load home rows with ld.global.nc instead of ld.global. Both
   // are correct (row_copy.cuh says why); ld.global measured 4-8% faster (docs/PERF.md,
@@ -130,7 +135,8 @@ class TokenExchange {
   // gates from topk_scores and topk_idx.
   void compute_gates(const RouterNormalization& router, cudaStream_t stream);
   // expert_x from x (needs a built schedule; options.forward), for the rows of `range`; rows an
-  // earlier launch left in expert_x (range.in_place) are not pulled again.
+  // earlier launch left in expert_x (range.in_place) are not pulled again. In a world of one rank
+  // the pulls go by token (src/device/transfer/single_rank_pull.cuh: the same rows).
   void dispatch(cudaStream_t stream, const PullRange& range = {});
   // y from expert_out, g (from topk_scores through `router`, which must be the one compute_gates
   // used) and shared_out when options.shared_expert (options.forward and options.expert_out): one

@@ -32,6 +32,23 @@ __device__ __forceinline__ WarpWorkers rank_warps(const comm::CtaPlace& place) {
   return {place.index * warps_per_cta + static_cast<int>(threadIdx.x) / 32, place.count * warps_per_cta};
 }
 
+// Every warp of the launch, in (CTA, warp) order.
+__device__ __forceinline__ WarpWorkers launch_warps() {
+  return {static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), static_cast<int>(gridDim.x * blockDim.x) / 32};
+}
+
+// This warp's run [begin, end) of `items` items that the warps of the launch share in equal runs
+// of consecutive items (the first items % warps warps one more): work whose cost is even per item
+// spreads evenly, whatever the warps find in it.
+struct WarpRun {
+  int begin, end;
+};
+__device__ __forceinline__ WarpRun launch_warp_run(int items) {
+  const WarpWorkers w = launch_warps();
+  const int begin = w.index * (items / w.count) + min(w.index, items % w.count);
+  return {begin, begin + items / w.count + (w.index < items % w.count ? 1 : 0)};
+}
+
 // Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the
 // warps taking turns over the flattened sequence. Only 32-bit divisions: a 64-bit one is a
 // subroutine call, around which ptxas spills.

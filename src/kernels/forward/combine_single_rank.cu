@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "device/transfer/single_rank_combine.cuh"
+#include "device/transfer/warp_work.cuh"
 #include "transfer/exchange_launch.hpp"
 
 namespace caracal::transfer::detail {
@@ -23,16 +24,12 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_single_rank_kernel(
   const CombinePush& push = args.combine;
   const int vectors = args.hidden / kBf16PerVector;
   const int chunks_per_token = (vectors + kWarpSize - 1) / kWarpSize;
-  const int chunks = args.tokens * chunks_per_token;  // fits: combine_single_rank_launch_shape checks
-  const int warps = static_cast<int>(gridDim.x * blockDim.x) / kWarpSize;
-  const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize);
-  // This warp's run of chunks: chunks / warps each, the first chunks % warps warps one more.
-  const int begin = warp * (chunks / warps) + min(warp, chunks % warps);
-  const int end = begin + chunks / warps + (warp < chunks % warps ? 1 : 0);
+  // Fits in 32 bits: combine_single_rank_launch_shape checks.
+  const WarpRun run = launch_warp_run(args.tokens * chunks_per_token);
   __nv_bfloat16* const y_out = push.y_out[0] != nullptr ? push.y_out[0] : world.at(args.forward.y, rank);
-  for (int chunk = begin; chunk < end;) {
+  for (int chunk = run.begin; chunk < run.end;) {
     const int token = chunk / chunks_per_token;
-    const int token_end = min(end, (token + 1) * chunks_per_token);
+    const int token_end = min(run.end, (token + 1) * chunks_per_token);
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     TokenSumInputs in;
     in.ids = world.at(schedule.topk_idx, rank) + first_route;
@@ -59,22 +56,14 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_single_rank_kernel(
 }  // namespace
 
 bool runs_single_rank_combine(const comm::World& world, const ExchangeShape& exchange) {
-  return world.world_size() == 1 && exchange.top_k < kMaxStagedRows;
+  return runs_single_rank_pulls(world) && exchange.top_k < kMaxStagedRows;
 }
 
 comm::LaunchShape combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange) {
-  comm::LaunchShape shape;
-  shape.threads_per_cta = kReduceThreads;
-  shape.shared_bytes = staged_sum_shared_bytes(shape.threads_per_cta);
-  allow_shared_bytes(combine_single_rank_kernel, shape.shared_bytes,
+  const size_t shared_bytes = staged_sum_shared_bytes(kReduceThreads);
+  allow_shared_bytes(combine_single_rank_kernel, shared_bytes,
                      "cudaFuncSetAttribute(combine_single_rank_kernel, MaxDynamicSharedMemorySize)");
-  const int64_t chunks = exchange.tokens * ((exchange.hidden / kBf16PerVector + kWarpSize - 1) / kWarpSize);
-  CARACAL_CHECK(chunks <= INT_MAX, "TokenExchange: tokens x hidden / 256 must fit in 32 bits for combine, got ",
-                chunks);
-  const int max_ctas =
-      comm::max_ctas_per_rank(world, combine_single_rank_kernel, shape.threads_per_cta, shape.shared_bytes);
-  shape.ctas_per_rank = ctas_for_items(world, world.multiprocessors(), max_ctas, chunks, kReduceThreads / kWarpSize);
-  return shape;
+  return single_rank_launch_shape(world, exchange, kReduceThreads, shared_bytes, combine_single_rank_kernel);
 }
 
 void launch_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
