@@ -91,7 +91,8 @@ comm::LaunchShape single_rank_launch_shape(comm::World& world, const ExchangeSha
   return shape;
 }
 
-// The pulls in a world of one rank (single_rank_pull.cuh: by token, every SM, no barrier).
+// The pulls and reverse dispatch in a world of one rank (single_rank_pull.cuh,
+// reverse_dispatch_single_rank.cu: by token, every SM, no barrier).
 bool runs_single_rank_pulls(const comm::World& world);
 comm::LaunchShape dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
 void launch_dispatch_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
@@ -99,6 +100,11 @@ void launch_dispatch_single_rank(comm::World& world, const comm::LaunchShape& sh
 comm::LaunchShape reverse_combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
 void launch_reverse_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                                         cudaStream_t stream);
+
+comm::LaunchShape reverse_dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
+// push_dx: the dx rows are read from expert_dx (else from the dx slots the dx GEMM filled).
+void launch_reverse_dispatch_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
+                                         cudaStream_t stream, bool push_dx);
 
 comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);

@@ -135,7 +135,8 @@ bool runs_single_rank_pulls(const comm::World& world) { return world.world_size(
 struct TokenExchange::Kernels {
   comm::LaunchShape schedule;
   comm::LaunchShape gates;
-  bool single_rank_pulls = false;  // dispatch and reverse combine by token (detail::runs_single_rank_pulls)
+  bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
+                                   // (detail::runs_single_rank_pulls)
   comm::LaunchShape dispatch;
   comm::LaunchShape reverse_combine;
   comm::LaunchShape combine;
@@ -181,7 +182,9 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
   kernels_->combine = kernels_->single_rank_combine ? detail::combine_single_rank_launch_shape(world, shape_)
                                                     : detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
-  kernels_->reverse_dispatch = detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
+  kernels_->reverse_dispatch = kernels_->single_rank_pulls
+                                   ? detail::reverse_dispatch_single_rank_launch_shape(world, shape_)
+                                   : detail::reverse_dispatch_launch_shape(world, sm_budget, shape_, sizes_);
 
   detail::ExchangeArgs& a = kernels_->args;
   a.tokens = static_cast<int>(shape_.tokens);
@@ -318,7 +321,7 @@ void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStre
                 "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true and expert_dx = true");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, /*push_dx=*/true);
+  launch_reverse_dispatch(args, stream, /*push_dx=*/true);
 }
 
 void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream) {
@@ -326,7 +329,15 @@ void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& 
                 "TokenExchange::reverse_dispatch_filled_dx_slots needs ExchangeOptions::backward = true");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, /*push_dx=*/false);
+  launch_reverse_dispatch(args, stream, /*push_dx=*/false);
+}
+
+void TokenExchange::launch_reverse_dispatch(const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx) {
+  if (kernels_->single_rank_pulls) {
+    detail::launch_reverse_dispatch_single_rank(world_, kernels_->reverse_dispatch, args, stream, push_dx);
+  } else {
+    detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, push_dx);
+  }
 }
 
 void TokenExchange::check() {

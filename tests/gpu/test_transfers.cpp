@@ -640,6 +640,59 @@ TEST(GpuTransfersWindows, PullEachWindowIntoTheRing) {
   }
 }
 
+// reverse_dispatch_filled_dx_slots: the dx rows already in their home slots (as the dx GEMM stores
+// them; here written by the test), only dL/dg pushed: dx and d topk_scores bit for bit as the twin
+// computes them, in a world of one rank (one pass) and of two.
+TEST(GpuTransfersFilledDxSlots, SumsTheSlotsAndPushesOnlyDg) {
+  CARACAL_REQUIRE_GPU();
+  for (int world_size : {1, 2}) {
+    for (bool shared : {true, false}) {
+      SCOPED_TRACE("W" + std::to_string(world_size) + (shared ? "_shared" : "_noshared"));
+      const ExchangeShape& shape = kShapes[0];
+      const int64_t T = shape.tokens, k = shape.top_k, D = shape.hidden;
+      const ExchangeOptions options{true, true, shared};
+      comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
+      TokenExchange ex(world, shape, options);
+      Stream stream;
+      const RouterNormalization router = router_of(world_size == 1);
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(seed_note(seed));
+      const Routing routing = make_test_routing(RoutingCase::kEmptySlots, world_size, T, k, shape.num_experts, seed);
+      const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
+      const Inputs in = make_inputs(shape, ex.sizes().row_capacity, schedule, seed);
+      upload_step(ex, routing, in);
+      poison_outputs(ex);
+      for (int l = 0; l < world.local_ranks(); ++l) {  // each routed slot's dx row, home
+        const size_t home = static_cast<size_t>(world.first_local_rank() + l);
+        Bf16Rows slots(static_cast<size_t>(T * k * D), kBf16Nan);
+        for (int64_t route = 0; route < T * k; ++route) {
+          const int32_t expert = routing.at(static_cast<int64_t>(home), route / k, route % k);
+          if (expert < 0 || expert >= shape.num_experts) continue;
+          const RouteLocation loc = schedule.routes[home][static_cast<size_t>(route)];
+          const uint16_t* row = in.expert_dx[static_cast<size_t>(loc.dst_rank)].data() + loc.row * D;
+          std::copy(row, row + D, slots.begin() + route * D);
+        }
+        upload(world, ex.backward_buffers().dx_slots, l, slots);
+      }
+      settle();
+      ex.build_schedule(stream.get());
+      ex.reverse_dispatch_filled_dx_slots(router, stream.get());
+      stream.sync();
+      ASSERT_NO_THROW(ex.check());
+      const Twin twin{shape, routing, schedule, in, static_cast<float>(router.scale), router.normalize, shared, 0, false};
+      for (int l = 0; l < world.local_ranks(); ++l) {
+        const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+        expect_same_bits(download<uint16_t>(world, ex.backward_buffers().dx, l, T * D),
+                         twin.reduced(static_cast<int64_t>(rank), in.expert_dx, in.shared_dx[rank]),
+                         "dx, rank " + std::to_string(rank));
+        expect_same_bits(download<float>(world, ex.router_buffers().d_topk_scores, l, T * k),
+                         twin.score_gradients_of(static_cast<int64_t>(rank)),
+                         "d_topk_scores, rank " + std::to_string(rank));
+      }
+    }
+  }
+}
+
 // ---- CUDA graph --------------------------------------------------------------------------------------
 
 class GpuTransfersGraph : public testing::TestWithParam<int> {};

@@ -21,9 +21,10 @@
 //   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
-// In a world of one rank (W = 1) dispatch, combine and reverse combine need no barrier (stream
-// order publishes everything) and run by token: single_rank_pull.cuh, single_rank_combine.cuh
-// (combine's two passes in one), the same bits.
+// In a world of one rank (W = 1) no launch but build_schedule needs a barrier (stream order
+// publishes everything): dispatch, combine, reverse combine and reverse dispatch run by token,
+// every pass in one (single_rank_pull.cuh, single_rank_combine.cuh,
+// src/kernels/backward/reverse_dispatch_single_rank.cu), with the same bits.
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
 // visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
 // an earlier launch. A buffer that peers read (topk_idx, topk_scores — combine's expert side
@@ -73,9 +74,8 @@ struct ExchangeOptions {
   int ring_rows = 0;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
-  // always progresses). 0 = all but kExchangeFreeSms. In a world of one rank dispatch, combine and
-  // reverse combine wait on nothing (src/device/transfer/single_rank_pull.cuh, single_rank_combine.cuh)
-  // and take every SM.
+  // always progresses). 0 = all but kExchangeFreeSms. In a world of one rank the four transfers
+  // wait on nothing (see above) and take every SM.
   int max_sms = 0;
   // Pulls (dispatch, reverse combine) load home rows with ld.global.nc instead of ld.global. Both
   // are correct (row_copy.cuh says why); ld.global measured 4-8% faster (docs/PERF.md,
@@ -180,8 +180,9 @@ class TokenExchange {
   struct Kernels;  // launch shapes, fixed at setup
   // The kernels' arguments for a pull of `range` (checked; `name` for errors).
   detail::ExchangeArgs pull_args(const char* name, const PullRange& range) const;
-  // combine's launch, in two passes or in one (a world of one rank).
+  // combine's and reverse dispatch's launches, in two passes or in one (a world of one rank).
   void launch_combine(const detail::ExchangeArgs& args, cudaStream_t stream);
+  void launch_reverse_dispatch(const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx);
 
   comm::World& world_;
   ExchangeShape shape_;

@@ -19,13 +19,13 @@ namespace caracal::transfer {
 // in flight together.
 inline constexpr int kSlotsInFlight = 8;
 
-// `summed(slot)`: whether slot `slot`'s row is part of the sum (the same on every lane); `slots`
-// the token's k rows, `slot_stride` 16-byte vectors apart, pushed during this launch and ordered
-// by a world barrier; `shared` its shared-expert row or null; `out` its output row; `vectors` of
-// each summed (a slice of the rows where slot_stride is more).
-template <typename Summed>
-__device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint4* slots, int64_t slot_stride,
-                                          const uint4* shared, uint4* out, int vectors, int lane) {
+// `summed(slot)`: whether slot `slot`'s row is part of the sum (the same on every lane);
+// `row_of(slot)`: that row's first vector (pushed during this launch and ordered by a world
+// barrier, or stored before it); `shared` the token's shared-expert row or null; `out` its output
+// row; `vectors` of each summed (a slice of the rows, the pointers at its first vector).
+template <typename Summed, typename RowOf>
+__device__ inline void reduce_token_slots(Summed&& summed, int top_k, RowOf&& row_of, const uint4* shared, uint4* out,
+                                          int vectors, int lane) {
   for (int v = lane; v < vectors; v += kWarpSize) {
     float acc[kBf16PerVector];
     if (shared != nullptr) {
@@ -41,8 +41,7 @@ __device__ inline void reduce_token_slots(Summed&& summed, int top_k, const uint
       for (int u = 0; u < kSlotsInFlight; ++u) {
         const int slot = first + u;
         used[u] = slot < top_k && summed(slot);
-        row[u] =
-            used[u] ? load_coherent16(slots + slot * slot_stride + v) : make_uint4(0u, 0u, 0u, 0u);
+        row[u] = used[u] ? load_coherent16(row_of(slot) + v) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
       for (int u = 0; u < kSlotsInFlight; ++u) {

@@ -60,10 +60,10 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
                                 world.at(backward.dg_slots, rank) + first_route, args.num_experts, args.top_k,
                                 args.scaling, world.at(args.router.d_topk_scores, rank) + first_route, lane);
         }
+        const uint4* slots = row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden) + first;
         reduce_token_slots(
             [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k,
-            row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden) + first, vectors,
-            args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
+            [&](int slot) { return slots + static_cast<int64_t>(slot) * vectors; }, args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
             row_vectors(world.at(backward.dx, rank), token, args.hidden) + first, min(kSliceVectors, vectors - first),
             lane);
       });

@@ -68,8 +68,10 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
     if (staged) {
       reduce_token_slots_staged(leaders, args.top_k, slots, shared, y, args.hidden / kBf16PerVector, stage, lane);
     } else {
-      reduce_token_slots(leaders, args.top_k, slots, args.hidden / kBf16PerVector, shared, y,
-                         args.hidden / kBf16PerVector, lane);
+      const int vectors = args.hidden / kBf16PerVector;
+      reduce_token_slots(
+          leaders, args.top_k, [&](int slot) { return slots + static_cast<int64_t>(slot) * vectors; }, shared, y,
+          vectors, lane);
     }
   });
 }
