@@ -26,6 +26,7 @@ RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& sha
                       const std::vector<int64_t>& rows_per_rank, bool rows_per_route) {
   RowTraffic t;
   t.rows_per_route = rows_per_route;
+  t.single_rank = routing.world_size == 1;
   t.routed = std::count_if(routing.topk_idx.begin(), routing.topk_idx.end(),
                            [&](int32_t id) { return routed(id, shape.num_experts); });
   for (const int64_t rows : rows_per_rank) t.padded_rows += rows;

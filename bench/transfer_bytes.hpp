@@ -15,8 +15,12 @@
 //                     sum: reads every routed slot and writes one dx row per token:
 //                                                                     (3 * routed + tokens) * row
 // with routed = routes to a real expert, pulled = (token, rank) pairs (routed per route),
-// padded_rows = the schedules' rows (routed + padding) and tokens = W * T. The device-to-device copy a pass is compared with moves the same total: one
-// cudaMemcpyAsync of half as many bytes, each read once and written once.
+// padded_rows = the schedules' rows (routed + padding) and tokens = W * T. In a world of one rank
+// (TokenExchange runs its transfers by token there) the pulls read a token once whatever
+// rows_per_route says, and combine and reverse dispatch run in one pass, with no slot rows:
+// each reads every routed row and writes one row per token:                (routed + tokens) * row
+// The device-to-device copy a pass is compared with moves the same total: one cudaMemcpyAsync of
+// half as many bytes, each read once and written once.
 // In loopback every rank's traffic crosses one GPU's memory, so the rate is the whole GPU's. The
 // counts are logical: a home row that several of its k routes read may come from L2, not HBM.
 //
@@ -58,6 +62,7 @@ inline bool is_pull(Pass pass) { return pass == Pass::kDispatch || pass == Pass:
 // The rows one exchange moves, over all ranks, and per rank those that cross between ranks.
 struct RowTraffic {
   bool rows_per_route = false;  // ExchangeOptions::rows_per_route: pulls and combine move a row per route
+  bool single_rank = false;     // a world of one rank: every transfer by token, in one pass
   int64_t routed = 0;       // routes to a real expert
   int64_t pulled_tokens = 0;  // (token, rank holding one of its experts) pairs
   int64_t padded_rows = 0;  // schedule rows: routed + padding to tile_m per expert
@@ -77,8 +82,10 @@ RowTraffic traffic_of(const Routing& routing, const transfer::ExchangeShape& sha
                       const std::vector<int64_t>& rows_per_rank, bool rows_per_route);
 
 inline double bytes_moved(Pass pass, const RowTraffic& t) {
-  const int64_t per_token = t.rows_per_route ? t.routed : t.pulled_tokens;  // rows read or pushed home
+  // Rows read or pushed home per token.
+  const int64_t per_token = t.rows_per_route && !t.single_rank ? t.routed : t.pulled_tokens;
   const int64_t rows = is_pull(pass)               ? per_token + t.padded_rows
+                       : t.single_rank             ? t.routed + t.tokens
                        : pass == Pass::kCombine    ? t.routed + 2 * per_token + t.tokens
                                                    : 3 * t.routed + t.tokens;
   return static_cast<double>(rows) * static_cast<double>(t.row_bytes);

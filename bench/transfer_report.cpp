@@ -45,8 +45,10 @@ void print_loopback_direction(const DirectionResult& r) {
 
 void print_loopback_table(const std::vector<DirectionResult>& results) {
   std::printf(
-      "GB/s = row payload read+written per pass, all ranks (pull: (routed+padded rows)*2D; push+sum: "
-      "(3*routed+tokens)*2D); copy = one D2D cudaMemcpyAsync moving the same bytes; ratio = copy ms / ms. "
+      "GB/s = row payload read+written per pass, all ranks (bench/transfer_bytes.hpp; pull: (pulled tokens+"
+      "padded rows)*2D; combine: (routed+2*pulled tokens+tokens)*2D; reverse dispatch: (3*routed+tokens)*2D; "
+      "W = 1, one pass: (routed+tokens)*2D); copy = one D2D cudaMemcpyAsync moving the same bytes; ratio = "
+      "copy ms / ms. "
       "sched us = one build_schedule launch (loopback: all W ranks' tables on the one GPU). nccl lines: the "
       "NCCL baseline (the host learns the counts) on TokenExchange's bytes, last column = its ms / "
       "TokenExchange's ms.\n");

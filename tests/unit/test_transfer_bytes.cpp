@@ -62,5 +62,28 @@ TEST(TransferBytes, PullsAndCombineCountOneRowPerTokenAndRankOrPerRoute) {
   }
 }
 
+// In a world of one rank every transfer goes by token: the pulls read a token once even per route,
+// and combine and reverse dispatch read each routed row and write a row per token, in one pass.
+TEST(TransferBytes, OneRankCountsOnePassAndOneReadPerToken) {
+  Routing r;
+  r.world_size = 1;
+  r.tokens_per_rank = 2;
+  r.top_k = 3;
+  r.topk_idx = {0, 2, 3, 1, -1, 0};  // token 0: three routes; token 1: two and an empty slot
+  const transfer::ExchangeShape shape{2, 3, 8, 4, 4};
+  for (bool rows_per_route : {false, true}) {
+    const RowTraffic t = traffic_of(r, shape, schedule_rows_per_rank(r, shape.num_experts, shape.tile_m), rows_per_route);
+    EXPECT_TRUE(t.single_rank);
+    EXPECT_EQ(t.routed, 5);
+    EXPECT_EQ(t.pulled_tokens, 2);
+    EXPECT_EQ(t.padded_rows, 16);  // four experts with 2, 1, 1, 1 routes, each padded to 4
+    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kDispatch, t), (2 + 16) * kRow);
+    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kReverseCombine, t), (2 + 16) * kRow);
+    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kCombine, t), (5 + 2) * kRow);
+    EXPECT_DOUBLE_EQ(bytes_moved(Pass::kReverseDispatch, t), (5 + 2) * kRow);
+    EXPECT_EQ(remote_bytes_per_rank(Pass::kCombine, t), (std::vector<double>{0.0}));
+  }
+}
+
 }  // namespace
 }  // namespace caracal::bench
