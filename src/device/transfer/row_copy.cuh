@@ -96,31 +96,6 @@ __device__ __forceinline__ void warp_copy_row(uint4* dst, const uint4* src, int 
   for (; i < vectors; i += kWarpSize) store16(dst + i, load_row16<kCoherent>(src + i));
 }
 
-// One warp stores vectors [begin, end) of src (immutable during the launch unless kCoherent) into
-// the rows of the lanes in `members`, each lane's row being row_of(mine) for its own `mine`: every
-// vector is loaded once, kCopyUnroll a lane in flight. Call from all lanes.
-template <bool kCoherent, typename RowOf>
-__device__ void warp_fan_out_vectors(const uint4* src, int begin, int end, unsigned members, int mine, RowOf&& row_of,
-                                     int lane) {
-  // Warp-uniform trip counts (the shuffles below need every lane).
-  for (int first = begin; first < end; first += kCopyUnroll * kWarpSize) {
-    uint4 v[kCopyUnroll];
-#pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) {
-      const int i = first + u * kWarpSize + lane;
-      if (i < end) v[u] = load_row16<kCoherent>(src + i);
-    }
-    for (unsigned rest = members; rest != 0u; rest &= rest - 1u) {
-      uint4* const dst = row_of(__shfl_sync(~0u, mine, __ffs(rest) - 1));
-#pragma unroll
-      for (int u = 0; u < kCopyUnroll; ++u) {
-        const int i = first + u * kWarpSize + lane;
-        if (i < end) store16(dst + i, v[u]);
-      }
-    }
-  }
-}
-
 // One warp zeroes `vectors` 16-byte vectors at dst.
 __device__ __forceinline__ void warp_zero_row(uint4* dst, int vectors, int lane) {
   for (int i = lane; i < vectors; i += kWarpSize) store16(dst + i, make_uint4(0u, 0u, 0u, 0u));
