@@ -69,7 +69,7 @@ struct FusedForwardRank {
 
 struct FusedForwardArgs {
   const transfer::TokenExchange* exchange = nullptr;
-  RouterNormalization router;           // g for the group sums: compute_gates' (caracal/layer_config.hpp)
+  RouterNormalization router;           // g for the group sums: build_schedule's (caracal/layer_config.hpp)
   std::vector<FusedForwardRank> ranks;  // one per local rank of the exchange's world
   int comm_ctas = 0;                    // CTAs per rank that pull first; 0 = default_comm_ctas
   // Pull the rows of tokens on this GPU too, as those of other GPUs (the same bits): for tests and

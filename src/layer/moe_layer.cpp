@@ -1,11 +1,11 @@
 // MoELayer v1: the token exchange and the grouped-GEMM engine as separate launches on one stream.
 //
-// forward:   stage inputs | shared expert (local tokens) | build_schedule | compute_gates |
+// forward:   stage inputs | shared expert (local tokens) | build_schedule (and the gates) |
 //            dispatch | routed experts (per local rank) | shared rows scaled | combine | y out
 //            (fused: the shared expert, dispatch, the routed experts and combine's push of every
-//            local rank in one launch after compute_gates, then combine_after_fused_forward)
+//            local rank in one launch after build_schedule, then combine_after_fused_forward)
 // backward:  (replay, when a later forward or a backward overwrote this one's activations: stage
-//            inputs | shared expert's up/gate | build_schedule | compute_gates | v1: dispatch,
+//            inputs | shared expert's up/gate | build_schedule (and the gates) | v1: dispatch,
 //            routed up/gate) | stage dy | per macrobatch of the ring, ascending (v1: one, all rows):
 //            (fused: dispatch of its rows | routed up/gate, but for macrobatch 0 after a forward)
 //            | reverse_combine of its rows | routed experts' backward (per local rank, in place;
@@ -228,8 +228,7 @@ void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, con
       gemm::expert_up_gate(ranks[l].shared, {args[l].weights.shared_w_gate_up, args[l].weights.shared_w_down}, stream);
     }
   }
-  exchange->build_schedule(stream);
-  exchange->compute_gates(router, stream);
+  exchange->build_schedule(router, stream);
   if (fused) return;
   exchange->dispatch(stream);
   for (size_t l = 0; l < args.size(); ++l) {
@@ -404,8 +403,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
                            stream);
     }
   }
-  state.exchange->build_schedule(stream);
-  state.exchange->compute_gates(config_.router, stream);
+  state.exchange->build_schedule(config_.router, stream);
   if (state.fused) {
     fused::FusedForwardArgs fused_args;
     fused_args.exchange = state.exchange.get();

@@ -27,7 +27,7 @@ struct ExchangeArgs {
   RouterBuffers router;
   ForwardBuffers forward;
   BackwardBuffers backward;
-  RouterScaling scaling;    // compute_gates, combine and reverse_dispatch (per call)
+  RouterScaling scaling;    // build_schedule (the gates), combine and reverse_dispatch (per call)
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
   bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
   bool rows_per_route = false;          // ExchangeOptions::rows_per_route
@@ -108,9 +108,6 @@ void launch_reverse_dispatch_single_rank(comm::World& world, const comm::LaunchS
 
 comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
-
-comm::LaunchShape gates_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange);
-void launch_gates(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
 
 comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);

@@ -134,7 +134,6 @@ bool runs_single_rank_pulls(const comm::World& world) { return world.world_size(
 
 struct TokenExchange::Kernels {
   comm::LaunchShape schedule;
-  comm::LaunchShape gates;
   bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
                                    // (detail::runs_single_rank_pulls)
   comm::LaunchShape dispatch;
@@ -172,7 +171,6 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   const int sm_budget = detail::exchange_sm_budget(world, options.max_sms);
   kernels_ = std::make_unique<Kernels>();
   kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
-  kernels_->gates = detail::gates_launch_shape(world, sm_budget, shape_);
   kernels_->single_rank_pulls = detail::runs_single_rank_pulls(world);
   kernels_->dispatch = kernels_->single_rank_pulls ? detail::dispatch_single_rank_launch_shape(world, shape_)
                                                    : detail::dispatch_launch_shape(world, sm_budget, sizes_);
@@ -220,14 +218,10 @@ ScheduleView TokenExchange::schedule_view(int local_rank) const {
 
 const detail::ExchangeArgs& TokenExchange::kernel_args() const { return kernels_->args; }
 
-void TokenExchange::build_schedule(cudaStream_t stream) {
-  detail::launch_schedule(world_, kernels_->schedule, kernels_->args, stream);
-}
-
-void TokenExchange::compute_gates(const RouterNormalization& router, cudaStream_t stream) {
+void TokenExchange::build_schedule(const RouterNormalization& router, cudaStream_t stream) {
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  detail::launch_gates(world_, kernels_->gates, args, stream);
+  detail::launch_schedule(world_, kernels_->schedule, args, stream);
 }
 
 void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {

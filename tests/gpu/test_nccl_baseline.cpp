@@ -108,8 +108,7 @@ TEST_P(NcclBaseline, MatchesTokenExchangeAtW1) {
     settle();
 
     // Dispatch: TokenExchange's expert_x and the baseline's, expert by expert.
-    ex.build_schedule(stream.get());
-    ex.compute_gates(router, stream.get());
+    ex.build_schedule(router, stream.get());
     ex.dispatch(stream.get());
     baseline.dispatch(world.local_pointer(ex.schedule_buffers().topk_idx), world.local_pointer(ex.forward_buffers().x),
                       stream.get());

@@ -118,7 +118,7 @@ void build_over_poison(TokenExchange& exchange) {
   const Stream stream;
   poison_schedule(exchange);
   settle();
-  exchange.build_schedule(stream.get());
+  exchange.build_schedule(RouterNormalization{}, stream.get());  // g of whatever scores: not checked here
   stream.sync();
 }
 

@@ -294,8 +294,7 @@ void poison_outputs(const TokenExchange& ex) {
 }
 
 void enqueue_step(TokenExchange& ex, const RouterNormalization& router, cudaStream_t stream, int combine_group_rows = 0) {
-  ex.build_schedule(stream);
-  ex.compute_gates(router, stream);
+  ex.build_schedule(router, stream);
   ex.dispatch(stream);
   ex.combine(router, stream, combine_group_rows);
   ex.reverse_combine(stream);
@@ -529,7 +528,7 @@ TEST(GpuTransfersAfterFusedForward, SumsMacrobatchZeroAndReadsLaterGroupsFromThe
         upload(world, ex.forward_buffers().combine_slots, l, slots);
       }
       settle();
-      ex.build_schedule(stream.get());
+      ex.build_schedule(router, stream.get());
       ex.combine_after_fused_forward(router, static_cast<int>(ring), stream.get());
       stream.sync();
       ASSERT_NO_THROW(ex.check());
@@ -581,8 +580,7 @@ TEST(GpuTransfersWindows, PullEachWindowIntoTheRing) {
     const Twin twin{shape, routing, schedule, in, static_cast<float>(router.scale), router.normalize, false, 0, false};
     const Expected want = twin.run();
     settle();
-    ex.build_schedule(stream.get());
-    ex.compute_gates(router, stream.get());
+    ex.build_schedule(router, stream.get());
     stream.sync();
     const int64_t R = ex.sizes().row_capacity;
     for (int64_t first = 0; first < most_rows; first += ring) {
@@ -675,7 +673,7 @@ TEST(GpuTransfersFilledDxSlots, SumsTheSlotsAndPushesOnlyDg) {
         upload(world, ex.backward_buffers().dx_slots, l, slots);
       }
       settle();
-      ex.build_schedule(stream.get());
+      ex.build_schedule(router, stream.get());
       ex.reverse_dispatch_filled_dx_slots(router, stream.get());
       stream.sync();
       ASSERT_NO_THROW(ex.check());

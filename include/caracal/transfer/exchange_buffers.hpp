@@ -40,7 +40,7 @@ struct ScheduleBuffers {
 // Router weights on the home rank.
 struct RouterBuffers {
   Sym<float> topk_scores;    // [T*k] input
-  Sym<float> gates;          // [T*k] g (compute_gates); 0 for empty slots
+  Sym<float> gates;          // [T*k] g (build_schedule); 0 for empty slots
   Sym<float> d_topk_scores;  // [T*k] output of reverse_dispatch; 0 for empty slots
 };
 

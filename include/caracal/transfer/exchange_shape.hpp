@@ -19,7 +19,6 @@ inline constexpr int64_t kScheduleChunkRoutes = 256;
 inline constexpr int kPullThreads = 1024;      // dispatch, reverse combine: 64 registers
 inline constexpr int kReduceThreads = 768;     // combine, reverse dispatch: the sums need ~80
 inline constexpr int kScheduleThreads = 512;   // 32 route ids per lane in registers
-inline constexpr int kGatesThreads = 1024;
 // Local ranks whose y combine can write into the caller's buffers (TokenExchange::combine's `y`).
 inline constexpr int kMaxCombineOutputs = 8;
 // SMs the exchange leaves free by default: room for an NCCL collective on another stream (DDP or

@@ -11,9 +11,9 @@
 // through world.local_pointer(buffers().xxx, local_rank) and read outputs the same way.
 //
 // Protocol (cross-rank ordering comes only from world barriers inside each launch):
-//   build_schedule    reset route_location | barrier | pull topk_idx, count | barrier | place rows,
-//                     push route locations | barrier
-//   compute_gates     g from topk_scores, local (no barrier)
+//   build_schedule    reset route_location | barrier | pull topk_idx, count; g from topk_scores
+//                     (local) | barrier | scan the counts | barrier | place rows, push route
+//                     locations | barrier
 //   dispatch          barrier | pull x rows (the barrier may be skipped: PullRange)
 //   combine           barrier | push a g-weighted sum of expert_out rows per (token, rank) to
 //                     home slots | barrier | y = shared + sum of the filled slots (group_sum.cuh)
@@ -129,16 +129,15 @@ class TokenExchange {
   // build_schedule has run on the stream): what the grouped GEMMs take as their rows.
   ScheduleView schedule_view(int local_rank) const;
 
-  // The schedule table from every rank's topk_idx, plus the inverse view (route_location).
+  // The schedule table from every rank's topk_idx, plus the inverse view (route_location), and
+  // g (the gates buffer) from topk_scores and topk_idx through `router`, in one launch.
   // Out-of-range expert ids are treated as empty slots and raised by check().
-  void build_schedule(cudaStream_t stream);
-  // gates from topk_scores and topk_idx.
-  void compute_gates(const RouterNormalization& router, cudaStream_t stream);
+  void build_schedule(const RouterNormalization& router, cudaStream_t stream);
   // expert_x from x (needs a built schedule; options.forward), for the rows of `range`; rows an
   // earlier launch left in expert_x (range.in_place) are not pulled again. In a world of one rank
   // the pulls go by token (src/device/transfer/single_rank_pull.cuh: the same rows).
   void dispatch(cudaStream_t stream, const PullRange& range = {});
-  // y from expert_out, g (from topk_scores through `router`, which must be the one compute_gates
+  // y from expert_out, g (from topk_scores through `router`, which must be the one build_schedule
   // used) and shared_out when options.shared_expert (options.forward and options.expert_out): one
   // g-weighted sum per token group pushed home (src/device/transfer/group_sum.cuh), a group being
   // a token's routes on one rank within a window of `group_rows` schedule rows (0: the whole
@@ -160,7 +159,7 @@ class TokenExchange {
   // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
-  // options.expert_dx); `router` must be the one compute_gates used.
+  // options.expert_dx); `router` must be the one build_schedule used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);
   // The same from dx_slots that an earlier launch filled (fused::gate_up_dgrad_to_home stores each
   // dx row into its home slot), so without the push of dx rows and the first barrier. A launch that

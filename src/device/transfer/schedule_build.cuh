@@ -4,22 +4,27 @@
 //
 // Work unit: a chunk = kScheduleChunkRoutes consecutive routes (token*k + slot) of one source
 // rank, handled by one warp in kChunkSteps steps of 32 routes, lane i holding route 32*step + i.
-// Three phases per rank, separated by world barriers:
-//   0. reset this rank's route_location table to {-1, -1} (peers fill it in phase 2);
+// Four phases per rank, separated by world barriers:
+//   0. reset this rank's route_location table to {-1, -1} (peers fill it in phase 3);
 //   1. pull: each chunk of each source's topk_idx is read once from the source's heap,
 //      validated, reduced to "local expert or -1" in route_rows, and counted per local expert
-//      into chunk_counts[source][chunk][expert];
-//   2. place: every CTA sums the chunk counts into the rank's per-(expert, source) counts and
-//      padded segment offsets (in shared memory); each chunk's warp then ranks its routes and
-//      writes rows[...] = {source, route}, route_rows[source][route] = row (over the local expert)
+//      into chunk_counts[source][chunk][expert]; beside it, the caller's local work (the gates);
+//   2. scan: a warp per (source, expert) column turns the column's chunk counts into exclusive
+//      prefix sums (routes to the expert in the source's earlier chunks) and writes its total
+//      into source_count;
+//   3. place: every CTA loads the per-(expert, source) counts and sums them into padded segment
+//      offsets (in shared memory); each chunk's warp then ranks its routes and writes
+//      rows[...] = {source, route}, route_rows[source][route] = row (over the local expert)
 //      and, into the source's table, route_location[route] = {rank, row}; padding rows get
 //      {-1, -1}.
 // Determinism: a route's index j among its source's routes to its expert is
-//   (routes to that expert in the source's earlier chunks: a sum of chunk counts)
+//   (routes to that expert in the source's earlier chunks: the scanned chunk count)
 //   + (routes to it in earlier steps of this chunk: a per-warp running base in shared memory)
 //   + (lower lanes of this step with the same expert: __match_any_sync + popc),
 // all integers computed in a fixed way, so placement never depends on timing and no atomics are
-// used. The counts themselves are plain sums too.
+// used. The counts themselves are plain sums too. (The scan is its own phase so that no warp sums
+// a long column alone: at W = 1, T = 4096, k = 8 a chunk's warp would otherwise add up to 127
+// counts one after another, twice.)
 #include <cstdint>
 
 #include "caracal/transfer/exchange_shape.hpp"
@@ -115,20 +120,47 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int 
   __syncwarp();  // counts is reused by the warp's next chunk
 }
 
-// Phase 2, all threads of the CTA: this rank's counts and segment offsets into shared memory.
+// Phase 2, one warp: the exclusive prefix sums of column (source, e) of this rank's chunk counts,
+// in place, and the column's total into source_count[e][source]. Loads of up to kScanRounds x 32
+// chunks are in flight at once.
+inline constexpr int kScanRounds = 4;
+__device__ inline void scan_chunk_column(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int column,
+                                         int lane) {
+  const int L = p.local_experts;
+  const int source = column / L;
+  const int e = column % L;
+  int* counts = world.at(p.buffers.chunk_counts, rank) + static_cast<int64_t>(source) * p.chunks * L + e;
+  int carry = 0;
+  for (int first = 0; first < p.chunks; first += kScanRounds * kWarpSize) {
+    int n[kScanRounds];
+#pragma unroll
+    for (int r = 0; r < kScanRounds; ++r) {
+      const int c = first + r * kWarpSize + lane;
+      n[r] = c < p.chunks ? counts[static_cast<int64_t>(c) * L] : 0;
+    }
+#pragma unroll
+    for (int r = 0; r < kScanRounds; ++r) {
+      const int c = first + r * kWarpSize + lane;
+      int inclusive = n[r];
+      for (int d = 1; d < kWarpSize; d <<= 1) {
+        const int below = __shfl_up_sync(~0u, inclusive, d);
+        if (lane >= d) inclusive += below;
+      }
+      if (c < p.chunks) counts[static_cast<int64_t>(c) * L] = carry + inclusive - n[r];
+      carry += __shfl_sync(~0u, inclusive, kWarpSize - 1);
+    }
+  }
+  if (lane == 0) world.at(p.buffers.source_count, rank)[e * p.world_size + source] = carry;
+}
+
+// Phase 3, all threads of the CTA: this rank's counts and segment offsets into shared memory.
 __device__ inline void load_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
                                    const SharedLayout& layout) {
   const int L = p.local_experts;
   const int W = p.world_size;
-  const int* chunk_counts = world.at(p.buffers.chunk_counts, rank);
-  // (source, expert) with the expert fastest, so neighbouring threads read neighbouring words.
+  const int32_t* source_count = world.at(p.buffers.source_count, rank);
   for (int i = static_cast<int>(threadIdx.x); i < W * L; i += static_cast<int>(blockDim.x)) {
-    const int source = i / L;
-    const int e = i % L;
-    const int* counts = chunk_counts + static_cast<int64_t>(source) * p.chunks * L + e;
-    int n = 0;
-    for (int c = 0; c < p.chunks; ++c) n += counts[static_cast<int64_t>(c) * L];
-    layout.source_count[e * W + source] = n;
+    layout.source_count[i] = source_count[i];
   }
   __syncthreads();
   // Warp 0: exclusive prefix sum of the padded counts, 32 experts at a time.
@@ -157,22 +189,19 @@ __device__ inline void load_layout(const comm::DeviceWorld& world, int rank, con
   __syncthreads();
 }
 
-// Phase 2, the threads of one CTA per rank: the layout as the schedule's outputs.
+// Phase 3, the threads of one CTA per rank: the layout as the schedule's outputs (source_count
+// was written by the scan).
 __device__ inline void publish_layout(const comm::DeviceWorld& world, int rank, const ScheduleParams& p,
                                       const SharedLayout& layout) {
   const int L = p.local_experts;
   int32_t* offset = world.at(p.buffers.expert_offset, rank);
   int32_t* count = world.at(p.buffers.expert_count, rank);
-  int32_t* source_count = world.at(p.buffers.source_count, rank);
   for (int i = static_cast<int>(threadIdx.x); i <= L; i += static_cast<int>(blockDim.x)) offset[i] = layout.offset[i];
   for (int i = static_cast<int>(threadIdx.x); i < L; i += static_cast<int>(blockDim.x))
     count[i] = layout.expert_count[i];
-  for (int i = static_cast<int>(threadIdx.x); i < L * p.world_size; i += static_cast<int>(blockDim.x)) {
-    source_count[i] = layout.source_count[i];
-  }
 }
 
-// Phase 2, this rank's warps: padding rows {-1, -1} at the end of every segment.
+// Phase 3, this rank's warps: padding rows {-1, -1} at the end of every segment.
 __device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, const SharedLayout& layout,
                                     WarpWorkers workers, int lane) {
   int2* rows = world.at(p.buffers.rows, rank);
@@ -183,18 +212,14 @@ __device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, co
   }
 }
 
-// Phase 2, one warp: places chunk `chunk` of `source`'s routes, each kept route's local expert in
+// Phase 3, one warp: places chunk `chunk` of `source`'s routes, each kept route's local expert in
 // route_rows replaced by its row. `next_j` is the warp's [L] scratch: per expert, the index j of
-// the source's next route to it.
+// the source's next route to it, starting from the scanned chunk counts.
 __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
                                    const SharedLayout& layout, int* next_j, int lane) {
   const int L = p.local_experts;
-  const int* counts = world.at(p.buffers.chunk_counts, rank) + static_cast<int64_t>(source) * p.chunks * L;
-  for (int e = lane; e < L; e += kWarpSize) {
-    int n = 0;
-    for (int c = 0; c < chunk; ++c) n += counts[static_cast<int64_t>(c) * L + e];
-    next_j[e] = n;
-  }
+  const int* earlier = world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + chunk) * L;
+  for (int e = lane; e < L; e += kWarpSize) next_j[e] = earlier[e];
   int32_t* route_rows = world.at(p.buffers.route_rows, rank) + static_cast<int64_t>(source) * p.routes;
   const int begin = chunk * kChunkRoutes;
   int32_t local[kChunkSteps];
@@ -226,27 +251,37 @@ __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, con
   }
 }
 
-// The whole builder for `place`'s rank. Every CTA of the role calls it (it holds three world
-// barriers) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`.
-// Inputs: every rank's topk_idx, written before the launch. False after a timed-out barrier
-// (recorded by the comm layer): the caller returns.
+// The whole builder for `place`'s rank. Every CTA of the role calls it (it holds four world
+// barriers) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`;
+// `local_work(thread, threads)` runs on every thread after the entry barrier (work on this rank's
+// own buffers that peers may read until then: the gates). Inputs: every rank's topk_idx,
+// written before the launch. False after a timed-out barrier (recorded by the comm layer): the
+// caller returns.
+template <typename LocalWork>
 __device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                      const ScheduleParams& p, int* shared) {
+                                      const ScheduleParams& p, int* shared, LocalWork&& local_work) {
   const int rank = place.rank;
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int thread = place.index * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+  const int threads = place.count * static_cast<int>(blockDim.x);
   const WarpWorkers warps = rank_warps(place);
   const SharedLayout layout = carve_shared(shared, p, warp);
   const int items = p.world_size * p.chunks;  // (source, chunk), source-major
 
-  reset_route_locations(world, rank, p, place.index * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x),
-                        place.count * static_cast<int>(blockDim.x));
+  reset_route_locations(world, rank, p, thread, threads);
   // Every rank's topk_idx is published and its route table reset before anyone reads or pushes.
   if (!comm::world_barrier(world, place)) return false;
   for (int item = warps.index; item < items; item += warps.count) {
     pull_and_count_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
   }
+  local_work(thread, threads);
   // This rank's route_rows (local experts) and chunk counts are complete.
+  if (!comm::world_barrier(world, place)) return false;
+  for (int column = warps.index; column < p.world_size * p.local_experts; column += warps.count) {
+    scan_chunk_column(world, rank, p, column, lane);
+  }
+  // Every column is scanned and totalled.
   if (!comm::world_barrier(world, place)) return false;
   load_layout(world, rank, p, layout);
   if (place.index == 0) publish_layout(world, rank, p, layout);

@@ -1,5 +1,8 @@
-// The schedule builder as a standalone launch: every CTA runs schedule::build_schedule for its rank.
+// The schedule builder as a standalone launch: every CTA runs schedule::build_schedule for its rank,
+// and computes g of its rank's tokens (token_gates, one thread per token) after the builder's entry
+// barrier, so that the schedule and the gates take one launch.
 #include "caracal/comm/cuda_check.hpp"
+#include "device/transfer/router_math.cuh"
 #include "device/transfer/schedule_build.cuh"
 #include "transfer/exchange_launch.hpp"
 
@@ -11,8 +14,17 @@ namespace {
 __global__ void __launch_bounds__(kScheduleThreads, 1)
     build_schedule_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   extern __shared__ int shared[];
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  const auto gates = [&](int thread, int threads) {
+    for (int t = thread; t < args.tokens; t += threads) {
+      const int64_t first_route = static_cast<int64_t>(t) * args.top_k;
+      token_gates(world.at(args.schedule.buffers.topk_idx, place.rank) + first_route,
+                  world.at(args.router.topk_scores, place.rank) + first_route, args.num_experts, args.top_k,
+                  args.scaling, world.at(args.router.gates, place.rank) + first_route);
+    }
+  };
   // A timeout is recorded; nothing is left to do.
-  (void)schedule::build_schedule(world, comm::whole_launch_place(world), args.schedule, shared);
+  (void)schedule::build_schedule(world, place, args.schedule, shared, gates);
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 // members' rows weighted by g in slot order, rounds once and stores the sum into the home slot of
 // the leader's route — one row per (token, rank, macrobatch) over the links. The consumer
 // warpgroups of a compute CTA run it (kGroupSumWarps warps, rows dealt in turn) while the producer
-// streams the next tiles' operands. g is computed from the home's topk scores (router_math.cuh):
-// the gates buffer is written by compute_gates, which another rank may not have run yet.
+// streams the next tiles' operands. g is computed from the home's topk scores (router_math.cuh),
+// as build_schedule computes the gates buffer.
 #include <cuda_bf16.h>
 
 #include "device/comm/cta_place.cuh"
