@@ -158,15 +158,17 @@ namespace detail {
 // total; its CTAs wait twice as long, so when a peer is missing the leader's error, which names
 // the missing rank, is recorded first (and its abort then ends the other waits at once). A barrier
 // entered in an aborted world fails at once.
-// Memory order, all at system scope because data may have been stored into peers' memory over
-// NVLink: each CTA's arrival is a release (after __syncthreads, cumulative over its threads'
+// Memory order, at system scope because data may have been stored into peers' memory over NVLink
+// (device scope where every rank of the world is on this GPU: loopback, or one rank): each CTA's
+// arrival is a release (after __syncthreads, cumulative over its threads'
 // writes) and an acquire; the leader, which read the last arrival, issues one release fence before
 // its announcements and one acq_rel fence between reading the peers' announcements and
 // `released`; waiting CTAs acquire `released` (wait_until) before __syncthreads lets their threads
 // go on. So every write made before the barrier by any CTA of any rank is visible after it to
 // every thread of every rank.
+template <cuda::thread_scope Scope>
 __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& place) {
-  using Word = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
+  using Word = cuda::atomic_ref<uint32_t, Scope>;
   const int rank = place.rank;
   uint32_t* state = barrier_state(world, rank);
   if (const uint32_t aborted = world_abort_word(world, rank); aborted != 0) {
@@ -181,15 +183,16 @@ __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& pl
   const uint32_t epoch = released.load(cuda::memory_order_relaxed);
   const uint32_t before = arrived.fetch_add(1u, cuda::memory_order_acq_rel);
   if (before + 1 < static_cast<uint32_t>(place.count)) {
-    return wait_until(world, place, &state[barrier_layout::kReleased], [epoch](uint32_t v) { return v != epoch; },
-                      WaitSite{WaitId::barrier_release, -1}, 2 * world.timeout_ns);
+    return wait_until<Scope>(world, place, &state[barrier_layout::kReleased],
+                             [epoch](uint32_t v) { return v != epoch; }, WaitSite{WaitId::barrier_release, -1},
+                             2 * world.timeout_ns);
   }
 
   // Leader. The next barrier's arrivals begin only after they see `released` move, which the
   // acq_rel fence below orders after this reset.
   const uint32_t next = epoch + 1;
   arrived.store(0u, cuda::memory_order_relaxed);
-  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+  cuda::atomic_thread_fence(cuda::memory_order_release, Scope);
   for (int p = 0; p < world.world_size; ++p) {
     Word(barrier_state(world, p)[barrier_layout::kInbox + rank]).store(next, cuda::memory_order_relaxed);
   }
@@ -197,12 +200,12 @@ __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& pl
   const uint64_t start = global_time_ns();
   for (int p = 0; p < world.world_size; ++p) {
     const auto arrived_at_next = [next](uint32_t v) { return static_cast<int32_t>(v - next) >= 0; };
-    if (!spin_until<cuda::thread_scope_system>(world, rank, &state[barrier_layout::kInbox + p], arrived_at_next,
+    if (!spin_until<Scope>(world, rank, &state[barrier_layout::kInbox + p], arrived_at_next,
                                                WaitSite{WaitId::barrier_peer, p}, world.timeout_ns, start)) {
       return false;
     }
   }
-  cuda::atomic_thread_fence(cuda::memory_order_acq_rel, cuda::thread_scope_system);
+  cuda::atomic_thread_fence(cuda::memory_order_acq_rel, Scope);
   released.store(next, cuda::memory_order_relaxed);
   return true;
 }
@@ -229,7 +232,8 @@ __device__ inline bool world_barrier(const DeviceWorld& world, const CtaPlace& p
   bool ok = true;
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     detail::injected_stall(world, place.rank);
-    ok = detail::barrier_step(world, place);
+    ok = world.world_size == world.local_ranks ? detail::barrier_step<cuda::thread_scope_device>(world, place)
+                                               : detail::barrier_step<cuda::thread_scope_system>(world, place);
   }
   return __syncthreads_and(ok) != 0;  // broadcasts thread 0's result; orders the rest after it
 }
