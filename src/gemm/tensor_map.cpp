@@ -58,11 +58,9 @@ CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t col
 }
 
 CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, const char* what,
-                               uint64_t batch_stride_bytes) {
+                               uint32_t box_rows, uint32_t box_cols, const char* what) {
   const cuuint64_t dims[3] = {cols, rows, batch};
-  const cuuint64_t strides[2] = {cols * kElementBytes,
-                                 batch_stride_bytes != 0 ? batch_stride_bytes : rows * cols * kElementBytes};
+  const cuuint64_t strides[2] = {cols * kElementBytes, rows * cols * kElementBytes};
   const cuuint32_t box[3] = {box_cols, box_rows, 1};
   return encode(base, 3, dims, strides, box, what);
 }

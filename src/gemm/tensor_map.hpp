@@ -18,9 +18,7 @@ CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t col
                                    uint32_t box_cols, const char* what);
 
 // [batch][rows][cols] bf16, boxes of 1 x box_rows x box_cols; coordinates (col, row, batch).
-// With batch_stride_bytes the batches lie that far apart (a multiple of 16), else back to back.
 CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, const char* what,
-                               uint64_t batch_stride_bytes = 0);
+                               uint32_t box_rows, uint32_t box_cols, const char* what);
 
 }  // namespace caracal::gemm

@@ -12,13 +12,14 @@ namespace {
 
 using gemm::Element;
 constexpr int kTileElements = gemm::kBlockM * gemm::kBlockK;
-constexpr uint32_t kTileBytes = kTileElements * sizeof(Element);
 
 struct Stages {
   alignas(1024) Element tma[kTileElements];
   alignas(1024) Element gathered[kTileElements];
+  alignas(1024) Element row_tma[kTileElements];
   alignas(8) uint64_t tma_full;
   alignas(8) uint64_t gather_full;
+  alignas(8) uint64_t row_tma_full;
 };
 
 // Waits for phase 0 of `bar` for at most ~2^31 clocks; false if it did not complete.
@@ -31,88 +32,103 @@ __device__ bool bounded_wait(uint64_t* bar) {
 }
 
 __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expected_map,
-                                    CUTE_GRID_CONSTANT const gemm::GatherMaps maps, const gemm::GatherRow* rows,
-                                    int k_index, uint16_t* tma_out, uint16_t* gathered_out, int* done) {
+                                    CUTE_GRID_CONSTANT const CUtensorMap row_map, const __nv_bfloat16* matrix,
+                                    int matrix_rows, const int* source, int hidden, int k_index, uint16_t* tma_out,
+                                    uint16_t* gathered_out, uint16_t* row_tma_out, int* done) {
   extern __shared__ uint8_t raw[];
   Stages& s = *reinterpret_cast<Stages*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const int thread = static_cast<int>(threadIdx.x);
-  if (thread == 0) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&s.tma_full, 1);
     cutlass::arch::ClusterTransactionBarrier::init(&s.gather_full, 1 + gemm::kGatherArrivals);
+    cutlass::arch::ClusterTransactionBarrier::init(&s.row_tma_full, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  if (thread == gemm::kGatherThreads) {
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.tma_full, kTileBytes);
-    cute::SM90_TMA_LOAD_2D::copy(&expected_map, &s.tma_full, gemm::kLoadCacheHint, s.tma, k_index, 0);
+  if (warp == 4 && lane == 0) {
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.tma_full, kTileElements * 2);
+    cute::SM90_TMA_LOAD_2D::copy(&expected_map, &s.tma_full, uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                 s.tma, k_index, 0);
   }
+  if (warp == 4) {  // one box per row, four per lane; a padding row names a row past the matrix
+    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.row_tma_full, kTileElements * 2);
+    __syncwarp();
+    for (int r = lane; r < gemm::kBlockM; r += 32) {
+      const int row = source[r] >= 0 ? source[r] : matrix_rows;
+      cute::SM90_TMA_LOAD_2D::copy(&row_map, &s.row_tma_full, uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                   s.row_tma + r * gemm::kBlockK, k_index, row);
+    }
+  }
+  const int thread = static_cast<int>(threadIdx.x);
   if (thread < gemm::kGatherThreads) {  // as the fused forward's producer warpgroup does it
-    if (thread == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.gather_full, kTileBytes);
-    gemm::gather_k_tile(maps, rows[thread], k_index, s.gathered, &s.gather_full, thread);
+    gemm::GatherRows rows;
+    for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+      const int r = gemm::gather_row(thread, j);
+      rows.src[j] = source[r] >= 0 ? matrix + static_cast<int64_t>(source[r]) * hidden : nullptr;
+    }
+    gemm::gather_k_tile(rows, matrix, k_index, s.gathered, &s.gather_full, thread);
+    if (thread == 0) cutlass::arch::ClusterBarrier::arrive(&s.gather_full);  // the producer's own arrival
   }
   const bool tma_done = bounded_wait(&s.tma_full);
   const bool gather_done = bounded_wait(&s.gather_full);
+  const bool row_tma_done = bounded_wait(&s.row_tma_full);
+  gemm::gathered_stage_fence();
   __syncthreads();
-  if (thread == 0) {
+  if (threadIdx.x == 0) {
     done[0] = tma_done;
     done[1] = gather_done;
+    done[2] = row_tma_done;
   }
   const uint16_t* t = reinterpret_cast<const uint16_t*>(s.tma);
   const uint16_t* g = reinterpret_cast<const uint16_t*>(s.gathered);
-  for (int i = thread; i < kTileElements; i += static_cast<int>(blockDim.x)) {
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(s.row_tma);
+  for (int i = static_cast<int>(threadIdx.x); i < kTileElements; i += static_cast<int>(blockDim.x)) {
     tma_out[i] = t[i];
     gathered_out[i] = g[i];
+    row_tma_out[i] = w[i];
   }
 }
 
 }  // namespace
 
-GatheredStage gather_one_stage(const GatherTensors& tensors, const __nv_bfloat16* expected,
-                               const std::vector<GatherSource>& sources, int k_index) {
-  const uint64_t hidden = static_cast<uint64_t>(tensors.hidden);
-  const uint64_t spacing_bytes = static_cast<uint64_t>(tensors.spacing) * sizeof(Element);
-  const CUtensorMap map = gemm::make_tensor_map_2d(expected, gemm::kBlockM, hidden, gemm::kBlockM, gemm::kBlockK, "expected");
-  gemm::GatherMaps maps{};
-  maps.home_rows = gemm::make_tensor_map_3d(tensors.home, static_cast<uint64_t>(tensors.ranks),
-                                            static_cast<uint64_t>(tensors.home_rows), hidden, 1, gemm::kBlockK,
-                                            "home", spacing_bytes);
-  maps.pulled_rows = gemm::make_tensor_map_3d(tensors.pulled, static_cast<uint64_t>(tensors.ranks),
-                                              static_cast<uint64_t>(tensors.pulled_rows), hidden, 1, gemm::kBlockK,
-                                              "pulled", spacing_bytes);
-  maps.padding_row = tensors.home_rows;
-  std::vector<gemm::GatherRow> rows(sources.size());
-  for (size_t r = 0; r < sources.size(); ++r) {
-    const GatherSource& src = sources[r];
-    rows[r] = src.kind == GatherSource::kPadding ? gemm::GatherRow{false, maps.padding_row, 0}
-                                                 : gemm::GatherRow{src.kind == GatherSource::kPulled, src.row, src.rank};
-  }
-  gemm::GatherRow* d_rows = nullptr;
-  uint16_t *d_tma = nullptr, *d_gathered = nullptr;
+GatheredStage gather_one_stage(const __nv_bfloat16* matrix, int matrix_rows, const __nv_bfloat16* expected,
+                               const std::vector<int>& source, int hidden, int k_index) {
+  const CUtensorMap map = gemm::make_tensor_map_2d(expected, gemm::kBlockM, static_cast<uint64_t>(hidden),
+                                                   gemm::kBlockM, gemm::kBlockK, "expected");
+  const CUtensorMap row_map = gemm::make_tensor_map_2d(matrix, static_cast<uint64_t>(matrix_rows),
+                                                       static_cast<uint64_t>(hidden), 1, gemm::kBlockK, "matrix");
+  int* d_source = nullptr;
+  uint16_t *d_tma = nullptr, *d_gathered = nullptr, *d_row_tma = nullptr;
   int* d_done = nullptr;
-  check_cuda(cudaMalloc(&d_rows, rows.size() * sizeof(gemm::GatherRow)), "cudaMalloc(rows)");
-  check_cuda(cudaMalloc(&d_tma, kTileBytes), "cudaMalloc(tma)");
-  check_cuda(cudaMalloc(&d_gathered, kTileBytes), "cudaMalloc(gathered)");
-  check_cuda(cudaMalloc(&d_done, 2 * sizeof(int)), "cudaMalloc(done)");
-  check_cuda(cudaMemcpy(d_rows, rows.data(), rows.size() * sizeof(gemm::GatherRow), cudaMemcpyHostToDevice),
-             "cudaMemcpy(rows)");
-  check_cuda(cudaMemset(d_done, 0, 2 * sizeof(int)), "cudaMemset(done)");
+  check_cuda(cudaMalloc(&d_source, source.size() * sizeof(int)), "cudaMalloc(source)");
+  check_cuda(cudaMalloc(&d_tma, kTileElements * 2), "cudaMalloc(tma)");
+  check_cuda(cudaMalloc(&d_gathered, kTileElements * 2), "cudaMalloc(gathered)");
+  check_cuda(cudaMalloc(&d_row_tma, kTileElements * 2), "cudaMalloc(row_tma)");
+  check_cuda(cudaMalloc(&d_done, 3 * sizeof(int)), "cudaMalloc(done)");
+  check_cuda(cudaMemcpy(d_source, source.data(), source.size() * sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy(source)");
+  check_cuda(cudaMemset(d_done, 0, 3 * sizeof(int)), "cudaMemset(done)");
   const int smem = static_cast<int>(sizeof(Stages)) + 1024;
   check_cuda(cudaFuncSetAttribute(gather_stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attribute");
-  gather_stage_kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, maps, d_rows, k_index, d_tma, d_gathered, d_done);
+  gather_stage_kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, row_map, matrix, matrix_rows, d_source, hidden,
+                                                              k_index, d_tma, d_gathered, d_row_tma, d_done);
   check_cuda(cudaGetLastError(), "gather_stage_kernel launch");
   check_cuda(cudaDeviceSynchronize(), "gather_stage_kernel");
   GatheredStage out;
   out.tma.resize(kTileElements);
   out.gathered.resize(kTileElements);
-  int done[2] = {0, 0};
-  check_cuda(cudaMemcpy(out.tma.data(), d_tma, kTileBytes, cudaMemcpyDeviceToHost), "cudaMemcpy(tma)");
-  check_cuda(cudaMemcpy(out.gathered.data(), d_gathered, kTileBytes, cudaMemcpyDeviceToHost), "cudaMemcpy(gathered)");
+  out.row_tma.resize(kTileElements);
+  int done[3] = {0, 0, 0};
+  check_cuda(cudaMemcpy(out.tma.data(), d_tma, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(tma)");
+  check_cuda(cudaMemcpy(out.gathered.data(), d_gathered, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(gathered)");
+  check_cuda(cudaMemcpy(out.row_tma.data(), d_row_tma, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(row_tma)");
   check_cuda(cudaMemcpy(done, d_done, sizeof(done), cudaMemcpyDeviceToHost), "cudaMemcpy(done)");
   out.tma_done = done[0] != 0;
   out.gather_done = done[1] != 0;
-  cudaFree(d_rows);
+  out.row_tma_done = done[2] != 0;
+  cudaFree(d_source);
   cudaFree(d_tma);
   cudaFree(d_gathered);
+  cudaFree(d_row_tma);
   cudaFree(d_done);
   return out;
 }

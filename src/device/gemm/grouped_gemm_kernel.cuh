@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
           warpgroup_fence_operand(accum);
         }
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, continued);
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
         Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
       } else {
         mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);

@@ -86,11 +86,12 @@ __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Para
 // rows need no work) it only walks the ring in step with the producer and leaves `accum` alone
 // (the epilogue stores zeros instead; defining accumulators outside wgmma here would make the
 // compiler serialize the wgmmas). With k_tiles == 0 there is nothing to walk: the caller passes
-// active == false. `continued`: `accum` holds a partial sum to add to.
+// active == false. `gathered`: the stages' A was written by cp.async (gathered_rows.cuh), which the
+// wgmmas may read only after a proxy fence. `continued`: `accum` holds a partial sum to add to.
 template <class TiledMma, class FragA, class FragB, class Accum>
 __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
                          TmaPipeline const& pipe, PipelineState& st, int k_tiles, bool active,
-                         int lane, bool continued = false) {
+                         int lane, bool gathered = false, bool continued = false) {
   using namespace cute;
   if (!active) {
     for (int k = 0; k < k_tiles; ++k) {
@@ -109,6 +110,7 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
   CUTE_NO_UNROLL
   for (int k = 0; k < k_tiles; ++k) {
     pipe.consumer_wait(st);
+    if (gathered) cutlass::arch::fence_view_async_shared();
     warpgroup_fence_operand(accum);
     warpgroup_arrive();
     CUTE_UNROLL

@@ -128,21 +128,6 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   return r;
 }
 
-// A row tensor of every local rank ([local rank][rows][hidden], `buffer` in each rank's heap) as the
-// gathered up/gate tiles load it, one 1 x 64 box a row (gathered_rows.cuh).
-CUtensorMap gather_map(const comm::World& world, comm::SymmetricPtr<__nv_bfloat16> buffer, int64_t rows, int64_t hidden,
-                       const char* what) {
-  const auto* first = world.local_pointer(buffer, 0);
-  const int64_t spacing = world.local_ranks() > 1 ? world.local_pointer(buffer, 1) - first : rows * hidden;
-  for (int l = 1; l < world.local_ranks(); ++l) {
-    CARACAL_CHECK(world.local_pointer(buffer, l) == first + l * spacing && spacing > 0, kName,
-                  ": the local ranks' heaps must be equally spaced for the gather's TMA map of ", what);
-  }
-  return gemm::make_tensor_map_3d(first, static_cast<uint64_t>(world.local_ranks()), static_cast<uint64_t>(rows),
-                                  static_cast<uint64_t>(hidden), 1, gemm::kBlockK, what,
-                                  static_cast<uint64_t>(spacing) * sizeof(__nv_bfloat16));
-}
-
 }  // namespace
 
 size_t ready_counter_words(int row_capacity, int shared_rows) {
@@ -205,11 +190,6 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   }
   p.schedule = exchange.schedule;
   p.pull = transfer::PullRows{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
-  const int ring_rows = args.exchange->options().ring_rows;
-  const int64_t pulled_rows = ring_rows > 0 ? ring_rows : args.exchange->sizes().row_capacity;  // expert_x's
-  p.gather = {gather_map(world, exchange.forward.x, exchange.tokens, exchange.hidden, "home x"),
-              gather_map(world, exchange.forward.expert_x, pulled_rows, exchange.hidden, "pulled rows"),
-              exchange.tokens};
   p.sums = {exchange.forward.combine_slots, exchange.router.topk_scores,
             {static_cast<float>(args.router.scale), args.router.normalize}};
   p.comm_ctas = comm_ctas;

@@ -57,39 +57,39 @@ __device__ inline int first_task_slot(const comm::DeviceWorld& world) {
 // Where the rows of an up/gate tile are read from, as the producer sees them.
 struct GatherSources {
   const comm::DeviceWorld& world;
-  const gemm::GatherMaps& maps;
-  int top_k;
+  const transfer::PullRows& pull;  // home x rows (any rank) and this rank's expert_x rows
   int rank;
   bool pull_all_rows;  // every row is pulled, those of tokens on this GPU too
 };
 
 // Where row `i` of an up/gate tile comes from: a token row on this GPU where it is (its home x), a
-// row from another GPU where the comm role pulls it (this rank's ring row of expert_x: `pulled`),
-// a padding row nowhere (zero-filled).
-__device__ inline gemm::GatherRow gather_source(const GatherSources& from, const ScheduleView& schedule,
-                                                const gemm::TileCoord& tile, int i) {
+// row from another GPU where the comm role pulls it (expert_x's ring row; `pulled` set), a padding
+// row nowhere (nullptr: zero-filled).
+__device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, const ScheduleView& schedule,
+                                                     const gemm::TileCoord& tile, int i, bool& pulled) {
   const int row = tile.m_begin + i;
   const int2 entry = schedule.rows[row];
-  if (entry.x < 0) return {false, from.maps.padding_row, 0};
-  const int home = entry.x - from.world.first_local_rank;
-  if (!from.pull_all_rows && static_cast<unsigned>(home) < static_cast<unsigned>(from.world.local_ranks)) {
-    return {false, entry.y / from.top_k, home};
+  pulled = false;
+  if (entry.x < 0) return nullptr;
+  if (!from.pull_all_rows &&
+      static_cast<unsigned>(entry.x - from.world.first_local_rank) < static_cast<unsigned>(from.world.local_ranks)) {
+    return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
   }
-  return {true, schedule.buffer_row(row), from.rank - from.world.first_local_rank};
+  pulled = true;
+  return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
 }
 
 // The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
-// rows; then all stream its operands: a routed up/gate tile's A gathered a row a thread
+// rows; then all stream its operands: a routed up/gate tile's A gathered by every thread
 // (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
-// Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks) and its bytes:
-// thread 0's arrive_and_expect_tx and one arrival per thread, after issuing its row's box
-// (up/gate) or at once (down; and the end sentinel's, where thread 0's extra arrival stands in for
-// the expect).
+// Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
+// arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
+// (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                              const FusedForwardRankParams& p, const ForwardKernelParams& kp,
                                              gemm::MainloopStorage& smem, int& shared_task,
                                              const gemm::TmaPipeline& pipe, int thread) {
-  const GatherSources sources{world, kp.gather, kp.pull.top_k, place.rank, kp.pull_all_rows};
+  const GatherSources sources{world, kp.pull, place.rank, kp.pull_all_rows};
   ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   gemm::PipelineState st;
   for (;;) {
@@ -112,13 +112,21 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     }
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
     const bool gathered = task.phase == ForwardPhase::up_gate;  // the shared expert's A is by TMA
-    const gemm::GatherRow row = gathered ? gather_source(sources, gemms.tiles.up.schedule, task.tile, thread)
-                                         : gemm::GatherRow{};
+    gemm::GatherRows rows;
+    bool pulled = false;
+    if (gathered) {
+      const ScheduleView& schedule = gemms.tiles.up.schedule;
+      (void)gather_source(sources, schedule, task.tile, thread, pulled);  // row `thread`: counted
+      for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+        bool unused;
+        rows.src[j] = gather_source(sources, schedule, task.tile, gemm::gather_row(thread, j), unused);
+      }
+    }
     // What the tile waits for: a routed up/gate tile for the ring rows it takes over (the down
     // tiles of the block that held them have read them) and its block's pulled rows (if any), a
     // down tile for its block's activation and, routed, for the group sums of the macrobatch whose
     // output rows it takes over; the shared expert's up/gate tiles for nothing.
-    const int pulled_rows = gathered ? gemm::gather_threads_count(row.pulled) : 0;
+    const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
     const int previous = task.shared() ? -1 : tasks.macrobatches().previous_in_ring(block);
     if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
@@ -147,12 +155,14 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
       if (thread == 0 && k == 0) p.task_slots[first_task_slot(world) + st.stage].task = task;
       const int k_index = task.tile.k_begin + k * gemm::kBlockK;
       if (gathered) {
+        // Zero-filling copies name the schedule (any valid address: they read nothing).
+        gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows), k_index,
+                            smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
-          uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
+          uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
           UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
                                                     mainloop.b_mn_extent, k_index, task.tile.expert);
         }
-        gemm::gather_k_tile(sources.maps, row, k_index, smem.a[st.stage], &smem.full[st.stage], thread);
       } else {
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
@@ -196,7 +206,8 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
     const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
+                   /*gathered=*/task.phase == ForwardPhase::up_gate);
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
       (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,

@@ -10,7 +10,6 @@
 
 #include "caracal/comm/symmetric_ptr.hpp"
 #include "device/gemm/bf16_epilogue.cuh"
-#include "device/gemm/gathered_rows.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
@@ -90,7 +89,6 @@ struct ForwardKernelParams {
   FusedForwardRankParams ranks[kMaxLocalRanks];
   transfer::ScheduleParams schedule;
   transfer::PullRows pull;  // home x rows into the ring's expert_x rows (no gates)
-  gemm::GatherMaps gather;  // the routed up/gate tiles' A rows: home x and the pulled rows
   GroupSumParams sums;
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
