@@ -16,10 +16,8 @@ constexpr int kTileElements = gemm::kBlockM * gemm::kBlockK;
 struct Stages {
   alignas(1024) Element tma[kTileElements];
   alignas(1024) Element gathered[kTileElements];
-  alignas(1024) Element row_tma[kTileElements];
   alignas(8) uint64_t tma_full;
   alignas(8) uint64_t gather_full;
-  alignas(8) uint64_t row_tma_full;
 };
 
 // Waits for phase 0 of `bar` for at most ~2^31 clocks; false if it did not complete.
@@ -31,17 +29,15 @@ __device__ bool bounded_wait(uint64_t* bar) {
   return true;
 }
 
-__global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expected_map,
-                                    CUTE_GRID_CONSTANT const CUtensorMap row_map, const __nv_bfloat16* matrix,
-                                    int matrix_rows, const int* source, int hidden, int k_index, uint16_t* tma_out,
-                                    uint16_t* gathered_out, uint16_t* row_tma_out, int* done) {
+__global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expected_map, const __nv_bfloat16* matrix,
+                                    const int* source, int hidden, int k_index, uint16_t* tma_out,
+                                    uint16_t* gathered_out, int* done) {
   extern __shared__ uint8_t raw[];
   Stages& s = *reinterpret_cast<Stages*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&s.tma_full, 1);
     cutlass::arch::ClusterTransactionBarrier::init(&s.gather_full, 1 + gemm::kGatherArrivals);
-    cutlass::arch::ClusterTransactionBarrier::init(&s.row_tma_full, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -49,15 +45,6 @@ __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expecte
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.tma_full, kTileElements * 2);
     cute::SM90_TMA_LOAD_2D::copy(&expected_map, &s.tma_full, uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL),
                                  s.tma, k_index, 0);
-  }
-  if (warp == 4) {  // one box per row, four per lane; a padding row names a row past the matrix
-    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.row_tma_full, kTileElements * 2);
-    __syncwarp();
-    for (int r = lane; r < gemm::kBlockM; r += 32) {
-      const int row = source[r] >= 0 ? source[r] : matrix_rows;
-      cute::SM90_TMA_LOAD_2D::copy(&row_map, &s.row_tma_full, uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL),
-                                   s.row_tma + r * gemm::kBlockK, k_index, row);
-    }
   }
   const int thread = static_cast<int>(threadIdx.x);
   if (thread < gemm::kGatherThreads) {  // as the fused forward's producer warpgroup does it
@@ -71,64 +58,52 @@ __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expecte
   }
   const bool tma_done = bounded_wait(&s.tma_full);
   const bool gather_done = bounded_wait(&s.gather_full);
-  const bool row_tma_done = bounded_wait(&s.row_tma_full);
   gemm::gathered_stage_fence();
   __syncthreads();
   if (threadIdx.x == 0) {
     done[0] = tma_done;
     done[1] = gather_done;
-    done[2] = row_tma_done;
   }
   const uint16_t* t = reinterpret_cast<const uint16_t*>(s.tma);
   const uint16_t* g = reinterpret_cast<const uint16_t*>(s.gathered);
-  const uint16_t* w = reinterpret_cast<const uint16_t*>(s.row_tma);
   for (int i = static_cast<int>(threadIdx.x); i < kTileElements; i += static_cast<int>(blockDim.x)) {
     tma_out[i] = t[i];
     gathered_out[i] = g[i];
-    row_tma_out[i] = w[i];
   }
 }
 
 }  // namespace
 
-GatheredStage gather_one_stage(const __nv_bfloat16* matrix, int matrix_rows, const __nv_bfloat16* expected,
+GatheredStage gather_one_stage(const __nv_bfloat16* matrix, const __nv_bfloat16* expected,
                                const std::vector<int>& source, int hidden, int k_index) {
   const CUtensorMap map = gemm::make_tensor_map_2d(expected, gemm::kBlockM, static_cast<uint64_t>(hidden),
                                                    gemm::kBlockM, gemm::kBlockK, "expected");
-  const CUtensorMap row_map = gemm::make_tensor_map_2d(matrix, static_cast<uint64_t>(matrix_rows),
-                                                       static_cast<uint64_t>(hidden), 1, gemm::kBlockK, "matrix");
   int* d_source = nullptr;
-  uint16_t *d_tma = nullptr, *d_gathered = nullptr, *d_row_tma = nullptr;
+  uint16_t *d_tma = nullptr, *d_gathered = nullptr;
   int* d_done = nullptr;
   check_cuda(cudaMalloc(&d_source, source.size() * sizeof(int)), "cudaMalloc(source)");
   check_cuda(cudaMalloc(&d_tma, kTileElements * 2), "cudaMalloc(tma)");
   check_cuda(cudaMalloc(&d_gathered, kTileElements * 2), "cudaMalloc(gathered)");
-  check_cuda(cudaMalloc(&d_row_tma, kTileElements * 2), "cudaMalloc(row_tma)");
-  check_cuda(cudaMalloc(&d_done, 3 * sizeof(int)), "cudaMalloc(done)");
+  check_cuda(cudaMalloc(&d_done, 2 * sizeof(int)), "cudaMalloc(done)");
   check_cuda(cudaMemcpy(d_source, source.data(), source.size() * sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy(source)");
-  check_cuda(cudaMemset(d_done, 0, 3 * sizeof(int)), "cudaMemset(done)");
+  check_cuda(cudaMemset(d_done, 0, 2 * sizeof(int)), "cudaMemset(done)");
   const int smem = static_cast<int>(sizeof(Stages)) + 1024;
   check_cuda(cudaFuncSetAttribute(gather_stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attribute");
-  gather_stage_kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, row_map, matrix, matrix_rows, d_source, hidden,
-                                                              k_index, d_tma, d_gathered, d_row_tma, d_done);
+  gather_stage_kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, matrix, d_source, hidden, k_index, d_tma, d_gathered, d_done);
   check_cuda(cudaGetLastError(), "gather_stage_kernel launch");
   check_cuda(cudaDeviceSynchronize(), "gather_stage_kernel");
   GatheredStage out;
   out.tma.resize(kTileElements);
   out.gathered.resize(kTileElements);
-  out.row_tma.resize(kTileElements);
-  int done[3] = {0, 0, 0};
+  int done[2] = {0, 0};
   check_cuda(cudaMemcpy(out.tma.data(), d_tma, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(tma)");
   check_cuda(cudaMemcpy(out.gathered.data(), d_gathered, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(gathered)");
-  check_cuda(cudaMemcpy(out.row_tma.data(), d_row_tma, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(row_tma)");
   check_cuda(cudaMemcpy(done, d_done, sizeof(done), cudaMemcpyDeviceToHost), "cudaMemcpy(done)");
   out.tma_done = done[0] != 0;
   out.gather_done = done[1] != 0;
-  out.row_tma_done = done[2] != 0;
   cudaFree(d_source);
   cudaFree(d_tma);
   cudaFree(d_gathered);
-  cudaFree(d_row_tma);
   cudaFree(d_done);
   return out;
 }
