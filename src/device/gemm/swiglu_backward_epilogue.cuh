@@ -15,10 +15,7 @@
 // The thread holding d_h column j also needs gate_j and up_j: with the 8-row interleave they are
 // the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 512 columns
 // for accumulator group t, read straight from global memory (the producer prefetched them into
-// L2 shortly before). Each half chunk's pairs are loaded before the previous half chunk's stores
-// (whose shared-memory writes and syncs the compiler does not move loads across), once that half's
-// math no longer needs its own pairs: their latency passes under the stores instead of stalling
-// the math, in the same registers.
+// L2 shortly before).
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -43,25 +40,6 @@ struct GateUpPairs {
   uint32_t gate[2 * kHalfGroups];
   uint32_t up[2 * kHalfGroups];
 };
-
-// The half chunks of a tile's d_h, in the order the epilogue walks them: half chunk s holds the
-// accumulator groups [kHalfGroups s, kHalfGroups (s + 1)).
-inline constexpr int kHalfChunks = 2 * (kBlockN / kChunkCols);
-
-// This thread's pairs of half chunk `s`, from its two rows' gate_up words (`src`, see apply()).
-__device__ inline GateUpPairs load_gate_up_pairs(const uint32_t* const (&src)[2], int s) {
-  GateUpPairs pairs;
-  int const group0 = kHalfGroups * s;
-  CUTE_UNROLL
-  for (int q = 0; q < kHalfGroups; ++q) {
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      pairs.gate[2 * q + h] = __ldg(src[h] + 8 * (group0 + q));
-      pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
-    }
-  }
-  return pairs;
-}
 
 __device__ inline float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ inline float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
@@ -126,21 +104,25 @@ struct SwigluBackwardEpilogue {
       if (active) g[h] = __ldg(p.row_gates + row + 8 * h);
     }
 
-    // Half chunk s exists when its 64-column chunk starts inside N = I.
-    auto const in_tile = [&](int s) { return s < kHalfChunks && tile.n_begin + (s / 2) * kChunkCols < intermediate; };
     float dg[2] = {0.0f, 0.0f};
-    GateUpPairs pairs{};
-    if (active) pairs = load_gate_up_pairs(src, 0);
     CUTE_UNROLL
     for (int hc = 0; hc < kBlockN / kChunkCols; ++hc) {
       if (tile.n_begin + hc * kChunkCols >= intermediate) break;
       ChunkWords activation_words{};  // an inactive slice stores zeros
       CUTE_UNROLL
       for (int half = 0; half < 2; ++half) {
-        int const s = 2 * hc + half;
         ChunkWords grad_words{};
         if (active) {
-          int const group0 = kHalfGroups * s;  // first group of the half
+          int const group0 = kDhChunkGroups * hc + kHalfGroups * half;  // first group of the half
+          GateUpPairs pairs;
+          CUTE_UNROLL
+          for (int q = 0; q < kHalfGroups; ++q) {
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              pairs.gate[2 * q + h] = __ldg(src[h] + 8 * (group0 + q));
+              pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
+            }
+          }
           CUTE_UNROLL
           for (int q = 0; q < kHalfGroups; ++q) {
             CUTE_UNROLL
@@ -160,7 +142,6 @@ struct SwigluBackwardEpilogue {
             }
           }
         }
-        if (active && in_tile(s + 1)) pairs = load_gate_up_pairs(src, s + 1);  // in flight during the stores
         ring.acquire();
         ring.write(grad_words);
         ring.store(&p.d_gate_up, 2 * (tile.n_begin + hc * kChunkCols) + half * kChunkCols, block_row);
