@@ -53,8 +53,7 @@ __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expecte
       const int r = gemm::gather_row(thread, j);
       rows.src[j] = source[r] >= 0 ? matrix + static_cast<int64_t>(source[r]) * hidden : nullptr;
     }
-    gemm::gather_k_tile(rows, matrix, k_index, s.gathered, &s.gather_full, thread,
-                        /*warm_ahead=*/k_index + gemm::kGatherPrefetchTiles * gemm::kBlockK < hidden);
+    gemm::gather_k_tile(rows, matrix, k_index, s.gathered, &s.gather_full, thread);
     if (thread == 0) cutlass::arch::ClusterBarrier::arrive(&s.gather_full);  // the producer's own arrival
   }
   const bool tma_done = bounded_wait(&s.tma_full);

@@ -74,26 +74,18 @@ struct GatherRows {
 };
 __device__ inline int gather_row(int thread, int j) { return thread / 8 + j * (kGatherThreads / 8); }
 
-// How far ahead the gather warms L2: see gather_k_tile.
-inline constexpr int kGatherPrefetchTiles = 4;
-
 // One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
 // units of A's k tile `k_index` (elements [k_index, k_index + 64) of each row) into `stage` and
 // arms `full` with them. `any_row`: a valid global address, named by the zero-filling copies
-// (which read nothing). `warm_ahead` (the tile has kGatherPrefetchTiles more k tiles): thread
-// 8q + u also prefetches into L2 the line of its row q + 16u (rows.src[u]: each row once) that k
-// tile will copy, so rows coming from DRAM have that many stages' time to arrive.
+// (which read nothing).
 __device__ inline void gather_k_tile(const GatherRows& rows, const __nv_bfloat16* any_row, int k_index,
-                                     Element* stage, uint64_t* full, int thread, bool warm_ahead) {
+                                     Element* stage, uint64_t* full, int thread) {
   const int unit = thread % 8;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
 #pragma unroll
   for (int j = 0; j < kGatherRowsPerThread; ++j) {
     const int row = gather_row(thread, j);
     const __nv_bfloat16* src = rows.src[j];
-    if (warm_ahead && j == unit && src != nullptr) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(src + k_index + kGatherPrefetchTiles * kBlockK));
-    }
     const uint32_t bytes = src != nullptr ? 16u : 0u;  // 0: fill zeros
     const void* from = src != nullptr ? src + k_index + unit * 8 : any_row;
     const uint32_t to = base + static_cast<uint32_t>(row * 128 + ((unit ^ (row % 8)) << 4));

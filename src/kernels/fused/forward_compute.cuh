@@ -157,8 +157,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
       if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).
         gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows), k_index,
-                            smem.a[st.stage], &smem.full[st.stage], thread,
-                            /*warm_ahead=*/k + gemm::kGatherPrefetchTiles < task.tile.k_tiles);
+                            smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
           UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
