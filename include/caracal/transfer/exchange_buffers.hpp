@@ -34,7 +34,8 @@ struct ScheduleBuffers {
   Sym<int32_t> route_rows;     // [W][T*k] per route of each source: its row here, or -1 (the
                                //     builder's workspace first: the route's local expert, or -1);
                                //     the pulls find a token's rows here (token_group.cuh)
-  Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: routes per (source, chunk, local expert)
+  Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: routes per (source, chunk, local expert), then
+                               // (build_schedule's scan) those in the source's earlier chunks
 };
 
 // Router weights on the home rank.
