@@ -188,7 +188,8 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 // A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
 // tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
 // complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
-// the block's down_done (its ring rows have been read), after its stores the block's out_stored.
+// the block's down_done (its ring rows have been read), after its stores the block's out_stored
+// where a group_sums task of the launch reads them (not in macrobatch 0).
 // A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
 // warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
 // (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
@@ -226,10 +227,13 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     } else {
       if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
       DownGemm::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
-      ring.drain();  // this warpgroup's stores of the slice have completed
-      if (wg_thread == 0) {
-        comm::async_proxy_fence();
-        comm::signal_ready_thread(p.out_stored + task.m_block());
+      // Macrobatch 0's rows wait for the combine launch: their stores need no drain here.
+      if (Macrobatches::summed_in_launch(p.routed.tiles.up.schedule, task.m_block())) {
+        ring.drain();  // this warpgroup's stores of the slice have completed
+        if (wg_thread == 0) {
+          comm::async_proxy_fence();
+          comm::signal_ready_thread(p.out_stored + task.m_block());
+        }
       }
     }
   }

@@ -68,6 +68,12 @@ struct Macrobatches {
   __device__ int previous_in_ring(int block) const {
     return block + ring_blocks < total_blocks ? block + ring_blocks : -1;
   }
+  // Whether block `block`'s output rows are summed inside the launch (a group_sums task reads them
+  // once out_stored says so): those of every macrobatch but 0, which the combine launch after the
+  // kernel sums. Static: it needs only the ring's size.
+  __device__ static bool summed_in_launch(const ScheduleView& rows, int block) {
+    return rows.ring_rows > 0 && block >= rows.ring_rows / gemm::kBlockM;
+  }
 };
 
 // Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own): the
