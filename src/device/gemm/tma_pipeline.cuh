@@ -63,15 +63,6 @@ class TmaPipeline {
   __device__ void consumer_wait(PipelineState st) const {
     FullBarrier::wait(&full_[st.stage], st.phase);
   }
-  // Consumers: whether the stage's bytes land within about `cycles` SM clock cycles (for a caller
-  // that must do something else before it may block on them).
-  __device__ bool consumer_try_wait(PipelineState st, long long cycles) const {
-    const long long start = clock64();
-    do {
-      if (FullBarrier::try_wait(&full_[st.stage], st.phase)) return true;
-    } while (clock64() - start < cycles);
-    return false;
-  }
   // Consumers, every thread of a warp after its reads of the stage completed: one arrival.
   __device__ void consumer_release(PipelineState st, int lane) const {
     if (lane == 0) EmptyBarrier::arrive(&empty_[st.stage]);

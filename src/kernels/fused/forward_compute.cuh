@@ -36,7 +36,6 @@
 #include "kernels/fused/forward_group_sums.cuh"
 #include "kernels/fused/forward_params.cuh"
 #include "kernels/fused/forward_tasks.cuh"
-#include "kernels/fused/pending_activation.cuh"
 
 namespace caracal::fused {
 
@@ -186,11 +185,11 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
   cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
 }
 
-// A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. The warpgroup's
-// leader (the thread that issues its TMA stores) raises an up/gate tile's activation_ready once
-// its stores have completed, after the next tile's mainloop (pending_activation.cuh); a routed
-// down tile's down_done after its wgmmas (its ring rows have been read), its out_stored after its
-// stores where a group_sums task of the launch reads them (not in macrobatch 0).
+// A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
+// tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
+// complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
+// the block's down_done (its ring rows have been read), after its stores the block's out_stored
+// where a group_sums task of the launch reads them (not in macrobatch 0).
 // A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
 // warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
 // (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
@@ -201,9 +200,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
                                       int wg_thread) {
   const int lane = wg_thread % 32;
   gemm::PipelineState st;
-  PendingActivation pending;
   for (;;) {
-    pending.publish_unless_ready(pipe, st, ring);
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
     const ForwardTask task = p.task_slots[first_task_slot(world) + st.stage].task;
     if (task.phase == ForwardPhase::end) break;
@@ -212,7 +209,6 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
-    pending.publish(ring);  // the previous up/gate tile's, if any: its stores have long completed
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
       (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
@@ -221,7 +217,11 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
     } else if (task.up_gate()) {
       UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);  // into the ring
-      if (wg_thread == 0) pending.hold(gemms.activation_ready + task.m_block());
+      ring.drain();  // this warpgroup's stores of the slice have completed
+      if (wg_thread == 0) {
+        comm::async_proxy_fence();
+        comm::signal_ready_thread(gemms.activation_ready + task.m_block());
+      }
     } else if (task.shared()) {
       DownGemm::Epilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
     } else {
@@ -237,7 +237,6 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       }
     }
   }
-  pending.publish(ring);
   ring.drain();
 }
 
