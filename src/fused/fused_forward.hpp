@@ -87,9 +87,18 @@ int fused_ctas_per_rank(const comm::World& world);
 // The comm CTAs per rank used when FusedForwardArgs::comm_ctas is 0.
 int default_comm_ctas(const comm::World& world);
 
-// Zeroes the counters and launches on `stream`. Throws caracal::Error for a world of more than
-// kFusedMaxLocalRanks local ranks, comm_ctas outside [1, fused_ctas_per_rank - 1] or arguments the
-// grouped GEMMs refuse.
+// A pass on `stream`: zero_ready_counters, then exchange->build_schedule, then fused_forward, with
+// nothing between the last two: the kernel starts while the schedule is built (programmatic
+// dependent launch, device/comm/grid_dependency.cuh), its shared-expert tiles needing none of it;
+// the pulls and the routed tasks wait for the schedule's launch to complete. After anything else
+// it starts when that completes, as any launch.
+
+// Zeroes every rank's readiness counters on `stream`.
+void zero_ready_counters(const FusedForwardArgs& args, cudaStream_t stream);
+
+// Launches on `stream` (the counters zeroed since the last launch on them). Throws caracal::Error
+// for a world of more than kFusedMaxLocalRanks local ranks, comm_ctas outside
+// [1, fused_ctas_per_rank - 1] or arguments the grouped GEMMs refuse.
 void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_t stream);
 
 }  // namespace caracal::fused

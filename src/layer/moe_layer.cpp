@@ -403,9 +403,8 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
                            stream);
     }
   }
-  state.exchange->build_schedule(config_.router, stream);
+  fused::FusedForwardArgs fused_args;
   if (state.fused) {
-    fused::FusedForwardArgs fused_args;
     fused_args.exchange = state.exchange.get();
     fused_args.router = config_.router;
     fused_args.comm_ctas = state.fused_comm_ctas;
@@ -416,7 +415,11 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
       fused_args.ranks.push_back({rank_state.routed, {w.w_gate_up, w.w_down}, sizes.has_shared, rank_state.shared,
                                   {w.shared_w_gate_up, w.shared_w_down}, rank_state.local.buffers().ready_counters});
     }
-    fused::fused_forward(world_, fused_args, stream);
+    fused::zero_ready_counters(fused_args, stream);
+  }
+  state.exchange->build_schedule(config_.router, stream);
+  if (state.fused) {
+    fused::fused_forward(world_, fused_args, stream);  // right after the schedule: it starts early
   } else {
     state.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {

@@ -22,6 +22,10 @@ struct LaunchShape {
   int ctas_per_rank = 1;
   int threads_per_cta = 256;
   size_t shared_bytes = 0;  // dynamic shared memory per CTA
+  // Programmatic dependent launch (grid_dependency.cuh): the kernel may start while the kernel
+  // before it on the stream still runs, once that one allowed it; it waits for that kernel's
+  // output itself. Only right after a kernel launch (no copy or memset in between).
+  bool starts_early = false;
 };
 
 namespace detail {
@@ -45,16 +49,18 @@ template <typename... Params, typename... Args>
 void launch(World& world, const char* name, const LaunchShape& shape, cudaStream_t stream,
             void (*kernel)(DeviceWorld, Params...), Args&&... args) {
   const DeviceWorld view = world.device_view(shape.ctas_per_rank, name);
-  cudaLaunchAttribute cooperative{};
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(world.local_ranks() * shape.ctas_per_rank));
   config.blockDim = dim3(static_cast<unsigned>(shape.threads_per_cta));
   config.dynamicSmemBytes = shape.shared_bytes;
   config.stream = stream;
-  config.attrs = &cooperative;
-  config.numAttrs = 1;
+  config.attrs = attrs;
+  config.numAttrs = shape.starts_early ? 2 : 1;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, view, std::forward<Args>(args)...);
   if (err == cudaSuccess) return;
   (void)cudaGetLastError();  // launch errors are not sticky: clear it so later calls do not see it

@@ -38,6 +38,9 @@ class RowTileScheduler {
     return int64_t(p.schedule.row_capacity / kBlockM) * p.n_blocks;
   }
 
+  // A placeholder to assign a scheduler to before any use (for a cursor that sets it on first use).
+  RowTileScheduler() = default;
+
   // The tiles of the schedule's row blocks in its window [first_row, end_row), or, for the fused
   // kernels' macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
   __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride, int begin_block = 0,

@@ -1,7 +1,9 @@
 // The schedule builder as a standalone launch: every CTA runs schedule::build_schedule for its rank,
 // and computes g of its rank's tokens (token_gates, one thread per token) after the builder's entry
-// barrier, so that the schedule and the gates take one launch.
+// barrier, so that the schedule and the gates take one launch. It lets the launch after it start at
+// once (the fused forward's shared-expert tiles need no schedule: fused_forward.hpp).
 #include "caracal/comm/cuda_check.hpp"
+#include "device/comm/grid_dependency.cuh"
 #include "device/transfer/router_math.cuh"
 #include "device/transfer/schedule_build.cuh"
 #include "transfer/exchange_launch.hpp"
@@ -14,6 +16,7 @@ namespace {
 __global__ void __launch_bounds__(kScheduleThreads, 1)
     build_schedule_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   extern __shared__ int shared[];
+  comm::allow_dependent_launch();
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const auto gates = [&](int thread, int threads) {
     for (int t = thread; t < args.tokens; t += threads) {

@@ -5,6 +5,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "device/comm/grid_dependency.cuh"
 #include "device/comm/launch.cuh"
 #include "fused/fused_forward.hpp"
 #include "gemm/forward_descriptors.cuh"
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (comm::cta_of_rank(world) < p.comm_ctas) {
+    comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
     // A failed wait is recorded; the CTA computes on, and its own waits fail as fast.
     (void)pull_forward_rows(world, place, p.schedule, p.pull, p.ranks[place.local_rank], p.pull_all_rows,
@@ -146,6 +148,16 @@ int fused_ctas_per_rank(const comm::World& world) {
 
 int default_comm_ctas(const comm::World& world) { return std::max(1, fused_ctas_per_rank(world) / 16); }
 
+void zero_ready_counters(const FusedForwardArgs& args, cudaStream_t stream) {
+  for (const FusedForwardRank& rank : args.ranks) {
+    CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
+    const size_t counters =  // not the task slots
+        counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
+               "fused forward: cudaMemsetAsync(ready counters)");
+  }
+}
+
 void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.exchange != nullptr, kName, ": exchange must not be null");
   const int local_ranks = world.local_ranks();
@@ -183,10 +195,6 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
     CARACAL_CHECK(rank.pass.out == world.local_pointer(args.exchange->backward_buffers().expert_dy, l), kName,
                   ": ranks[", l, "].pass.out must be the exchange's expert_dy of local rank ", l);
     p.ranks[l] = rank_params(rank);
-    const size_t counters =  // not the task slots
-        counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
-    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
-               "fused forward: cudaMemsetAsync(ready counters)");
   }
   p.schedule = exchange.schedule;
   p.pull = transfer::PullRows{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
@@ -195,6 +203,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   p.comm_ctas = comm_ctas;
   p.pull_all_rows = args.pull_all_rows;
   p.rows_per_route = exchange.rows_per_route;
+  shape.starts_early = true;  // while build_schedule runs (fused_forward.hpp)
   comm::launch(world, "fused forward", shape, stream, fused_forward_kernel, p);
 }
 

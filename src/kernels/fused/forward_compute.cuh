@@ -25,6 +25,7 @@
 
 #include "device/comm/cta_place.cuh"
 #include "device/comm/device_world.cuh"
+#include "device/comm/grid_dependency.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gathered_rows.cuh"
@@ -80,7 +81,8 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 }
 
 // The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
-// rows; then all stream its operands: a routed up/gate tile's A gathered by every thread
+// rows (the first routed task also for the schedule's launch, which the shared expert's tiles need
+// not wait for); then all stream its operands: a routed up/gate tile's A gathered by every thread
 // (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
 // Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
@@ -96,6 +98,10 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
     gemm::gather_threads_sync();
     const int t = shared_task;
+    if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {  // every producer thread alike
+      comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
+      tasks.count_routed_tasks();
+    }
     // Meets every thread before thread 0 writes the next task.
     if (gemm::gather_threads_count(t >= tasks.num_tasks()) > 0) break;
     const ForwardTask task = tasks.at(t);

@@ -14,6 +14,8 @@
 // index than those reading them. Tasks are taken in increasing order and every CTA of the launch
 // is resident, so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
 // changes nothing in its result (one CTA per tile, K in a fixed order; one warp per group sum).
+#include <climits>
+
 #include "caracal/schedule_view.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/tile_coord.cuh"
@@ -53,10 +55,11 @@ static_assert(sizeof(TaskSlot) == 32);
 // walks them in descending order, so that macrobatch 0 is what the ring holds at the end. Block s
 // of macrobatch m sits in the ring where block s + ring_blocks of macrobatch m + 1 sat before it.
 struct Macrobatches {
-  int total_blocks;  // row blocks of the schedule
-  int ring_blocks;   // row blocks of a macrobatch (the last may hold fewer)
+  int total_blocks = 0;  // row blocks of the schedule
+  int ring_blocks = 1;   // row blocks of a macrobatch (the last may hold fewer)
 
-  __device__ Macrobatches(const ScheduleView& rows)
+  Macrobatches() = default;
+  __device__ explicit Macrobatches(const ScheduleView& rows)
       : total_blocks(min(rows.expert_offset[rows.num_experts], rows.row_capacity) / gemm::kBlockM),
         ring_blocks(rows.ring_rows > 0 ? rows.ring_rows / gemm::kBlockM : max(total_blocks, 1)) {}
 
@@ -83,24 +86,32 @@ struct Macrobatches {
 // macrobatch's rows in [tile.k_begin, tile.active_end)). Macrobatch 0's rows stay in the ring
 // after the launch: TokenExchange::combine_after_fused_forward sums them on every SM. The phases
 // are named, not indexed, so that everything stays in registers.
+//
+// The shared expert's tasks need no schedule, so the launch may start while the schedule is still
+// being built (fused_forward.hpp): the routed tasks are counted only once a task
+// past the shared expert's is taken, after the wait for the schedule's launch.
 class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
   // parameters do).
   __device__ ForwardTaskCursor(const ExpertTiles* shared, const ExpertTiles& routed)
-      : shared_(shared), routed_(&routed), batches_(routed.up.schedule), tiles_(routed.up, 0, 1) {
+      : shared_(shared), routed_(&routed) {
     const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
     end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up / shared->up.n_blocks) : 0);
-    // Per block its tiles and, but in macrobatch 0 (walked last: combine sums it), its group sums.
-    const int per_block = routed.up.n_blocks + routed.down.n_blocks + 1;
-    const int batches = batches_.count();
-    const int first_walked_blocks = batches > 0 ? batches_.blocks_in(batches - 1) : 0;
-    last_batch_tasks_ = first_walked_blocks * per_block - (batches == 1 ? first_walked_blocks : 0);
-    full_batch_tasks_ = batches_.ring_blocks * per_block;
-    end_ = end_shared_down_ + batches_.total_blocks * per_block - (batches > 0 ? batches_.blocks_in(0) : 0);
   }
 
+  // The shared expert's tasks, the first ones.
+  __device__ int shared_tasks() const { return end_shared_down_; }
+  __device__ bool routed_counted() const { return end_ != kUncounted; }
+  // Reads the routed experts' schedule (built by now) and counts their tasks.
+  __device__ void count_routed_tasks() {
+    batches_ = Macrobatches(routed_->up.schedule);
+    const int batches = batches_.count();
+    end_ = end_shared_down_ + batches_.total_blocks * per_block() - (batches > 0 ? batches_.blocks_in(0) : 0);
+  }
+
+  // Every task, once counted (count_routed_tasks); until then more than any task index.
   __device__ int num_tasks() const { return end_; }
   __device__ const Macrobatches& macrobatches() const { return batches_; }
 
@@ -118,9 +129,13 @@ class ForwardTaskCursor {
     } else {
       const int routed = task - end_shared_down_;
       const int batches = batches_.count();
-      const int walked = routed < last_batch_tasks_ ? 0 : 1 + (routed - last_batch_tasks_) / full_batch_tasks_;
+      // The routed tasks of the macrobatch walked first, and of each of the others (full ones).
+      const int first_walked_blocks = batches > 0 ? batches_.blocks_in(batches - 1) : 0;
+      const int last_batch_tasks = first_walked_blocks * per_block() - (batches == 1 ? first_walked_blocks : 0);
+      const int full_batch_tasks = batches_.ring_blocks * per_block();
+      const int walked = routed < last_batch_tasks ? 0 : 1 + (routed - last_batch_tasks) / full_batch_tasks;
       batch = batches - 1 - walked;
-      first = end_shared_down_ + (walked == 0 ? 0 : last_batch_tasks_ + (walked - 1) * full_batch_tasks_);
+      first = end_shared_down_ + (walked == 0 ? 0 : last_batch_tasks + (walked - 1) * full_batch_tasks);
       const int blocks = batches_.blocks_in(batch);
       const int up_tasks = blocks * routed_->up.n_blocks;
       const int down_tasks = blocks * routed_->down.n_blocks;
@@ -154,17 +169,22 @@ class ForwardTaskCursor {
   }
 
  private:
+  // A routed block's tasks: its tiles and, but in macrobatch 0 (walked last: combine sums it), its
+  // group sums. From the kernel parameters: no register held.
+  __device__ int per_block() const { return routed_->up.n_blocks + routed_->down.n_blocks + 1; }
   // A group's down tiles over `blocks` row blocks.
   __device__ static int down_tasks(const ExpertTiles& t, int blocks) { return blocks * t.down.n_blocks; }
+
+  static constexpr int kUncounted = INT_MAX;
 
   const ExpertTiles* shared_;
   const ExpertTiles* routed_;
   Macrobatches batches_;
-  gemm::RowTileScheduler tiles_;  // the current phase's tiles
-  int end_shared_up_, end_shared_down_, end_;  // one past each group's last task
-  int last_batch_tasks_, full_batch_tasks_;    // routed tasks of the macrobatch walked first, of the others
-  ForwardPhase phase_ = ForwardPhase::up_gate;  // tiles_ starts on the routed up/gate tiles of the
-  int batch_ = -1;                              // whole schedule: no macrobatch yet
+  gemm::RowTileScheduler tiles_;  // the current phase's tiles: set by the first at() (batch_ = -1)
+  int end_shared_up_, end_shared_down_;  // one past each group's last task
+  int end_ = kUncounted;                 // one past the last task
+  ForwardPhase phase_ = ForwardPhase::up_gate;
+  int batch_ = -1;  // no macrobatch yet
 };
 
 }  // namespace caracal::fused
