@@ -8,6 +8,13 @@
 // refuses a grid that cannot fit; that refusal is turned into a caracal::Error giving the limit.
 // Cooperative launches are captured into CUDA graphs like any other (CUDA >= 12) and replayed
 // with the same guarantee, so launch() is graph-capturable: it only reads host state and enqueues.
+//
+// A kernel that starts early (LaunchShape::starts_early, grid_dependency.cuh) is launched without
+// the cooperative attribute: with it CUDA starts the grid only once the kernel before it has
+// completed, PDL or not (measured on the H200, 2026-12-02: a cooperative secondary began 1.3 us
+// after its primary ended, a plain one 95 us before). Such a kernel gets every CTA resident only
+// eventually (as the earlier kernel's CTAs exit), so it must not use world barriers, and launch()
+// refuses a grid larger than the device can hold at once.
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -24,7 +31,7 @@ struct LaunchShape {
   size_t shared_bytes = 0;  // dynamic shared memory per CTA
   // Programmatic dependent launch (grid_dependency.cuh): the kernel may start while the kernel
   // before it on the stream still runs, once that one allowed it; it waits for that kernel's
-  // output itself. Only right after a kernel launch (no copy or memset in between).
+  // output itself. Not cooperative (see above): no world barriers in such a kernel.
   bool starts_early = false;
 };
 
@@ -43,35 +50,42 @@ int max_ctas_per_rank(const World& world, void (*kernel)(DeviceWorld, Params...)
   return per_sm * world.multiprocessors() / world.local_ranks();
 }
 
-// Launches `kernel(world.device_view(...), args...)` cooperatively on `stream`. `name` names the
-// launch in device-error messages. Throws caracal::Error if the launch fails.
+// Launches `kernel(world.device_view(...), args...)` on `stream`, cooperatively unless it starts
+// early. `name` names the launch in device-error messages. Throws caracal::Error if the launch
+// fails or the grid cannot be resident at once.
 template <typename... Params, typename... Args>
 void launch(World& world, const char* name, const LaunchShape& shape, cudaStream_t stream,
             void (*kernel)(DeviceWorld, Params...), Args&&... args) {
+  const auto check_coresident = [&] {
+    int per_sm = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads_per_cta, shape.shared_bytes),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (static_cast<long long>(world.local_ranks()) * shape.ctas_per_rank >
+        static_cast<long long>(per_sm) * world.multiprocessors()) {
+      detail::throw_not_coresident(world, name, shape, per_sm);
+    }
+  };
+  if (shape.starts_early) check_coresident();  // CUDA does not check it for a plain launch
   const DeviceWorld view = world.device_view(shape.ctas_per_rank, name);
-  cudaLaunchAttribute attrs[2]{};
-  attrs[0].id = cudaLaunchAttributeCooperative;
-  attrs[0].val.cooperative = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr{};
+  if (shape.starts_early) {
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+  } else {
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(world.local_ranks() * shape.ctas_per_rank));
   config.blockDim = dim3(static_cast<unsigned>(shape.threads_per_cta));
   config.dynamicSmemBytes = shape.shared_bytes;
   config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = shape.starts_early ? 2 : 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, view, std::forward<Args>(args)...);
   if (err == cudaSuccess) return;
   (void)cudaGetLastError();  // launch errors are not sticky: clear it so later calls do not see it
-  // The usual cause (cudaErrorCooperativeLaunchTooLarge) deserves a message with the limit.
-  int per_sm = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.threads_per_cta, shape.shared_bytes),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (static_cast<long long>(world.local_ranks()) * shape.ctas_per_rank >
-      static_cast<long long>(per_sm) * world.multiprocessors()) {
-    detail::throw_not_coresident(world, name, shape, per_sm);
-  }
+  check_coresident();  // the usual cause (cudaErrorCooperativeLaunchTooLarge) deserves a message with the limit
   check_cuda(err, name);
 }
 

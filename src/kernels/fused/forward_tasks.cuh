@@ -11,8 +11,10 @@
 // CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the ring rows
 // it takes over released by the macrobatch walked before, a block's output rows stored, a
 // macrobatch's group sums done); the comm CTAs' pulls into the ring wait only on tasks of lower
-// index than those reading them. Tasks are taken in increasing order and every CTA of the launch
-// is resident, so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
+// index than those reading them. Tasks are taken in increasing order, only by running CTAs, and
+// every CTA of the launch becomes resident (the grid fits the device; the launch may start beside
+// the schedule's CTAs, and its last CTAs land as those exit, which wait on nothing of this
+// launch), so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
 // changes nothing in its result (one CTA per tile, K in a fixed order; one warp per group sum).
 #include <climits>
 
