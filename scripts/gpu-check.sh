@@ -93,6 +93,7 @@ echo
 echo "==== Caracal GPU check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown) ===="
 printf '%s\n' "${summary[@]}"
 if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
   tar czf "$OUT/gpu-check-logs.tgz" -C "$logs" .
   cp "$logs/errors.txt" "$OUT/errors.txt"
 fi

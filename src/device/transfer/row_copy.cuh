@@ -96,6 +96,30 @@ __device__ __forceinline__ void warp_copy_row(uint4* dst, const uint4* src, int 
   for (; i < vectors; i += kWarpSize) store16(dst + i, load_row16<kCoherent>(src + i));
 }
 
+// One warp copies vectors [first, end) of src into the row of each lane in `members` (lanes whose
+// `mine` names a row; dst_of(mine): that row's first vector), each vector loaded once (kCoherent
+// as warp_copy_row). first and end are warp-uniform: the shuffles need every lane.
+template <bool kCoherent, typename DstOf>
+__device__ __forceinline__ void warp_fan_out_vectors(const uint4* src, int first, int end, unsigned members, int mine,
+                                                     DstOf&& dst_of, int lane) {
+  for (int base = first; base < end; base += kCopyUnroll * kWarpSize) {
+    uint4 v[kCopyUnroll];
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      const int i = base + u * kWarpSize + lane;
+      if (i < end) v[u] = load_row16<kCoherent>(src + i);
+    }
+    for (unsigned rest = members; rest != 0u; rest &= rest - 1u) {
+      uint4* const dst = dst_of(__shfl_sync(~0u, mine, __ffs(rest) - 1));
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        const int i = base + u * kWarpSize + lane;
+        if (i < end) store16(dst + i, v[u]);
+      }
+    }
+  }
+}
+
 // One warp zeroes `vectors` 16-byte vectors at dst.
 __device__ __forceinline__ void warp_zero_row(uint4* dst, int vectors, int lane) {
   for (int i = lane; i < vectors; i += kWarpSize) store16(dst + i, make_uint4(0u, 0u, 0u, 0u));

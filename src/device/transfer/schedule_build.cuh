@@ -120,6 +120,15 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int 
   __syncwarp();  // counts is reused by the warp's next chunk
 }
 
+// The inclusive prefix sum of `value` over the warp (lane i gets the sum of lanes 0..i). All lanes.
+__device__ __forceinline__ int warp_inclusive_sum(int value, int lane) {
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const int below = __shfl_up_sync(~0u, value, d);
+    if (lane >= d) value += below;
+  }
+  return value;
+}
+
 // Phase 2, one warp: the exclusive prefix sums of column (source, e) of this rank's chunk counts,
 // in place, and the column's total into source_count[e][source]. Loads of up to kScanRounds x 32
 // chunks are in flight at once.
@@ -141,11 +150,7 @@ __device__ inline void scan_chunk_column(const comm::DeviceWorld& world, int ran
 #pragma unroll
     for (int r = 0; r < kScanRounds; ++r) {
       const int c = first + r * kWarpSize + lane;
-      int inclusive = n[r];
-      for (int d = 1; d < kWarpSize; d <<= 1) {
-        const int below = __shfl_up_sync(~0u, inclusive, d);
-        if (lane >= d) inclusive += below;
-      }
+      const int inclusive = warp_inclusive_sum(n[r], lane);
       if (c < p.chunks) counts[static_cast<int64_t>(c) * L] = carry + inclusive - n[r];
       carry += __shfl_sync(~0u, inclusive, kWarpSize - 1);
     }
@@ -177,11 +182,7 @@ __device__ inline void load_layout(const comm::DeviceWorld& world, int rank, con
         layout.expert_count[e] = n;
         padded = (n + p.tile_m - 1) / p.tile_m * p.tile_m;
       }
-      int inclusive = padded;
-      for (int d = 1; d < kWarpSize; d <<= 1) {
-        const int below = __shfl_up_sync(~0u, inclusive, d);
-        if (lane >= d) inclusive += below;
-      }
+      const int inclusive = warp_inclusive_sum(padded, lane);
       if (e < L) layout.offset[e + 1] = carry + inclusive;
       carry += __shfl_sync(~0u, inclusive, kWarpSize - 1);
     }

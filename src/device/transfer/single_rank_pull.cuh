@@ -62,22 +62,7 @@ __device__ void pull_rows_single_rank(const comm::DeviceWorld& world, const Sche
         const uint4* src = row_vectors(world.at(pull.home_rows, rank), token, pull.hidden);
         const int first_vector = (chunk - token * chunks_per_token) * kWarpSize;
         const int end_vector = min(vectors, (token_end - token * chunks_per_token) * kWarpSize);
-        for (int first = first_vector; first < end_vector; first += kCopyUnroll * kWarpSize) {
-          uint4 v[kCopyUnroll];
-#pragma unroll
-          for (int u = 0; u < kCopyUnroll; ++u) {
-            const int i = first + u * kWarpSize + lane;
-            if (i < end_vector) v[u] = load_row16<kCoherent>(src + i);
-          }
-          for (unsigned rest = members; rest != 0u; rest &= rest - 1u) {
-            uint4* const dst = buffer_row(__shfl_sync(~0u, row, __ffs(rest) - 1));
-#pragma unroll
-            for (int u = 0; u < kCopyUnroll; ++u) {
-              const int i = first + u * kWarpSize + lane;
-              if (i < end_vector) store16(dst + i, v[u]);
-            }
-          }
-        }
+        warp_fan_out_vectors<kCoherent>(src, first_vector, end_vector, members, row, buffer_row, lane);
       }
       chunk = token_end;
     }

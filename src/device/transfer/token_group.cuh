@@ -87,24 +87,7 @@ template <bool kCoherent, typename RowOf>
 __device__ void warp_fan_out_row(const TokenGroup& group, const uint4* src, int vectors, RowOf&& row_of, int lane) {
   for_each_slot_round(group, lane, [&](int, int mine) {
     const unsigned members = __ballot_sync(~0u, mine >= 0);
-    if (members == 0u) return;
-    // Warp-uniform trip counts (the shuffles below need every lane).
-    for (int first = 0; first < vectors; first += kCopyUnroll * kWarpSize) {
-      uint4 v[kCopyUnroll];
-#pragma unroll
-      for (int u = 0; u < kCopyUnroll; ++u) {
-        const int i = first + u * kWarpSize + lane;
-        if (i < vectors) v[u] = load_row16<kCoherent>(src + i);
-      }
-      for (unsigned rest = members; rest != 0u; rest &= rest - 1u) {
-        uint4* const dst = row_of(__shfl_sync(~0u, mine, __ffs(rest) - 1));
-#pragma unroll
-        for (int u = 0; u < kCopyUnroll; ++u) {
-          const int i = first + u * kWarpSize + lane;
-          if (i < vectors) store16(dst + i, v[u]);
-        }
-      }
-    }
+    if (members != 0u) warp_fan_out_vectors<kCoherent>(src, 0, vectors, members, mine, row_of, lane);
   });
 }
 
