@@ -1,6 +1,7 @@
 #include "comm_test_kernels.hpp"
 
 #include "device/comm/device_sync.cuh"
+#include "device/comm/grid_dependency.cuh"
 #include "device/comm/launch.cuh"
 #include "device/comm/ready_flags.cuh"
 
@@ -85,7 +86,37 @@ __global__ void ready_wait_for_nothing_kernel(DeviceWorld world, uint32_t* count
   (void)comm::wait_ready(world, comm::whole_launch_place(world), counter, 1, index);
 }
 
+__global__ void early_writer_kernel(DeviceWorld, EarlyStartBuffers b, uint32_t value, uint64_t spin_ns) {
+  comm::allow_dependent_launch();
+  const uint64_t start = comm::global_time_ns();
+  while (comm::global_time_ns() - start < spin_ns) {
+  }
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) *b.value = value;
+    atomicMax(b.writer_end, static_cast<unsigned long long>(comm::global_time_ns()));
+  }
+}
+
+__global__ void early_reader_kernel(DeviceWorld, EarlyStartBuffers b) {
+  if (threadIdx.x == 0) atomicMin(b.reader_start, static_cast<unsigned long long>(comm::global_time_ns()));
+  comm::wait_for_previous_grid();
+  if (threadIdx.x == 0) b.seen[blockIdx.x] = *b.value;
+}
+
 }  // namespace
+
+void launch_early_start_pair(comm::World& world, const EarlyStartBuffers& buffers, uint32_t value, uint64_t spin_ns,
+                             int reader_ctas_per_rank, cudaStream_t stream) {
+  comm::launch(world, "early_writer", comm::LaunchShape{1, kExchangeThreads, 0}, stream, early_writer_kernel, buffers,
+               value, spin_ns);
+  comm::LaunchShape reader{reader_ctas_per_rank, kExchangeThreads, 0};
+  reader.starts_early = true;
+  comm::launch(world, "early_reader", reader, stream, early_reader_kernel, buffers);
+}
+
+int early_reader_max_ctas_per_rank(const comm::World& world) {
+  return comm::max_ctas_per_rank(world, early_reader_kernel, kExchangeThreads);
+}
 
 void launch_ready_stress(comm::World& world, const ReadyBuffers& buffers, uint32_t launch, cudaStream_t stream) {
   comm::launch(world, "ready_stress", comm::LaunchShape{buffers.producers + buffers.consumers, kExchangeThreads, 0},

@@ -51,4 +51,19 @@ void launch_ready_stress(comm::World& world, const ReadyBuffers& buffers, uint32
 // One CTA waits for counter `index` to reach 1; nothing raises it: the wait times out.
 void launch_ready_wait_for_nothing(comm::World& world, uint32_t* counter, int index, cudaStream_t stream);
 
+// An early start (LaunchShape::starts_early, grid_dependency.cuh) seen from both sides: a writer
+// launch (cooperative, one CTA per rank) lets its dependent start, spins for spin_ns, then stores
+// `value` and records its end; the reader launch after it (starting early, reader_ctas_per_rank
+// CTAs per rank) records its first CTA's start, waits for the writer, and every CTA copies what it
+// reads into seen[cta].
+struct EarlyStartBuffers {
+  uint32_t* value = nullptr;                    // [1]
+  uint32_t* seen = nullptr;                     // [reader CTAs]
+  unsigned long long* writer_end = nullptr;     // [1], start it at 0
+  unsigned long long* reader_start = nullptr;   // [1], start it at ~0
+};
+void launch_early_start_pair(comm::World& world, const EarlyStartBuffers& buffers, uint32_t value, uint64_t spin_ns,
+                             int reader_ctas_per_rank, cudaStream_t stream);
+int early_reader_max_ctas_per_rank(const comm::World& world);
+
 }  // namespace caracal::test

@@ -10,6 +10,7 @@
 #include "caracal/comm/loopback_world.hpp"
 #include "caracal/error.hpp"
 #include "comm_test_support.hpp"
+#include "error_checks.hpp"
 #include "gpu_test_util.hpp"
 
 namespace caracal::test {
@@ -210,6 +211,66 @@ TEST(LoopbackWorld, RefusesAGridThatCannotBeCoResident) {
   launch_exchange(world, exchange.buffers(), 1, 1, stream.get());
   stream.sync();
   exchange.expect_clean(1);
+}
+
+// A launch that starts early (LaunchShape::starts_early) begins while the launch before it still
+// runs, and what it reads after wait_for_previous_grid() is what that launch wrote: directly and
+// replayed from a CUDA graph (a programmatic edge). Were it launched cooperatively, CUDA would start
+// it only after the writer's end (docs/PERF.md, 2026-12-02): the overlap is checked, not assumed.
+TEST(EarlyStart, TheLaterLaunchOverlapsTheEarlierAndSeesItsWrites) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(1, kHeapBytes);
+  const int reader_ctas = early_reader_max_ctas_per_rank(world);
+  auto value = comm::device_alloc<uint32_t>(1, "cudaMalloc(value)");
+  auto seen = comm::device_alloc<uint32_t>(size_t(reader_ctas), "cudaMalloc(seen)");
+  auto writer_end = comm::device_alloc<unsigned long long>(1, "cudaMalloc(writer_end)");
+  auto reader_start = comm::device_alloc<unsigned long long>(1, "cudaMalloc(reader_start)");
+  const EarlyStartBuffers b{value.get(), seen.get(), writer_end.get(), reader_start.get()};
+  constexpr uint64_t kSpinNs = 200'000;
+  Stream stream;
+  const uint32_t first = static_cast<uint32_t>(fresh_seed()) | 1u;
+  const CapturedGraph graph(stream,
+                           [&](cudaStream_t s) { launch_early_start_pair(world, b, first + 1, kSpinNs, reader_ctas, s); });
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "launched" : "replayed from a graph");
+    CARACAL_ASSERT_CUDA(cudaMemset(value.get(), 0, sizeof(uint32_t)));
+    CARACAL_ASSERT_CUDA(cudaMemset(seen.get(), 0, sizeof(uint32_t) * size_t(reader_ctas)));
+    CARACAL_ASSERT_CUDA(cudaMemset(writer_end.get(), 0, sizeof(unsigned long long)));
+    CARACAL_ASSERT_CUDA(cudaMemset(reader_start.get(), 0xff, sizeof(unsigned long long)));
+    const uint32_t expected = run == 0 ? first : first + 1;
+    if (run == 0) {
+      launch_early_start_pair(world, b, expected, kSpinNs, reader_ctas, stream.get());
+    } else {
+      graph.launch(stream);
+    }
+    stream.sync();
+    EXPECT_NO_THROW(world.check());
+    std::vector<uint32_t> got(static_cast<size_t>(reader_ctas));
+    unsigned long long end = 0, start = 0;
+    CARACAL_ASSERT_CUDA(cudaMemcpy(got.data(), seen.get(), sizeof(uint32_t) * got.size(), cudaMemcpyDeviceToHost));
+    CARACAL_ASSERT_CUDA(cudaMemcpy(&end, writer_end.get(), sizeof(end), cudaMemcpyDeviceToHost));
+    CARACAL_ASSERT_CUDA(cudaMemcpy(&start, reader_start.get(), sizeof(start), cudaMemcpyDeviceToHost));
+    for (size_t cta = 0; cta < got.size(); ++cta) {
+      ASSERT_EQ(got[cta], expected) << "reader CTA " << cta << " read before the writer's store";
+    }
+    EXPECT_LT(start, end) << "the reader started " << static_cast<double>(start - end) / 1000.0
+                          << " us after the writer ended: no early start";
+  }
+}
+
+TEST(EarlyStart, RefusesAGridThatCannotBeResident) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(1, kHeapBytes);
+  auto value = comm::device_alloc<uint32_t>(1, "cudaMalloc(value)");
+  auto counters = comm::device_alloc<unsigned long long>(2, "cudaMalloc(times)");
+  const int too_many = early_reader_max_ctas_per_rank(world) + 1;
+  auto seen = comm::device_alloc<uint32_t>(size_t(too_many), "cudaMalloc(seen)");
+  const EarlyStartBuffers b{value.get(), seen.get(), counters.get(), counters.get() + 1};
+  Stream stream;
+  test::expect_error([&] { launch_early_start_pair(world, b, 7u, 0, too_many, stream.get()); },
+                     {"early_reader", "cannot all be resident"});
+  stream.sync();  // the writer ran; the world still works
+  EXPECT_NO_THROW(world.check());
 }
 
 TEST(LoopbackWorld, HeapBookkeeping) {
