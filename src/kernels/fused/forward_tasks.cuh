@@ -90,8 +90,8 @@ struct Macrobatches {
 // are named, not indexed, so that everything stays in registers.
 //
 // The shared expert's tasks need no schedule, so the launch may start while the schedule is still
-// being built (fused_forward.hpp): the routed tasks are counted only once a task
-// past the shared expert's is taken, after the wait for the schedule's launch.
+// being built (fused_forward.hpp): the routed tasks are counted only once a task past the shared
+// expert's is taken, after the wait for the schedule's launch.
 class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
