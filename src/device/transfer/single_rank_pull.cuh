@@ -29,7 +29,6 @@ __device__ void pull_rows_single_rank(const comm::DeviceWorld& world, const Sche
   const int rank = world.first_local_rank;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int vectors = pull.hidden / kBf16PerVector;
-  const int chunks_per_token = (vectors + kWarpSize - 1) / kWarpSize;
   __nv_bfloat16* const expert_rows = world.at(pull.expert_rows, rank);
   const auto buffer_row = [&](int r) {
     return row_vectors(expert_rows, window.ring_rows > 0 ? r % window.ring_rows : r, pull.hidden);
@@ -39,10 +38,7 @@ __device__ void pull_rows_single_rank(const comm::DeviceWorld& world, const Sche
   if (window.in_place != RowsInPlace::kAll) {
     const int2* locations = world.at(schedule.buffers.route_location, rank);
     const int32_t* ids = world.at(schedule.buffers.topk_idx, rank);
-    const WarpRun run = launch_warp_run(tokens * chunks_per_token);
-    for (int chunk = run.begin; chunk < run.end;) {
-      const int token = chunk / chunks_per_token;
-      const int token_end = min(run.end, (token + 1) * chunks_per_token);
+    for_each_token_run(tokens, vectors, [&](int token, int first_vector, int end_vector) {
       const int64_t first_route = static_cast<int64_t>(token) * pull.top_k;
       // The token's rows in the window: slot j's on lane j (32 slots a round).
       for (int base = 0; base < pull.top_k; base += kWarpSize) {
@@ -55,17 +51,14 @@ __device__ void pull_rows_single_rank(const comm::DeviceWorld& world, const Sche
         const unsigned members = __ballot_sync(~0u, row >= 0);
         if (members == 0u) continue;
         if constexpr (kWithGates) {  // once per token: by the warp holding its first chunk
-          if (row >= 0 && chunk == token * chunks_per_token) {
+          if (row >= 0 && first_vector == 0) {
             world.at(pull.expert_gates, rank)[row] = world.at(pull.home_gates, rank)[first_route + slot];
           }
         }
         const uint4* src = row_vectors(world.at(pull.home_rows, rank), token, pull.hidden);
-        const int first_vector = (chunk - token * chunks_per_token) * kWarpSize;
-        const int end_vector = min(vectors, (token_end - token * chunks_per_token) * kWarpSize);
         warp_fan_out_vectors<kCoherent>(src, first_vector, end_vector, members, row, buffer_row, lane);
       }
-      chunk = token_end;
-    }
+    });
   }
   // The window's padding rows: zero, with g = 0.
   for_each_window_row(world, schedule, window, launch_warps(), [&](int, int row, int2 entry) {

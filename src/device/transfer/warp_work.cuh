@@ -49,6 +49,25 @@ __device__ __forceinline__ WarpRun launch_warp_run(int items) {
   return {begin, begin + items / w.count + (w.index < items % w.count ? 1 : 0)};
 }
 
+// Rows of `vectors` 16-byte vectors, one per token, cut into chunks of one vector a lane: the launch's
+// warps take equal runs of consecutive chunks (launch_warp_run), so every warp moves about the same
+// bytes whatever the routing. Calls visit(token, first, end) for each token piece of this warp's
+// run: vectors [first, end) of the token's row (first == 0: the warp holding the row's first
+// chunk). tokens * ceil(vectors / 32) must fit in 32 bits.
+inline constexpr int kVectorsPerChunk = 32;
+template <typename Visit>
+__device__ void for_each_token_run(int tokens, int vectors, Visit&& visit) {
+  const int chunks_per_token = (vectors + kVectorsPerChunk - 1) / kVectorsPerChunk;
+  const WarpRun run = launch_warp_run(tokens * chunks_per_token);
+  for (int chunk = run.begin; chunk < run.end;) {
+    const int token = chunk / chunks_per_token;
+    const int token_end = min(run.end, (token + 1) * chunks_per_token);
+    visit(token, (chunk - token * chunks_per_token) * kVectorsPerChunk,
+          min(vectors, (token_end - token * chunks_per_token) * kVectorsPerChunk));
+    chunk = token_end;
+  }
+}
+
 // Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the
 // warps taking turns over the flattened sequence. Only 32-bit divisions: a 64-bit one is a
 // subroutine call, around which ptxas spills.

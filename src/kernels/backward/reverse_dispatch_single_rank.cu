@@ -20,16 +20,11 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
   const int rank = world.first_local_rank;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const BackwardBuffers& backward = args.backward;
-  const int vectors = args.hidden / kBf16PerVector;
-  const int chunks_per_token = (vectors + kWarpSize - 1) / kWarpSize;
   const int2* locations = world.at(args.schedule.buffers.route_location, rank);
-  const WarpRun run = launch_warp_run(args.tokens * chunks_per_token);
-  for (int chunk = run.begin; chunk < run.end;) {
-    const int token = chunk / chunks_per_token;
-    const int token_end = min(run.end, (token + 1) * chunks_per_token);
+  for_each_token_run(args.tokens, args.hidden / kBf16PerVector, [&](int token, int first, int end) {
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     const int32_t* ids = world.at(args.schedule.buffers.topk_idx, rank) + first_route;
-    if (chunk == token * chunks_per_token) {  // the warp holding the token's first chunk
+    if (first == 0) {  // the warp holding the token's first chunk
       float* dg = world.at(backward.dg_slots, rank) + first_route;
       for (int slot = lane; slot < args.top_k; slot += kWarpSize) {
         if (is_routed(ids[slot], args.num_experts)) {
@@ -40,8 +35,6 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
       token_score_gradients(ids, world.at(args.router.topk_scores, rank) + first_route, dg, args.num_experts,
                             args.top_k, args.scaling, world.at(args.router.d_topk_scores, rank) + first_route, lane);
     }
-    const int first = (chunk - token * chunks_per_token) * kWarpSize;  // the run's first vector in the row
-    const int end = min(vectors, (token_end - token * chunks_per_token) * kWarpSize);
     const auto row_of = [&](int slot) {
       if constexpr (kFromExpertRows) {
         return row_vectors(world.at(backward.expert_dx, rank), locations[first_route + slot].y, args.hidden) + first;
@@ -53,8 +46,7 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
         [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k, row_of,
         args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
         row_vectors(world.at(backward.dx, rank), token, args.hidden) + first, end - first, lane);
-    chunk = token_end;
-  }
+  });
 }
 
 }  // namespace

@@ -23,13 +23,9 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_single_rank_kernel(
   const ScheduleBuffers& schedule = args.schedule.buffers;
   const CombinePush& push = args.combine;
   const int vectors = args.hidden / kBf16PerVector;
-  const int chunks_per_token = (vectors + kWarpSize - 1) / kWarpSize;
-  // Fits in 32 bits: combine_single_rank_launch_shape checks.
-  const WarpRun run = launch_warp_run(args.tokens * chunks_per_token);
   __nv_bfloat16* const y_out = push.y_out[0] != nullptr ? push.y_out[0] : world.at(args.forward.y, rank);
-  for (int chunk = run.begin; chunk < run.end;) {
-    const int token = chunk / chunks_per_token;
-    const int token_end = min(run.end, (token + 1) * chunks_per_token);
+  // tokens x chunks fits in 32 bits: combine_single_rank_launch_shape checks.
+  for_each_token_run(args.tokens, vectors, [&](int token, int first_vector, int end_vector) {
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     TokenSumInputs in;
     in.ids = world.at(schedule.topk_idx, rank) + first_route;
@@ -45,12 +41,9 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_single_rank_kernel(
     in.per_route = args.rows_per_route;
     in.vectors = vectors;
     in.scaling = args.scaling;
-    const int first_vector = (chunk - token * chunks_per_token) * kWarpSize;
-    const int end_vector = min(vectors, (token_end - token * chunks_per_token) * kWarpSize);
     warp_single_rank_combine(in, first_vector, end_vector - first_vector, row_vectors(y_out, token, args.hidden),
                              stage, lane);
-    chunk = token_end;
-  }
+  });
 }
 
 }  // namespace
