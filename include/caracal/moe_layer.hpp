@@ -180,7 +180,12 @@ struct MoELayerOptions {
   // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
   // exchange_sms does not apply to it.
   bool fused_forward = true;
-  int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused forward; 0 = fused::default_comm_ctas
+  int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused launches; 0 = fused::default_comm_ctas
+  // On the fused path, the backward's dy pull, dgrad+SwiGLU and dx GEMMs (and, for the macrobatch
+  // the forward left in the ring, its x pull) as one persistent launch per macrobatch
+  // (src/fused/fused_backward.hpp: tiles start as their rows land), the weight gradients after it;
+  // false: a launch each. The same bits either way.
+  bool fused_backward = true;
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.
   bool fused_pull_all_rows = false;

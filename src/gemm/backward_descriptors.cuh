@@ -1,15 +1,50 @@
 #pragma once
-// The backward dx GEMM's descriptors from its arguments, for the standalone launcher
-// (src/kernels/backward/gate_up_dgrad.cu) and the one that stores the rows home
-// (src/kernels/fused/dx_to_home.cu).
+// The backward's row-tile GEMMs' descriptors from their arguments: the dgrad+SwiGLU GEMM's for its
+// standalone launcher (src/kernels/backward/down_dgrad_swiglu.cu) and the fused backward
+// (src/kernels/fused/backward.cu); the dx GEMM's for its standalone launcher
+// (src/kernels/backward/gate_up_dgrad.cu), the one that stores the rows home
+// (src/kernels/fused/dx_to_home.cu) and the fused backward.
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "device/gemm/swiglu_backward_epilogue.cuh"
+#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
+
+// d_h = dy · W_down[e]: dy [rows][D] K-major; W_down [L][D][I] read as it is stored, K = D rows of
+// N = I contiguous columns (MN-major); the SwiGLU backward + router-score epilogue.
+struct DownDgradSwigluDescriptors {
+  MainloopParams mainloop;
+  RowTileScheduler::Params tiles;
+  SwigluBackwardEpilogue::Params epilogue;
+};
+
+inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradSwigluArgs& args) {
+  const uint64_t rows = uint64_t(args.rows.buffer_rows());
+  const uint64_t d = uint64_t(args.hidden);
+  const uint64_t i = uint64_t(args.intermediate);
+  const int n_blocks = (args.intermediate + kBlockN - 1) / kBlockN;
+  DownDgradSwigluDescriptors g{};
+  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
+  g.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
+  g.mainloop.b_mn_extent = args.intermediate;
+  g.tiles = {args.rows, n_blocks, args.hidden / kBlockK, args.tile_queue};
+  SwigluBackwardEpilogue::Params& e = g.epilogue;
+  e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
+  e.scaled_activation =
+      make_tensor_map_2d(args.scaled_activation_out, rows, i, kChunkRows, kChunkCols, "scaled_activation_out");
+  e.gate_up_source = make_tensor_map_2d(args.gate_up, rows, 2 * i, kBlockM, kChunkCols, "gate_up");
+  e.gate_up = args.gate_up;
+  e.row_gates = args.gates;
+  e.dg_partials = args.workspace;
+  e.intermediate = args.intermediate;
+  e.n_blocks = n_blocks;
+  return g;
+}
 
 // dx = d_gate_up · W_gate_up[e]: d_gate_up [rows][2I] K-major; W_gate_up [L][2I][D] read as it is
 // stored, K = 2I rows of N = D contiguous columns (MN-major).

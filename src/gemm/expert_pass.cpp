@@ -39,22 +39,11 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
                                const ExpertPassGradients& grads, cudaStream_t stream) {
   // g enters after the dot product, so dg stays exact where g = 0 (DESIGN §3).
-  gemm::DownDgradSwigluArgs dgrad;
-  dgrad.rows = pass.rows;
-  dgrad.hidden = pass.hidden;
-  dgrad.intermediate = pass.intermediate;
-  dgrad.dy = pass.dy;
-  dgrad.w_down = weights.w_down;
-  dgrad.gate_up = pass.gate_up;
-  dgrad.gates = pass.gates;
-  dgrad.d_gate_up_out = pass.d_gate_up;
-  dgrad.scaled_activation_out = pass.activation;
-  dgrad.d_gates_out = pass.dg;
-  dgrad.workspace = pass.workspace;
-  dgrad.num_ctas = pass.num_ctas;
-  dgrad.tile_queue = pass.tile_queue;
-  gemm::grouped_down_dgrad_swiglu(dgrad, stream);
+  gemm::grouped_down_dgrad_swiglu(dgrad_gemm_args(pass, weights), stream);
+  expert_weight_grads(pass, grads, stream);
+}
 
+void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream) {
   // The weight gradients before dx: their last read of x comes before dx may overwrite it.
   gemm::WeightGradArgs wgrad;
   wgrad.rows = pass.rows;
@@ -72,6 +61,24 @@ void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& 
   wgrad.partial_out = grads.partial_out;
   wgrad.num_ctas = pass.num_ctas;
   gemm::grouped_weight_grads(wgrad, stream);
+}
+
+DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
+  DownDgradSwigluArgs dgrad;
+  dgrad.rows = pass.rows;
+  dgrad.hidden = pass.hidden;
+  dgrad.intermediate = pass.intermediate;
+  dgrad.dy = pass.dy;
+  dgrad.w_down = weights.w_down;
+  dgrad.gate_up = pass.gate_up;
+  dgrad.gates = pass.gates;
+  dgrad.d_gate_up_out = pass.d_gate_up;
+  dgrad.scaled_activation_out = pass.activation;
+  dgrad.d_gates_out = pass.dg;
+  dgrad.workspace = pass.workspace;
+  dgrad.num_ctas = pass.num_ctas;
+  dgrad.tile_queue = pass.tile_queue;
+  return dgrad;
 }
 
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,

@@ -2,10 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
 
 namespace caracal::layer {
@@ -47,7 +50,9 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   }
   b.workspace =
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
-  const size_t counters = fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0);
+  // The fused forward's counters and task slots, and between forwards the fused backward's.
+  const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),
+                                   fused::backward_ready_counter_words(static_cast<int>(s.ring_rows)));
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
   b.tile_queue = block.take<uint32_t>(gemm::kTileQueueWords);
   if (!s.has_shared) return b;

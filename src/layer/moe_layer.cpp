@@ -27,6 +27,7 @@
 #include "caracal/plan.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "fused/dx_to_home.hpp"
+#include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
@@ -186,6 +187,7 @@ struct MoELayer::Impl {
   std::unique_ptr<transfer::TokenExchange> exchange;
   std::vector<RankState> ranks;
   bool fused = false;  // the fused forward and the backward over the ring (sizes.ring_rows)
+  bool fused_backward = false;  // with fused: the backward's fused launch per macrobatch
   int fused_comm_ctas = 0;
   bool pull_all_rows = false;
 
@@ -241,43 +243,67 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
   // The window's rows: macrobatch `window` of the ring (in buffer rows [0, end_row - first_row)).
   const int first_row = fused ? window * sizes.ring_rows : 0;
   const int end_row = fused ? std::min(first_row + sizes.ring_rows, sizes.routed_rows) : 0;
-  if (fused) {
-    // The ring's x rows of the window: the weight gradients read every row's x there, and so does
-    // its up/gate replay. After the fused forward (no replay), macrobatch 0's rows of tokens on
-    // other GPUs (all rows, with pull_all_rows) are still in the ring where its pull put them: only
-    // the rows it read in place are copied, no row crosses NVLink again.
+  const auto window_pass = [&](size_t l) {
+    gemm::ExpertPass pass = ranks[l].routed;
+    pass.rows.first_row = first_row;
+    pass.rows.end_row = end_row;
+    return pass;
+  };
+  // The ring's x rows of the window: the weight gradients read every row's x there, and so does
+  // its up/gate replay. After the fused forward (no replay), macrobatch 0's rows of tokens on
+  // other GPUs (all rows, with pull_all_rows) are still in the ring where its pull put them: only
+  // the rows it read in place are copied, no row crosses NVLink again.
+  const transfer::RowsInPlace x_in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
+                                           : pull_all_rows  ? transfer::RowsInPlace::kAll
+                                                            : transfer::RowsInPlace::kOtherGpus;
+  // The fused backward's launch pulls the x rows itself unless the up/gate replay needs them first.
+  const bool x_in_fused_launch = fused && fused_backward && !recompute_up_gate;
+  if (fused && !x_in_fused_launch) {
     transfer::PullRange x_rows{first_row, end_row};
-    x_rows.in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
-                      : pull_all_rows  ? transfer::RowsInPlace::kAll
-                                       : transfer::RowsInPlace::kOtherGpus;
+    x_rows.in_place = x_in_place;
     // The pass's first pull has the world barrier after every rank staged dy; the others need none
     // (they write this rank's ring only, and the reverse dispatch's barrier ends the pass).
     x_rows.after_barrier = window > 0;
     exchange->dispatch(stream, x_rows);
     for (size_t l = 0; l < args.size() && recompute_up_gate; ++l) {
-      gemm::ExpertPass pass = ranks[l].routed;
-      pass.rows.first_row = first_row;
-      pass.rows.end_row = end_row;
       const MoEWeights& w = context.ranks_[l].weights;
-      gemm::expert_up_gate(pass, {w.w_gate_up, w.w_down}, stream);
+      gemm::expert_up_gate(window_pass(l), {w.w_gate_up, w.w_down}, stream);
     }
+  }
+  // bf16 weight gradients keep the sums of an expert cut by the window's edges in fp32, the
+  // partial buffers taking turns window by window.
+  const auto gradients = [&](size_t l) {
+    const MoEBackwardArgs& a = args[l];
+    const layer::LocalBuffers& local = ranks[l].local.buffers();
+    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
+    grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
+    grads.partial_out = local.weight_grad_partials[window % 2];
+    return grads;
+  };
+  if (fused && fused_backward) {
+    // dy pull, dgrad+SwiGLU and dx tiles (rows stored home) in one launch; the weight gradients
+    // after it, x's and dy's last read.
+    fused::FusedBackwardArgs launch;
+    launch.exchange = exchange.get();
+    launch.comm_ctas = fused_comm_ctas;
+    launch.entry_barrier = x_in_fused_launch && world.world_size() > 1;  // else the x dispatch's
+    launch.pull_x = x_in_fused_launch;
+    launch.x_in_place = x_in_place;
+    for (size_t l = 0; l < args.size(); ++l) {
+      const MoEWeights& w = context.ranks_[l].weights;
+      launch.ranks.push_back({window_pass(l), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});
+    }
+    fused::fused_backward(world, launch, stream);
+    for (size_t l = 0; l < args.size(); ++l) gemm::expert_weight_grads(window_pass(l), gradients(l), stream);
+    return;
   }
   transfer::PullRange dy_rows{first_row, end_row};
   dy_rows.after_barrier = fused;  // v1's backward pulls nothing before (its replay's dispatch precedes dy)
   exchange->reverse_combine(stream, dy_rows);
   for (size_t l = 0; l < args.size(); ++l) {
-    const MoEBackwardArgs& a = args[l];
     const MoEWeights& w = context.ranks_[l].weights;
-    gemm::ExpertPass pass = ranks[l].routed;
-    pass.rows.first_row = first_row;
-    pass.rows.end_row = end_row;
-    // bf16 weight gradients keep the sums of an expert cut by the window's edges in fp32, the
-    // partial buffers taking turns window by window.
-    const layer::LocalBuffers& local = ranks[l].local.buffers();
-    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
-    grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
-    grads.partial_out = local.weight_grad_partials[window % 2];
-    gemm::expert_backward_before_dx(pass, {w.w_gate_up, w.w_down}, grads, stream);
+    const gemm::ExpertPass pass = window_pass(l);
+    gemm::expert_backward_before_dx(pass, {w.w_gate_up, w.w_down}, gradients(l), stream);
     // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
     fused::gate_up_dgrad_to_home(world, *exchange, static_cast<int>(l), pass, {w.w_gate_up, w.w_down}, stream);
   }
@@ -327,6 +353,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                   "MoELayer: options.fused_comm_ctas must be in [0, ", ctas - 1, "] (0: ",
                   fused::default_comm_ctas(world), " on this device), got ", options.fused_comm_ctas);
     state.fused_comm_ctas = options.fused_comm_ctas;
+    state.fused_backward = options.fused_backward;
     state.pull_all_rows = options.fused_pull_all_rows;
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));

@@ -300,6 +300,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
       ->capture_default_str();
   app.add_flag("--fused-pull-all-rows", a.fused_pull_all_rows,
                "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
+  app.add_flag("--separate-backward", a.separate_backward,
+               "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
   app.add_flag("--profile-step", a.profile_step,

@@ -26,6 +26,7 @@ struct BenchOptions {
   int exchange_sms = 0;     // MoELayerOptions::exchange_sms
   int fused_comm_ctas = 0;  // MoELayerOptions::fused_comm_ctas
   bool fused_pull_all_rows = false;  // MoELayerOptions::fused_pull_all_rows
+  bool separate_backward = false;    // MoELayerOptions::fused_backward = false
   bool rows_per_route = false;       // MoELayerOptions::rows_per_route
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls

@@ -60,12 +60,17 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
 // then gone: a second backward needs expert_up_gate (and x) again.
 void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
-// The dx GEMM's arguments of a pass (dx_out = pass.dx).
+// The dgrad+SwiGLU GEMM's arguments of a pass (B1, B2: dg, d_gate_up, g·activation), and the dx
+// GEMM's (dx_out = pass.dx).
+DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
 GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
 
 // All of it but dx (B1, B2, B5), for a caller that makes dx itself (fused::gate_up_dgrad_to_home
 // stores the rows into their home slots); pass.dx is not written.
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
                                const ExpertPassGradients& grads, cudaStream_t stream);
+// The weight gradients alone (B5), for a caller that ran the dgrad itself (the fused backward,
+// src/fused/fused_backward.hpp): x, dy, d_gate_up and g·activation read.
+void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream);
 
 }  // namespace caracal::gemm

@@ -101,7 +101,9 @@ struct SwigluBackwardEpilogue {
     for (int h = 0; h < 2; ++h) {
       src[h] = reinterpret_cast<const uint32_t*>(p.gate_up) +
                int64_t(buffer_row + 8 * h) * intermediate + tile.n_begin + lane % 4;
-      if (active) g[h] = __ldg(p.row_gates + row + 8 * h);
+      // Through L2, not the read-only path: the fused backward's comm CTAs write the gates during
+      // its launch (before the tile's readiness counter).
+      if (active) g[h] = __ldcg(p.row_gates + row + 8 * h);
     }
 
     float dg[2] = {0.0f, 0.0f};

@@ -2,13 +2,10 @@
 // with the SwiGLU-backward + router-score epilogue (the only grouped-GEMM instantiation in this
 // unit), then the fixed-order reduction of the router-score partials.
 #include "caracal/gemm/grouped_gemm_backward.hpp"
-#include "device/gemm/operand_loads.cuh"
-#include "device/gemm/row_tile_scheduler.cuh"
-#include "device/gemm/swiglu_backward_epilogue.cuh"
+#include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
 #include "gemm/router_grad_reduce.hpp"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 namespace {
@@ -42,27 +39,13 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   check_down_dgrad_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
-  uint64_t const rows = uint64_t(args.rows.buffer_rows());
-  uint64_t const d = uint64_t(args.hidden);
-  uint64_t const i = uint64_t(args.intermediate);
-  int const n_blocks = intermediate_blocks(args.intermediate);
+  const DownDgradSwigluDescriptors g = down_dgrad_swiglu_descriptors(args);
   GemmParams<DownDgradSwigluGemm> p{};
-  p.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
-  p.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  p.mainloop.b_mn_extent = args.intermediate;
-  p.scheduler = {args.rows, n_blocks, args.hidden / kBlockK, args.tile_queue};
-  SwigluBackwardEpilogue::Params& e = p.epilogue;
-  e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
-  e.scaled_activation =
-      make_tensor_map_2d(args.scaled_activation_out, rows, i, kChunkRows, kChunkCols, "scaled_activation_out");
-  e.gate_up_source = make_tensor_map_2d(args.gate_up, rows, 2 * i, kBlockM, kChunkCols, "gate_up");
-  e.gate_up = args.gate_up;
-  e.row_gates = args.gates;
-  e.dg_partials = args.workspace;
-  e.intermediate = args.intermediate;
-  e.n_blocks = n_blocks;
+  p.mainloop = g.mainloop;
+  p.scheduler = g.tiles;
+  p.epilogue = g.epilogue;
   launch_grouped_gemm<DownDgradSwigluGemm>(p, args.num_ctas, stream, fn);
-  reduce_router_grad(args.workspace, n_blocks, args.rows, args.d_gates_out, stream, fn);
+  reduce_router_grad(args.workspace, g.tiles.n_blocks, args.rows, args.d_gates_out, stream, fn);
 }
 
 }  // namespace caracal::gemm

@@ -37,6 +37,7 @@
 #include "kernels/fused/forward_group_sums.cuh"
 #include "kernels/fused/forward_params.cuh"
 #include "kernels/fused/forward_tasks.cuh"
+#include "kernels/fused/task_slots.cuh"
 
 namespace caracal::fused {
 
@@ -45,15 +46,6 @@ namespace caracal::fused {
 // 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kFusedProducerRegisters = 88;
 inline constexpr uint32_t kFusedConsumerRegisters = 208;
-
-// This CTA's first task slot among its rank's (run_forward_tasks: place.index * kStages), from a
-// fresh read of %ctaid.x (volatile: not hoisted): producer and consumers find it again on every
-// task, as a register held across their loops spills.
-__device__ inline int first_task_slot(const comm::DeviceWorld& world) {
-  uint32_t cta;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
-  return static_cast<int>(cta) % world.ctas_per_rank * gemm::kStages;
-}
 
 // Where the rows of an up/gate tile are read from, as the producer sees them.
 struct GatherSources {

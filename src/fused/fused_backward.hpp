@@ -1,0 +1,70 @@
+#pragma once
+// The fused backward over one window of the ring (DESIGN §3; issue 15, first stage): one
+// persistent launch per window per GPU (one for all ranks of a loopback world) that pulls the
+// window's dy rows and g (reverse combine), runs the routed experts' dgrad+SwiGLU tiles and their
+// dx tiles, whose epilogue stores each row into its home slot (reverse dispatch's push,
+// dx_to_home.hpp), and, where asked, pulls the window's x rows for the weight gradients — the
+// GEMM tiles of a 128-row block starting as soon as its dy rows have landed, the dx tiles as soon as
+// the block's d_gate_up is stored (readiness counters, never a host synchronization). Comm CTAs (the
+// first comm_ctas of each rank) pull, then join the others, which take the rank's tasks from one
+// counter (backward_tasks.cuh). After the launch, on the same stream: the router-score gradient's
+// fixed-order reduction; the caller then runs the window's weight gradients
+// (gemm::expert_weight_grads), which read x, dy, d_gate_up and g·activation from the ring.
+//
+// Output: the same bits as TokenExchange::dispatch (x rows, when pulled) and reverse_combine of the
+// window, gemm::grouped_down_dgrad_swiglu and fused::gate_up_dgrad_to_home over it, whatever
+// comm_ctas.
+//
+// Ordering: with entry_barrier the comm CTAs meet every rank's in a world barrier before they pull
+// (the pass's first exchange launch: every rank's dy published, and no peer still reading what the
+// pulls and the home stores overwrite — dx_to_home.hpp says which); later windows need none (their
+// pulls write this rank's ring only). The home slots' rows are published to their homes by
+// TokenExchange::reverse_dispatch_filled_dx_slots's entry barrier.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "caracal/comm/world.hpp"
+#include "caracal/gemm/expert_pass.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+
+namespace caracal::fused {
+
+struct FusedBackwardRank {
+  // rows = the exchange's schedule view with the window [first_row, end_row) set (its ring's
+  // buffer rows from 0); dy and gates: the exchange's expert_dy and expert_gates (the launch pulls
+  // them); gate_up (read), d_gate_up, activation (g·activation out), dg, workspace as
+  // gemm::dgrad_gemm_args reads them.
+  gemm::ExpertPass pass;
+  gemm::ExpertPassWeights weights;
+  // backward_ready_counter_words(pass.rows.buffer_rows()) device words (zeroed by the launcher).
+  uint32_t* ready_counters = nullptr;
+};
+
+struct FusedBackwardArgs {
+  const transfer::TokenExchange* exchange = nullptr;
+  std::vector<FusedBackwardRank> ranks;  // one per local rank of the exchange's world, one window
+  bool entry_barrier = false;            // the comm CTAs' world barrier before the pulls
+  // Also pull the window's x rows into expert_x (TokenExchange::dispatch's), but those in place.
+  bool pull_x = false;
+  transfer::RowsInPlace x_in_place = transfer::RowsInPlace::kNone;
+  int comm_ctas = 0;  // CTAs per rank that pull first; 0 = default_backward_comm_ctas
+};
+
+// Device words a rank needs for a window of `buffer_rows` rows: its readiness counters and the
+// CTAs' task slots; 32-byte aligned.
+size_t backward_ready_counter_words(int buffer_rows);
+
+// CTAs per rank of the launch on `world`'s device (one per SM, shared by the local ranks).
+int fused_backward_ctas_per_rank(const comm::World& world);
+// The comm CTAs per rank used when FusedBackwardArgs::comm_ctas is 0.
+int default_backward_comm_ctas(const comm::World& world);
+
+// Enqueues on `stream`: the counters zeroed, the launch, the router-score reductions. Throws
+// caracal::Error for a world of more than kFusedMaxLocalRanks local ranks, comm_ctas outside
+// [1, CTAs per rank - 1], or arguments the GEMMs refuse.
+void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::fused

@@ -1,0 +1,156 @@
+// The fused backward kernel over one window (src/fused/fused_backward.hpp): per rank, comm CTAs pull
+// the window's dy rows (then its x rows, where asked) while the other CTAs run the dgrad+SwiGLU and
+// dx tiles as their rows become ready; the comm CTAs join them once their pulls are done.
+#include <algorithm>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/error.hpp"
+#include "device/comm/launch.cuh"
+#include "fused/fused_backward.hpp"
+#include "fused/fused_forward.hpp"
+#include "gemm/backward_descriptors.cuh"
+#include "gemm/host_checks.hpp"
+#include "gemm/router_grad_reduce.hpp"
+#include "kernels/fused/backward_compute.cuh"
+#include "kernels/fused/backward_params.cuh"
+#include "kernels/fused/backward_pull.cuh"
+#include "transfer/exchange_launch.hpp"
+
+namespace caracal::fused {
+namespace {
+
+__global__ void __launch_bounds__(gemm::kThreads, 1)
+    fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams const p) {
+  extern __shared__ uint8_t smem_raw[];
+  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
+  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  if (comm::cta_of_rank(world) < p.comm_ctas) {
+    // A failed barrier is recorded; the CTA computes on, and its own waits fail as fast.
+    (void)pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
+  }
+  // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
+  const comm::CtaPlace place = comm::whole_launch_place(world);
+  run_backward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem));
+}
+
+constexpr const char* kName = "fused backward";
+
+// The counters ahead of the task slots, in words: dy_ready and dgrad_done per block of the
+// window's buffer rows, the task counter.
+size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 1; }
+
+// Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
+FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
+                                    const FusedBackwardRank& rank) {
+  using namespace gemm;
+  const ExpertPass& pass = rank.pass;
+  const ScheduleView& rows = pass.rows;
+  CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ranks[", l, "].ready_counters must not be null");
+  CARACAL_CHECK(rows.rows == exchange.schedule_view(l).rows && rows.expert_offset == exchange.schedule_view(l).expert_offset,
+                kName, ": ranks[", l, "].pass.rows must be the exchange's schedule view of local rank ", l,
+                " (its rows name the home slots)");
+  CARACAL_CHECK(rows.ring_rows == exchange.options().ring_rows, kName, ": ranks[", l,
+                "].pass.rows.ring_rows must be the exchange's ring (", exchange.options().ring_rows, " rows), got ",
+                rows.ring_rows);
+  CARACAL_CHECK(rows.end_row > rows.first_row, kName, ": ranks[", l,
+                "].pass.rows must name its window: end_row > first_row, got [", rows.first_row, ", ", rows.end_row, ")");
+  const transfer::BackwardBuffers& buffers = exchange.backward_buffers();
+  CARACAL_CHECK(pass.dy == world.local_pointer(buffers.expert_dy, l) && pass.gates == world.local_pointer(buffers.expert_gates, l),
+                kName, ": ranks[", l, "].pass.dy and .gates must be the exchange's expert_dy and expert_gates of local rank ",
+                l, " (the launch pulls them)");
+  const DownDgradSwigluArgs dgrad = dgrad_gemm_args(pass, rank.weights);
+  check_down_dgrad_swiglu_args(dgrad);
+  GateUpDgradArgs dx = dx_gemm_args(pass, rank.weights);
+  dx.dx_out = nullptr;  // the rows go to their home slots
+  check_gate_up_dgrad_args(dx, /*dx_stored=*/false);
+
+  const DownDgradSwigluDescriptors d = down_dgrad_swiglu_descriptors(dgrad);
+  const GateUpDgradDescriptors x = gate_up_dgrad_descriptors(dx);
+  FusedBackwardRankParams r{};
+  r.dgrad_mainloop = d.mainloop;
+  r.dgrad_epilogue = d.epilogue;
+  r.dx_mainloop = x.mainloop;
+  r.dx_epilogue = {rows.rows, world.device_heap_table(), buffers.dx_slots, pass.hidden};
+  r.tiles = {d.tiles, x.tiles};
+  const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
+  r.dy_ready = rank.ready_counters;
+  r.dgrad_done = rank.ready_counters + blocks;
+  const size_t counters = counter_words(rows.buffer_rows());
+  r.task_counter = rank.ready_counters + counters - 1;
+  // 32-byte slots after the counters, on a 32-byte boundary.
+  r.task_slots = reinterpret_cast<BackwardTaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
+  return r;
+}
+
+}  // namespace
+
+size_t backward_ready_counter_words(int buffer_rows) {
+  const size_t slot_words = sizeof(BackwardTaskSlot) / sizeof(uint32_t);
+  return (counter_words(buffer_rows) + slot_words - 1) / slot_words * slot_words +
+         kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+}
+
+int fused_backward_ctas_per_rank(const comm::World& world) {
+  const cudaError_t attr =
+      cudaFuncSetAttribute(fused_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm::kSmemBytes);
+  CARACAL_CHECK(attr == cudaSuccess, kName, ": cannot raise the shared-memory limit to ", gemm::kSmemBytes,
+                " bytes: ", cudaGetErrorString(attr));
+  return comm::max_ctas_per_rank(world, fused_backward_kernel, gemm::kThreads, gemm::kSmemBytes);
+}
+
+int default_backward_comm_ctas(const comm::World& world) {
+  return std::max(1, fused_backward_ctas_per_rank(world) / 16);
+}
+
+void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStream_t stream) {
+  CARACAL_CHECK(args.exchange != nullptr, kName, ": exchange must not be null");
+  const transfer::TokenExchange& exchange = *args.exchange;
+  const int local_ranks = world.local_ranks();
+  CARACAL_CHECK(local_ranks <= kFusedMaxLocalRanks, kName, ": at most ", kFusedMaxLocalRanks,
+                " local ranks (the kernel's parameters hold each rank's GEMM descriptors), got ", local_ranks);
+  CARACAL_CHECK(static_cast<int>(args.ranks.size()) == local_ranks, kName, ": ranks must hold one entry per local rank (",
+                local_ranks, "), got ", args.ranks.size());
+  CARACAL_CHECK(exchange.options().backward, kName, ": the exchange needs ExchangeOptions::backward = true");
+  const transfer::detail::ExchangeArgs& ex = exchange.kernel_args();
+  CARACAL_CHECK(ex.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM, ", got ",
+                ex.schedule.tile_m);
+  comm::LaunchShape shape;
+  shape.threads_per_cta = gemm::kThreads;
+  shape.shared_bytes = gemm::kSmemBytes;
+  shape.ctas_per_rank = fused_backward_ctas_per_rank(world);
+  CARACAL_CHECK(shape.ctas_per_rank <= kFusedMaxCtasPerRank, kName, ": at most ", kFusedMaxCtasPerRank,
+                " CTAs per rank (the task slots backward_ready_counter_words counts), got ", shape.ctas_per_rank);
+  const int comm_ctas = args.comm_ctas == 0 ? default_backward_comm_ctas(world) : args.comm_ctas;
+  CARACAL_CHECK(comm_ctas >= 1 && comm_ctas < shape.ctas_per_rank, kName, ": comm_ctas must be in [1, ",
+                shape.ctas_per_rank - 1, "] (the launch has ", shape.ctas_per_rank,
+                " CTAs per rank and needs one to compute), got ", comm_ctas);
+
+  BackwardKernelParams p{};
+  const ScheduleView& window = args.ranks.front().pass.rows;
+  for (int l = 0; l < local_ranks; ++l) {
+    const FusedBackwardRank& rank = args.ranks[static_cast<size_t>(l)];
+    CARACAL_CHECK(rank.pass.rows.first_row == window.first_row && rank.pass.rows.end_row == window.end_row, kName,
+                  ": every rank's pass.rows must name the same window, got [", window.first_row, ", ", window.end_row,
+                  ") for ranks[0] and [", rank.pass.rows.first_row, ", ", rank.pass.rows.end_row, ") for ranks[", l, "]");
+    p.ranks[l] = rank_params(world, exchange, l, rank);
+    const size_t counters = counter_words(rank.pass.rows.buffer_rows());  // not the task slots
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
+               "fused backward: cudaMemsetAsync(ready counters)");
+  }
+  p.schedule = ex.schedule;
+  p.dy_pull = transfer::PullRows{ex.backward.dy, ex.backward.expert_dy, ex.router.gates, ex.backward.expert_gates,
+                                 ex.top_k, ex.hidden};
+  p.x_pull = transfer::PullRows{ex.forward.x, ex.forward.expert_x, {}, {}, ex.top_k, ex.hidden};
+  p.x_window = transfer::PullWindow{window.first_row, window.end_row, window.ring_rows, args.x_in_place, false};
+  p.comm_ctas = comm_ctas;
+  p.barrier = args.entry_barrier;
+  p.pull_x = args.pull_x;
+  p.rows_per_route = ex.rows_per_route;
+  comm::launch(world, kName, shape, stream, fused_backward_kernel, p);
+  for (int l = 0; l < local_ranks; ++l) {
+    const gemm::ExpertPass& pass = args.ranks[static_cast<size_t>(l)].pass;
+    gemm::reduce_router_grad(pass.workspace, p.ranks[l].tiles.dgrad.n_blocks, pass.rows, pass.dg, stream, kName);
+  }
+}
+
+}  // namespace caracal::fused

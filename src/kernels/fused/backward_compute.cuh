@@ -1,0 +1,138 @@
+#pragma once
+// The fused backward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
+// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
+// operands by TMA: a dgrad tile's dy rows once its block's pulled rows have landed (dy_ready), a dx
+// tile's d_gate_up once its block's dgrad tiles have stored it (dgrad_done, raised below by their
+// epilogues after the TMA stores completed). The producer thread hands each tile's task to the
+// consumers through the CTA's task slot of the tile's first stage, as the fused forward's
+// (forward_compute.cuh); BackwardPhase::end there ends the consumers' walk: when the tasks run
+// out, and when a wait fails (timeout or aborted world, recorded for World::check; the layer
+// poisons the outputs of such a pass).
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/comm/ready_flags.cuh"
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/grouped_gemm_kernel.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/mma_config.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+#include "kernels/fused/backward_params.cuh"
+#include "kernels/fused/backward_tasks.cuh"
+#include "kernels/fused/task_slots.cuh"
+
+namespace caracal::fused {
+
+// setmaxnreg budgets: the producer takes tasks, waits on counters and prefetches the dgrad
+// epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48);
+// 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
+inline constexpr uint32_t kBackwardProducerRegisters = 72;
+inline constexpr uint32_t kBackwardConsumerRegisters = 216;
+
+// The producer thread: takes tasks, waits for each one's A rows, streams its operands by TMA.
+__device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                              const FusedBackwardRankParams& p, gemm::MainloopStorage& smem,
+                                              const gemm::TmaPipeline& pipe) {
+  BackwardTaskCursor tasks(p.tiles);
+  gemm::PipelineState st;
+  for (;;) {
+    // The task is taken once its first stage is free, so the tiles in flight stay consecutive.
+    pipe.producer_acquire(st);
+    const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    if (t >= tasks.num_tasks()) break;
+    const BackwardTask task = tasks.at(t);
+    const int block = task.buffer_block();
+    const bool dgrad = task.phase == BackwardPhase::dgrad;
+    const bool ready =
+        dgrad ? comm::wait_ready_thread(world, place, p.dy_ready + block, gemm::kBlockM, block)
+              : comm::wait_ready_thread(world, place, p.dgrad_done + block,
+                                        2u * static_cast<uint32_t>(p.tiles.dgrad.n_blocks), block);
+    if (!ready) break;
+    comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
+    p.task_slots[first_task_slot(world) + st.stage].task = task;
+    if (dgrad) {
+      gemm::load_tile<DgradGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
+    } else {
+      gemm::load_tile<DxGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+    }
+  }
+  pipe.producer_acquire(st);
+  p.task_slots[first_task_slot(world) + st.stage].task.phase = BackwardPhase::end;
+  pipe.producer_arrive(st);
+}
+
+// A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After a dgrad
+// tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
+// complete and raises the block's dgrad_done.
+template <class TiledMma, class FragA, class FragB, class Accum>
+__device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
+                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
+                                       const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                       int wg_thread) {
+  const int lane = wg_thread % 32;
+  gemm::PipelineState st;
+  for (;;) {
+    pipe.consumer_wait(st);  // the tile's first stage, and with it its task
+    const BackwardTask task = p.task_slots[first_task_slot(world) + st.stage].task;
+    if (task.phase == BackwardPhase::end) break;
+    const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
+    if (task.phase == BackwardPhase::dgrad) {
+      DgradGemm::Epilogue::apply(p.dgrad_epilogue, task.tile, accum, active, ring, consumer);
+      ring.drain();  // this warpgroup's stores of the slice have completed
+      if (wg_thread == 0) {
+        comm::async_proxy_fence();
+        comm::signal_ready_thread(p.dgrad_done + task.buffer_block());
+      }
+    } else {
+      DxGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
+    }
+  }
+  ring.drain();
+}
+
+// One compute CTA (all kThreads threads).
+__device__ inline void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                          const FusedBackwardRankParams& p, gemm::KernelStorage& smem) {
+  using namespace cute;
+  using namespace gemm;
+  using Mma = MmaConfig<DgradGemm::OperandA::kMajor, DgradGemm::OperandB::kMajor>;
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+
+  const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  if (threadIdx.x == 0) {
+    pipe.init();
+    prefetch_tma_descriptor(&p.dgrad_mainloop.a);
+    prefetch_tma_descriptor(&p.dgrad_mainloop.b);
+    prefetch_tma_descriptor(&p.dx_mainloop.a);
+    prefetch_tma_descriptor(&p.dx_mainloop.b);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kBackwardProducerRegisters>();
+    if (threadIdx.x == 0) produce_backward_tiles(world, place, p, smem.mainloop, pipe);
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<kBackwardConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;
+  const int wg_thread = thread % kWarpgroupThreads;
+  typename Mma::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+  Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
+  Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
+}
+
+}  // namespace caracal::fused

@@ -1,0 +1,67 @@
+#pragma once
+// What the fused backward kernel reads: per local rank the two row-tile GEMMs of its routed
+// experts over one window of the ring (dgrad+SwiGLU, and dx with its rows stored home) and its
+// readiness counters; the exchange's schedule and the pulls of the window's dy rows (with g) and,
+// where asked, x rows. Passed as a __grid_constant__ so the TMA descriptors stay in parameter space.
+#include <cstdint>
+#include <type_traits>
+
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/operand_loads.cuh"
+#include "device/gemm/swiglu_backward_epilogue.cuh"
+#include "device/transfer/device_params.hpp"
+#include "device/transfer/pull_rows.cuh"
+#include "kernels/fused/backward_tasks.cuh"
+#include "kernels/fused/forward_params.cuh"
+#include "kernels/fused/home_slots_epilogue.cuh"
+
+namespace caracal::fused {
+
+// d_h = dy · W_down[e] with the SwiGLU backward + router-score epilogue; dx = d_gate_up ·
+// W_gate_up[e] stored into the home slots: the operand kinds and epilogues of the standalone
+// kernels (src/kernels/backward/down_dgrad_swiglu.cu, src/kernels/fused/dx_to_home.cu), hence the
+// same bits.
+struct DgradGemm {
+  using OperandA = gemm::KMajorRows;
+  using OperandB = gemm::MNMajorWeights;
+  using Epilogue = gemm::SwigluBackwardEpilogue;
+};
+struct DxGemm {
+  using OperandA = gemm::KMajorRows;
+  using OperandB = gemm::MNMajorWeights;
+  using Epilogue = HomeSlotsEpilogue;
+};
+static_assert(std::is_same_v<DgradGemm::OperandA, DxGemm::OperandA> &&
+              std::is_same_v<DgradGemm::OperandB, DxGemm::OperandB>,
+              "the producer loads every TMA operand the same way");
+
+struct FusedBackwardRankParams {
+  gemm::MainloopParams dgrad_mainloop;
+  DgradGemm::Epilogue::Params dgrad_epilogue;
+  gemm::MainloopParams dx_mainloop;
+  DxGemm::Epilogue::Params dx_epilogue;
+  BackwardTiles tiles;
+  // Zeroed before the launch, one word per 128-row block of the window: its dy rows stored by the
+  // comm role (kBlockM: complete, padding rows zeroed included), and its dgrad tiles' warpgroup
+  // slices whose d_gate_up stores have completed (2 * tiles.dgrad.n_blocks: the dx tiles may read
+  // the block).
+  uint32_t* dy_ready;
+  uint32_t* dgrad_done;
+  uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
+  BackwardTaskSlot* task_slots;  // [CTAs of the rank][kStages]
+};
+
+struct BackwardKernelParams {
+  FusedBackwardRankParams ranks[kMaxLocalRanks];
+  transfer::ScheduleParams schedule;
+  transfer::PullRows dy_pull;  // home dy rows and gates into the ring's expert_dy rows and expert_gates
+  transfer::PullRows x_pull;   // home x rows into the ring's expert_x rows
+  transfer::PullWindow x_window;  // the window's x rows, but those in place; unused without pull_x
+  int comm_ctas;  // the first comm_ctas CTAs of every rank pull, then compute too
+  bool barrier;   // the comm CTAs' world barrier before they pull (the pass's first exchange launch)
+  bool pull_x;
+  bool rows_per_route;  // ExchangeOptions::rows_per_route
+};
+static_assert(sizeof(BackwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
+
+}  // namespace caracal::fused

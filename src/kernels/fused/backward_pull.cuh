@@ -1,0 +1,84 @@
+#pragma once
+// The fused backward's communication role: pull the window's dy rows of the rank's schedule (and
+// each route's g) from their home ranks into expert_dy's ring rows, counting each 128-row block's
+// stored rows as they land (dy_ready: the block's dgrad tiles start at kBlockM), then, where asked,
+// the window's x rows into expert_x for the weight gradients after the launch (no counter: the
+// stream orders them). The same rows and bits as TokenExchange::reverse_combine and dispatch over
+// the window: a token is read once per window for all its rows there (token_group.cuh), padding
+// rows are zeroed (with g = 0).
+//
+// Every warp of the rank's comm CTAs takes the window's rows in turn, so the blocks fill in order;
+// the warp that meets a token's first row stores all of its rows, then raises the counter of each
+// block they fell in by the rows it stored there.
+#include <cstdint>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/comm/ready_flags.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/transfer/pull_rows.cuh"
+#include "device/transfer/schedule_rows.cuh"
+#include "device/transfer/token_group.cuh"
+#include "device/transfer/warp_work.cuh"
+#include "kernels/fused/backward_params.cuh"
+
+namespace caracal::fused {
+
+// All threads of a comm CTA of rank place.rank: its window's dy rows.
+__device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                      const BackwardKernelParams& p, const FusedBackwardRankParams& rank) {
+  const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
+  const transfer::WarpWorkers warps = transfer::rank_warps(place);
+  const ScheduleView& view = rank.tiles.dgrad.schedule;  // its window and ring
+  const transfer::PullRows& pull = p.dy_pull;
+  const int end_row = min(view.end_row, view.expert_offset[view.num_experts]);
+  __nv_bfloat16* expert_rows = world.at(pull.expert_rows, place.rank);
+  float* expert_gates = world.at(pull.expert_gates, place.rank);
+  const int32_t* route_rows = p.rows_per_route ? nullptr : world.at(p.schedule.buffers.route_rows, place.rank);
+  const auto ring_row = [&](int row) { return transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden); };
+  const int vectors = pull.hidden / transfer::kBf16PerVector;
+  for (int row = view.first_row + warps.index; row < end_row; row += warps.count) {
+    const int2 entry = view.rows[row];
+    if (entry.x < 0) {  // padding: zeros, g = 0
+      if (lane == 0) expert_gates[row] = 0.0f;
+      transfer::warp_zero_row(ring_row(row), vectors, lane);
+      __syncwarp();  // every lane's stores before the count
+      if (lane == 0) comm::signal_ready_thread(rank.dy_ready + view.buffer_row(row) / gemm::kBlockM);
+      continue;
+    }
+    const transfer::TokenGroup group(route_rows, p.schedule.routes, pull.top_k, entry, row, view.first_row, end_row);
+    if (!group.led_by_own_row(lane)) continue;  // pulled by the warp that meets the group's leader
+    const float* home_gates = world.at(pull.home_gates, entry.x);
+    transfer::for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+    transfer::warp_fan_out_row<true>(
+        group, transfer::row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k, pull.hidden), vectors,
+        ring_row, lane);
+    // Count the rows into their blocks, one release per block: every lane's stores before it.
+    __syncwarp();
+    transfer::for_each_slot_round(group, lane, [&](int, int member) {
+      const int block = member >= 0 ? view.buffer_row(member) / gemm::kBlockM : -1;
+      const unsigned same_block = __match_any_sync(0xffffffffu, block);
+      if (block >= 0 && lane == __ffs(same_block) - 1) {
+        comm::signal_ready_thread(rank.dy_ready + block, static_cast<uint32_t>(__popc(same_block)));
+      }
+    });
+  }
+}
+
+// All threads of a comm CTA. Returns false when the entry barrier failed (timeout or aborted
+// world, recorded): the CTA computes on, and its waits fail as fast.
+__device__ inline bool pull_backward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                          const BackwardKernelParams& p) {
+  // Every rank's dy (and, before the pass, its x and gates) published; no peer still reads in an
+  // earlier launch what the pulls overwrite.
+  if (p.barrier && !comm::world_barrier(world, place)) return false;
+  pull_window_dy(world, place, p, p.ranks[place.local_rank]);
+  if (p.pull_x) {
+    // The comm warps of every local rank share all local ranks' x rows.
+    transfer::pull_schedule_rows<false, true>(world, p.schedule, p.x_window, transfer::role_warps(world, place),
+                                              p.x_pull, p.rows_per_route);
+  }
+  return true;
+}
+
+}  // namespace caracal::fused
