@@ -51,6 +51,9 @@ struct FusedBackwardArgs {
   bool pull_x = false;
   transfer::RowsInPlace x_in_place = transfer::RowsInPlace::kNone;
   int comm_ctas = 0;  // CTAs per rank that pull first; 0 = default_backward_comm_ctas
+  // The dgrad tiles read every dy row from the ring, those of tokens on this GPU too, rather than
+  // where they are (the same bits): for tests, so that one GPU runs the pull role's counts and waits.
+  bool pull_all_rows = false;
 };
 
 // Device words a rank needs for a window of `buffer_rows` rows: its readiness counters and the

@@ -289,6 +289,7 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     launch.entry_barrier = x_in_fused_launch && world.world_size() > 1;  // else the x dispatch's
     launch.pull_x = x_in_fused_launch;
     launch.x_in_place = x_in_place;
+    launch.pull_all_rows = pull_all_rows;
     for (size_t l = 0; l < args.size(); ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
       launch.ranks.push_back({window_pass(l), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});

@@ -21,6 +21,7 @@ namespace {
 
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams const p) {
+  __shared__ int producer_task;  // the producer warpgroup's (backward_compute.cuh)
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -30,14 +31,15 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  run_backward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem));
+  run_backward_tasks(world, place, p.ranks[place.local_rank], p, *reinterpret_cast<gemm::KernelStorage*>(smem),
+                     producer_task);
 }
 
 constexpr const char* kName = "fused backward";
 
 // The counters ahead of the task slots, in words: dy_ready and dgrad_done per block of the
-// window's buffer rows, the task counter.
-size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 1; }
+// window's buffer rows, gates_ready, the task counter.
+size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2; }
 
 // Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
 FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
@@ -75,6 +77,7 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
   const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
   r.dy_ready = rank.ready_counters;
   r.dgrad_done = rank.ready_counters + blocks;
+  r.gates_ready = rank.ready_counters + 2 * blocks;
   const size_t counters = counter_words(rows.buffer_rows());
   r.task_counter = rank.ready_counters + counters - 1;
   // 32-byte slots after the counters, on a 32-byte boundary.
@@ -145,6 +148,7 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   p.comm_ctas = comm_ctas;
   p.barrier = args.entry_barrier;
   p.pull_x = args.pull_x;
+  p.pull_all_rows = args.pull_all_rows;
   p.rows_per_route = ex.rows_per_route;
   comm::launch(world, kName, shape, stream, fused_backward_kernel, p);
   for (int l = 0; l < local_ranks; ++l) {
