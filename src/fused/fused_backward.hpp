@@ -1,25 +1,29 @@
 #pragma once
 // The fused backward over one window of the ring (DESIGN §3; issue 15, first stage): one
 // persistent launch per window per GPU (one for all ranks of a loopback world) that pulls the
-// window's dy rows and g (reverse combine), runs the routed experts' dgrad+SwiGLU tiles and their
-// dx tiles, whose epilogue stores each row into its home slot (reverse dispatch's push,
-// dx_to_home.hpp), and, where asked, pulls the window's x rows for the weight gradients — the
-// GEMM tiles of a 128-row block starting as soon as its dy rows have landed, the dx tiles as soon as
-// the block's d_gate_up is stored (readiness counters, never a host synchronization). Comm CTAs (the
-// first comm_ctas of each rank) pull, then join the others, which take the rank's tasks from one
-// counter (backward_tasks.cuh). After the launch, on the same stream: the router-score gradient's
-// fixed-order reduction; the caller then runs the window's weight gradients
-// (gemm::expert_weight_grads), which read x, dy, d_gate_up and g·activation from the ring.
+// window's dy rows of tokens on other GPUs and their g, runs the routed experts' dgrad+SwiGLU
+// tiles and their dx tiles, whose epilogue stores each row into its home slot (reverse dispatch's
+// push, dx_to_home.hpp), and, where asked, copies the window's x rows for the weight gradients —
+// the dgrad tiles of a 128-row block starting as soon as all its dy rows are in the ring, the dx
+// tiles as soon as the block's d_gate_up is stored (readiness counters, never a host
+// synchronization). Comm CTAs (the first comm_ctas of each rank) pull, then join the others, which
+// take the rank's tasks from one counter (backward_tasks.cuh). After the launch, on the same
+// stream: the router-score gradient's fixed-order reduction; the caller then runs the window's
+// weight gradients (gemm::expert_weight_grads), which read x, dy, d_gate_up and g·activation from
+// the ring.
 //
-// Output: the same bits as TokenExchange::dispatch (x rows, when pulled) and reverse_combine of the
+// Before the launch, on the same stream, TokenExchange::reverse_combine over the window with
+// in_place = RowsInPlace::kOtherGpus (kAll with pull_all_rows) must have copied the rows of tokens
+// on this GPU and zeroed the padding rows, with their g: a copy within HBM, which every SM does
+// fastest in a launch of its own (measured on the H200: the comm CTAs' copy of those rows inside the
+// launch kept the dgrad tiles waiting; docs/PERF.md, 2026-12-02). It also had the pass's world
+// barrier, if any: the launch needs none (its pulls read dy and gates every rank published before
+// that barrier; it writes this rank's ring and the home slots, which dx_to_home.hpp says when
+// each peer last read).
+//
+// Output: the same bits as TokenExchange::dispatch (x rows, when copied) and reverse_combine of the
 // window, gemm::grouped_down_dgrad_swiglu and fused::gate_up_dgrad_to_home over it, whatever
 // comm_ctas.
-//
-// Ordering: with entry_barrier the comm CTAs meet every rank's in a world barrier before they pull
-// (the pass's first exchange launch: every rank's dy published, and no peer still reading what the
-// pulls and the home stores overwrite — dx_to_home.hpp says which); later windows need none (their
-// pulls write this rank's ring only). The home slots' rows are published to their homes by
-// TokenExchange::reverse_dispatch_filled_dx_slots's entry barrier.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -46,13 +50,12 @@ struct FusedBackwardRank {
 struct FusedBackwardArgs {
   const transfer::TokenExchange* exchange = nullptr;
   std::vector<FusedBackwardRank> ranks;  // one per local rank of the exchange's world, one window
-  bool entry_barrier = false;            // the comm CTAs' world barrier before the pulls
   // Also pull the window's x rows into expert_x (TokenExchange::dispatch's), but those in place.
   bool pull_x = false;
   transfer::RowsInPlace x_in_place = transfer::RowsInPlace::kNone;
   int comm_ctas = 0;  // CTAs per rank that pull first; 0 = default_backward_comm_ctas
-  // The dgrad tiles read every dy row from the ring, those of tokens on this GPU too, rather than
-  // where they are (the same bits): for tests, so that one GPU runs the pull role's counts and waits.
+  // Pull every real dy row, those of tokens on this GPU too (the reverse combine before it left them
+  // all: RowsInPlace::kAll; the same bits): for tests, so that one GPU runs the pull role.
   bool pull_all_rows = false;
 };
 

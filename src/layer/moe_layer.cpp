@@ -281,12 +281,16 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     return grads;
   };
   if (fused && fused_backward) {
-    // dy pull, dgrad+SwiGLU and dx tiles (rows stored home) in one launch; the weight gradients
-    // after it, x's and dy's last read.
+    // The rows of tokens on this GPU copied into the ring on every SM (the pass's world barrier for
+    // window 0 if the x dispatch had none); those of other GPUs pulled, the dgrad+SwiGLU and dx tiles
+    // (rows stored home) run in one launch; the weight gradients after it, x's and dy's last read.
+    transfer::PullRange dy_rows{first_row, end_row};
+    dy_rows.in_place = pull_all_rows ? transfer::RowsInPlace::kAll : transfer::RowsInPlace::kOtherGpus;
+    dy_rows.after_barrier = window > 0 || !x_in_fused_launch;
+    exchange->reverse_combine(stream, dy_rows);
     fused::FusedBackwardArgs launch;
     launch.exchange = exchange.get();
     launch.comm_ctas = fused_comm_ctas;
-    launch.entry_barrier = x_in_fused_launch && world.world_size() > 1;  // else the x dispatch's
     launch.pull_x = x_in_fused_launch;
     launch.x_in_place = x_in_place;
     launch.pull_all_rows = pull_all_rows;

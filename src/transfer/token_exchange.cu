@@ -300,8 +300,6 @@ void TokenExchange::launch_combine(const detail::ExchangeArgs& args, cudaStream_
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  CARACAL_CHECK(range.in_place == RowsInPlace::kNone,
-                "TokenExchange::reverse_combine: range.in_place must be kNone (no launch leaves dy rows in place)");
   const detail::ExchangeArgs args = pull_args("TokenExchange::reverse_combine", range);
   if (kernels_->single_rank_pulls) {
     detail::launch_reverse_combine_single_rank(world_, kernels_->reverse_combine, args, stream);

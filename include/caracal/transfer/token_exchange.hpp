@@ -96,7 +96,9 @@ struct ExchangeOptions {
 struct PullRange {
   int first_row = 0;
   int end_row = 0;
-  RowsInPlace in_place = RowsInPlace::kNone;  // dispatch: rows an earlier launch left in expert_x
+  // Real rows the pull leaves alone: dispatch, those an earlier launch left in expert_x; reverse
+  // combine, those a later launch pulls (rows and g).
+  RowsInPlace in_place = RowsInPlace::kNone;
   // Skip the launch's entry world barrier. Only for a pull that follows, on the same stream and in
   // the same pass, a launch that had it after every rank published the home rows pulled here (x,
   // dy, gates): the rows it writes are this rank's own, which no peer reads. The backward's pulls
@@ -156,7 +158,8 @@ class TokenExchange {
   void combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream,
                                    const std::vector<__nv_bfloat16*>& y = {});
   // expert_dy and expert_gates from dy and gates (options.backward), for the rows of `range`
-  // (expert_gates per schedule row, expert_dy per buffer row; range.in_place must be kNone).
+  // (expert_gates per schedule row, expert_dy per buffer row) but those range.in_place leaves to a
+  // later launch (the fused backward pulls them: src/fused/fused_backward.hpp); padding rows always.
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
   // options.expert_dx); `router` must be the one build_schedule used.

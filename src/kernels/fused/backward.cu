@@ -21,25 +21,22 @@ namespace {
 
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams const p) {
-  __shared__ int producer_task;  // the producer warpgroup's (backward_compute.cuh)
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (comm::cta_of_rank(world) < p.comm_ctas) {
-    // A failed barrier is recorded; the CTA computes on, and its own waits fail as fast.
-    (void)pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
+    pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  run_backward_tasks(world, place, p.ranks[place.local_rank], p, *reinterpret_cast<gemm::KernelStorage*>(smem),
-                     producer_task);
+  run_backward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem));
 }
 
 constexpr const char* kName = "fused backward";
 
 // The counters ahead of the task slots, in words: dy_ready and dgrad_done per block of the
-// window's buffer rows, gates_ready, the task counter.
-size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2; }
+// window's buffer rows, the task counter.
+size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 1; }
 
 // Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
 FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
@@ -77,7 +74,6 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
   const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
   r.dy_ready = rank.ready_counters;
   r.dgrad_done = rank.ready_counters + blocks;
-  r.gates_ready = rank.ready_counters + 2 * blocks;
   const size_t counters = counter_words(rows.buffer_rows());
   r.task_counter = rank.ready_counters + counters - 1;
   // 32-byte slots after the counters, on a 32-byte boundary.
@@ -146,7 +142,6 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   p.x_pull = transfer::PullRows{ex.forward.x, ex.forward.expert_x, {}, {}, ex.top_k, ex.hidden};
   p.x_window = transfer::PullWindow{window.first_row, window.end_row, window.ring_rows, args.x_in_place, false};
   p.comm_ctas = comm_ctas;
-  p.barrier = args.entry_barrier;
   p.pull_x = args.pull_x;
   p.pull_all_rows = args.pull_all_rows;
   p.rows_per_route = ex.rows_per_route;

@@ -41,16 +41,11 @@ struct FusedBackwardRankParams {
   gemm::MainloopParams dx_mainloop;
   DxGemm::Epilogue::Params dx_epilogue;
   BackwardTiles tiles;
-  // Zeroed before the launch, one word per 128-row block of the window: its dy rows from other GPUs
-  // stored into the ring by the comm role (those the dgrad tiles read there; they gather the others
-  // where they are), and its dgrad tiles' warpgroup slices whose d_gate_up stores have completed
-  // (2 * tiles.dgrad.n_blocks: the dx tiles may read the block).
+  // Zeroed before the launch, one word per 128-row block of the window: its rows whose dy is in the
+  // ring (kBlockM: all of them, backward_pull.cuh), and its dgrad tiles' warpgroup slices whose
+  // d_gate_up stores have completed (2 * tiles.dgrad.n_blocks: the dx tiles may read the block).
   uint32_t* dy_ready;
   uint32_t* dgrad_done;
-  // Zeroed before the launch: the rank's comm CTAs that have stored the window's g (expert_gates,
-  // which the dgrad epilogue reads) — all of them (BackwardKernelParams::comm_ctas) before any
-  // dgrad tile's epilogue.
-  uint32_t* gates_ready;
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
   BackwardTaskSlot* task_slots;  // [CTAs of the rank][kStages]
 };
@@ -62,9 +57,8 @@ struct BackwardKernelParams {
   transfer::PullRows x_pull;   // home x rows into the ring's expert_x rows
   transfer::PullWindow x_window;  // the window's x rows, but those in place; unused without pull_x
   int comm_ctas;  // the first comm_ctas CTAs of every rank pull, then compute too
-  bool barrier;   // the comm CTAs' world barrier before they pull (the pass's first exchange launch)
   bool pull_x;
-  bool pull_all_rows;   // the dgrad tiles read every dy row from the ring, those of tokens on this GPU too
+  bool pull_all_rows;   // pull every real dy row, those of tokens on this GPU too (FusedBackwardArgs)
   bool rows_per_route;  // ExchangeOptions::rows_per_route
 };
 static_assert(sizeof(BackwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
