@@ -344,10 +344,11 @@ inline void run_step(MoELayer& layer, const WorldBuffers& buffers, const exchang
   layer.check();
 }
 
-// One step of `step` on a loopback layer of its own (weights `weights`), checked; every rank's
-// outputs.
-inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& weights, const HostStep& step) {
-  LoopbackLayer l(c, weights);
+// One step of `step` on a loopback layer of its own (weights `weights`, `options`), checked; every
+// rank's outputs.
+inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& weights, const HostStep& step,
+                                         const MoELayerOptions& options = {}) {
+  LoopbackLayer l(c, weights, options);
   l.buffers.prepare(step, l.world);
   const Stream stream;
   run_step(l.layer, l.buffers, stream);

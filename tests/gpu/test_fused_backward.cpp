@@ -1,9 +1,10 @@
 // The fused backward (src/fused/fused_backward.hpp) through MoELayer: the same bits as the
 // backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
 // every output and gradient, whatever the number of pulling CTAs and the ring (macrobatch 0's
-// launch pulls its x rows, the later ones follow an up/gate replay), with rows of this GPU pulled
-// or gathered in place, and within the fp64 reference's bounds; on loopback W = 1, 2, 4, 8 and
-// adversarial routings (all routes to one expert, empty experts and ranks, -1 slots, one token).
+// launch copies its x rows, the later ones follow an up/gate replay), with the dy rows of tokens on
+// this GPU copied before the launch or every row pulled in it, and within the fp64 reference's
+// bounds; on loopback W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty
+// experts and ranks, -1 slots, one token).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,11 +27,7 @@ MoELayerOptions options(bool fused_backward, int comm_ctas = 0, int ring_rows = 
 }
 
 std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& o) {
-  LoopbackLayer l(c, s.weights, o);
-  l.buffers.prepare(s.step, l.world);
-  const Stream stream;
-  run_step(l.layer, l.buffers, stream);
-  return l.buffers.download();
+  return run_once(c, s.weights, s.step, o);
 }
 
 std::vector<LayerCase> backward_cases() {

@@ -42,14 +42,10 @@ MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_ro
 // One step on a loopback layer with `options`; every rank's outputs.
 std::vector<RankOutputs> run_with(const LayerCase& c, const HostWeights& weights, const HostStep& step,
                                   const MoELayerOptions& options) {
-  LoopbackLayer l(c, weights, options);
-  l.buffers.prepare(step, l.world);
-  const Stream stream;
-  run_step(l.layer, l.buffers, stream);
-  return l.buffers.download();
+  return run_once(c, weights, step, options);
 }
 std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options) {
-  return run_with(c, s.weights, s.step, options);
+  return run_once(c, s.weights, s.step, options);
 }
 
 std::vector<LayerCase> fused_cases() {

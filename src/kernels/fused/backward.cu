@@ -8,6 +8,7 @@
 #include "device/comm/launch.cuh"
 #include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
+#include "fused/fused_launch.hpp"
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/router_grad_reduce.hpp"
@@ -113,16 +114,9 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   const transfer::detail::ExchangeArgs& ex = exchange.kernel_args();
   CARACAL_CHECK(ex.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM, ", got ",
                 ex.schedule.tile_m);
-  comm::LaunchShape shape;
-  shape.threads_per_cta = gemm::kThreads;
-  shape.shared_bytes = gemm::kSmemBytes;
-  shape.ctas_per_rank = fused_backward_ctas_per_rank(world);
-  CARACAL_CHECK(shape.ctas_per_rank <= kFusedMaxCtasPerRank, kName, ": at most ", kFusedMaxCtasPerRank,
-                " CTAs per rank (the task slots backward_ready_counter_words counts), got ", shape.ctas_per_rank);
-  const int comm_ctas = args.comm_ctas == 0 ? default_backward_comm_ctas(world) : args.comm_ctas;
-  CARACAL_CHECK(comm_ctas >= 1 && comm_ctas < shape.ctas_per_rank, kName, ": comm_ctas must be in [1, ",
-                shape.ctas_per_rank - 1, "] (the launch has ", shape.ctas_per_rank,
-                " CTAs per rank and needs one to compute), got ", comm_ctas);
+  const comm::LaunchShape shape = fused_launch_shape(fused_backward_ctas_per_rank(world), kName);
+  const int comm_ctas =
+      checked_comm_ctas(args.comm_ctas == 0 ? default_backward_comm_ctas(world) : args.comm_ctas, shape, kName);
 
   BackwardKernelParams p{};
   const ScheduleView& window = args.ranks.front().pass.rows;

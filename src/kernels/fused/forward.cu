@@ -8,6 +8,7 @@
 #include "device/comm/grid_dependency.cuh"
 #include "device/comm/launch.cuh"
 #include "fused/fused_forward.hpp"
+#include "fused/fused_launch.hpp"
 #include "gemm/forward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "kernels/fused/forward_compute.cuh"
@@ -168,16 +169,8 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   const transfer::detail::ExchangeArgs& exchange = args.exchange->kernel_args();
   CARACAL_CHECK(exchange.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM,
                 ", got ", exchange.schedule.tile_m);
-  comm::LaunchShape shape;
-  shape.threads_per_cta = gemm::kThreads;
-  shape.shared_bytes = gemm::kSmemBytes;
-  shape.ctas_per_rank = fused_ctas_per_rank(world);
-  CARACAL_CHECK(shape.ctas_per_rank <= kFusedMaxCtasPerRank, kName, ": at most ", kFusedMaxCtasPerRank,
-                " CTAs per rank (the task slots ready_counter_words counts), got ", shape.ctas_per_rank);
-  const int comm_ctas = args.comm_ctas == 0 ? default_comm_ctas(world) : args.comm_ctas;
-  CARACAL_CHECK(comm_ctas >= 1 && comm_ctas < shape.ctas_per_rank, kName, ": comm_ctas must be in [1, ",
-                shape.ctas_per_rank - 1, "] (the launch has ", shape.ctas_per_rank,
-                " CTAs per rank and needs one to compute), got ", comm_ctas);
+  comm::LaunchShape shape = fused_launch_shape(fused_ctas_per_rank(world), kName);
+  const int comm_ctas = checked_comm_ctas(args.comm_ctas == 0 ? default_comm_ctas(world) : args.comm_ctas, shape, kName);
 
   ForwardKernelParams p{};
   for (int l = 0; l < local_ranks; ++l) {
