@@ -85,17 +85,11 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 }  // namespace
 
 size_t backward_ready_counter_words(int buffer_rows) {
-  const size_t slot_words = sizeof(BackwardTaskSlot) / sizeof(uint32_t);
-  return (counter_words(buffer_rows) + slot_words - 1) / slot_words * slot_words +
-         kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+  return counters_and_task_slots_words(counter_words(buffer_rows), sizeof(BackwardTaskSlot));
 }
 
 int fused_backward_ctas_per_rank(const comm::World& world) {
-  const cudaError_t attr =
-      cudaFuncSetAttribute(fused_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm::kSmemBytes);
-  CARACAL_CHECK(attr == cudaSuccess, kName, ": cannot raise the shared-memory limit to ", gemm::kSmemBytes,
-                " bytes: ", cudaGetErrorString(attr));
-  return comm::max_ctas_per_rank(world, fused_backward_kernel, gemm::kThreads, gemm::kSmemBytes);
+  return fused_kernel_ctas_per_rank(world, fused_backward_kernel, kName);
 }
 
 int default_backward_comm_ctas(const comm::World& world) {

@@ -11,8 +11,8 @@
 #include "device/gemm/swiglu_backward_epilogue.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
+#include "fused/fused_forward.hpp"
 #include "kernels/fused/backward_tasks.cuh"
-#include "kernels/fused/forward_params.cuh"
 #include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
@@ -51,7 +51,7 @@ struct FusedBackwardRankParams {
 };
 
 struct BackwardKernelParams {
-  FusedBackwardRankParams ranks[kMaxLocalRanks];
+  FusedBackwardRankParams ranks[kFusedMaxLocalRanks];
   transfer::ScheduleParams schedule;
   transfer::PullRows dy_pull;  // home dy rows and gates into the ring's expert_dy rows and expert_gates
   transfer::PullRows x_pull;   // home x rows into the ring's expert_x rows

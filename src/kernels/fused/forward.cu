@@ -134,17 +134,11 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
 }  // namespace
 
 size_t ready_counter_words(int row_capacity, int shared_rows) {
-  const size_t slot_words = sizeof(TaskSlot) / sizeof(uint32_t);
-  return (counter_words(row_capacity, shared_rows) + slot_words - 1) / slot_words * slot_words +
-         kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+  return counters_and_task_slots_words(counter_words(row_capacity, shared_rows), sizeof(TaskSlot));
 }
 
 int fused_ctas_per_rank(const comm::World& world) {
-  const cudaError_t attr =
-      cudaFuncSetAttribute(fused_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm::kSmemBytes);
-  CARACAL_CHECK(attr == cudaSuccess, kName, ": cannot raise the shared-memory limit to ", gemm::kSmemBytes,
-                " bytes: ", cudaGetErrorString(attr));
-  return comm::max_ctas_per_rank(world, fused_forward_kernel, gemm::kThreads, gemm::kSmemBytes);
+  return fused_kernel_ctas_per_rank(world, fused_forward_kernel, kName);
 }
 
 int default_comm_ctas(const comm::World& world) { return std::max(1, fused_ctas_per_rank(world) / 16); }
