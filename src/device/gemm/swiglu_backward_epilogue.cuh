@@ -50,13 +50,12 @@ struct SwigluGrad {
 };
 
 __device__ inline SwigluGrad swiglu_backward(float d_h, float gate, float up, float g) {
-  float const den = silu_denominator(gate);
-  float const silu = __fdiv_rn(gate, den);
-  float const act = round_to_bf16(__fmul_rn(silu, up));  // = the forward's bf16 activation
-  float const sigmoid = __frcp_rn(den);
-  float const d_silu = fmaf(silu, 1.0f - sigmoid, sigmoid);  // SiLU'(x) = s + SiLU(x)(1 - s)
+  float const s = sigmoid(gate);
+  float const silu_gate = silu(gate, s);
+  float const act = round_to_bf16(__fmul_rn(silu_gate, up));  // = the forward's bf16 activation
+  float const d_silu = fmaf(silu_gate, 1.0f - s, s);         // SiLU'(x) = s + SiLU(x)(1 - s)
   float const d_activation = g * d_h;
-  return {d_activation * up * d_silu, d_activation * silu, g * act, d_h * act};
+  return {d_activation * up * d_silu, d_activation * silu_gate, g * act, d_h * act};
 }
 
 struct SwigluBackwardEpilogue {
