@@ -152,15 +152,15 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
   auto& [world, layer, buffers] = *l;
   Stream stream;
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
-  // Backward's first launch: after the fused forward (the default), the dispatch of the weight
-  // gradients' x rows.
+  // Backward's first launch: after the fused forward with the fused backward (the defaults), the
+  // reverse combine of the first macrobatch's dy rows, which carries the pass's world barrier.
   world.stall_next_launch(0, std::chrono::seconds(30));
   layer.backward(buffers.backward_args(), context, stream.get());
   stream.sync();
   const std::vector<RankOutputs> got = buffers.download();
   expect_all_nan(got, false, true);
   for (const RankOutputs& o : got) EXPECT_EQ(count_nan(o.y), 0u) << "the forward finished before the stall";
-  EXPECT_TRUE(contains(error_message(layer), "'TokenExchange::dispatch'"));
+  EXPECT_TRUE(contains(error_message(layer), "'TokenExchange::reverse_combine'")) << error_message(layer);
   layer.reset(stream.get());
   check_step(c, layer, buffers, s.weights, RoutingCase::kEmptySlots, stream);
 }
