@@ -354,6 +354,13 @@ inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& 
   run_step(l.layer, l.buffers, stream);
   return l.buffers.download();
 }
+// The same for a seeded step (its weights and step).
+inline std::vector<RankOutputs> run_once(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options = {}) {
+  return run_once(c, s.weights, s.step, options);
+}
+
+// Parameterized layer tests are named by their case.
+inline std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
 
 // ---- The fp64 reference of a step ---------------------------------------------------------------------
 

@@ -26,10 +26,6 @@ MoELayerOptions options(bool fused_backward, int comm_ctas = 0, int ring_rows = 
   return o;
 }
 
-std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& o) {
-  return run_once(c, s.weights, s.step, o);
-}
-
 std::vector<LayerCase> backward_cases() {
   using R = RoutingCase;
   return {
@@ -43,8 +39,6 @@ std::vector<LayerCase> backward_cases() {
   };
 }
 
-std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
-
 class GpuFusedBackward : public testing::TestWithParam<LayerCase> {};
 
 TEST_P(GpuFusedBackward, SameBitsAsSeparateLaunchesAcrossCommCtasAndRings) {
@@ -55,13 +49,13 @@ TEST_P(GpuFusedBackward, SameBitsAsSeparateLaunchesAcrossCommCtasAndRings) {
   const auto expect_pair = [&](int ring_rows, bool pull_all_rows) {
     const std::string ring = "ring " + std::to_string(ring_rows) + (pull_all_rows ? ", every row pulled" : "");
     SCOPED_TRACE(ring);
-    const std::vector<RankOutputs> separate = run_with(c, s, options(false, 0, ring_rows, pull_all_rows));
-    const std::vector<RankOutputs> fused = run_with(c, s, options(true, 0, ring_rows, pull_all_rows));
+    const std::vector<RankOutputs> separate = run_once(c, s, options(false, 0, ring_rows, pull_all_rows));
+    const std::vector<RankOutputs> fused = run_once(c, s, options(true, 0, ring_rows, pull_all_rows));
     const int64_t ring_used = LoopbackLayer(c, s.weights, options(true, 0, ring_rows)).layer.ring_rows();
     expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_used), fused);
     expect_same_bits(separate, fused, "fused backward against its separate launches, " + ring);
-    expect_same_bits(fused, run_with(c, s, options(true, 1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
-    expect_same_bits(fused, run_with(c, s, options(true, 7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
+    expect_same_bits(fused, run_once(c, s, options(true, 1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
+    expect_same_bits(fused, run_once(c, s, options(true, 7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
   };
   expect_pair(0, false);    // the default ring: a balanced step in one macrobatch
   expect_pair(128, false);  // one block a macrobatch: replays, and a launch per block

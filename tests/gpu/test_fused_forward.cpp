@@ -39,15 +39,6 @@ MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_ro
   return o;
 }
 
-// One step on a loopback layer with `options`; every rank's outputs.
-std::vector<RankOutputs> run_with(const LayerCase& c, const HostWeights& weights, const HostStep& step,
-                                  const MoELayerOptions& options) {
-  return run_once(c, weights, step, options);
-}
-std::vector<RankOutputs> run_with(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options) {
-  return run_once(c, s.weights, s.step, options);
-}
-
 std::vector<LayerCase> fused_cases() {
   using R = RoutingCase;
   return {
@@ -62,8 +53,6 @@ std::vector<LayerCase> fused_cases() {
       {"W8_all_slots_empty_shared_k2", 8, 41, 8, 2, true, false, kNormalized, R::kAllEmpty},
   };
 }
-
-std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
 
 // Whether `ring` holds every rank's schedule rows in one macrobatch: y is then v1's to the bit
 // (group_sum.cuh).
@@ -81,8 +70,8 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
-  const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
-  const std::vector<RankOutputs> fused = run_with(c, s, MoELayerOptions{});
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
+  const std::vector<RankOutputs> fused = run_once(c, s, MoELayerOptions{});
   const int64_t ring = LoopbackLayer(c, s.weights, MoELayerOptions{}).layer.ring_rows();  // the default's
   expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, ring), fused);
   if (ring_holds_step(c, s.step, ring)) {
@@ -90,8 +79,8 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   } else {  // more than one macrobatch: y's groups differ (GpuFusedForwardRing)
     expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1");
   }
-  expect_same_bits(fused, run_with(c, s, fused_options(1)), "fused, 1 comm CTA per rank");
-  expect_same_bits(fused, run_with(c, s, fused_options(3)), "fused, 3 comm CTAs per rank");
+  expect_same_bits(fused, run_once(c, s, fused_options(1)), "fused, 1 comm CTA per rank");
+  expect_same_bits(fused, run_once(c, s, fused_options(3)), "fused, 3 comm CTAs per rank");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_cases()), case_name);
@@ -124,25 +113,25 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
   const ReferenceLayer reference = reference_layer(c, s.weights);
-  const std::vector<RankOutputs> v1 = run_with(c, s, v1_options());
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
   // Every output of a ring run but y against v1 bitwise, y against the reference of its ring.
   const auto expect_ring = [&](const std::vector<RankOutputs>& ring, int64_t ring_rows, const std::string& what) {
     SCOPED_TRACE(what);
     expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_rows), ring);
     expect_same_bits_but_y(v1, ring, what + " against v1");
   };
-  const std::vector<RankOutputs> ring128 = run_with(c, s, fused_options(0, 128));
+  const std::vector<RankOutputs> ring128 = run_once(c, s, fused_options(0, 128));
   expect_ring(ring128, 128, "fused, a ring of 128 rows");
-  expect_ring(run_with(c, s, fused_options(1, 384)), 384, "fused, a ring of 384 rows, 1 comm CTA per rank");
-  expect_ring(run_with(c, s, fused_options(5, 1024)), 1024, "fused, a ring of 1024 rows, 5 comm CTAs per rank");
+  expect_ring(run_once(c, s, fused_options(1, 384)), 384, "fused, a ring of 384 rows, 1 comm CTA per rank");
+  expect_ring(run_once(c, s, fused_options(5, 1024)), 1024, "fused, a ring of 1024 rows, 5 comm CTAs per rank");
   // Every row pulled (a loopback world pulls none otherwise): the pull role, its x_ready counts and
   // its waits for the ring rows it takes over; the same bits as the ring's other runs.
-  expect_same_bits(ring128, run_with(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
-  expect_same_bits(v1, run_with(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
+  expect_same_bits(ring128, run_once(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
+  expect_same_bits(v1, run_once(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
   // Per route (a pull per route, a row home per route): v1's bits, whatever the ring.
-  const std::vector<RankOutputs> v1_per_route = run_with(c, s, v1_options(true));
+  const std::vector<RankOutputs> v1_per_route = run_once(c, s, v1_options(true));
   expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0, /*per_route=*/true), v1_per_route);
-  expect_same_bits(v1_per_route, run_with(c, s, fused_options(0, 128, true, true)),
+  expect_same_bits(v1_per_route, run_once(c, s, fused_options(0, 128, true, true)),
                    "fused, every row pulled per route, a ring of 128 rows");
 }
 
@@ -165,7 +154,7 @@ TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
     run_step(ring.layer, ring.buffers, stream);
     const std::vector<RankOutputs> got = ring.buffers.download();
     const std::string what = "ring layer, step " + std::to_string(i++);
-    expect_same_bits(run_with(base, weights, step, fused_options(0, 256)), got, what);
+    expect_same_bits(run_once(base, weights, step, fused_options(0, 256)), got, what);
     SCOPED_TRACE(what);
     expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step, 256), got);
   }

@@ -73,8 +73,6 @@ std::vector<LayerCase> loopback_cases() {
   };
 }
 
-std::string case_name(const testing::TestParamInfo<LayerCase>& info) { return info.param.name; }
-
 class GpuMoELayer : public testing::TestWithParam<LayerCase> {};
 
 TEST_P(GpuMoELayer, MatchesReference) {
