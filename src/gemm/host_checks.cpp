@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "caracal/error.hpp"
 #include "device/gemm/tile_shape.hpp"
@@ -208,6 +211,36 @@ int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn) {
     CARACAL_CHECK(err == cudaSuccess, fn, ": cannot read the SM count: ", cudaGetErrorString(err));
   }
   return int(std::max<int64_t>(1, std::min<int64_t>(ctas, max_tiles)));
+}
+
+int max_active_pairs(const void* kernel, int threads, int smem_bytes, const char* fn) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  CARACAL_CHECK(err == cudaSuccess, fn, ": cannot read the current device: ", cudaGetErrorString(err));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, added] = known.try_emplace({kernel, device}, 0);
+  if (added) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(2);
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = size_t(smem_bytes);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int pairs = 0;
+    err = cudaOccupancyMaxActiveClusters(&pairs, kernel, &config);
+    if (err != cudaSuccess || pairs < 1) known.erase(it);
+    CARACAL_CHECK(err == cudaSuccess && pairs >= 1, fn, ": no cluster of two CTAs fits on the GPU (",
+                  err == cudaSuccess ? "none would run" : cudaGetErrorString(err), ")");
+    it->second = pairs;
+  }
+  return it->second;
 }
 
 }  // namespace caracal::gemm

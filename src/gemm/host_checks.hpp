@@ -20,4 +20,9 @@ void check_weight_grads_args(const WeightGradArgs& args);
 // than the tiles the row capacity can hold, never less than 1.
 int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn);
 
+// The most clusters of two CTAs of `kernel` (threads and dynamic shared memory a CTA) the current
+// device runs at once (paired_gemm_kernel.cuh): an SM a GPC cannot pair up stays out, so this may
+// be less than half the SMs. Asked of CUDA once per kernel and device.
+int max_active_pairs(const void* kernel, int threads, int smem_bytes, const char* fn);
+
 }  // namespace caracal::gemm

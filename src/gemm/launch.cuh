@@ -2,27 +2,45 @@
 // Host launch of one grouped-GEMM kernel instantiation.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "caracal/error.hpp"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
+#include "device/gemm/paired_gemm_kernel.cuh"
 #include "device/gemm/tile_queue.cuh"
 #include "gemm/host_checks.hpp"
 
 namespace caracal::gemm {
 
 // Enqueues grouped_gemm_kernel<Gemm> with num_ctas persistent CTAs (0: one per SM), never more
-// than the most tiles p can hold; zeroes the tile queue's counter first where there is one. Throws
-// caracal::Error naming `fn` if CUDA refuses.
+// than the most tiles p can hold, or, for a Gemm that runs as CTA pairs, paired_gemm_kernel<Gemm>
+// with that count rounded up to even (0: as many pairs as run at once); zeroes the tile queue's
+// counter first where there is one. Throws caracal::Error naming `fn` if CUDA refuses.
+// The kernel a Gemm runs as (instantiating only that one).
+template <class Gemm>
+auto grouped_gemm_kernel_of() {
+  if constexpr (kRunsAsPairs<Gemm>) {
+    return &paired_gemm_kernel<Gemm>;
+  } else {
+    return &grouped_gemm_kernel<Gemm>;
+  }
+}
+
 template <class Gemm>
 void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t stream, const char* fn) {
-  auto* kernel = &grouped_gemm_kernel<Gemm>;
+  constexpr bool kPairs = kRunsAsPairs<Gemm>;
+  auto* kernel = grouped_gemm_kernel_of<Gemm>();
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   CARACAL_CHECK(err == cudaSuccess, fn, ": cannot raise the shared-memory limit to ", kSmemBytes,
                 " bytes: ", cudaGetErrorString(err));
-  int const grid = persistent_grid_size(num_ctas, Gemm::Scheduler::max_tiles(p.scheduler), fn);
+  int grid = persistent_grid_size(num_ctas, Gemm::Scheduler::max_tiles(p.scheduler), fn);
+  if constexpr (kPairs) {
+    if (num_ctas == 0) grid = std::min(grid, kPairCtas * max_active_pairs(reinterpret_cast<const void*>(kernel), kThreads, kSmemBytes, fn));
+    grid = (grid + kPairCtas - 1) / kPairCtas * kPairCtas;
+  }
   if constexpr (kTakesTileQueue<Gemm>) {
     uint32_t* const queue = p.scheduler.tile_queue;
     if (queue != nullptr) {
@@ -32,7 +50,24 @@ void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t s
       CARACAL_CHECK(err == cudaSuccess, fn, ": cannot zero tile_queue: ", cudaGetErrorString(err));
     }
   }
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  if constexpr (kPairs) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kPairCtas;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(grid));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    err = cudaLaunchKernelEx(&config, kernel, p);
+    CARACAL_CHECK(err == cudaSuccess, fn, ": launch failed: ", cudaGetErrorString(err));
+  } else {
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
   err = cudaGetLastError();
   CARACAL_CHECK(err == cudaSuccess, fn, ": launch failed: ", cudaGetErrorString(err));
 }

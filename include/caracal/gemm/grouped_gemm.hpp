@@ -24,6 +24,11 @@
 // Determinism. Each output tile is computed by one CTA with a fixed K order and rounded once, so
 // results are bitwise identical across runs and across grid sizes (num_ctas).
 //
+// CTA pairs. The row-tile kernels (these two, and the backward's dgrad and dx) run their CTAs as
+// clusters of two that take two tiles at a time and read the operand the tiles share once, by TMA
+// multicast: num_ctas is rounded up to an even count, and 0 means as many pairs as the GPU runs at
+// once.
+//
 // Both functions validate their arguments on the host first and throw caracal::Error naming the
 // argument and the value expected, before any CUDA call; then they enqueue one kernel on
 // `stream` (no synchronisation) and throw caracal::Error if the launch fails. Hopper (sm_90a) only.

@@ -81,21 +81,22 @@ __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Para
   }
 }
 
-// Consumer warpgroup: accumulates its 64 x 256 slice of the tile in `accum`, keeping one batch of
+// Consumer warpgroup (of a TmaPipeline or a TmaPairPipeline): accumulates its 64 x 256 slice of the tile in `accum`, keeping one batch of
 // wgmmas in flight while it waits for the next stage. With `active` false (the warpgroup's 64
 // rows need no work) it only walks the ring in step with the producer and leaves `accum` alone
 // (the epilogue stores zeros instead; defining accumulators outside wgmma here would make the
 // compiler serialize the wgmmas). With k_tiles == 0 there is nothing to walk: the caller passes
 // active == false. `gathered`: the stages' A was written by cp.async (gathered_rows.cuh), which the
 // wgmmas may read only after a proxy fence. `continued`: `accum` holds a partial sum to add to.
-template <class TiledMma, class FragA, class FragB, class Accum>
+template <class TiledMma, class FragA, class FragB, class Accum, class Pipeline>
 __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
-                         TmaPipeline const& pipe, PipelineState& st, int k_tiles, bool active,
+                         Pipeline const& pipe, PipelineState& st, int k_tiles, bool active,
                          int lane, bool gathered = false, bool continued = false) {
   using namespace cute;
   if (!active) {
     for (int k = 0; k < k_tiles; ++k) {
       pipe.consumer_wait(st);  // keeps this warpgroup from releasing a stage before it is filled
+      __syncwarp();            // every lane past its reads of the stage's tile slot
       pipe.consumer_release(st, lane);
       st.advance();
     }

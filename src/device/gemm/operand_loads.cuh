@@ -26,6 +26,25 @@ namespace caracal::gemm {
 inline constexpr uint64_t kLoadCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 inline constexpr int kMnBox = 64;  // MN extent of one MN-major box: a 128-byte row of bf16
 
+// One box into this CTA's `smem` (`to` 0), or multicast to the same offset in the CTAs of the
+// cluster named by the mask `to` (tma_pair_pipeline.cuh), the transaction bytes completing the
+// barrier at `full`'s offset in each.
+__device__ inline void load_2d(CUtensorMap const* map, uint64_t* full, uint16_t to, Element* smem, int c0, int c1) {
+  if (to == 0) {
+    cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem, c0, c1);
+  } else {
+    cute::SM90_TMA_LOAD_MULTICAST_2D::copy(map, full, to, kLoadCacheHint, smem, c0, c1);
+  }
+}
+__device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t to, Element* smem, int c0, int c1,
+                               int c2) {
+  if (to == 0) {
+    cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem, c0, c1, c2);
+  } else {
+    cute::SM90_TMA_LOAD_MULTICAST_3D::copy(map, full, to, kLoadCacheHint, smem, c0, c1, c2);
+  }
+}
+
 // Where an MN-major box starting at `mn` is loaded from (see above).
 __device__ inline int mn_box(int mn, int mn_extent) { return min(mn, mn_extent - kMnBox); }
 
@@ -37,8 +56,8 @@ struct KMajorRows {
   }
   template <int Rows>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
-                              int /*mn_extent*/, int k, int /*expert*/) {
-    cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem, k, mn);
+                              int /*mn_extent*/, int k, int /*expert*/, uint16_t to = 0) {
+    load_2d(map, full, to, smem, k, mn);
   }
 };
 
@@ -51,8 +70,8 @@ struct KMajorWeights {
   }
   template <int Rows>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
-                              int /*mn_extent*/, int k, int expert) {
-    cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem, k, mn, expert);
+                              int /*mn_extent*/, int k, int expert, uint16_t to = 0) {
+    load_3d(map, full, to, smem, k, mn, expert);
   }
 };
 
@@ -65,11 +84,10 @@ struct MNMajorWeights {
   }
   template <int Rows>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
-                              int mn_extent, int k, int expert) {
+                              int mn_extent, int k, int expert, uint16_t to = 0) {
     CUTE_UNROLL
     for (int j = 0; j < Rows / kMnBox; ++j) {
-      cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem + j * kMnBox * kBlockK,
-                                   mn_box(mn + j * kMnBox, mn_extent), k, expert);
+      load_3d(map, full, to, smem + j * kMnBox * kBlockK, mn_box(mn + j * kMnBox, mn_extent), k, expert);
     }
   }
 };
@@ -82,11 +100,10 @@ struct MNMajorRows {
   }
   template <int Rows>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
-                              int mn_extent, int k, int /*expert*/) {
+                              int mn_extent, int k, int /*expert*/, uint16_t to = 0) {
     CUTE_UNROLL
     for (int j = 0; j < Rows / kMnBox; ++j) {
-      cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem + j * kMnBox * kBlockK,
-                                   mn_box(mn + j * kMnBox, mn_extent), k);
+      load_2d(map, full, to, smem + j * kMnBox * kBlockK, mn_box(mn + j * kMnBox, mn_extent), k);
     }
   }
 };

@@ -20,6 +20,7 @@
 
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/tma_pair_pipeline.cuh"
 #include "device/gemm/tma_pipeline.cuh"
 
 namespace caracal::gemm {
@@ -42,9 +43,9 @@ __device__ uint32_t* tile_queue(Params const& p) {
   return nullptr;
 }
 
-// This CTA's slot of stage `stage`.
-__device__ inline uint32_t* tile_slot(uint32_t* queue, int stage) {
-  return queue + kTileQueueSlotsWord + int(blockIdx.x) * kStages + stage;
+// CTA `cta`'s slot of stage `stage` (by default this CTA's).
+__device__ inline uint32_t* tile_slot(uint32_t* queue, int stage, int cta = int(blockIdx.x)) {
+  return queue + kTileQueueSlotsWord + cta * kStages + stage;
 }
 
 // The producer thread: takes the next tile index once the tile's first stage is free (not earlier:
@@ -82,6 +83,41 @@ __device__ bool consumer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPip
     return true;
   }
   return false;
+}
+
+// CTA pairs (paired_gemm_kernel.cuh), the leader's producer thread: as producer_take_tile, for both
+// CTAs (the index counts pairs; the follower's slot is the next CTA's).
+template <class Scheduler>
+__device__ bool producer_take_pair(uint32_t* queue, Scheduler& scheduler, TmaPairPipeline const& pipe,
+                                   PipelineState st) {
+  pipe.producer_acquire(st);
+  uint32_t const t = atomicAdd(queue, 1u);
+  bool const has_pair = t < uint32_t(scheduler.num_tiles());
+  uint32_t const slot = has_pair ? t : kNoMoreTiles;
+  *tile_slot(queue, st.stage) = slot;
+  *tile_slot(queue, st.stage, int(blockIdx.x) + 1) = slot;
+  if (!has_pair) {
+    pipe.producer_arrive(st);
+    return false;
+  }
+  scheduler.seek(int(t));
+  return true;
+}
+
+// CTA pairs, a consumer thread of either CTA: as consumer_take_tile; at the end of the queue it
+// also releases the stage (the leader's producer waits for every stage before it exits).
+template <class Scheduler>
+__device__ bool consumer_take_pair(uint32_t* queue, Scheduler& scheduler, TmaPairPipeline const& pipe,
+                                   PipelineState st, int lane) {
+  pipe.consumer_wait_cluster(st);
+  uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
+  if (t == kNoMoreTiles) {
+    __syncwarp();  // every lane has read the slot before the leader may rewrite it
+    pipe.consumer_release(st, lane);
+    return false;
+  }
+  scheduler.seek(int(t));
+  return true;
 }
 
 }  // namespace caracal::gemm

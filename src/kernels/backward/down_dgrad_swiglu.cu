@@ -15,11 +15,9 @@ namespace {
 struct DownDgradSwigluGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::MNMajorWeights;
-  using Scheduler = gemm::RowTileScheduler;
+  using Scheduler = gemm::RowTilePairScheduler;  // CTA pairs sharing an operand (paired_gemm_kernel.cuh)
   using Epilogue = gemm::SwigluBackwardEpilogue;
-  // Its producer also prefetches the epilogue's gate/up: with the tile queue's take it spills two
-  // registers at 40 (ptxas, 2026-12-01); the consumers need no more than 224.
-  static constexpr gemm::RegisterSplit kRegisterSplit{48, 224};
+  static constexpr gemm::RegisterSplit kRegisterSplit = gemm::kPairRegisterSplit;
 };
 
 int intermediate_blocks(int intermediate) {

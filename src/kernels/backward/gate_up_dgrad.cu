@@ -18,7 +18,8 @@ namespace {
 struct GateUpDgradGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::MNMajorWeights;
-  using Scheduler = gemm::RowTileScheduler;
+  using Scheduler = gemm::RowTilePairScheduler;  // CTA pairs sharing an operand (paired_gemm_kernel.cuh)
+  static constexpr gemm::RegisterSplit kRegisterSplit = gemm::kPairRegisterSplit;
   using Epilogue = gemm::RowsBf16Epilogue;
 };
 

@@ -15,7 +15,8 @@ namespace {
 struct UpGateSwigluGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::KMajorWeights;
-  using Scheduler = gemm::RowTileScheduler;
+  using Scheduler = gemm::RowTilePairScheduler;  // CTA pairs sharing an operand (paired_gemm_kernel.cuh)
+  static constexpr gemm::RegisterSplit kRegisterSplit = gemm::kPairRegisterSplit;
   using Epilogue = gemm::UpGateSwigluEpilogue;
 };
 

@@ -1,0 +1,162 @@
+#pragma once
+// The grouped-GEMM kernel over row tiles with CTAs in clusters of two: grouped_gemm_kernel.cuh's
+// warp roles and collectives, but the two CTAs of a cluster take a pair of tiles at a time
+// (row_tile_pair_scheduler.cuh) and the leader's producer thread fills both CTAs' stages
+// (tma_pair_pipeline.cuh): each CTA's own operand with a load to that CTA, the shared one with one
+// TMA multicast to both. The follower's producer warpgroup has nothing to do. Each CTA's
+// consumers compute and store their own tile exactly as the one-CTA kernel does.
+//
+// `Gemm` as for grouped_gemm_kernel, with Scheduler = RowTilePairScheduler.
+#include <cstdint>
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/grouped_gemm_kernel.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/mma_config.cuh"
+#include "device/gemm/row_tile_pair_scheduler.cuh"
+#include "device/gemm/tile_queue.cuh"
+#include "device/gemm/tma_pair_pipeline.cuh"
+
+namespace caracal::gemm {
+
+// The leader's producer thread holds both tiles of a pair: at 48 registers it spills (ptxas,
+// 2026-12-02); the consumers need no more than 224.
+inline constexpr RegisterSplit kPairRegisterSplit{56, 224};
+
+// Whether a Gemm runs as CTA pairs: its Scheduler is the pair scheduler.
+template <class Gemm>
+inline constexpr bool kRunsAsPairs = std::is_same_v<typename Gemm::Scheduler, RowTilePairScheduler>;
+
+// The leader's producer thread: streams both tiles of `pair` (located), k tile by k tile.
+template <class Gemm>
+__device__ void load_pair(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
+                          MainloopStorage& smem, TmaPairPipeline const& pipe, PipelineState& st,
+                          TilePair const& pair, TileCoord const& second) {
+  TileCoord const& first = pair.first;
+  int const prefetch_at = max(first.k_tiles - kSourcePrefetchLead, 0);
+  for (int k = 0; k < first.k_tiles; ++k) {
+    if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
+      if (k == prefetch_at) {
+        Gemm::Epilogue::prefetch_source(epilogue, first);
+        if (pair.has_second) Gemm::Epilogue::prefetch_source(epilogue, second);
+      }
+    }
+    pipe.producer_acquire(st);
+    uint64_t* full = pipe.producer_expect(st, kStageBytes, k == 0);
+    int const k_index = first.k_begin + k * kBlockK;
+    Element* const a = smem.a[st.stage];
+    Element* const b = smem.b[st.stage];
+    if (pair.shares_rows) {
+      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert,
+                                             kToBoth);
+      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert,
+                                             kToLeader);
+      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, second.n_begin, p.b_mn_extent, k_index, first.expert,
+                                             kToFollower);
+    } else {
+      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert,
+                                             kToLeader);
+      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, second.m_buffer, p.a_mn_extent, k_index, first.expert,
+                                             kToFollower);
+      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert,
+                                             kToBoth);
+    }
+    st.advance();
+  }
+}
+
+template <class Gemm>
+__global__ void __launch_bounds__(kThreads, 1)
+    paired_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
+  using namespace cute;
+  static_assert(kRunsAsPairs<Gemm>);
+  using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
+  constexpr RegisterSplit kRegisters = kRegisterSplit<Gemm>;
+  static_assert(kRegisters.producer * kWarpgroupThreads + kRegisters.consumer * kConsumerWarpgroups * kWarpgroupThreads <=
+                    168 * kThreads && kRegisters.producer % 8 == 0 && kRegisters.consumer % 8 == 0,
+                "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
+  extern __shared__ uint8_t smem_raw[];
+  KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+  int const lane = int(threadIdx.x) % 32;
+
+  TmaPairPipeline const pipe(smem.mainloop.full, smem.mainloop.empty, block_rank_in_cluster());
+  if (threadIdx.x == 0) {
+    pipe.init();
+    if (pipe.leader()) {
+      prefetch_tma_descriptor(&p.mainloop.a);
+      prefetch_tma_descriptor(&p.mainloop.b);
+    }
+  }
+  // Both CTAs' barriers exist before either CTA's threads touch the other's.
+  cluster_sync();
+
+  int const cluster = int(blockIdx.x) / kPairCtas;
+  RowTilePairScheduler scheduler(p.scheduler, cluster, int(gridDim.x) / kPairCtas);
+  uint32_t* const queue = p.scheduler.tile_queue;
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
+    if (threadIdx.x == 0 && pipe.leader()) {
+      PipelineState st;
+      for (;; scheduler.advance()) {
+        if (queue != nullptr) {
+          if (!producer_take_pair(queue, scheduler, pipe, st)) {
+            st.advance();  // past the end-of-queue stage, which the consumers release too
+            break;
+          }
+        } else if (!scheduler.has_tile()) {
+          break;
+        }
+        TilePair pair = scheduler.pair();
+        TileCoord second = pair.second();
+        RowTilePairScheduler::locate(p.scheduler, pair.first);
+        RowTilePairScheduler::locate(p.scheduler, second);
+        load_pair<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, pair, second);
+      }
+      pipe.producer_tail(st);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
+    int const consumer = warpgroup - 1;
+    int const thread = int(threadIdx.x) - kWarpgroupThreads;
+    int const wg_thread = thread % kWarpgroupThreads;
+
+    typename Mma::TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(thread);
+    Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
+    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    static_assert(decltype(size(accum))::value == kAccumulators);
+
+    ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+    PipelineState st;
+    for (;; scheduler.advance()) {
+      if (queue != nullptr) {
+        if (!consumer_take_pair(queue, scheduler, pipe, st, lane)) break;
+      } else if (!scheduler.has_tile()) {
+        break;
+      }
+      TilePair const pair = scheduler.pair();
+      bool const exists = pipe.leader() || pair.has_second;
+      TileCoord tile = pipe.leader() ? pair.first : pair.second();
+      RowTilePairScheduler::locate(p.scheduler, tile);
+      bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
+      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+      if (exists) Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
+    }
+    ring.drain();
+  }
+}
+
+}  // namespace caracal::gemm
