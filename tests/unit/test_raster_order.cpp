@@ -1,4 +1,5 @@
-// The order of a row-tile GEMM's tiles within one expert (src/device/gemm/raster_order.hpp).
+// The order of a row-tile GEMM's tiles within one expert, one CTA a tile or in CTA pairs
+// (src/device/gemm/raster_order.hpp).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -62,6 +63,62 @@ TEST(RasterOrder, NineBlocksAreEightAndOne) {
   EXPECT_EQ(raster_position(8, 9, 16, 8).n_block, 1);
   EXPECT_EQ(raster_position(128, 9, 16, 8).m_block, 8);
   EXPECT_EQ(raster_position(143, 9, 16, 8).n_block, 15);
+}
+
+// CTA pairs: every tile of the expert once, as a pair's first or second tile; M-block pairs share
+// the weights, only the odd last block pairs across N blocks, and only its last pair of an odd N
+// count lacks a second tile.
+TEST(PairOrder, EveryTileOnceInPairs) {
+  for (int group_blocks : {1, 8, 16}) {
+    for (int blocks = 1; blocks <= 40; ++blocks) {
+      for (int n_blocks : {1, 2, 7, 8, 28}) {
+        SCOPED_TRACE(::testing::Message() << blocks << " blocks, " << n_blocks << " N blocks, groups of " << group_blocks);
+        std::set<std::pair<int, int>> seen;
+        int singles = 0;
+        const int pairs = expert_pairs(blocks, n_blocks);
+        for (int t = 0; t < pairs; ++t) {
+          const PairPosition p = pair_position(t, blocks, n_blocks, group_blocks);
+          ASSERT_TRUE(seen.insert({p.m_block, p.n_block}).second) << "pair " << t;
+          if (p.shares_rows) {
+            ASSERT_EQ(p.m_block, blocks - 1) << "pair " << t;
+            ASSERT_EQ(blocks % 2, 1) << "pair " << t;
+            ASSERT_EQ(p.n_block % 2, 0) << "pair " << t;
+          } else {
+            ASSERT_EQ(p.m_block % 2, 0) << "pair " << t;
+            ASSERT_TRUE(p.has_second) << "pair " << t;
+          }
+          if (!p.has_second) {
+            ++singles;
+            ASSERT_EQ(p.n_block, n_blocks - 1) << "pair " << t;
+            continue;
+          }
+          const std::pair<int, int> second =
+              p.shares_rows ? std::pair<int, int>{p.m_block, p.n_block + 1} : std::pair<int, int>{p.m_block + 1, p.n_block};
+          ASSERT_LT(second.first, blocks);
+          ASSERT_LT(second.second, n_blocks);
+          ASSERT_TRUE(seen.insert(second).second) << "pair " << t;
+        }
+        EXPECT_EQ(static_cast<int>(seen.size()), blocks * n_blocks);
+        EXPECT_EQ(singles, (blocks % 2) * (n_blocks % 2));
+      }
+    }
+  }
+}
+
+TEST(PairOrder, MBlockPairsFollowTheRasterOrder) {
+  // 16 blocks, 4 N blocks, groups of 8 blocks: 4 pairs (blocks 0-7) N block by N block, then the next 4.
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(pair_position(t, 16, 4, 8).m_block, 2 * t);
+    EXPECT_EQ(pair_position(t, 16, 4, 8).n_block, 0);
+  }
+  EXPECT_EQ(pair_position(4, 16, 4, 8).m_block, 0);
+  EXPECT_EQ(pair_position(4, 16, 4, 8).n_block, 1);
+  EXPECT_EQ(pair_position(16, 16, 4, 8).m_block, 8);
+  // 3 blocks, 3 N blocks: the M-block pair (0, 1) at N 0-2, then block 2 at N (0, 1) and N 2 alone.
+  EXPECT_EQ(expert_pairs(3, 3), 5);
+  EXPECT_TRUE(pair_position(3, 3, 3, 8).shares_rows);
+  EXPECT_EQ(pair_position(4, 3, 3, 8).n_block, 2);
+  EXPECT_FALSE(pair_position(4, 3, 3, 8).has_second);
 }
 
 }  // namespace

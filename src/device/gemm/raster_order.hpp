@@ -31,4 +31,36 @@ inline RasterPosition raster_position(int local, int blocks, int n_blocks, int g
   return {grouped_blocks + r % width, r / width};
 }
 
+// CTA pairs (row_tile_pair_scheduler.cuh): an expert with `blocks` M blocks is walked as pairs of
+// tiles, first the M-block pairs (2j, 2j + 1) at each N block, in the order above over the blocks/2
+// pairs (groups of group_blocks / 2 pairs), then, for an odd count, its last block at N blocks
+// (2i, 2i + 1) — the last of those without a second tile when n_blocks is odd.
+struct PairPosition {
+  int m_block;       // the first tile's
+  int n_block;
+  bool shares_rows;  // the second tile is (m_block, n_block + 1); else (m_block + 1, n_block)
+  bool has_second;
+};
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int expert_pairs(int blocks, int n_blocks) {
+  return (blocks / 2) * n_blocks + (blocks % 2) * ((n_blocks + 1) / 2);
+}
+
+// Pair `local` in [0, expert_pairs(blocks, n_blocks)) of an expert with `blocks` >= 1 M blocks.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline PairPosition pair_position(int local, int blocks, int n_blocks, int group_blocks) {
+  int const m_pairs = blocks / 2;
+  if (local < m_pairs * n_blocks) {
+    RasterPosition const pos = raster_position(local, m_pairs, n_blocks, group_blocks > 1 ? group_blocks / 2 : 1);
+    return {2 * pos.m_block, pos.n_block, false, true};
+  }
+  int const n_block = 2 * (local - m_pairs * n_blocks);
+  return {blocks - 1, n_block, true, n_block + 1 < n_blocks};
+}
+
 }  // namespace caracal::gemm

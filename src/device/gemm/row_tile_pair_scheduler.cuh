@@ -9,9 +9,9 @@
 // Against one CTA a tile (48 KiB a k tile from L2 for each), a pair of the first kind reads 64 KiB
 // for two tiles: the GEMMs stream their operands at close to L2's bandwidth (docs/PERF.md).
 //
-// Pairs are numbered expert by expert; in an expert, its M-block pairs first, in the order of
-// raster_order.hpp (groups of kRasterGroupBlocks / 2 pairs, N block by N block, pairs fastest),
-// then its odd block's pairs. Each tile of a pair is the tile RowTileScheduler would compute (same
+// Pairs are numbered expert by expert; in an expert, in raster_order.hpp's pair_position order
+// (host-tested): its M-block pairs first (groups of kRasterGroupBlocks / 2 pairs, N block by N
+// block, pairs fastest), then its odd block's pairs. Each tile of a pair is the tile RowTileScheduler would compute (same
 // rows, K order and epilogue): results do not depend on the pairing or the grid.
 //
 // A cluster takes pairs first, first + stride, ... (the standalone kernel: first = the cluster's
@@ -86,28 +86,16 @@ class RowTilePairScheduler {
   // The current pair (has_tile() must hold); m_buffers are m_begin until locate().
   __device__ TilePair pair() {
     while (pair_ >= pairs_end_ && expert_ + 1 < num_experts_) enter_expert(expert_ + 1, pairs_end_);
-    int const local = pair_ - pairs_begin_;
-    int const blocks = end_block_ - begin_block_;
-    int const m_pairs = blocks / 2;
+    PairPosition const pos =
+        pair_position(pair_ - pairs_begin_, end_block_ - begin_block_, n_blocks_, kRasterGroupBlocks);
     TilePair t;
-    int m_block, n_block;
-    if (local < m_pairs * n_blocks_) {
-      RasterPosition const pos = raster_position(local, m_pairs, n_blocks_, kRasterGroupBlocks / 2);
-      m_block = 2 * pos.m_block;
-      n_block = pos.n_block;
-      t.shares_rows = false;
-      t.has_second = true;
-    } else {
-      m_block = blocks - 1;
-      n_block = 2 * (local - m_pairs * n_blocks_);
-      t.shares_rows = true;
-      t.has_second = n_block + 1 < n_blocks_;
-    }
+    t.shares_rows = pos.shares_rows;
+    t.has_second = pos.has_second;
     TileCoord& c = t.first;
     c.expert = expert_;
-    c.m_begin = (begin_block_ + m_block) * kBlockM;
+    c.m_begin = (begin_block_ + pos.m_block) * kBlockM;
     c.m_buffer = c.m_begin;
-    c.n_begin = n_block * kBlockN;
+    c.n_begin = pos.n_block * kBlockN;
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + __ldg(counts_ + expert_) : end_block_ * kBlockM;
@@ -118,10 +106,7 @@ class RowTilePairScheduler {
   __device__ int clip(int block) const { return min(max(block, window_begin_), window_end_); }
 
   // Pairs of an expert whose window blocks are [begin, end).
-  __device__ int expert_pairs(int begin, int end) const {
-    int const blocks = end - begin;
-    return (blocks / 2) * n_blocks_ + (blocks % 2) * ((n_blocks_ + 1) / 2);
-  }
+  __device__ int expert_pairs(int begin, int end) const { return gemm::expert_pairs(end - begin, n_blocks_); }
 
   __device__ void enter_expert(int e, int pairs_begin) {
     expert_ = e;
