@@ -56,19 +56,30 @@ struct KernelStorage {
 inline constexpr int kSmemBytes = int(sizeof(KernelStorage)) + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
 
+// A Gemm's setmaxnreg budgets, checked against the registers of the launch.
+template <class Gemm>
+constexpr RegisterSplit checked_register_split() {
+  constexpr RegisterSplit r = kRegisterSplit<Gemm>;
+  static_assert(r.producer * kWarpgroupThreads + r.consumer * kConsumerWarpgroups * kWarpgroupThreads <= 168 * kThreads &&
+                    r.producer % 8 == 0 && r.consumer % 8 == 0,
+                "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
+  return r;
+}
+
+// The kernel's storage in the dynamic shared memory, whose base is rounded up to the 1024-byte
+// swizzle period (kSmemBytes holds the slack).
+__device__ inline KernelStorage& kernel_storage(uint8_t* smem_raw) {
+  return *reinterpret_cast<KernelStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+}
+
 template <class Gemm>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
   using namespace cute;
   using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
-  constexpr RegisterSplit kRegisters = kRegisterSplit<Gemm>;
-  static_assert(kRegisters.producer * kWarpgroupThreads + kRegisters.consumer * kConsumerWarpgroups * kWarpgroupThreads <=
-                    168 * kThreads && kRegisters.producer % 8 == 0 && kRegisters.consumer % 8 == 0,
-                "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
+  constexpr RegisterSplit kRegisters = checked_register_split<Gemm>();
   extern __shared__ uint8_t smem_raw[];
-  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
-  KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  KernelStorage& smem = kernel_storage(smem_raw);
 
   // Warp-uniform role indices (the shuffle tells the compiler they are uniform).
   int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
@@ -109,13 +120,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
     int const wg_thread = thread % kWarpgroupThreads;
 
-    // wgmma operands are shared-memory descriptors: these "fragments" are views of the stages.
     typename Mma::TiledMma tiled_mma;
-    auto thr_mma = tiled_mma.get_thread_slice(thread);
-    Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
-    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, stage)
-    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
+    Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     static_assert(decltype(size(accum))::value == kAccumulators);
 

@@ -59,6 +59,21 @@ template <class Epilogue>
 inline constexpr bool
     kPrefetchesSource<Epilogue, std::void_t<decltype(&Epilogue::prefetch_source)>> = true;
 
+// A consumer thread's (0..255, both warpgroups) wgmma views of the stage ring's A and B:
+// shared-memory descriptors, (MMA, MMA_M or MMA_N, MMA_K, stage); nothing is copied.
+template <class Mma, class TiledMma>
+__device__ auto stage_fragment_a(TiledMma const& tiled_mma, MainloopStorage& smem, int thread) {
+  using namespace cute;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  return thr_mma.make_fragment_A(thr_mma.partition_A(make_tensor(make_smem_ptr(&smem.a[0][0]), typename Mma::SmemLayoutA{})));
+}
+template <class Mma, class TiledMma>
+__device__ auto stage_fragment_b(TiledMma const& tiled_mma, MainloopStorage& smem, int thread) {
+  using namespace cute;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  return thr_mma.make_fragment_B(thr_mma.partition_B(make_tensor(make_smem_ptr(&smem.b[0][0]), typename Mma::SmemLayoutB{})));
+}
+
 // Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
 // Gemm's operand kind (operand_loads.cuh).
 template <class Gemm>

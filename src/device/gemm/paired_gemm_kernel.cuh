@@ -77,13 +77,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   static_assert(kRunsAsPairs<Gemm>);
   using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
-  constexpr RegisterSplit kRegisters = kRegisterSplit<Gemm>;
-  static_assert(kRegisters.producer * kWarpgroupThreads + kRegisters.consumer * kConsumerWarpgroups * kWarpgroupThreads <=
-                    168 * kThreads && kRegisters.producer % 8 == 0 && kRegisters.consumer % 8 == 0,
-                "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
+  constexpr RegisterSplit kRegisters = checked_register_split<Gemm>();
   extern __shared__ uint8_t smem_raw[];
-  KernelStorage& smem = *reinterpret_cast<KernelStorage*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  KernelStorage& smem = kernel_storage(smem_raw);
 
   int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
   int const lane = int(threadIdx.x) % 32;
@@ -131,11 +127,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const wg_thread = thread % kWarpgroupThreads;
 
     typename Mma::TiledMma tiled_mma;
-    auto thr_mma = tiled_mma.get_thread_slice(thread);
-    Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
-    Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
-    Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+    Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
+    Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     static_assert(decltype(size(accum))::value == kAccumulators);
 
