@@ -165,7 +165,9 @@ struct MoELayerOptions {
   int gemm_ctas = 0;  // persistent CTAs of every standalone grouped GEMM; 0 = one per SM (the fused
                       // forward's GEMM tiles run on every SM of its launch). Up to
                       // gemm::kTileQueueMaxCtas (256) they take their row tiles in order from a
-                      // tile queue; more take them at a fixed stride (slower, the same bits)
+                      // tile queue; more take them at a fixed stride (the same bits). The
+                      // row-tile GEMMs run CTAs in pairs: an odd count is rounded up
+                      // (gemm/grouped_gemm.hpp, "CTA pairs")
   // SMs the token-exchange kernels may occupy (they spin on peers in world barriers); the rest
   // stay free so that other work on the GPU, such as an NCCL collective of DDP/FSDP on another
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).

@@ -25,7 +25,9 @@
 // Inputs' padding rows (dy, x, gate_up) must hold zeros and g must be 0 there (the transfers and
 // the forward leave them so); then every padding row of the row outputs is written with zeros
 // (+-0) and nothing depends on whether expert_count is given. Rows at or past expert_offset[L]
-// are untouched. Results are bitwise identical across runs and grid sizes (num_ctas).
+// are untouched. Results are bitwise identical across runs and grid sizes (num_ctas). The dgrad
+// and dx kernels run their CTAs in pairs (grouped_gemm.hpp, "CTA pairs"): num_ctas is rounded up
+// to even.
 //
 // Each function validates its arguments on the host first (caracal::Error naming the argument
 // and the value expected, before any CUDA call), then enqueues its kernels on `stream` without
