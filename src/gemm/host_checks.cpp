@@ -213,6 +213,15 @@ int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn) {
   return int(std::max<int64_t>(1, std::min<int64_t>(ctas, max_tiles)));
 }
 
+cudaLaunchAttribute pair_cluster_attribute() {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 2;  // kPairCtas (tma_pair_pipeline.cuh)
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  return cluster;
+}
+
 int max_active_pairs(const void* kernel, int threads, int smem_bytes, const char* fn) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -222,11 +231,7 @@ int max_active_pairs(const void* kernel, int threads, int smem_bytes, const char
   std::lock_guard<std::mutex> lock(mutex);
   auto [it, added] = known.try_emplace({kernel, device}, 0);
   if (added) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
+    cudaLaunchAttribute cluster = pair_cluster_attribute();
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(2);
     config.blockDim = dim3(unsigned(threads));

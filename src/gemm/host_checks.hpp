@@ -1,7 +1,9 @@
 #pragma once
 // Host-side argument checks of the grouped-GEMM entry points. Each throws caracal::Error whose
-// message names the function, the argument, the value expected and the value given; none of them
-// touches CUDA, so they run (and are tested) without a GPU.
+// message names the function, the argument, the value expected and the value given; the checks
+// touch no CUDA, so they run (and are tested) without a GPU. Below them, the launch sizing helpers.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm.hpp"
@@ -24,5 +26,8 @@ int persistent_grid_size(int num_ctas, int64_t max_tiles, const char* fn);
 // device runs at once (paired_gemm_kernel.cuh): an SM a GPC cannot pair up stays out, so this may
 // be less than half the SMs. Asked of CUDA once per kernel and device.
 int max_active_pairs(const void* kernel, int threads, int smem_bytes, const char* fn);
+
+// The launch attribute of clusters of two CTAs along x (the pairs' launch and its occupancy query).
+cudaLaunchAttribute pair_cluster_attribute();
 
 }  // namespace caracal::gemm

@@ -14,10 +14,6 @@
 
 namespace caracal::gemm {
 
-// Enqueues grouped_gemm_kernel<Gemm> with num_ctas persistent CTAs (0: one per SM), never more
-// than the most tiles p can hold, or, for a Gemm that runs as CTA pairs, paired_gemm_kernel<Gemm>
-// with that count rounded up to even (0: as many pairs as run at once); zeroes the tile queue's
-// counter first where there is one. Throws caracal::Error naming `fn` if CUDA refuses.
 // The kernel a Gemm runs as (instantiating only that one).
 template <class Gemm>
 auto grouped_gemm_kernel_of() {
@@ -28,6 +24,10 @@ auto grouped_gemm_kernel_of() {
   }
 }
 
+// Enqueues grouped_gemm_kernel<Gemm> with num_ctas persistent CTAs (0: one per SM), never more
+// than the most tiles p can hold, or, for a Gemm that runs as CTA pairs, paired_gemm_kernel<Gemm>
+// with that count rounded up to even (0: as many pairs as run at once); zeroes the tile queue's
+// counter first where there is one. Throws caracal::Error naming `fn` if CUDA refuses.
 template <class Gemm>
 void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t stream, const char* fn) {
   constexpr bool kPairs = kRunsAsPairs<Gemm>;
@@ -38,6 +38,7 @@ void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t s
                 " bytes: ", cudaGetErrorString(err));
   int grid = persistent_grid_size(num_ctas, Gemm::Scheduler::max_tiles(p.scheduler), fn);
   if constexpr (kPairs) {
+    static_assert(kPairCtas == 2, "pair_cluster_attribute() launches clusters of two");
     if (num_ctas == 0) grid = std::min(grid, kPairCtas * max_active_pairs(reinterpret_cast<const void*>(kernel), kThreads, kSmemBytes, fn));
     grid = (grid + kPairCtas - 1) / kPairCtas * kPairCtas;
   }
@@ -51,11 +52,7 @@ void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t s
     }
   }
   if constexpr (kPairs) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kPairCtas;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
+    cudaLaunchAttribute cluster = pair_cluster_attribute();
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(unsigned(grid));
     config.blockDim = dim3(kThreads);

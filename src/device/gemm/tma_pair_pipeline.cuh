@@ -52,7 +52,6 @@ class TmaPairPipeline {
   __device__ TmaPairPipeline(uint64_t* full, uint64_t* empty, uint32_t rank)
       : full_(full), empty_(empty), rank_(rank) {}
 
-  __device__ uint32_t rank() const { return rank_; }
   __device__ bool leader() const { return rank_ == 0; }
 
   // One thread of each CTA; then a cluster-wide barrier before any use (cute::cluster_sync()).
