@@ -121,5 +121,42 @@ TEST(PairOrder, MBlockPairsFollowTheRasterOrder) {
   EXPECT_FALSE(pair_position(4, 3, 3, 8).has_second);
 }
 
+TEST(WeightPairOrder, EveryTileOnceInPairs) {
+  for (int m_blocks = 1; m_blocks <= 57; ++m_blocks) {
+    for (int n_blocks : {1, 2, 7, 28}) {
+      SCOPED_TRACE(::testing::Message() << m_blocks << " M blocks, " << n_blocks << " N blocks");
+      std::set<std::pair<int, int>> seen;
+      const int pairs = weight_expert_pairs(m_blocks, n_blocks);
+      for (int t = 0; t < pairs; ++t) {
+        const PairPosition p = weight_pair_position(t, m_blocks, n_blocks);
+        ASSERT_FALSE(p.shares_rows) << "pair " << t;
+        ASSERT_EQ(p.m_block % 2, 0) << "pair " << t;
+        ASSERT_LT(p.n_block, n_blocks) << "pair " << t;
+        ASSERT_TRUE(seen.insert({p.m_block, p.n_block}).second) << "pair " << t;
+        if (!p.has_second) {
+          ASSERT_EQ(p.m_block, m_blocks - 1) << "pair " << t;  // only an odd count's last block
+          continue;
+        }
+        ASSERT_LT(p.m_block + 1, m_blocks);
+        ASSERT_TRUE(seen.insert({p.m_block + 1, p.n_block}).second) << "pair " << t;
+      }
+      EXPECT_EQ(static_cast<int>(seen.size()), m_blocks * n_blocks);
+    }
+  }
+}
+
+TEST(WeightPairOrder, NBlocksFastest) {
+  // 4 M blocks, 3 N blocks: pairs (0, 1) at N 0, 1, 2, then (2, 3) at N 0, 1, 2.
+  EXPECT_EQ(weight_expert_pairs(4, 3), 6);
+  EXPECT_EQ(weight_pair_position(2, 4, 3).m_block, 0);
+  EXPECT_EQ(weight_pair_position(2, 4, 3).n_block, 2);
+  EXPECT_EQ(weight_pair_position(3, 4, 3).m_block, 2);
+  EXPECT_EQ(weight_pair_position(3, 4, 3).n_block, 0);
+  // 5 M blocks: block 4 alone at every N block.
+  EXPECT_EQ(weight_expert_pairs(5, 3), 9);
+  EXPECT_FALSE(weight_pair_position(8, 5, 3).has_second);
+  EXPECT_EQ(weight_pair_position(8, 5, 3).m_block, 4);
+}
+
 }  // namespace
 }  // namespace caracal::gemm

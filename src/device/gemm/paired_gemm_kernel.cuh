@@ -6,7 +6,8 @@
 // TMA multicast to both. The follower's producer warpgroup has nothing to do. Each CTA's
 // consumers compute and store their own tile exactly as the one-CTA kernel does.
 //
-// `Gemm` as for grouped_gemm_kernel, with Scheduler = RowTilePairScheduler.
+// `Gemm` as for grouped_gemm_kernel, with a pair scheduler (RowTilePairScheduler for row tiles,
+// WeightTilePairScheduler for the weight gradients).
 #include <cstdint>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -22,6 +23,7 @@
 #include "device/gemm/row_tile_pair_scheduler.cuh"
 #include "device/gemm/tile_queue.cuh"
 #include "device/gemm/tma_pair_pipeline.cuh"
+#include "device/gemm/weight_tile_pair_scheduler.cuh"
 
 namespace caracal::gemm {
 
@@ -29,9 +31,13 @@ namespace caracal::gemm {
 // 2026-12-02); the consumers need no more than 224.
 inline constexpr RegisterSplit kPairRegisterSplit{56, 224};
 
-// Whether a Gemm runs as CTA pairs: its Scheduler is the pair scheduler.
+// Whether a Gemm runs as CTA pairs: its Scheduler hands out pairs of tiles (RowTilePairScheduler,
+// WeightTilePairScheduler: `static constexpr bool kRunsAsPairs = true`).
+template <class Gemm, class = void>
+inline constexpr bool kRunsAsPairs = false;
 template <class Gemm>
-inline constexpr bool kRunsAsPairs = std::is_same_v<typename Gemm::Scheduler, RowTilePairScheduler>;
+inline constexpr bool kRunsAsPairs<Gemm, std::void_t<decltype(Gemm::Scheduler::kRunsAsPairs)>> =
+    Gemm::Scheduler::kRunsAsPairs;
 
 // The leader's producer thread: streams both tiles of `pair` (located), k tile by k tile.
 template <class Gemm>
@@ -96,8 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster_sync();
 
   int const cluster = int(blockIdx.x) / kPairCtas;
-  RowTilePairScheduler scheduler(p.scheduler, cluster, int(gridDim.x) / kPairCtas);
-  uint32_t* const queue = p.scheduler.tile_queue;
+  using Scheduler = typename Gemm::Scheduler;
+  Scheduler scheduler(p.scheduler, cluster, int(gridDim.x) / kPairCtas);
+  uint32_t* const queue = tile_queue<Gemm>(p.scheduler);  // a constant nullptr where the Gemm takes none
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
@@ -105,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       PipelineState st;
       for (;; scheduler.advance()) {
         if (queue != nullptr) {
-          if (!producer_take_pair(queue, scheduler, pipe, st)) {
+          if (!producer_take_pair<Gemm>(queue, scheduler, pipe, st)) {
             st.advance();  // past the end-of-queue stage, which the consumers release too
             break;
           }
@@ -114,8 +121,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         TilePair pair = scheduler.pair();
         TileCoord second = pair.second();
-        RowTilePairScheduler::locate(p.scheduler, pair.first);
-        RowTilePairScheduler::locate(p.scheduler, second);
+        Scheduler::locate(p.scheduler, pair.first);
+        Scheduler::locate(p.scheduler, second);
         load_pair<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, pair, second);
       }
       pipe.producer_tail(st);
@@ -136,17 +143,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     PipelineState st;
     for (;; scheduler.advance()) {
       if (queue != nullptr) {
-        if (!consumer_take_pair(queue, scheduler, pipe, st, lane)) break;
+        if (!consumer_take_pair<Gemm>(queue, scheduler, pipe, st, lane)) break;
       } else if (!scheduler.has_tile()) {
         break;
       }
       TilePair const pair = scheduler.pair();
       bool const exists = pipe.leader() || pair.has_second;
       TileCoord tile = pipe.leader() ? pair.first : pair.second();
-      RowTilePairScheduler::locate(p.scheduler, tile);
+      Scheduler::locate(p.scheduler, tile);
       bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
-      if (exists) Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
+      if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
+        // The weight gradients over a window, as grouped_gemm_kernel: the pair's expert's window.
+        auto const& window = scheduler.window();
+        bool continued = false;
+        if (active) {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(accum);
+          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
+          warpgroup_fence_operand(accum);
+        }
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+        if (exists) Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
+      } else {
+        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+        if (exists) Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
+      }
     }
     ring.drain();
   }

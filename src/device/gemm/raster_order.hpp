@@ -1,6 +1,6 @@
 #pragma once
-// The order in which a row-tile GEMM visits one expert's tiles (row_tile_scheduler.cuh), apart so
-// that host tests can check it. The expert's M blocks are cut into groups of `group_blocks` (the
+// The order in which a row-tile GEMM visits one expert's tiles (row_tile_scheduler.cuh), and the
+// CTA pairs of the row tiles and of the weight gradients, apart so that host tests can check them. The expert's M blocks are cut into groups of `group_blocks` (the
 // last group holds the rest); a group's tiles go N block by N block, M blocks fastest, so the CTAs
 // working at one time read a few A blocks and a few weight slabs, each from several tiles at once.
 //
@@ -61,6 +61,23 @@ inline PairPosition pair_position(int local, int blocks, int n_blocks, int group
   }
   int const n_block = 2 * (local - m_pairs * n_blocks);
   return {blocks - 1, n_block, true, n_block + 1 < n_blocks};
+}
+
+// The weight gradients' CTA pairs (weight_tile_pair_scheduler.cuh): an expert's gradient of
+// `m_blocks` x `n_blocks` tiles is walked as the M-block pairs (2j, 2j + 1) at each N block, N block
+// fastest — the last pair without a second tile when m_blocks is odd.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int weight_expert_pairs(int m_blocks, int n_blocks) { return (m_blocks + 1) / 2 * n_blocks; }
+
+// Pair `local` in [0, weight_expert_pairs(m_blocks, n_blocks)).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline PairPosition weight_pair_position(int local, int m_blocks, int n_blocks) {
+  int const m_block = 2 * (local / n_blocks);
+  return {m_block, local % n_blocks, false, m_block + 1 < m_blocks};
 }
 
 }  // namespace caracal::gemm

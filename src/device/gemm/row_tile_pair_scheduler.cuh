@@ -54,6 +54,7 @@ struct TilePair {
 class RowTilePairScheduler {
  public:
   using Params = RowTileScheduler::Params;
+  static constexpr bool kRunsAsPairs = true;  // paired_gemm_kernel.cuh
 
   // Grid sizing: never more pairs than tiles.
   static int64_t max_tiles(Params const& p) { return RowTileScheduler::max_tiles(p); }

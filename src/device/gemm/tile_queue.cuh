@@ -87,37 +87,43 @@ __device__ bool consumer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPip
 
 // CTA pairs (paired_gemm_kernel.cuh), the leader's producer thread: as producer_take_tile, for both
 // CTAs (the index counts pairs; the follower's slot is the next CTA's).
-template <class Scheduler>
+template <class Gemm, class Scheduler>
 __device__ bool producer_take_pair(uint32_t* queue, Scheduler& scheduler, TmaPairPipeline const& pipe,
                                    PipelineState st) {
-  pipe.producer_acquire(st);
-  uint32_t const t = atomicAdd(queue, 1u);
-  bool const has_pair = t < uint32_t(scheduler.num_tiles());
-  uint32_t const slot = has_pair ? t : kNoMoreTiles;
-  *tile_slot(queue, st.stage) = slot;
-  *tile_slot(queue, st.stage, int(blockIdx.x) + 1) = slot;
-  if (!has_pair) {
-    pipe.producer_arrive(st);
-    return false;
+  if constexpr (kTakesTileQueue<Gemm>) {
+    pipe.producer_acquire(st);
+    uint32_t const t = atomicAdd(queue, 1u);
+    bool const has_pair = t < uint32_t(scheduler.num_tiles());
+    uint32_t const slot = has_pair ? t : kNoMoreTiles;
+    *tile_slot(queue, st.stage) = slot;
+    *tile_slot(queue, st.stage, int(blockIdx.x) + 1) = slot;
+    if (!has_pair) {
+      pipe.producer_arrive(st);
+      return false;
+    }
+    scheduler.seek(int(t));
+    return true;
   }
-  scheduler.seek(int(t));
-  return true;
+  return false;
 }
 
 // CTA pairs, a consumer thread of either CTA: as consumer_take_tile; at the end of the queue it
 // also releases the stage (the leader's producer waits for every stage before it exits).
-template <class Scheduler>
+template <class Gemm, class Scheduler>
 __device__ bool consumer_take_pair(uint32_t* queue, Scheduler& scheduler, TmaPairPipeline const& pipe,
                                    PipelineState st, int lane) {
-  pipe.consumer_wait_cluster(st);
-  uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
-  if (t == kNoMoreTiles) {
-    __syncwarp();  // every lane has read the slot before the leader may rewrite it
-    pipe.consumer_release(st, lane);
-    return false;
+  if constexpr (kTakesTileQueue<Gemm>) {
+    pipe.consumer_wait_cluster(st);
+    uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
+    if (t == kNoMoreTiles) {
+      __syncwarp();  // every lane has read the slot before the leader may rewrite it
+      pipe.consumer_release(st, lane);
+      return false;
+    }
+    scheduler.seek(int(t));
+    return true;
   }
-  scheduler.seek(int(t));
-  return true;
+  return false;
 }
 
 }  // namespace caracal::gemm
