@@ -5,20 +5,27 @@
 //   B_g = b + g * N * K                                     ([N][K] bf16, an expert's weights),
 //   D_g = the same rows of d                                ([*][N] bf16),
 // fp32 accumulation, rounded once to bf16. Problem sizes are known on the host (the baseline's
-// advantage over Caracal's kernels, which read them on the device). Two schedules, one kernel
-// instantiation per .cu: cooperative (two consumer warpgroups on one 256 x 128 tile) and ping-pong
-// (each consumer warpgroup on its own 128 x 128 tile, one's epilogue under the other's mainloop).
+// advantage over Caracal's kernels, which read them on the device). Three configurations, one kernel
+// instantiation per .cu: example 57's cooperative (two consumer warpgroups on one 256 x 128 tile,
+// clusters of 1 x 2) and ping-pong (each consumer warpgroup on its own 128 x 128 tile, one's
+// epilogue under the other's mainloop), and the cooperative kernel at Caracal's own tile (128 x 256,
+// no cluster: the fastest CUTLASS up/gate measured on 2026-12-01, docs/PERF.md).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace caracal::bench {
 
-enum class CutlassSchedule { kCooperative, kPingpong };
+// The configurations, in the order of kCutlassSchedules (an enumerator's value is its place there).
+enum class CutlassSchedule { kCooperative, kPingpong, kCooperativeOurTile };
+inline constexpr CutlassSchedule kCutlassSchedules[] = {CutlassSchedule::kCooperative, CutlassSchedule::kPingpong,
+                                                        CutlassSchedule::kCooperativeOurTile};
+inline constexpr int kNumCutlassSchedules = int(std::size(kCutlassSchedules));
 
 const char* cutlass_schedule_name(CutlassSchedule schedule);
 
@@ -44,8 +51,10 @@ class CutlassGroupedGemm {
 std::unique_ptr<CutlassGroupedGemm> make_cutlass_grouped_gemm(CutlassSchedule schedule,
                                                               const CutlassGroupedProblem& problem);
 
-// One instantiation per translation unit (cutlass_grouped_gemm_cooperative.cu, _pingpong.cu).
+// One instantiation per translation unit (cutlass_grouped_gemm_cooperative.cu, _pingpong.cu,
+// _cooperative_128x256.cu).
 std::unique_ptr<CutlassGroupedGemm> make_cutlass_cooperative(const CutlassGroupedProblem& problem);
 std::unique_ptr<CutlassGroupedGemm> make_cutlass_pingpong(const CutlassGroupedProblem& problem);
+std::unique_ptr<CutlassGroupedGemm> make_cutlass_cooperative_our_tile(const CutlassGroupedProblem& problem);
 
 }  // namespace caracal::bench

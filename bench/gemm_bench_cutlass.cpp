@@ -4,12 +4,6 @@
 
 namespace caracal::bench {
 
-namespace {
-
-constexpr CutlassSchedule kSchedules[] = {CutlassSchedule::kCooperative, CutlassSchedule::kPingpong};
-
-}  // namespace
-
 CutlassBaseline::CutlassBaseline(const Case& c, const std::vector<int32_t>& offsets,
                                  const std::vector<InputSet>& sets, const __nv_bfloat16* activation)
     : c_(c), offsets_(offsets), sets_(int(sets.size())) {
@@ -27,15 +21,15 @@ CutlassBaseline::CutlassBaseline(const Case& c, const std::vector<int32_t>& offs
       problem.a = which == kUp ? set.x.get() : activation;
       problem.b = which == kUp ? set.w_gate_up.get() : set.w_down.get();
       problem.d = which == kUp ? up_out_.get() : down_out_.get();
-      for (CutlassSchedule schedule : kSchedules) gemms_.push_back(make_cutlass_grouped_gemm(schedule, problem));
+      for (CutlassSchedule schedule : kCutlassSchedules) gemms_.push_back(make_cutlass_grouped_gemm(schedule, problem));
     }
   }
 }
 
 CutlassGroupedGemm& CutlassBaseline::gemm(CutlassSchedule schedule, Gemm which, int iter) const {
   const size_t set = size_t(iter % sets_);
-  const size_t s = schedule == CutlassSchedule::kCooperative ? 0 : 1;
-  return *gemms_[(set * 2 + size_t(which)) * 2 + s];
+  const size_t s = size_t(schedule);  // its place in kCutlassSchedules
+  return *gemms_[(set * 2 + size_t(which)) * kNumCutlassSchedules + s];
 }
 
 double CutlassBaseline::up_difference(const __nv_bfloat16* ours) const {

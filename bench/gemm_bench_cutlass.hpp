@@ -1,6 +1,6 @@
 #pragma once
 // caracal_gemm_bench's CUTLASS baseline: CUTLASS's own grouped GEMM (cutlass_grouped_gemm.hpp),
-// both schedules, on one case's real rows (the per-expert counts given on the host), for the
+// every configuration, on one case's real rows (the per-expert counts given on the host), for the
 // forward's two GEMMs: up/gate (x · W_gate_up^T, N = 2I, K = D; plain output, no SwiGLU) and down
 // (activation · W_down^T, N = D, K = I). One prepared GEMM per (input set, GEMM, schedule), since
 // the ptr-array arguments name the operands.
@@ -35,7 +35,7 @@ class CutlassBaseline {
   std::vector<int32_t> offsets_;
   int sets_;
   Bf16Array up_out_, down_out_;
-  std::vector<std::unique_ptr<CutlassGroupedGemm>> gemms_;  // [set][gemm][schedule]
+  std::vector<std::unique_ptr<CutlassGroupedGemm>> gemms_;  // [set][gemm][kCutlassSchedules]
 };
 
 }  // namespace caracal::bench
