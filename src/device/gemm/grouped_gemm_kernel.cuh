@@ -72,6 +72,36 @@ __device__ inline KernelStorage& kernel_storage(uint8_t* smem_raw) {
   return *reinterpret_cast<KernelStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
+// A consumer warpgroup's share of one tile: the wgmma mainloop, then the epilogue (`stores`: the
+// tile exists; a CTA pair's follower walks the stages of a missing second tile without one). The
+// weight gradients over a window (kLoadsPartials) first load the partial sum their expert's window
+// continues from, as the scheduler found it (no loads of the offsets per tile).
+template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class Accum, class Pipeline>
+__device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params const& epilogue,
+                                             Scheduler const& scheduler, TileCoord const& tile, bool active,
+                                             bool stores, TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB,
+                                             Accum& accum, Pipeline const& pipe, PipelineState& st,
+                                             ChunkStoreRing& ring, int consumer, int lane) {
+  using namespace cute;
+  if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
+    auto const& window = scheduler.window();
+    bool continued = false;
+    if (active) {
+      // Fenced off from the wgmmas on both sides (no wgmma pending, the loads ordered before
+      // the next): without it ptxas serializes the kernel's wgmmas (C7515).
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(accum);
+      continued = Gemm::Epilogue::load_partial(epilogue, tile, window, accum, consumer);
+      warpgroup_fence_operand(accum);
+    }
+    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+    if (stores) Gemm::Epilogue::apply(epilogue, tile, window, accum, active, ring, consumer);
+  } else {
+    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+    if (stores) Gemm::Epilogue::apply(epilogue, tile, accum, active, ring, consumer);
+  }
+}
+
 template <class Gemm>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
@@ -137,25 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
-        // The weight gradients over a window: where the tile's sum starts and stops, as the
-        // scheduler found it (no loads of the offsets per tile).
-        auto const& window = scheduler.window();
-        bool continued = false;
-        if (active) {
-          // Fenced off from the wgmmas on both sides (no wgmma pending, the loads ordered before
-          // the next): without it ptxas serializes the kernel's wgmmas (C7515).
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(accum);
-          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
-          warpgroup_fence_operand(accum);
-        }
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
-        Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
-      } else {
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
-        Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
-      }
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, accum, pipe, st,
+                         ring, consumer, lane);
     }
     ring.drain();
   }

@@ -152,22 +152,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = pipe.leader() ? pair.first : pair.second();
       Scheduler::locate(p.scheduler, tile);
       bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
-        // The weight gradients over a window, as grouped_gemm_kernel: the pair's expert's window.
-        auto const& window = scheduler.window();
-        bool continued = false;
-        if (active) {
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(accum);
-          continued = Gemm::Epilogue::load_partial(p.epilogue, tile, window, accum, consumer);
-          warpgroup_fence_operand(accum);
-        }
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
-        if (exists) Gemm::Epilogue::apply(p.epilogue, tile, window, accum, active, ring, consumer);
-      } else {
-        mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
-        if (exists) Gemm::Epilogue::apply(p.epilogue, tile, accum, active, ring, consumer);
-      }
+      // The weight gradients' window: the pair's expert's (both tiles share it).
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, accum, pipe, st, ring,
+                         consumer, lane);
     }
     ring.drain();
   }
