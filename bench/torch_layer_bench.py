@@ -4,14 +4,16 @@ EP8-sized slices of five models (one GPU, all local experts, T tokens): forward 
 forward+backward ms and TFLOP/s and the speed-up; caracal.MoE with the fused forward (its default) and
 with v1's separate forward launches (fused_forward=False). The plain layer is bench/torch_moe_layer.py's
 (argsort permute + torch._grouped_mm + autograd). Both run with autograd recording, backward via
-torch.autograd.grad over the input, the scores and every weight; routing is uniform.
+torch.autograd.grad over the input, the scores and every weight; routing is uniform. The three
+layers are timed in turn, round after round (--rounds), and each figure is the median over the rounds.
 
 Usage: python3 bench/torch_layer_bench.py [--models deepseek-v3,kimi-k2,qwen3.5-397b,glm-5,deepseek-v4-pro]
-                                          [--tokens 4096] [--reps 20] [--json OUT.json]
+                                          [--tokens 4096] [--reps 20] [--rounds 3] [--json OUT.json]
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 
 import torch
@@ -26,7 +28,7 @@ from torch_moe_layer import MODELS, median_ms, moe_layer  # noqa: E402
 LOCAL_EXPERTS = {"deepseek-v3": 32, "kimi-k2": 48, "qwen3.5-397b": 64, "glm-5": 32, "deepseek-v4-pro": 48}
 
 
-def bench_model(name, tokens, warmup, reps, gen):
+def bench_model(name, tokens, warmup, reps, rounds, gen):
     d, inter, top_k, shared_inter, normalize, scale = MODELS[name]
     experts = LOCAL_EXPERTS[name]
     dev = torch.device("cuda")
@@ -42,27 +44,38 @@ def bench_model(name, tokens, warmup, reps, gen):
     row = {"model": name, "experts": experts, "tokens": tokens, "hidden": d, "intermediate": inter,
            "top_k": top_k, "shared_intermediate": shared_inter}
 
-    def timed(forward, params):
-        fwd = median_ms(forward, warmup, reps)
-        step = median_ms(lambda: torch.autograd.grad(forward(), params, dy), warmup, reps)
-        return {"forward_ms": fwd, "forward_tflops": fwd_flops / (fwd * 1e9),
-                "fwd_bwd_ms": step, "fwd_bwd_tflops": 3 * fwd_flops / (step * 1e9)}
-
-    for key, fused in (("caracal", True), ("caracal_v1", False)):  # the fused forward, then v1's launches
+    # The three layers side by side: caracal.MoE with the fused forward, with v1's launches, and the
+    # plain layer, each a (forward, parameters) pair.
+    variants, engines = {}, []
+    for key, fused in (("caracal", True), ("caracal_v1", False)):
         moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
                           router_scale=scale, fused_forward=fused)
-        row[key] = timed(lambda: moe(x, idx, scores), [x, scores, *moe.parameters()])
-        moe.check()
-        moe.close()
-        del moe
-
+        engines.append(moe)
+        variants[key] = (lambda moe=moe: moe(x, idx, scores), [x, scores, *moe.parameters()])
     w_gate_up = rand(experts, 2 * inter, d, lo=-0.02, hi=0.02).requires_grad_()
     w_down = rand(experts, d, inter, lo=-0.02, hi=0.02).requires_grad_()
     shared = [rand(2 * shared_inter, d, lo=-0.02, hi=0.02).requires_grad_(),
               rand(d, shared_inter, lo=-0.02, hi=0.02).requires_grad_()] if shared_inter else [None, None]
     plain_idx = idx.long()
-    row["plain"] = timed(lambda: moe_layer(x, plain_idx, scores, w_gate_up, w_down, *shared, normalize, scale),
+    variants["plain"] = (lambda: moe_layer(x, plain_idx, scores, w_gate_up, w_down, *shared, normalize, scale),
                          [x, scores, w_gate_up, w_down, *(p for p in shared if p is not None)])
+
+    # Round by round, every layer in turn, so that the GPU's clock and power drift fall on all alike;
+    # each figure is the median over the rounds of each round's median of `reps` runs.
+    ms = {key: {"forward": [], "fwd_bwd": []} for key in variants}
+    for _ in range(rounds):
+        for key, (forward, params) in variants.items():
+            ms[key]["forward"].append(median_ms(forward, warmup, reps))
+            ms[key]["fwd_bwd"].append(median_ms(lambda: torch.autograd.grad(forward(), params, dy), warmup, reps))
+    for key in variants:
+        fwd, step = statistics.median(ms[key]["forward"]), statistics.median(ms[key]["fwd_bwd"])
+        row[key] = {"forward_ms": fwd, "forward_tflops": fwd_flops / (fwd * 1e9),
+                    "fwd_bwd_ms": step, "fwd_bwd_tflops": 3 * fwd_flops / (step * 1e9),
+                    "rounds_ms": ms[key]}
+    for moe in engines:
+        moe.check()
+        moe.close()
+    del engines, variants
     torch.cuda.empty_cache()
     return row
 
@@ -73,6 +86,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three layers in turn (the median is reported)")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -86,9 +100,9 @@ def main():
     rows = []
     for name in models:
         print(f"{name}: timing caracal.MoE and the plain layer ...", flush=True)
-        rows.append(bench_model(name, args.tokens, args.warmup, args.reps, gen))
+        rows.append(bench_model(name, args.tokens, args.warmup, args.reps, args.rounds, gen))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, T = {args.tokens}, uniform routing, "
-          f"median of {args.reps}")
+          f"median of {args.rounds} alternated rounds of the median of {args.reps}")
     print(f"{'model':<14}{'experts':>8} | {'forward ms (TFLOP/s)':^38} | {'forward+backward ms (TFLOP/s)':^38}")
     print(f"{'':<22} | {'caracal':>15}{'plain':>15}{'speed-up':>8} | {'caracal':>15}{'plain':>15}{'speed-up':>8}")
     for r in rows:
@@ -104,7 +118,8 @@ def main():
               f"{v['fwd_bwd_ms']:7.2f} ({v['fwd_bwd_tflops']:4.0f})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
+                       "reps": args.reps, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
