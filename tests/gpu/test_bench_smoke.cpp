@@ -112,6 +112,17 @@ TEST(BenchSmoke, GraphReplaysOnASmallRing) {
   EXPECT_EQ(r.json.at("ring_rows").get<int64_t>(), 128);
 }
 
+// bf16 weight gradients (the PyTorch module's path) for the layer and the GEMMs-alone baseline, on a
+// ring small enough for several macrobatches (the gradients' fp32 partials between them).
+TEST(BenchSmoke, Bf16WeightGradientsOnASmallRing) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 1 --tokens 256 --ring-rows 128 --bf16-weight-grads");
+  expect_report(r, 256, 1, true);
+  EXPECT_EQ(r.json.at("weight_grads").get<std::string>(), "bf16");
+  EXPECT_GT(r.json.at("runs")[0].at("baselines").at("nccl_exchange_plus_gemms").at("gemms_alone_backward_ms").get<double>(),
+            0.0);
+}
+
 TEST(BenchSmoke, ProfileStepRunsOneStepWithoutTiming) {
   CARACAL_REQUIRE_GPU();
   const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 2 --tokens 256 --no-validate --profile-step");

@@ -300,6 +300,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
       ->capture_default_str();
   app.add_flag("--fused-pull-all-rows", a.fused_pull_all_rows,
                "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
+  app.add_flag("--bf16-weight-grads", a.bf16_weight_grads,
+               "Weight gradients in bf16 (as the PyTorch module gives bf16 weights), the layer's and the GEMMs-alone "
+               "baseline's; default fp32 (the fp64-reference check runs fp32 gradients either way)");
   app.add_flag("--separate-backward", a.separate_backward,
                "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
   app.add_flag("--rows-per-route", a.rows_per_route,

@@ -24,13 +24,14 @@ namespace {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-// Bytes of one local rank's weights + fp32 gradients + the memory of a layer built with `options`.
-double rank_bytes(const LayerConfig& c, const MoELayerOptions& options) {
+// Bytes of one local rank's weights + gradients (fp32, or bf16) + the memory of a layer built with
+// `options`.
+double rank_bytes(const LayerConfig& c, const MoELayerOptions& options, bool bf16_gradients) {
   const MoELayerMemory m = MoELayer::memory(c, options);
   const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
-  return double(m.heap) + double(m.local) + weights * (2.0 + 4.0);
+  return double(m.heap) + double(m.local) + weights * (2.0 + (bf16_gradients ? 2.0 : 4.0));
 }
 
 // Every local rank's weights and the layer's argument structs over them.
@@ -50,28 +51,26 @@ MoEForwardArgs forward_args(const MoELayerBuffers& b, const ExpertWeights& w) {
   return f;
 }
 
-MoEBackwardArgs backward_args(const MoELayerBuffers& b, const ExpertWeights& w) {
+MoEBackwardArgs backward_args(const MoELayerBuffers& b, const ExpertWeights& w, bool bf16_gradients) {
   MoEBackwardArgs g;
   g.dy = b.dy;
   g.dx = b.dx;
   g.d_topk_scores = b.d_topk_scores;
-  g.d_w_gate_up = w.d_w_gate_up.get();
-  g.d_w_down = w.d_w_down.get();
-  g.d_shared_w_gate_up = w.d_shared_w_gate_up.get();  // null without a shared expert
-  g.d_shared_w_down = w.d_shared_w_down.get();
+  w.set_gradients(g, bf16_gradients);
   return g;
 }
 
 // Random weights and inputs for every local rank, the inputs straight into the layer's own buffers
 // (the zero-copy path); waits for them.
 LayerInputs make_inputs(MoELayer& layer, const comm::World& world, const LayerConfig& c, const Routing& routing,
-                        uint64_t seed, cudaStream_t stream) {
+                        uint64_t seed, bool bf16_gradients, cudaStream_t stream) {
   const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
   LayerInputs in;
   for (int l = 0; l < world.local_ranks(); ++l) {
     const int rank = world.first_local_rank() + l;
     const uint64_t rank_seed = seed * 1000003ull + uint64_t(rank) * 64;
-    in.weights.push_back(make_expert_weights(c, rank_seed, stream));
+    in.weights.push_back(make_expert_weights(c, rank_seed,
+                                             bf16_gradients ? GradientBuffers::bf16 : GradientBuffers::fp32, stream));
     const MoELayerBuffers b = layer.buffers(l);
     bench::fill_uniform(b.x, T * D, rank_seed + 5, -1.0f, 1.0f, stream);
     bench::fill_uniform(b.dy, T * D, rank_seed + 6, -1.0f, 1.0f, stream);
@@ -80,7 +79,7 @@ LayerInputs make_inputs(MoELayer& layer, const comm::World& world, const LayerCo
                                stream),
                "cudaMemcpyAsync(topk_idx)");
     in.forward.push_back(forward_args(b, in.weights.back()));
-    in.backward.push_back(backward_args(b, in.weights.back()));
+    in.backward.push_back(backward_args(b, in.weights.back(), bf16_gradients));
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(bench inputs)");
   return in;
@@ -97,10 +96,11 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const double need = rank_bytes(c, layer_options(a, fused_forward)) * local_ranks;
+  const double need = rank_bytes(c, layer_options(a, fused_forward), a.bf16_weight_grads) * local_ranks;
   if (need < 0.94 * double(free_bytes)) return "";
   return "T=" + std::to_string(c.tokens_per_rank) + ", EP=" + std::to_string(c.ep_size) + " needs about " +
-         std::to_string(gib(need)) + " GiB on GPU " + std::to_string(device) + " (weights, fp32 gradients, " +
+         std::to_string(gib(need)) + " GiB on GPU " + std::to_string(device) + " (weights, " +
+         (a.bf16_weight_grads ? "bf16" : "fp32") + " gradients, " +
          (fused_forward ? "the fused layer's ring" : "v1's worst-case buffers") + ") but " +
          std::to_string(gib(double(free_bytes))) + " GiB are free";
 }
@@ -121,7 +121,7 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
                       bool fused_forward) {
   MoELayer layer(c, world, layer_options(a, fused_forward));
   const bench::Stream stream;
-  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
+  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
 
   // Every rank must make the same launches (they meet in world barriers), but time_runs's warm-up
   // stops when this rank's own clock passes 200 ms. With ranks in other threads, the warm-up is a
@@ -171,7 +171,7 @@ void profile_layer(comm::World& world, const LayerConfig& c, const Routing& rout
                    bool fused_forward) {
   MoELayer layer(c, world, layer_options(a, fused_forward));
   const bench::Stream stream;
-  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, stream.get());
+  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
   const auto step = [&] {
     const MoEContext context = layer.forward(in.forward, stream.get());
     layer.backward(in.backward, context, stream.get());

@@ -83,7 +83,9 @@ NcclGemmsTimes measure(const LayerConfig& c, const Routing& routing, const Bench
   const bench::Stream stream;
   bench::NcclBaselineExchange exchange(comms[0].get(), shape);
   const TokenInputs in(c, routing, a.seed, stream.get());
-  const ExpertWeights weights = make_expert_weights(c, a.seed + 30, stream.get());
+  const bool bf16_grads = a.bf16_weight_grads;  // as the layer's
+  const ExpertWeights weights =
+      make_expert_weights(c, a.seed + 30, bf16_grads ? GradientBuffers::bf16 : GradientBuffers::fp32, stream.get());
   const MoEWeights w = weights.weights();
   const PaddedExpertPass routed = routed_rows(exchange, in, c, a.seed, stream.get());
   const std::optional<PaddedExpertPass> shared = shared_rows(in, c, a.seed, stream.get());
@@ -100,11 +102,10 @@ NcclGemmsTimes measure(const LayerConfig& c, const Routing& routing, const Bench
     gemm::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream.get());
   });
   t.backward_gemms_ms = bench::median_ms(stream.get(), a.warmup, a.reps, [&] {
-    gemm::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, {weights.d_w_gate_up.get(), weights.d_w_down.get()},
-                          stream.get());
+    gemm::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, weights.routed_gradients(bf16_grads), stream.get());
     if (shared) {
-      gemm::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down},
-                            {weights.d_shared_w_gate_up.get(), weights.d_shared_w_down.get()}, stream.get());
+      gemm::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, weights.shared_gradients(bf16_grads),
+                            stream.get());
     }
   });
   check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(baseline)");

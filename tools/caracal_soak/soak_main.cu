@@ -108,8 +108,8 @@ struct Output {
 
 // One rank's device buffers.
 struct RankBuffers {
-  bench_tool::ExpertWeights weights;
-  comm::DeviceMemory<bf16> x, dy, y, dx, d_w_gate_up_bf16, d_w_down_bf16, d_shared_gate_up_bf16, d_shared_down_bf16;
+  bench_tool::ExpertWeights weights;  // gradients in fp32 and bf16: the steps alternate
+  comm::DeviceMemory<bf16> x, dy, y, dx;
   comm::DeviceMemory<int32_t> idx;
   comm::DeviceMemory<float> scores, d_scores;
 };
@@ -122,11 +122,10 @@ class RankRunner {
       : world_(world), c_(c), a_(a), layer_(c, world) {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
-    const size_t L = size_t(c.local_experts()), I = size_t(c.shape.intermediate), Is = size_t(c.shape.shared_intermediate);
     for (int l = 0; l < world.local_ranks(); ++l) {
       RankBuffers b;
       b.weights = bench_tool::make_expert_weights(c, a.seed * 1000003ull + uint64_t(world.first_local_rank() + l) * 64,
-                                                  stream_);
+                                                  bench_tool::GradientBuffers::both, stream_);
       b.x = comm::device_alloc<bf16>(T * D, "x");
       b.dy = comm::device_alloc<bf16>(T * D, "dy");
       b.y = comm::device_alloc<bf16>(T * D, "y");
@@ -134,10 +133,6 @@ class RankRunner {
       b.idx = comm::device_alloc<int32_t>(T * k, "topk_idx");
       b.scores = comm::device_alloc<float>(T * k, "topk_scores");
       b.d_scores = comm::device_alloc<float>(T * k, "d_topk_scores");
-      b.d_w_gate_up_bf16 = comm::device_alloc<bf16>(L * 2 * I * D, "d_w_gate_up_bf16");
-      b.d_w_down_bf16 = comm::device_alloc<bf16>(L * D * I, "d_w_down_bf16");
-      b.d_shared_gate_up_bf16 = comm::device_alloc<bf16>(std::max<size_t>(1, 2 * Is * D), "d_shared_gate_up_bf16");
-      b.d_shared_down_bf16 = comm::device_alloc<bf16>(std::max<size_t>(1, D * Is), "d_shared_down_bf16");
       ranks_.push_back(std::move(b));
     }
     sums_ = comm::device_alloc<unsigned long long>(64, "checksums");
@@ -178,19 +173,7 @@ class RankRunner {
       g.dy = b.dy.get();
       g.dx = b.dx.get();
       g.d_topk_scores = b.d_scores.get();
-      if (bf16_grads) {
-        g.d_w_gate_up_bf16 = b.d_w_gate_up_bf16.get();
-        g.d_w_down_bf16 = b.d_w_down_bf16.get();
-        if (has_shared) {
-          g.d_shared_w_gate_up_bf16 = b.d_shared_gate_up_bf16.get();
-          g.d_shared_w_down_bf16 = b.d_shared_down_bf16.get();
-        }
-      } else {
-        g.d_w_gate_up = b.weights.d_w_gate_up.get();
-        g.d_w_down = b.weights.d_w_down.get();
-        g.d_shared_w_gate_up = b.weights.d_shared_w_gate_up.get();
-        g.d_shared_w_down = b.weights.d_shared_w_down.get();
-      }
+      b.weights.set_gradients(g, bf16_grads);
       bwd.push_back(g);
     }
     const MoEContext context = layer_.forward(fwd, stream_);
