@@ -186,15 +186,22 @@ struct MoELayerOptions {
   // On the fused path, the backward's dy pull, dgrad+SwiGLU and dx GEMMs (and, for the macrobatch
   // the forward left in the ring, its x pull) as one persistent launch per macrobatch
   // (src/fused/fused_backward.hpp: tiles start as their rows land), the weight gradients after it;
-  // false: a launch each. The same bits either way.
+  // false: a launch each. The same bits either way, but at W > 1 (below).
   bool fused_backward = true;
+  // At W > 1 the fused backward sums each token's dx rows on a rank per macrobatch before one row
+  // goes home (one per (token, rank) over the links, DESIGN §2; one more bf16 rounding per group of
+  // several rows: dx depends on where macrobatches cut a token's rows, as y does; groups_dx_rows()).
+  // true: it sends a row per route, as the separate launches do (those bits); measured faster in a
+  // loopback world, where no row crosses a link (docs/PERF.md, 2026-12-02): compare both over NVLink.
+  bool dx_rows_per_route = false;
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.
   bool fused_pull_all_rows = false;
   // For benchmarks: a row per route both ways, as v1 moved rows, instead of one per (token, rank)
   // (DESIGN §2; transfer::ExchangeOptions::rows_per_route): every pull (the fused forward's,
   // dispatch, reverse combine) reads a token's home row once per route, and combine pushes each
-  // route's g-weighted row home alone. The same gradient bits; y rounds each route's row.
+  // route's g-weighted row home alone; the backward's dx goes home a row per route. The same gradient
+  // bits as dx_rows_per_route; y rounds each route's row.
   bool rows_per_route = false;
   // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
   // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one
@@ -265,6 +272,10 @@ class MoELayer {
   // The fused path's ring (MoELayerOptions::ring_rows, or the default it chose), 0 for v1. y sums a
   // token's rows on a rank once per macrobatch of this many rows (src/device/transfer/group_sum.cuh).
   int ring_rows() const;
+  // Whether the backward sums a token's dx rows on each other rank once per macrobatch of
+  // ring_rows() before one row goes home (the fused backward at W > 1; one bf16 rounding per group
+  // of several rows, src/kernels/fused/dx_group_sums.cuh), rather than sending a row per route.
+  bool groups_dx_rows() const;
 
   // y = MoE(x) for every local rank (ranks.size() == world.local_ranks()). Enqueues on `stream`;
   // throws caracal::Error before enqueuing anything for a bad argument (naming ranks[i] and the

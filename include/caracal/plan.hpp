@@ -34,6 +34,7 @@ struct MemoryPlan {
   int64_t symmetric = 0;  // per token and route, peer-visible: x, y, dy, dx (+ the shared expert's
                           // out and dx), the combine / dx slots, topk_idx, scores, gates, dg
   int64_t ring = 0;       // ring_rows rows of the routed experts' x, dy, gate/up and activation
+                          // (and at W > 1 of dx, summed per (token, rank) before going home)
   int64_t schedule = 0;   // for the worst case: schedule rows, offsets, counts, inverse view, per-row
                           // g, dL/dg and router-gradient partials
   int64_t saved = 0;      // the shared expert's rows (x, out, dy, gate/up, activation)
@@ -55,9 +56,10 @@ struct RooflinePlan {
   double backward_flops = 0;   // on the busiest rank, replay of overwritten macrobatches included
   // Busiest direction of the busiest rank, cross-rank only: the fused kernels' design, one row per
   // (token, rank) and macrobatch of the ring both ways (the schedule's token rows); today's
-  // kernels, the same forward (pulls and combine's pushes per (token, rank) and macrobatch) and a
-  // backward whose pushes (reverse dispatch) move one row per route; MoELayer v1 before its
-  // transfers moved tokens once per rank, one row per route.
+  // kernels, the same (pulls, combine's pushes and the fused backward's dx pushes per (token,
+  // rank) and macrobatch; the separate backward, MoELayerOptions::fused_backward = false, still
+  // pushes a dx row per route); MoELayer v1 before its transfers moved tokens once per rank, one
+  // row per route.
   int64_t forward_nvlink_bytes = 0;
   int64_t backward_nvlink_bytes = 0;
   int64_t today_forward_nvlink_bytes = 0;

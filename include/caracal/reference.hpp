@@ -44,7 +44,9 @@
 //       (rounded) gate and up; they feed GEMMs                      -> bf16
 //   B3. the route's dx row W_gate^T d_gate + W_up^T d_up           -> bf16 (it travels as bf16)
 //   B4. dx_t = shared dx row + sum of routed dx rows in slot order, without intermediate
-//       rounding                                                   -> bf16 once.
+//       rounding                                                   -> bf16 once;
+//       with ReferenceOptions::dx_route_groups, the routed rows of each group summed and rounded
+//       to bf16 first (the fused backward's push per (token, rank), dx_group_sums.cuh).
 //   B5. weight gradients (dW_gate = d_gate x^T, dW_up = d_up x^T, dW_down = dy bf16(w * act)^T,
 //       from the rounded d_gate/d_up and the weighted act as the kernels store it) and
 //       d_topk_scores / d_shared_scale -> not rounded.
@@ -97,6 +99,10 @@ struct ReferenceOptions {
   // F4's groups given per route instead ([T][k]; routes of a token with equal values are summed
   // and rounded together): a fused layer's, whose ring cuts a rank's routes into macrobatches.
   std::vector<int64_t> route_groups;
+  // B4's groups per route ([T][k]; routes of a token with equal values >= 0 are summed and rounded
+  // to bf16 together, -1: alone), for a layer that groups its dx rows (MoELayer::groups_dx_rows);
+  // empty: every route alone.
+  std::vector<int64_t> dx_route_groups;
 };
 
 // What one expert computed for a set of rows, as the kernels store it (rounded in bf16 mode).

@@ -73,6 +73,7 @@ class MoE(nn.Module):
             raise ValueError(f"caracal.MoE: num_experts ({num_experts}) must be a multiple of the world "
                              f"size ({world.size})")
         self.world = world
+        self.fused_forward = bool(fused_forward)
         self.hidden, self.intermediate, self.top_k = hidden, intermediate, top_k
         self.num_experts, self.shared_intermediate = num_experts, shared_intermediate
         self.tokens_per_rank, self.normalize, self.router_scale = tokens_per_rank, normalize, float(router_scale)

@@ -93,13 +93,37 @@ def router_gates(topk_idx, topk_scores, normalize=True, router_scale=1.0):
     return scores * router_scale
 
 
+class _GatherGroupedGrad(torch.autograd.Function):
+    """rows = x[token_of_row]; the backward sums the rows' gradients per group, rounds the sums of
+    the groups marked `rounded` to bf16 (the fused backward's dx per (token, rank), B4 of
+    include/caracal/reference.hpp), then sums the groups per token."""
+
+    @staticmethod
+    def forward(ctx, x, token_of_row, group_of_row, rounded):
+        ctx.save_for_backward(token_of_row, group_of_row, rounded)
+        ctx.tokens = x.shape[0]
+        return x.index_select(0, token_of_row)
+
+    @staticmethod
+    def backward(ctx, grad):
+        token_of_row, group_of_row, rounded = ctx.saved_tensors
+        groups = rounded.shape[0]
+        sums = torch.zeros(groups, grad.shape[-1], dtype=grad.dtype, device=grad.device).index_add(0, group_of_row, grad)
+        sums = torch.where(rounded[:, None], round_bf16(sums), sums)
+        token_of_group = torch.zeros(groups, dtype=torch.long, device=grad.device).scatter_(0, group_of_row, token_of_row)
+        dx = torch.zeros(ctx.tokens, grad.shape[-1], dtype=grad.dtype, device=grad.device)
+        return dx.index_add(0, token_of_group, sums), None, None, None
+
+
 def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=None, shared_w_down=None,
                   shared_scale=None, *, normalize=True, router_scale=1.0, dtype=torch.float32,
-                  round_like_kernels=False, experts_per_rank=None):
+                  round_like_kernels=False, experts_per_rank=None, dx_tokens_per_rank=None):
     """y [T][D] in `dtype`: c_t * shared(x_t) + sum over valid slots j of g_j * E_{idx_j}(x_t).
     `round_like_kernels`: round where the kernels store bf16 (see the module's docstring), a
     token's routes to each rank's `experts_per_rank` experts (None: all on one rank) summed and
-    rounded as one row."""
+    rounded as one row; with `dx_tokens_per_rank` (the tokens of each home rank, in order) also a
+    token's dx rows from each rank but its home, as the fused backward sums them at W > 1
+    (MoELayer::groups_dx_rows)."""
     tokens, top_k = topk_idx.shape
     experts = w_gate_up.shape[0]
     x, w_gate_up, w_down = x.to(dtype), w_gate_up.to(dtype), w_down.to(dtype)
@@ -110,7 +134,21 @@ def moe_reference(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up=
     key = torch.where(flat >= 0, flat, torch.full_like(flat, experts))
     order = torch.argsort(key, stable=True)
     counts = torch.bincount(key, minlength=experts + 1).tolist()
-    rows = x.index_select(0, order // top_k)
+    routed_rows = sum(counts[:experts])
+    if round_like_kernels and dx_tokens_per_rank:
+        per_rank = experts_per_rank or experts
+        token = order[:routed_rows] // top_k
+        rank = key.index_select(0, order[:routed_rows]) // per_rank
+        remote = rank != token // dx_tokens_per_rank
+        ranks = -(-experts // per_rank)
+        # A group per (token, other rank); the routes to a token's home rank each one of their own.
+        unique = tokens * ranks + torch.arange(routed_rows, device=x.device)
+        group = torch.where(remote, token * ranks + rank, unique)
+        rounded = torch.zeros(tokens * ranks + routed_rows, dtype=torch.bool, device=x.device)
+        rounded[group[remote]] = True
+        rows = _GatherGroupedGrad.apply(x, token, group, rounded)
+    else:
+        rows = x.index_select(0, order[:routed_rows] // top_k)
     routed_gates = gates.reshape(-1).index_select(0, order[:sum(counts[:experts])])
     outputs, start = [], 0
     for e in range(experts):

@@ -21,9 +21,16 @@
 // that barrier; it writes this rank's ring and the home slots, which dx_to_home.hpp says when
 // each peer last read).
 //
+// The dx push per (token, rank) (groups_dx_rows): over an exchange whose expert_dx is a ring, in a
+// world of several ranks, the dx tiles leave the rows of tokens on other ranks in that ring, and
+// dx_sums tasks in the launch sum each token's rows on this rank in the window, led by the highest
+// row, and push one row into the leader route's home slot (src/kernels/fused/dx_group_sums.cuh);
+// the rows of the rank's own tokens go home from the epilogue. The reverse dispatch after the
+// last window then takes DxSlots::kPerTokenRank.
+//
 // Output: the same bits as TokenExchange::dispatch (x rows, when copied) and reverse_combine of the
-// window, gemm::grouped_down_dgrad_swiglu and fused::gate_up_dgrad_to_home over it, whatever
-// comm_ctas.
+// window, gemm::grouped_down_dgrad_swiglu and fused::gate_up_dgrad_to_home over it (dx rows grouped:
+// one more bf16 rounding per group of several rows), whatever comm_ctas.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -62,6 +69,10 @@ struct FusedBackwardArgs {
 // Device words a rank needs for a window of `buffer_rows` rows: its readiness counters and the
 // CTAs' task slots; 32-byte aligned.
 size_t backward_ready_counter_words(int buffer_rows);
+
+// Whether the launch over `exchange` sums the dx rows per (token, rank) before they go home (see
+// above): a ring of expert_dx rows, more than one rank, and not ExchangeOptions::rows_per_route.
+bool groups_dx_rows(const transfer::TokenExchange& exchange);
 
 // CTAs per rank of the launch on `world`'s device (one per SM, shared by the local ranks).
 int fused_backward_ctas_per_rank(const comm::World& world);

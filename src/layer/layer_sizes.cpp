@@ -34,14 +34,18 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   return shape;
 }
 
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward) {
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward,
+                                           bool dx_group_ring) {
   transfer::ExchangeOptions options;
   options.forward = true;
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
   options.expert_out = !fused_forward;
-  options.expert_dx = false;  // the dx GEMM stores the rows home (fused::gate_up_dgrad_to_home)
+  // The dx GEMM stores the rows home (fused::gate_up_dgrad_to_home, fused::fused_backward); the
+  // fused backward leaves those of tokens on other ranks in a ring of expert_dx rows to sum them
+  // per (token, rank) first.
   options.ring_rows = fused_forward ? sizes.ring_rows : 0;
+  options.expert_dx = fused_forward && dx_group_ring;
   return options;
 }
 

@@ -47,6 +47,8 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0, bool bf16_w
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
 // The exchange a layer of `sizes` runs on: expert_out only for v1's forward (fused_forward false),
 // the fused layer's ring.
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward);
+// `dx_group_ring`: the fused backward's ring of expert_dx rows (fused::groups_dx_rows).
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward,
+                                           bool dx_group_ring);
 
 }  // namespace caracal::layer

@@ -91,6 +91,14 @@ bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
   return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
 }
 
+// Whether the backward sums a token's dx rows per (token, rank) before they go home
+// (fused::groups_dx_rows): the fused backward in a world of several ranks, moving a row per
+// (token, rank). Its exchange then holds a ring of expert_dx rows.
+bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options) {
+  return runs_fused(config, options) && options.fused_backward && config.ep_size > 1 && !options.rows_per_route &&
+         !options.dx_rows_per_route;
+}
+
 // The SMs of the current CUDA device, whose count the default ring follows; 132 (H100, H200) where
 // there is none (a host without a GPU: the planner's default).
 int current_device_multiprocessors() {
@@ -192,6 +200,12 @@ struct MoELayer::Impl {
   bool fused_backward = false;  // with fused: the backward's fused launch per macrobatch
   int fused_comm_ctas = 0;
   bool pull_all_rows = false;
+
+  // How the routed backward fills the dx slots.
+  transfer::DxSlots dx_slots() const {
+    return fused && fused_backward && fused::groups_dx_rows(*exchange) ? transfer::DxSlots::kPerTokenRank
+                                                                       : transfer::DxSlots::kPerRoute;
+  }
 
   // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
   // shared expert's scales into its rows.
@@ -322,8 +336,9 @@ MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions
   if (multiprocessors == 0) multiprocessors = current_device_multiprocessors();
   const layer::LayerSizes sizes = sizes_for(config, options, multiprocessors);
   MoELayerMemory m;
-  m.heap = transfer::TokenExchange::heap_bytes(layer::exchange_shape(config), sizes.world_size,
-                                               layer::exchange_options(config, sizes, runs_fused(config, options)));
+  m.heap = transfer::TokenExchange::heap_bytes(
+      layer::exchange_shape(config), sizes.world_size,
+      layer::exchange_options(config, sizes, runs_fused(config, options), sums_dx_per_token_rank(config, options)));
   m.local = layer::local_bytes(sizes);
   return m;
 }
@@ -350,7 +365,8 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                 " bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options)), but the world has ",
                 world.heap_bytes_left(), " left");
   state.fused = runs_fused(config, options);
-  transfer::ExchangeOptions exchange = layer::exchange_options(config, state.sizes, state.fused);
+  transfer::ExchangeOptions exchange =
+      layer::exchange_options(config, state.sizes, state.fused, sums_dx_per_token_rank(config, options));
   exchange.max_sms = options.exchange_sms;
   exchange.rows_per_route = options.rows_per_route;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);
@@ -378,6 +394,8 @@ MoELayerBuffers MoELayer::buffers(int local_rank) const {
 }
 
 int MoELayer::ring_rows() const { return impl_->fused ? impl_->sizes.ring_rows : 0; }
+
+bool MoELayer::groups_dx_rows() const { return impl_->dx_slots() == transfer::DxSlots::kPerTokenRank; }
 
 void MoELayer::check() { impl_->exchange->check(); }
 
@@ -576,7 +594,7 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
                        "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");
     }
   }
-  state.exchange->reverse_dispatch_filled_dx_slots(config_.router, stream);
+  state.exchange->reverse_dispatch_filled_dx_slots(config_.router, stream, state.dx_slots());
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     const RankState& rank_state = state.ranks[l];

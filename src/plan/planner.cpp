@@ -103,7 +103,9 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   const int64_t ring = std::min(ring_rows, routed_rows);
   const int64_t x_row = activation_row_bytes(D, c.precision);
   const int64_t dy_row = D * 2;
-  const int64_t ring_heap_row = x_row + dy_row;                                   // expert_x, expert_dy
+  // expert_x, expert_dy and, at W > 1, expert_dx: where the fused backward sums the dx rows of other
+  // ranks' tokens per (token, rank) before one goes home.
+  const int64_t ring_heap_row = x_row + dy_row + (W > 1 ? D * 2 : 0);
   const int64_t ring_local_row = 2 * I * 2 + activation_row_bytes(I, c.precision);  // gate_up, activation
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
@@ -243,13 +245,11 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
-    // Today's kernels: the pulls (x, dy) read a token once per rank and macrobatch and combine
-    // pushes one sum per (token, rank) and macrobatch (the design's forward); the backward's
-    // pushes (dx and dL/dg) still move a row per route.
+    // Today's kernels move what the design does: the pulls (x, dy) read a token once per rank and
+    // macrobatch, combine and the fused backward's dx push one sum per (token, rank) and
+    // macrobatch (dL/dg a scalar per route).
     const int64_t today_fwd = std::max(fwd_in, fwd_out);
-    const int64_t today_bwd =
-        std::max(t.tokens_received_remote * out_row + t.sent_remote * (out_row + 4) + replay_remote * x_row,
-                 t.tokens_sent_remote * out_row + t.received_remote * (out_row + 4));
+    const int64_t today_bwd = std::max(bwd_in, bwd_out);
     rf.today_forward_nvlink_bytes = std::max(rf.today_forward_nvlink_bytes, today_fwd);
     rf.today_backward_nvlink_bytes = std::max(rf.today_backward_nvlink_bytes, today_bwd);
     // MoELayer v1 as it was, one row per route, and replays nothing.

@@ -368,9 +368,16 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
     grads.d_shared = ExpertWeights::zeros(layer.shared->hidden, layer.shared->intermediate);
   }
 
+  const std::vector<int64_t>& groups = forward.options.dx_route_groups;
+  CARACAL_CHECK(groups.empty() || static_cast<int64_t>(groups.size()) == T * k,
+                "reference_backward: options.dx_route_groups must be empty or hold T * k = ", T * k, " entries, got ",
+                groups.size());
   std::vector<double> dx_sum(static_cast<size_t>(D));
   std::vector<double> dx_row(static_cast<size_t>(D));
   std::vector<double> d_gates(static_cast<size_t>(k));
+  // B4's groups of one token: their ids and sums, in order of appearance.
+  std::vector<int64_t> group_ids;
+  std::vector<std::vector<double>> group_sums;
   for (int64_t t = 0; t < T; ++t) {
     const double* x = inputs.x.data() + static_cast<size_t>(t * D);
     const double* dy_t = dy.data() + static_cast<size_t>(t * D);
@@ -382,6 +389,8 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
       if (!grads.d_shared_scale.empty()) grads.d_shared_scale[static_cast<size_t>(t)] = d_scale;
       for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];
     }
+    group_ids.clear();
+    group_sums.clear();
     for (int64_t j = 0; j < k; ++j) {
       const int64_t route = t * k + j;
       const int32_t expert = inputs.topk_idx[static_cast<size_t>(route)];
@@ -392,7 +401,21 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
                                    forward.gates[static_cast<size_t>(route)],
                                    saved_row_of(forward.routed, route), store, grads.d_experts[e],
                                    dx_row.data());
-      for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];
+      const int64_t id = groups.empty() ? -1 : groups[static_cast<size_t>(route)];
+      if (id < 0) {
+        for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];
+        continue;
+      }
+      size_t group = 0;
+      while (group < group_ids.size() && group_ids[group] != id) ++group;
+      if (group == group_ids.size()) {
+        group_ids.push_back(id);
+        group_sums.emplace_back(static_cast<size_t>(D), 0.0);
+      }
+      for (int64_t d = 0; d < D; ++d) group_sums[group][static_cast<size_t>(d)] += dx_row[d];
+    }
+    for (const std::vector<double>& group : group_sums) {
+      for (int64_t d = 0; d < D; ++d) dx_sum[d] += store(group[static_cast<size_t>(d)]);  // B4: one row per group
     }
     score_gradients(inputs, t, forward.options.router, d_gates.data(),
                     grads.d_topk_scores.data() + static_cast<size_t>(t * k));

@@ -33,6 +33,10 @@ struct ExchangeArgs {
   bool rows_per_route = false;          // ExchangeOptions::rows_per_route
   CombinePush combine;                  // combine's push (per call)
   PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
+  // Reverse dispatch (per call): the dx slots of tokens on other ranks hold a sum per (token, rank,
+  // window of this many rows), led by the group's highest row (DxSlots::kPerTokenRank); -1: a row
+  // per route.
+  int dx_group_rows = -1;
 };
 
 // The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but

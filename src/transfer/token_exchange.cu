@@ -70,7 +70,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.backward.dy = heap.take<__nv_bfloat16>(T * D);
     b.backward.expert_dy = heap.take<__nv_bfloat16>(pulled_rows * D);
     b.backward.expert_gates = heap.take<float>(rows);
-    if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(rows * D);
+    if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(pulled_rows * D);
     b.backward.expert_dg = heap.take<float>(rows);
     // The forward's slots, when there are any: combine has summed them before the backward's
     // first launch, and the next forward fills them only after the reverse dispatch's sums
@@ -93,9 +93,9 @@ void check_options(const ExchangeOptions& options, int schedule_rows, int tile_m
   CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % tile_m == 0 && options.ring_rows <= schedule_rows,
                 "TokenExchange: options.ring_rows must be 0 or a multiple of tile_m (", tile_m,
                 ") up to the schedule's ", schedule_rows, " rows, got ", options.ring_rows);
-  CARACAL_CHECK(options.ring_rows == 0 || (!options.expert_out && !options.expert_dx),
-                "TokenExchange: options.ring_rows > 0 needs expert_out = false and expert_dx = false (combine and "
-                "reverse_dispatch push rows of the whole schedule, which a ring does not hold)");
+  CARACAL_CHECK(options.ring_rows == 0 || !options.expert_out,
+                "TokenExchange: options.ring_rows > 0 needs expert_out = false (combine pushes rows of the whole "
+                "schedule, which a ring does not hold)");
 }
 
 // Throws caracal::Error unless [first_row, end_row) is a window `name` can pull: the whole schedule
@@ -309,18 +309,24 @@ void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range)
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {
-  CARACAL_CHECK(options_.backward && options_.expert_dx,
-                "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true and expert_dx = true");
+  CARACAL_CHECK(options_.backward && options_.expert_dx && options_.ring_rows == 0,
+                "TokenExchange::reverse_dispatch needs ExchangeOptions::backward = true, expert_dx = true and no ring "
+                "(it pushes expert_dx rows of the whole schedule)");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
   launch_reverse_dispatch(args, stream, /*push_dx=*/true);
 }
 
-void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream) {
+void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
+                                                     DxSlots slots) {
   CARACAL_CHECK(options_.backward,
                 "TokenExchange::reverse_dispatch_filled_dx_slots needs ExchangeOptions::backward = true");
+  CARACAL_CHECK(slots == DxSlots::kPerRoute || (options_.expert_dx && options_.ring_rows > 0),
+                "TokenExchange::reverse_dispatch_filled_dx_slots: slots = DxSlots::kPerTokenRank needs a ring "
+                "(ExchangeOptions::ring_rows > 0) with expert_dx = true (the fused backward's groups)");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
+  args.dx_group_rows = slots == DxSlots::kPerTokenRank && !options_.rows_per_route ? options_.ring_rows : -1;
   launch_reverse_dispatch(args, stream, /*push_dx=*/false);
 }
 

@@ -411,9 +411,11 @@ inline std::vector<int64_t> ring_route_groups(const Schedule& schedule, int rank
 // The reference of every rank (in parallel: they are independent), and the routed experts'
 // weight gradients summed over the ranks whose tokens they served. `ring_rows` > 0: y as a fused
 // layer with that ring sums it (one bf16 row per token, rank and macrobatch); 0: per (token, rank);
-// `per_route`: a row per route (MoELayerOptions::rows_per_route).
+// `per_route`: a row per route (MoELayerOptions::rows_per_route). `dx_groups`: dx as a layer that
+// groups its dx rows sums it (MoELayer::groups_dx_rows: one bf16 row per token, other rank and
+// macrobatch of ring_rows; 0: a ring that holds the step).
 inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
-                                   int64_t ring_rows = 0, bool per_route = false) {
+                                   int64_t ring_rows = 0, bool per_route = false, bool dx_groups = false) {
   ReferenceOptions options;
   options.router = c.router;
   options.round_intermediates_to_bf16 = true;
@@ -424,6 +426,16 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
     futures.push_back(std::async(std::launch::async, [&, r, options]() mutable {
       const auto i = static_cast<size_t>(r);
       if (ring_rows > 0) options.route_groups = ring_route_groups(schedule, r, ring_rows);
+      if (dx_groups) {  // per (token, other rank) and macrobatch; ring_rows 0: one macrobatch
+        const int32_t* ids = s.routing.rank_topk(r);
+        options.dx_route_groups.resize(s.scores[i].size());
+        for (size_t route = 0; route < options.dx_route_groups.size(); ++route) {
+          const int64_t dst = ids[route] < 0 ? r : ids[route] / options.experts_per_rank;
+          options.dx_route_groups[route] =
+              dst == r ? -1  // the rank's own tokens: a row per route
+                       : (ring_rows > 0 ? options.route_groups[route] : dst);
+        }
+      }
       if (per_route) {
         options.route_groups.resize(s.scores[i].size());
         for (size_t route = 0; route < options.route_groups.size(); ++route) options.route_groups[route] = static_cast<int64_t>(route);
@@ -602,6 +614,15 @@ inline void expect_step_matches(const LayerCase& c, const HostStep& s, const Ste
   for (const std::string& f : failures) ADD_FAILURE() << f;
 }
 
+// The reference of step `s` as a loopback layer built with `options` computes it: y's groups per
+// macrobatch of its ring, dx's per (token, other rank, macrobatch) where it groups them.
+inline StepExpected reference_for(const LayerCase& c, const HostWeights& weights, const HostStep& s,
+                                  const MoELayerOptions& options = {}) {
+  const LoopbackLayer l(c, weights, options);
+  return reference_step(c, reference_layer(c, weights), s, l.layer.ring_rows(), options.rows_per_route,
+                        l.layer.groups_dx_rows());
+}
+
 // One step on `layer` (fresh routing and inputs for `routing`) on `stream`, checked against the
 // reference of `weights`.
 inline void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& buffers, const HostWeights& weights,
@@ -610,8 +631,9 @@ inline void check_step(const LayerCase& c, MoELayer& layer, const WorldBuffers& 
   const HostStep step = random_step(c, routing, seed.value());
   buffers.prepare(step, layer.world());
   ASSERT_NO_THROW(run_step(layer, buffers, stream));
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step, layer.ring_rows()),
-                      buffers.download());
+  expect_step_matches(
+      c, step, reference_step(c, reference_layer(c, weights), step, layer.ring_rows(), false, layer.groups_dx_rows()),
+      buffers.download());
 }
 
 // ---- Bitwise comparison -------------------------------------------------------------------------------
@@ -637,12 +659,24 @@ inline void expect_same_bits(const std::vector<RankOutputs>& a, const std::vecto
   }
 }
 
-// Every output but y the same bits in `a` and `b`: the gradients do not read y, whose sums per
-// (token, rank) depend on where a ring's macrobatches cut a token's rows (group_sum.cuh).
+// Every output but y (and with `dx_aside` dx) the same bits in `a` and `b`: the gradients do not
+// read y, whose sums per (token, rank) depend on where a ring's macrobatches cut a token's rows
+// (group_sum.cuh); dx's too where a layer groups its dx rows (MoELayer::groups_dx_rows: the fused
+// backward at W > 1) and the other does not, or cuts other macrobatches.
 inline void expect_same_bits_but_y(const std::vector<RankOutputs>& a, std::vector<RankOutputs> b,
-                                   const std::string& what) {
-  for (size_t r = 0; r < a.size() && r < b.size(); ++r) b[r].y = a[r].y;
-  expect_same_bits(a, b, what + ", y aside");
+                                   const std::string& what, bool dx_aside = false) {
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    b[r].y = a[r].y;
+    if (dx_aside) b[r].dx = a[r].dx;
+  }
+  expect_same_bits(a, b, what + (dx_aside ? ", y and dx aside" : ", y aside"));
+}
+
+// Every output but dx the same bits (see expect_same_bits_but_y).
+inline void expect_same_bits_but_dx(const std::vector<RankOutputs>& a, std::vector<RankOutputs> b,
+                                    const std::string& what) {
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) b[r].dx = a[r].dx;
+  expect_same_bits(a, b, what + ", dx aside");
 }
 
 }  // namespace caracal::layer_test

@@ -1,10 +1,12 @@
 // The fused backward (src/fused/fused_backward.hpp) through MoELayer: the same bits as the
 // backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
-// every output and gradient, whatever the number of pulling CTAs and the ring (macrobatch 0's
-// launch copies its x rows, the later ones follow an up/gate replay), with the dy rows of tokens on
-// this GPU copied before the launch or every row pulled in it, and within the fp64 reference's
-// bounds; on loopback W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty
-// experts and ranks, -1 slots, one token).
+// every output and gradient — but dx at W > 1, which it sums per (token, rank) and macrobatch
+// before one row goes home (dx_group_sums.cuh), checked against the reference that rounds there
+// too — whatever the number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows,
+// the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied before
+// the launch or every row pulled in it, and within the fp64 reference's bounds; on loopback W = 1,
+// 2, 4, 8 and adversarial routings (all routes to one expert, empty experts and ranks, -1 slots,
+// one token, k > 32). Every output is the same bits whatever the comm CTAs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -36,6 +38,9 @@ std::vector<LayerCase> backward_cases() {
       {"W4_empty_ranks_k2_unnormalized", 4, 253, 16, 2, true, true, kUnnormalized, R::kEmptyRanks},
       {"W8_empty_slots_k2", 8, 97, 16, 2, true, false, kNormalized, R::kEmptySlots},
       {"W8_all_slots_empty_k2", 8, 41, 8, 2, true, false, kNormalized, R::kAllEmpty},
+      // Several of a token's rows on each rank (groups of many members), in two rounds of 32 slots.
+      {"W2_duplicates_k36", 2, 45, 48, 36, true, false, kNormalized, R::kDuplicates},
+      {"W4_uniform_k8", 4, 500, 16, 8, false, false, kNormalized, R::kUniform},
   };
 }
 
@@ -51,9 +56,20 @@ TEST_P(GpuFusedBackward, SameBitsAsSeparateLaunchesAcrossCommCtasAndRings) {
     SCOPED_TRACE(ring);
     const std::vector<RankOutputs> separate = run_once(c, s, options(false, 0, ring_rows, pull_all_rows));
     const std::vector<RankOutputs> fused = run_once(c, s, options(true, 0, ring_rows, pull_all_rows));
-    const int64_t ring_used = LoopbackLayer(c, s.weights, options(true, 0, ring_rows)).layer.ring_rows();
-    expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_used), fused);
-    expect_same_bits(separate, fused, "fused backward against its separate launches, " + ring);
+    const LoopbackLayer layer(c, s.weights, options(true, 0, ring_rows));
+    const bool grouped = layer.layer.groups_dx_rows();
+    EXPECT_EQ(grouped, c.world > 1) << "the fused backward groups dx rows at W > 1 only";
+    expect_step_matches(c, s.step, reference_step(c, reference, s.step, layer.layer.ring_rows(), false, grouped), fused);
+    if (grouped) {
+      expect_same_bits_but_dx(separate, fused, "fused backward against its separate launches, " + ring);
+      expect_step_matches(c, s.step, reference_step(c, reference, s.step, layer.layer.ring_rows()), separate);
+      // A row per route (MoELayerOptions::dx_rows_per_route): the separate launches' bits.
+      MoELayerOptions per_route = options(true, 0, ring_rows, pull_all_rows);
+      per_route.dx_rows_per_route = true;
+      expect_same_bits(separate, run_once(c, s, per_route), "fused backward, dx a row per route, " + ring);
+    } else {
+      expect_same_bits(separate, fused, "fused backward against its separate launches, " + ring);
+    }
     expect_same_bits(fused, run_once(c, s, options(true, 1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
     expect_same_bits(fused, run_once(c, s, options(true, 7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
   };

@@ -73,11 +73,17 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
   const std::vector<RankOutputs> fused = run_once(c, s, MoELayerOptions{});
   const int64_t ring = LoopbackLayer(c, s.weights, MoELayerOptions{}).layer.ring_rows();  // the default's
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, ring), fused);
+  expect_step_matches(c, s.step, reference_for(c, s.weights, s.step), fused);
+  // The fused backward sums dx per (token, rank) at W > 1 (v1 sends a row per route).
+  const bool dx_grouped = c.world > 1;
   if (ring_holds_step(c, s.step, ring)) {
-    expect_same_bits(v1, fused, "fused (default comm CTAs) against v1");
+    if (dx_grouped) {
+      expect_same_bits_but_dx(v1, fused, "fused (default comm CTAs) against v1");
+    } else {
+      expect_same_bits(v1, fused, "fused (default comm CTAs) against v1");
+    }
   } else {  // more than one macrobatch: y's groups differ (GpuFusedForwardRing)
-    expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1");
+    expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1", dx_grouped);
   }
   expect_same_bits(fused, run_once(c, s, fused_options(1)), "fused, 1 comm CTA per rank");
   expect_same_bits(fused, run_once(c, s, fused_options(3)), "fused, 3 comm CTAs per rank");
@@ -114,11 +120,14 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
   const SeededStep s(c, c.routing);
   const ReferenceLayer reference = reference_layer(c, s.weights);
   const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
-  // Every output of a ring run but y against v1 bitwise, y against the reference of its ring.
+  // The fused backward sums dx per (token, rank) and macrobatch at W > 1 (v1: a row per route).
+  const bool dx_grouped = c.world > 1;
+  // Every output of a ring run but y (and dx where grouped) against v1 bitwise, y and dx against
+  // the reference of its ring.
   const auto expect_ring = [&](const std::vector<RankOutputs>& ring, int64_t ring_rows, const std::string& what) {
     SCOPED_TRACE(what);
-    expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_rows), ring);
-    expect_same_bits_but_y(v1, ring, what + " against v1");
+    expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_rows, false, dx_grouped), ring);
+    expect_same_bits_but_y(v1, ring, what + " against v1", dx_grouped);
   };
   const std::vector<RankOutputs> ring128 = run_once(c, s, fused_options(0, 128));
   expect_ring(ring128, 128, "fused, a ring of 128 rows");
@@ -127,7 +136,12 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
   // Every row pulled (a loopback world pulls none otherwise): the pull role, its x_ready counts and
   // its waits for the ring rows it takes over; the same bits as the ring's other runs.
   expect_same_bits(ring128, run_once(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
-  expect_same_bits(v1, run_once(c, s, fused_options(2, 0, true)), "fused, every row pulled, no ring, 2 comm CTAs");
+  const std::vector<RankOutputs> all_pulled = run_once(c, s, fused_options(2, 0, true));
+  if (dx_grouped) {
+    expect_same_bits_but_dx(v1, all_pulled, "fused, every row pulled, no ring, 2 comm CTAs");
+  } else {
+    expect_same_bits(v1, all_pulled, "fused, every row pulled, no ring, 2 comm CTAs");
+  }
   // Per route (a pull per route, a row home per route): v1's bits, whatever the ring.
   const std::vector<RankOutputs> v1_per_route = run_once(c, s, v1_options(true));
   expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0, /*per_route=*/true), v1_per_route);
@@ -156,7 +170,7 @@ TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
     const std::string what = "ring layer, step " + std::to_string(i++);
     expect_same_bits(run_once(base, weights, step, fused_options(0, 256)), got, what);
     SCOPED_TRACE(what);
-    expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step, 256), got);
+    expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step, 256, false, true), got);
   }
 }
 

@@ -149,7 +149,7 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
     const HostStep step = random_step(c, routing, seed.value());
     std::vector<RankOutputs> got;
     ASSERT_NO_THROW(got = run_threads(c, weights, step));
-    expect_step_matches(c, step, reference_step(c, reference, step), got);
+    expect_step_matches(c, step, reference_for(c, weights, step), got);
     if (routing == RoutingCase::kZipf) {
       std::vector<RankOutputs> again;
       ASSERT_NO_THROW(again = run_threads(c, weights, step));
@@ -162,8 +162,8 @@ TEST_P(GpuMoELayerNcclThreads, MatchReferenceAndRepeatBitwise) {
     ring.ring_rows = 128;
     std::vector<RankOutputs> on_ring;
     ASSERT_NO_THROW(on_ring = run_threads(c, weights, step, ring));
-    expect_same_bits_but_y(got, on_ring, "a ring of 128 rows");
-    expect_step_matches(c, step, reference_step(c, reference, step, ring.ring_rows), on_ring);
+    expect_same_bits_but_y(got, on_ring, "a ring of 128 rows", /*dx_aside=*/true);
+    expect_step_matches(c, step, reference_for(c, weights, step, ring), on_ring);
   }
 }
 
@@ -226,7 +226,9 @@ TEST(GpuMoELayerGraph, ReplaysForwardBackwardWithNewRoutingAndInputs) {
       graph->launch(stream);
       stream.sync();
       ASSERT_NO_THROW(layer.check());
-      expect_step_matches(c, step, reference_step(c, reference_layer(c, weights), step, layer.ring_rows()),
+      expect_step_matches(c, step,
+                          reference_step(c, reference_layer(c, weights), step, layer.ring_rows(), false,
+                                         layer.groups_dx_rows()),
                           buffers.download());
     }
   }
@@ -307,7 +309,7 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
     return buffers.download();
   };
   const std::vector<RankOutputs> first = run(layer);
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step), first);
+  expect_step_matches(c, s.step, reference_for(c, s.weights, s.step), first);
   expect_same_bits(first, run(layer), "second run");
   expect_same_bits(first, run(other_layer), "gemm_ctas = 7");
   expect_same_bits(first, run(fixed_stride_layer), "row tiles at a fixed stride (no tile queue)");
@@ -321,8 +323,10 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
   MoELayer ring_few_ctas(config_of(c), ring_world, ring);
   // y's groups follow the macrobatches (group_sum.cuh): the gradients v1's bits, y the reference's.
   const std::vector<RankOutputs> on_ring = run(ring_layer);
-  expect_same_bits_but_y(first, on_ring, "a ring of 128 rows");
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, ring_layer.ring_rows()),
+  expect_same_bits_but_y(first, on_ring, "a ring of 128 rows", ring_layer.groups_dx_rows());
+  expect_step_matches(c, s.step,
+                      reference_step(c, reference_layer(c, s.weights), s.step, ring_layer.ring_rows(), false,
+                                     ring_layer.groups_dx_rows()),
                       on_ring);
   expect_same_bits(on_ring, run(ring_few_ctas), "a ring of 128 rows, gemm_ctas = 7");
   buffers.prepare(s.step, world);  // poisons the weight gradients, which the zero-copy run writes there too
@@ -349,7 +353,7 @@ TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
   const HostStep& step = s.step;
   const std::vector<RankOutputs> got = run_once(c, s.weights, step);
   const ReferenceLayer reference = reference_layer(c, s.weights);
-  const StepExpected want = reference_step(c, reference, step);
+  const StepExpected want = reference_step(c, reference, step, 0, false, /*dx_groups=*/true);
   ASSERT_EQ(step_failures(c, step, want, got), std::vector<std::string>{}) << "the real outputs pass";
 
   // Expert 5 (rank 1's second) computes too much: its output rows, and through W_down^T dy its
@@ -357,7 +361,7 @@ TEST(GpuMoELayerChecks, CatchDeliberateErrors) {
   const auto expert_scaled = [&](double factor) {
     ReferenceLayer scaled = reference;
     for (double& w : scaled.experts[5].down) w *= factor;
-    return step_failures(c, step, reference_step(c, scaled, step), got, false);
+    return step_failures(c, step, reference_step(c, scaled, step, 0, false, /*dx_groups=*/true), got, false);
   };
   const std::vector<std::string> half_percent = expert_scaled(1.005);
   EXPECT_TRUE(any_names(half_percent, "rank 1 d_w_gate")) << "d_w_gate missed an expert 0.5% off";
@@ -476,7 +480,9 @@ TEST(GpuMoELayerApi, Bf16WeightGradientsNeedTheOption) {
   l.layer.backward(l.buffers.backward_args(), context, stream.get());
   stream.sync();
   ASSERT_NO_THROW(l.layer.check());
-  expect_step_matches(c, s.step, reference_step(c, reference_layer(c, s.weights), s.step, l.layer.ring_rows()),
+  expect_step_matches(c, s.step,
+                      reference_step(c, reference_layer(c, s.weights), s.step, l.layer.ring_rows(), false,
+                                     l.layer.groups_dx_rows()),
                       l.buffers.download());
 }
 

@@ -139,7 +139,7 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   const HostStep next = random_step(c, RoutingCase::kZipf, s.seed.value() + 1);
   buffers.prepare(next, world);
   run_step(layer, buffers, stream);
-  expect_step_matches(c, next, reference_step(c, reference_layer(c, s.weights), next), buffers.download());
+  expect_step_matches(c, next, reference_for(c, s.weights, next), buffers.download());
 }
 
 TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
@@ -190,7 +190,7 @@ struct BadTokenRun {
   BadTokenRun(const LayerCase& c, size_t rank, size_t token, size_t d, float bad)
       : clean(c, RoutingCase::kUniform),
         got(run_once(c, clean.weights, with_bad_x(clean.step, rank, token * kHidden + d, bad))),
-        want(reference_step(c, reference_layer(c, clean.weights), clean.step)) {}
+        want(reference_for(c, clean.weights, clean.step)) {}
 
   static HostStep with_bad_x(HostStep step, size_t rank, size_t i, float bad) {
     step.x[rank][i] = bf16_bits(bad);
@@ -222,7 +222,7 @@ TEST(GpuMoELayerNumerics, ZeroScoreSumGivesZeroWeights) {
       }
     }
   }
-  expect_step_matches(c, step, reference_step(c, reference_layer(c, s.weights), step), run_once(c, s.weights, step));
+  expect_step_matches(c, step, reference_for(c, s.weights, step), run_once(c, s.weights, step));
 }
 
 // A NaN in one token's x: that token's y, dx and score gradients are NaN; every other token's

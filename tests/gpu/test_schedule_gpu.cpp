@@ -367,9 +367,14 @@ TEST(ExchangeShapeValidation, HeapBytesFollowTheOptions) {
   ring.ring_rows = 1536;
   test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); }, {"up to the schedule's 1408 rows"});
   ring.ring_rows = 256;
+  // expert_dx over a ring: a ring of dx rows (the fused backward's groups), 256 rows of D.
+  ExchangeOptions dx_ring = ring;
+  dx_ring.expert_dx = true;
+  EXPECT_EQ(TokenExchange::heap_bytes(shape, 2, dx_ring) - TokenExchange::heap_bytes(shape, 2, ring),
+            static_cast<size_t>(256 * 64 * 2));
   ring.expert_out = true;
   test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); },
-                     {"options.ring_rows > 0 needs expert_out = false and expert_dx = false"});
+                     {"options.ring_rows > 0 needs expert_out = false"});
   EXPECT_THROW((void)TokenExchange::heap_bytes({64, 4, 60, 16, 128}, 2), Error);
 }
 

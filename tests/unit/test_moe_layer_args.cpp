@@ -73,14 +73,23 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
     const MoELayerMemory m = MoELayer::memory(c);
     const layer::LayerSizes sizes = layer::layer_sizes(c, 4480);
     EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8,
-                                                         layer::exchange_options(c, sizes, true)));
+                                                         layer::exchange_options(c, sizes, true, true)));
     EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
+    // The fused backward's ring of dx rows (summed per (token, rank) before they go home): one row
+    // per ring row; without the fused backward, or a row per route, none.
+    const size_t dx_ring = aligned_bytes(4480 * 256, 2);
+    MoELayerOptions separate_backward;
+    separate_backward.fused_backward = false;
+    EXPECT_EQ(MoELayer::heap_bytes(c, separate_backward), m.heap - dx_ring);
+    MoELayerOptions per_route;
+    per_route.rows_per_route = true;
+    EXPECT_EQ(MoELayer::heap_bytes(c, per_route), m.heap - dx_ring);
     // v1 (and a world of more ranks than the fused path runs on) keeps an output row per schedule
     // row and pulls rows into buffers of the exchange's whole capacity: 4,510 rows x 256 x 2 bytes,
     // against the ring's 4,480 for expert_x and expert_dy.
     MoELayerOptions v1;
     v1.fused_forward = false;
-    EXPECT_EQ(MoELayer::heap_bytes(c, v1), m.heap + aligned_bytes(4510 * 256, 2) +
+    EXPECT_EQ(MoELayer::heap_bytes(c, v1), m.heap - dx_ring + aligned_bytes(4510 * 256, 2) +
                                                2 * (aligned_bytes(4510 * 256, 2) - aligned_bytes(4480 * 256, 2)));
     const size_t rows = 4480;
     // gate_up (the backward's d_gate_up over it), activation; the router-gradient workspace.
@@ -94,13 +103,13 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
     EXPECT_LT(m.local, routed + 64 * 1024) << "beyond 256-byte alignment of each buffer";
     EXPECT_EQ(MoELayer::memory(c, v1).local, m.local);  // the same rows: the ring holds them all
 
-    // A ring of 1,024 rows: expert_x, expert_dy, gate_up and activation hold 1,024 rows, and two
+    // A ring of 1,024 rows: expert_x, expert_dy, expert_dx, gate_up and activation hold 1,024 rows, and two
     // fp32 partial sums of one expert's weight gradients (3 x 256 x 128 floats) carry bf16 weight
     // gradients across the macrobatches.
     MoELayerOptions ring;
     ring.ring_rows = 1024;
     const MoELayerMemory r = MoELayer::memory(c, ring);
-    EXPECT_EQ(m.heap - r.heap, 2 * (aligned_bytes(4480 * 256, 2) - aligned_bytes(1024 * 256, 2)));
+    EXPECT_EQ(m.heap - r.heap, 3 * (aligned_bytes(4480 * 256, 2) - aligned_bytes(1024 * 256, 2)));
     EXPECT_EQ(m.local - r.local + 2 * aligned_bytes(gemm::weight_grad_partial_floats(256, 128), 4),
               aligned_bytes(4480 * 2 * 128, 2) + aligned_bytes(4480 * 128, 2) - aligned_bytes(1024 * 2 * 128, 2) -
                   aligned_bytes(1024 * 128, 2));

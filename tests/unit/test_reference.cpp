@@ -567,6 +567,23 @@ TEST_F(ReferenceTest, Bf16ModeRoundsExactlyAtTheContractPoints) {
   }
   expect_near_relative(per_rank.y, y, "y, one expert per rank");
   EXPECT_GT(relative_difference(per_rank.y, forward.y), 0.0) << "the groups made no difference";
+
+  // B4's groups (the fused backward's dx per (token, rank)): both routes in one group, summed and
+  // rounded to bf16 before the shared row's dx joins them; each alone (-1) is the plain sum.
+  p.options.dx_route_groups = {7, 7};
+  const auto grouped_forward = reference_forward(p.layer, p.inputs, p.options);
+  const auto grouped = reference_backward(p.layer, p.inputs, grouped_forward, p.dy);
+  for (size_t d = 0; d < dx.size(); ++d) dx[d] = round_to_bf16(shared.dx[d] + round_to_bf16(slot0.dx[d] + slot1.dx[d]));
+  expect_near_relative(grouped.dx, dx, "dx, both routes in one group");
+  EXPECT_GT(relative_difference(grouped.dx, grads.dx), 0.0) << "the dx group made no difference";
+  expect_near_relative(grouped.d_topk_scores, grads.d_topk_scores, "d_topk_scores, dx groups");
+  p.options.dx_route_groups = {-1, -1};
+  const auto alone_forward = reference_forward(p.layer, p.inputs, p.options);
+  EXPECT_EQ(reference_backward(p.layer, p.inputs, alone_forward, p.dy).dx, grads.dx) << "every route alone";
+  p.options.dx_route_groups = {7};
+  const auto bad_forward = reference_forward(p.layer, p.inputs, p.options);
+  expect_error_containing([&] { (void)reference_backward(p.layer, p.inputs, bad_forward, p.dy); },
+                          "options.dx_route_groups must be empty or hold T * k = 2 entries, got 1");
 }
 
 // ---- Bad inputs ------------------------------------------------------------------------------

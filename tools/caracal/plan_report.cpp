@@ -69,7 +69,7 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
 
   os << "Memory per rank (MoELayer)          MiB\n";
   os << "  symmetric buffers      " << mib(m.symmetric) << "   (per token and route)\n";
-  os << "  ring                   " << mib(m.ring) << "   (x, dy, gate/up, activation rows)\n";
+  os << "  ring                   " << mib(m.ring) << "   (x, dy, dx at W > 1, gate/up, activation rows)\n";
   os << "  schedule               " << mib(m.schedule) << "   (for the worst case)\n";
   os << "  shared expert          " << mib(m.saved) << "\n";
   os << "  weight-grad partials   " << mib(m.partials) << "   (bf16 gradients across macrobatches)\n";
@@ -86,7 +86,7 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << format("  NVLink MB (busier dir.)    %9.1f   %9.1f\n", static_cast<double>(rf.forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.backward_nvlink_bytes) * 1e-6);
   os << format("  NVLink ms                  %9.3f   %9.3f\n", rf.forward_nvlink_ms, rf.backward_nvlink_ms);
-  os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (forward per (token, rank), backward pushes per route)\n",
+  os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (a row per (token, rank) both ways)\n",
                static_cast<double>(rf.today_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.today_backward_nvlink_bytes) * 1e-6);
   os << format("  NVLink MB, per route (v1)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,

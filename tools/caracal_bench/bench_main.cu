@@ -307,6 +307,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
+  app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,
+               "At W > 1 the fused backward sends a dx row home per route instead of one sum per (token, rank)");
   app.add_flag("--profile-step", a.profile_step,
                "No timing: after two warm-up steps, one forward and backward of the fused layer between "
                "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");

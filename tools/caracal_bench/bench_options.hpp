@@ -28,6 +28,7 @@ struct BenchOptions {
   bool fused_pull_all_rows = false;  // MoELayerOptions::fused_pull_all_rows
   bool separate_backward = false;    // MoELayerOptions::fused_backward = false
   bool rows_per_route = false;       // MoELayerOptions::rows_per_route
+  bool dx_rows_per_route = false;    // MoELayerOptions::dx_rows_per_route
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)

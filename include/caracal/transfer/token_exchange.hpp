@@ -65,12 +65,15 @@ struct ExchangeOptions {
   // runs (the fused forward's rows wait in expert_dy's ring).
   bool expert_out = true;
   // expert_dx (R x D), what reverse_dispatch pushes home; without it only
-  // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself).
+  // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself). Over a ring
+  // (ring_rows > 0) it is a ring of that many rows instead: where the fused backward's dx tiles
+  // leave the rows of tokens on other ranks, whose groups it sums before one row goes home
+  // (src/kernels/fused/dx_group_sums.cuh; fused::FusedBackwardArgs).
   bool expert_dx = true;
   // expert_x and expert_dy as a ring of this many rows (a multiple of tile_m, caracal/
   // schedule_view.hpp: schedule row r in buffer row r % ring_rows) instead of R: dispatch and
   // reverse_combine then pull one window of at most ring_rows rows at a time, the fused kernels
-  // walk it; needs expert_out and expert_dx off. 0: R rows.
+  // walk it; needs expert_out off. 0: R rows.
   int ring_rows = 0;
   // SMs the exchange kernels may occupy on the device (all local ranks together); they spin on
   // peers in world barriers, so the rest stay free for other work (a concurrent NCCL collective
@@ -105,6 +108,10 @@ struct PullRange {
   // of later macrobatches, and its second pull of the first, are such.
   bool after_barrier = false;
 };
+
+// How the dx slots were filled (reverse_dispatch_filled_dx_slots): a row per route, or one per
+// (token, rank, ring window) for the tokens of other ranks and a row per route for the rank's own.
+enum class DxSlots { kPerRoute, kPerTokenRank };
 
 class TokenExchange {
  public:
@@ -168,7 +175,11 @@ class TokenExchange {
   // dx row into its home slot), so without the push of dx rows and the first barrier. A launch that
   // fills peers' dx slots must come after a world barrier that follows the last reverse dispatch's
   // sums (MoELayer's follows reverse_combine's).
-  void reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream);
+  // `slots` says how they were filled: a row per route, or (the fused backward with a ring of
+  // expert_dx rows) one per (token, rank, window of ring_rows rows) for the tokens of other ranks,
+  // in the slot of the group's highest row.
+  void reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
+                                        DxSlots slots = DxSlots::kPerRoute);
 
   // What the exchange kernels read, for the fused kernels that run the exchange's device blocks
   // beside the GEMMs' (src/kernels/fused).

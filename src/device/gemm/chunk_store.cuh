@@ -122,6 +122,10 @@ class ChunkStoreRing {
     index_ = (index_ + 1) % kChunkBuffers;
   }
 
+  // Every thread of the warpgroup has issued its scatter() stores (a barrier, after which one
+  // thread's release publishes them all).
+  __device__ void scatters_issued() const { sync(); }
+
   // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
   __device__ void drain() const {
     if (leader_) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");

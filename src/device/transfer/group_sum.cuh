@@ -29,13 +29,18 @@ struct GroupGates {
   __device__ float of(int slot) const { return __fmul_rn(factor, scores[slot]); }
 };
 
-// One warp: the weighted sum of `group`'s output rows (row_of(row): a member's first vector),
-// stored into `dst` (the leader route's home slot). kCoherent: the rows were stored during this
+// The backward's dx groups: members summed unweighted (fma(1, v, acc) is acc + v, rounded once).
+struct UnitGates {
+  __device__ float of(int) const { return 1.0f; }
+};
+
+// One warp: the weighted sum of `group`'s output rows (row_of(row): a member's first vector; gates:
+// GroupGates, or UnitGates for a plain sum), stored into `dst` (the leader route's home slot). kCoherent: the rows were stored during this
 // launch (ld.global), else before it (ld.global.nc). kInFlight: member rows loaded before they are
 // accumulated (as many registers as the caller can spare). Call from all lanes, for a group this
 // row leads.
-template <bool kCoherent, int kInFlight, typename RowOf>
-__device__ void warp_store_group_sum(const TokenGroup& group, const GroupGates& gates, RowOf&& row_of, uint4* dst,
+template <bool kCoherent, int kInFlight, typename Gates, typename RowOf>
+__device__ void warp_store_group_sum(const TokenGroup& group, const Gates& gates, RowOf&& row_of, uint4* dst,
                                      int vectors, int lane) {
   // The first 32 slots' members and gates stay in registers; further rounds (k > 32) are looked
   // up again for every vector.
@@ -98,19 +103,26 @@ __device__ void warp_store_group_sum_staged(const TokenGroup& group, const Group
                       });
 }
 
+// How a home rank's slots were filled: which routes form groups and which member leads each.
+struct SlotGroups {
+  int group_rows = 0;          // a group's rows lie in one window of this many rows (0: the schedule)
+  bool per_route = false;      // every route a group of its own
+  bool last_row_leads = false;  // the group's highest row leads it (the backward's dx), else its lowest
+  int per_route_rank = -1;     // the routes to this rank are groups of their own (-1: none)
+};
+
 // The home side's view of a token's groups: which of its k slots hold a group's sum (the leader
 // slots), from route_location ({rank, row} of each route, written by build_schedule). Made by the
 // warp that sums the token; the first 32 slots' answers are kept as a bit mask.
 class LeaderSlots {
  public:
-  __device__ LeaderSlots(const int2* locations, const int32_t* ids, int num_experts, int top_k, int group_rows,
-                         bool per_route, int lane)
+  __device__ LeaderSlots(const int2* locations, const int32_t* ids, int num_experts, int top_k, const SlotGroups& groups,
+                         int lane)
       : locations_(locations),
         ids_(ids),
         num_experts_(num_experts),
         top_k_(top_k),
-        group_rows_(group_rows),
-        per_route_(per_route),
+        groups_(groups),
         first_mask_(__ballot_sync(~0u, lane < top_k && leads(lane))) {}
 
   __device__ bool operator()(int slot) const {
@@ -118,17 +130,19 @@ class LeaderSlots {
   }
 
  private:
-  // Whether `slot` is routed and no other route of its token to the same rank and window has a
-  // lower row.
+  // Whether `slot` is routed and no other route of its token to the same rank and window comes
+  // before it in the leading order (a lower row; with last_row_leads a higher one).
   __device__ bool leads(int slot) const {
     if (!is_routed(ids_[slot], num_experts_)) return false;
-    if (per_route_) return true;
+    if (groups_.per_route) return true;
     const int2 own = locations_[slot];
+    if (own.x == groups_.per_route_rank) return true;
     for (int j = 0; j < top_k_; ++j) {
       if (j == slot || !is_routed(ids_[j], num_experts_)) continue;
       const int2 other = locations_[j];
-      const bool same_window = group_rows_ == 0 || other.y / group_rows_ == own.y / group_rows_;
-      if (other.x == own.x && same_window && other.y < own.y) return false;
+      const bool same_window = groups_.group_rows == 0 || other.y / groups_.group_rows == own.y / groups_.group_rows;
+      const bool before = groups_.last_row_leads ? other.y > own.y : other.y < own.y;
+      if (other.x == own.x && same_window && before) return false;
     }
     return true;
   }
@@ -137,8 +151,7 @@ class LeaderSlots {
   const int32_t* ids_;
   int num_experts_;
   int top_k_;
-  int group_rows_;
-  bool per_route_;
+  SlotGroups groups_;
   unsigned first_mask_;
 };
 

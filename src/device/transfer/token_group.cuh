@@ -51,6 +51,14 @@ class TokenGroup {
     return __reduce_min_sync(~0u, lowest) == own_row_;
   }
 
+  // Whether this row is the group's highest (warp-uniform: all lanes call): the backward's dx
+  // groups are led by it, so that a group can be summed as soon as its leader's block is done.
+  __device__ bool last_is_own_row(int lane) const {
+    int highest = -1;
+    for (int base = 0; base < top_k_; base += kWarpSize) highest = max(highest, member(base + lane));
+    return __reduce_max_sync(~0u, highest) == own_row_;
+  }
+
   // The home route of slot `slot`.
   __device__ int route(int slot) const { return first_route_ + slot; }
   __device__ int top_k() const { return top_k_; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "device/comm/device_sync.cuh"
+#include "device/transfer/group_sum.cuh"
 #include "device/transfer/router_math.cuh"
 #include "device/transfer/schedule_rows.cuh"
 #include "device/transfer/slot_reduce.cuh"
@@ -26,7 +27,9 @@ __host__ __device__ constexpr int slices_of_row(int64_t hidden) {
   return static_cast<int>((hidden / kBf16PerVector + kSliceVectors - 1) / kSliceVectors);
 }
 
-template <bool kPushDx>
+// kGroupedDx: the dx slots of tokens on other ranks hold a sum per (token, rank, window)
+// (ExchangeArgs::dx_group_rows), only the leader slots are summed; else every routed slot.
+template <bool kPushDx, bool kGroupedDx>
 __global__ void __launch_bounds__(kReduceThreads, 1)
     reverse_dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
@@ -61,11 +64,20 @@ __global__ void __launch_bounds__(kReduceThreads, 1)
                                 args.scaling, world.at(args.router.d_topk_scores, rank) + first_route, lane);
         }
         const uint4* slots = row_vectors(world.at(backward.dx_slots, rank), first_route, args.hidden) + first;
-        reduce_token_slots(
-            [&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); }, args.top_k,
-            [&](int slot) { return slots + static_cast<int64_t>(slot) * vectors; }, args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
-            row_vectors(world.at(backward.dx, rank), token, args.hidden) + first, min(kSliceVectors, vectors - first),
-            lane);
+        const auto sum_slots = [&](auto&& summed) {
+          reduce_token_slots(
+              summed, args.top_k, [&](int slot) { return slots + static_cast<int64_t>(slot) * vectors; },
+              args.has_shared ? row_vectors(world.at(backward.shared_dx, rank), token, args.hidden) + first : nullptr,
+              row_vectors(world.at(backward.dx, rank), token, args.hidden) + first, min(kSliceVectors, vectors - first),
+              lane);
+        };
+        if constexpr (kGroupedDx) {
+          const SlotGroups groups{args.dx_group_rows, false, /*last_row_leads=*/true, rank};
+          sum_slots(LeaderSlots(world.at(schedule.route_location, rank) + first_route, ids, args.num_experts,
+                                args.top_k, groups, lane));
+        } else {
+          sum_slots([&](int slot) { return is_routed(__ldg(ids + slot), args.num_experts); });
+        }
       });
 }
 
@@ -75,8 +87,10 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
                                                 const ExchangeSizes& sizes) {
   comm::LaunchShape shape;
   shape.threads_per_cta = kReduceThreads;
-  const int max_ctas = std::min(comm::max_ctas_per_rank(world, reverse_dispatch_kernel<true>, shape.threads_per_cta),
-                                comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false>, shape.threads_per_cta));
+  const int max_ctas =
+      std::min({comm::max_ctas_per_rank(world, reverse_dispatch_kernel<true, false>, shape.threads_per_cta),
+                comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false, false>, shape.threads_per_cta),
+                comm::max_ctas_per_rank(world, reverse_dispatch_kernel<false, true>, shape.threads_per_cta)});
   // A warp per row while pushing, a warp per token slice while summing.
   const int64_t items = std::max(sizes.row_capacity, exchange.tokens * slices_of_row(exchange.hidden));
   shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, items, kReduceThreads / kWarpSize);
@@ -86,10 +100,13 @@ comm::LaunchShape reverse_dispatch_launch_shape(comm::World& world, int sm_budge
 void launch_reverse_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                              cudaStream_t stream, bool push_dx) {
   if (push_dx) {
-    comm::launch(world, "TokenExchange::reverse_dispatch", shape, stream, reverse_dispatch_kernel<true>, args);
+    comm::launch(world, "TokenExchange::reverse_dispatch", shape, stream, reverse_dispatch_kernel<true, false>, args);
+  } else if (args.dx_group_rows >= 0) {
+    comm::launch(world, "TokenExchange::reverse_dispatch_filled_dx_slots", shape, stream,
+                 reverse_dispatch_kernel<false, true>, args);
   } else {
     comm::launch(world, "TokenExchange::reverse_dispatch_filled_dx_slots", shape, stream,
-                 reverse_dispatch_kernel<false>, args);
+                 reverse_dispatch_kernel<false, false>, args);
   }
 }
 

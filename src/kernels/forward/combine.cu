@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kReduceThreads, 1) combine_kernel(comm::Device
     const int64_t first_route = static_cast<int64_t>(token) * args.top_k;
     const LeaderSlots leaders(world.at(schedule.route_location, rank) + first_route,
                               world.at(schedule.topk_idx, rank) + first_route, args.num_experts, args.top_k,
-                              push.group_rows, args.rows_per_route, lane);
+                              SlotGroups{push.group_rows, args.rows_per_route}, lane);
     const uint4* slots = row_vectors(world.at(args.forward.combine_slots, rank), first_route, args.hidden);
     const uint4* shared =
         args.has_shared ? row_vectors(world.at(args.forward.shared_out, rank), token, args.hidden) : nullptr;

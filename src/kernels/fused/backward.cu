@@ -30,14 +30,14 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  run_backward_tasks(world, place, p.ranks[place.local_rank], *reinterpret_cast<gemm::KernelStorage*>(smem));
+  run_backward_tasks(world, place, p.ranks[place.local_rank], p.schedule, *reinterpret_cast<gemm::KernelStorage*>(smem));
 }
 
 constexpr const char* kName = "fused backward";
 
-// The counters ahead of the task slots, in words: dy_ready and dgrad_done per block of the
-// window's buffer rows, the task counter.
-size_t counter_words(int buffer_rows) { return 2 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 1; }
+// The counters ahead of the task slots, in words: dy_ready, dgrad_done and dx_done per block of the
+// window's buffer rows, the task counter and the dx sums' counter.
+size_t counter_words(int buffer_rows) { return 3 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2; }
 
 // Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
 FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
@@ -70,13 +70,17 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
   r.dgrad_mainloop = d.mainloop;
   r.dgrad_epilogue = d.epilogue;
   r.dx_mainloop = x.mainloop;
-  r.dx_epilogue = {rows.rows, world.device_heap_table(), buffers.dx_slots, pass.hidden};
-  r.tiles = {d.tiles, x.tiles};
+  const bool grouped = groups_dx_rows(exchange);
+  r.dx_epilogue = {rows.rows, world.device_heap_table(), buffers.dx_slots, pass.hidden, world.first_local_rank() + l,
+                   grouped ? world.local_pointer(buffers.expert_dx, l) : nullptr};
+  r.tiles = {d.tiles, x.tiles, grouped};
   const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
   r.dy_ready = rank.ready_counters;
   r.dgrad_done = rank.ready_counters + blocks;
+  r.dx_done = rank.ready_counters + 2 * blocks;
   const size_t counters = counter_words(rows.buffer_rows());
-  r.task_counter = rank.ready_counters + counters - 1;
+  r.task_counter = rank.ready_counters + 3 * blocks;
+  r.sums_counter = rank.ready_counters + 3 * blocks + 1;
   // 32-byte slots after the counters, on a 32-byte boundary.
   r.task_slots = reinterpret_cast<BackwardTaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
   return r;
@@ -86,6 +90,11 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 
 size_t backward_ready_counter_words(int buffer_rows) {
   return counters_and_task_slots_words(counter_words(buffer_rows), sizeof(BackwardTaskSlot));
+}
+
+bool groups_dx_rows(const transfer::TokenExchange& exchange) {
+  const transfer::ExchangeOptions& o = exchange.options();
+  return o.expert_dx && o.ring_rows > 0 && !o.rows_per_route && exchange.world().world_size() > 1;
 }
 
 int fused_backward_ctas_per_rank(const comm::World& world) {

@@ -1,6 +1,7 @@
 #pragma once
 // The fused backward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
-// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
+// sum the dx groups where they are grouped, dx_group_sums.cuh) running the rank's tasks
 // (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
 // operands by TMA: a dgrad tile's dy rows from the ring once all of its block's rows are there
 // (dy_ready: the comm role's count, backward_pull.cuh), a dx tile's d_gate_up once its block's dgrad
@@ -28,12 +29,14 @@
 #include "device/gemm/tma_pipeline.cuh"
 #include "kernels/fused/backward_params.cuh"
 #include "kernels/fused/backward_tasks.cuh"
+#include "kernels/fused/dx_group_sums.cuh"
 #include "kernels/fused/task_slots.cuh"
 
 namespace caracal::fused {
 
 // setmaxnreg budgets: the producer thread takes tasks, waits on counters and prefetches the dgrad
-// epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48);
+// epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48),
+// its warpgroup's other warps sum dx groups;
 // 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kBackwardProducerRegisters = 72;
 inline constexpr uint32_t kBackwardConsumerRegisters = 216;
@@ -72,7 +75,9 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
 
 // A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After a dgrad
 // tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
-// complete and raises the block's dgrad_done.
+// complete and raises the block's dgrad_done; after a dx tile whose rows the dx sums read
+// (dx_group_sums.cuh), the warpgroup's leader raises the block's dx_done once the warpgroup's
+// threads issued their stores.
 template <class TiledMma, class FragA, class FragB, class Accum>
 __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
                                        TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
@@ -95,6 +100,10 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
       }
     } else {
       DxGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
+      if (p.tiles.group_dx) {
+        ring.scatters_issued();  // one release per warpgroup publishes its threads' row stores
+        if (wg_thread == 0) comm::signal_ready_thread(p.dx_done + task.buffer_block());
+      }
     }
   }
   ring.drain();
@@ -102,7 +111,8 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
 
 // One compute CTA (all kThreads threads).
 __device__ inline void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                          const FusedBackwardRankParams& p, gemm::KernelStorage& smem) {
+                                          const FusedBackwardRankParams& p, const transfer::ScheduleParams& schedule,
+                                          gemm::KernelStorage& smem) {
   using namespace cute;
   using namespace gemm;
   using Mma = MmaConfig<DgradGemm::OperandA::kMajor, DgradGemm::OperandB::kMajor>;
@@ -120,7 +130,12 @@ __device__ inline void run_backward_tasks(const comm::DeviceWorld& world, const 
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kBackwardProducerRegisters>();
-    if (threadIdx.x == 0) produce_backward_tiles(world, place, p, smem.mainloop, pipe);
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x == 0) {
+      produce_backward_tiles(world, place, p, smem.mainloop, pipe);
+    } else if (warp > 0 && p.tiles.group_dx) {  // warps 1-3: the dx sums under the tiles
+      sum_dx_groups(world, comm::whole_launch_place(world), p, schedule, static_cast<int>(threadIdx.x) % 32);
+    }
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<kBackwardConsumerRegisters>();

@@ -42,11 +42,14 @@ struct FusedBackwardRankParams {
   DxGemm::Epilogue::Params dx_epilogue;
   BackwardTiles tiles;
   // Zeroed before the launch, one word per 128-row block of the window: its rows whose dy is in the
-  // ring (kBlockM: all of them, backward_pull.cuh), and its dgrad tiles' warpgroup slices whose
-  // d_gate_up stores have completed (2 * tiles.dgrad.n_blocks: the dx tiles may read the block).
+  // ring (kBlockM: all of them, backward_pull.cuh), its dgrad tiles' warpgroup slices whose
+  // d_gate_up stores have completed (2 * tiles.dgrad.n_blocks: the dx tiles may read the block),
+  // and with tiles.group_dx its dx tiles' warpgroup slices whose rows are stored (dx_group_sums.cuh).
   uint32_t* dy_ready;
   uint32_t* dgrad_done;
+  uint32_t* dx_done;
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
+  uint32_t* sums_counter;        // with tiles.group_dx: the next rows to sum (dx_group_sums.cuh)
   BackwardTaskSlot* task_slots;  // [CTAs of the rank][kStages]
 };
 

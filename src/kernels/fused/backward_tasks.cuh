@@ -29,10 +29,12 @@ struct BackwardTaskSlot {
 };
 static_assert(sizeof(BackwardTaskSlot) == 32);
 
-// The two GEMMs' tiles over the same row blocks (the pass's window).
+// The two GEMMs' tiles over the same row blocks (the pass's window); group_dx: the dx rows of
+// tokens on other ranks are summed per (token, rank) before they go home (dx_group_sums.cuh).
 struct BackwardTiles {
   gemm::RowTileScheduler::Params dgrad;
   gemm::RowTileScheduler::Params dx;
+  bool group_dx;
 };
 
 // Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own).

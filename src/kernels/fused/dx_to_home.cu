@@ -41,7 +41,8 @@ void gate_up_dgrad_to_home(const comm::World& world, const transfer::TokenExchan
   gemm::GemmParams<GateUpDgradHomeGemm> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;
-  p.epilogue = {pass.rows.rows, world.device_heap_table(), exchange.backward_buffers().dx_slots, pass.hidden};
+  p.epilogue = {pass.rows.rows, world.device_heap_table(), exchange.backward_buffers().dx_slots, pass.hidden,
+                world.first_local_rank() + local_rank, /*group_rows=*/nullptr};
   gemm::launch_grouped_gemm<GateUpDgradHomeGemm>(p, args.num_ctas, stream, kName);
 }
 

@@ -3,7 +3,8 @@
 // RowsBf16Epilogue), straight into its route's slot on its home rank: reverse dispatch's push of
 // dx rows done by the dx GEMM (DESIGN §2), so no row waits in a buffer of the worst-case size and
 // the home rank only sums slots. Padding rows are not stored; a slice of padding rows only stores
-// nothing. (The forward's combine pushes one sum per (token, rank) instead: group_sum.cuh.)
+// nothing. With group_rows (the fused backward's push per (token, rank)), the rows of tokens on
+// other ranks go to their ring rows there instead, for dx_group_sums.cuh to sum.
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
@@ -20,20 +21,28 @@ struct HomeSlotsEpilogue {
     char* const* heaps;                        // every rank's heap base (comm::World::device_heap_table)
     comm::SymmetricPtr<__nv_bfloat16> slots;   // [T*k][D] on every home rank
     int hidden;                                // D: the slots' row length and the GEMM's N
+    int rank;                                  // this rank (global)
+    __nv_bfloat16* group_rows;                 // this rank's ring of expert_dx rows, or nullptr
   };
 
   template <class Accum>
   __device__ static void apply(Params const& p, gemm::TileCoord const& tile, Accum const& acc, bool active,
                                gemm::ChunkStoreRing& ring, int warpgroup) {
     if (!active) return;
-    const int2* const rows = p.rows + tile.m_begin + warpgroup * gemm::kWarpgroupRows;
+    const int first = warpgroup * gemm::kWarpgroupRows;
+    const int2* const rows = p.rows + tile.m_begin + first;
     __nv_bfloat16* dst[gemm::ChunkStoreRing::kScatterRowsPerThread];  // the rows this thread stores
     for (int j = 0; j < gemm::ChunkStoreRing::kScatterRowsPerThread; ++j) {
       const int2 entry = rows[ring.scatter_row(j)];
-      dst[j] = entry.x < 0 ? nullptr
-                           : reinterpret_cast<__nv_bfloat16*>(__ldg(reinterpret_cast<const uintptr_t*>(p.heaps) + entry.x) +
-                                                              p.slots.offset) +
-                                 static_cast<int64_t>(entry.y) * p.hidden;
+      if (entry.x < 0) {
+        dst[j] = nullptr;
+      } else if (p.group_rows != nullptr && entry.x != p.rank) {
+        dst[j] = p.group_rows + static_cast<int64_t>(tile.m_buffer + first + ring.scatter_row(j)) * p.hidden;
+      } else {
+        dst[j] = reinterpret_cast<__nv_bfloat16*>(__ldg(reinterpret_cast<const uintptr_t*>(p.heaps) + entry.x) +
+                                                  p.slots.offset) +
+                 static_cast<int64_t>(entry.y) * p.hidden;
+      }
     }
     CUTE_UNROLL
     for (int c = 0; c < gemm::kBlockN / gemm::kChunkCols; ++c) {
