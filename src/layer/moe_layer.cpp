@@ -11,7 +11,9 @@
 //            | reverse_combine of its rows | routed experts' backward (per local rank, in place;
 //            weight gradients continued across macrobatches; the dx GEMM stores the rows home)
 //            (fused_backward: reverse_combine of its rows of this GPU | one launch: the others'
-//            dy pulled, macrobatch 0's x copied, dgrad+SwiGLU and dx tiles | weight gradients) |
+//            dy pulled, macrobatch 0's x copied, dgrad+SwiGLU and dx tiles, at W > 1 the dx rows
+//            of other ranks' tokens summed per (token, rank) before they go home | weight
+//            gradients) |
 //            shared expert's backward | reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.

@@ -21,6 +21,7 @@
 //   reverse_combine   barrier | pull dy rows and g (likewise)
 //   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
 //   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
+//                     (the slots filled a row per route, or per (token, rank) for other ranks: DxSlots)
 // In a world of one rank (W = 1) no launch but build_schedule needs a barrier (stream order
 // publishes everything): dispatch, combine, reverse combine and reverse dispatch run by token,
 // every pass in one (single_rank_pull.cuh, single_rank_combine.cuh,

@@ -1,7 +1,9 @@
 // reverse_dispatch: the expert side pushes each row's dx and dL/dg into their home slots; after
 // one barrier each home rank sums its tokens' dx slots in slot order onto the shared expert's dx
 // and turns dL/dg into d topk_scores through the normalization's Jacobian. Without the push of dx
-// rows (kPushDx false) when the dx GEMM stored them home already (fused::gate_up_dgrad_to_home).
+// rows (kPushDx false) when the dx GEMM stored them home already (fused::gate_up_dgrad_to_home),
+// and then, where the fused backward summed other ranks' rows per (token, rank) first (kGroupedDx),
+// only those groups' leader slots and the rank's own route slots.
 #include <algorithm>
 
 #include "device/comm/device_sync.cuh"
