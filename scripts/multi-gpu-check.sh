@@ -4,7 +4,9 @@
 #   1. the layer's NCCL tests, one thread per GPU at W = 2, 4, 8 (as many as there are GPUs);
 #   2. caracal.MoE under torchrun, one process per GPU, against the plain-PyTorch layer;
 #   3. transfer bandwidth per GPU over NVLink (only bytes that cross it), DeepSeek-V3 and Kimi K2;
-#   4. `caracal bench` over NCCL at W = all GPUs (DeepSeek-V3, 32 experts per rank, T = 4096);
+#   4. `caracal bench` over NCCL at W = all GPUs (DeepSeek-V3, 32 experts per rank, T = 4096), and
+#      the backward's dx home per (token, rank) (the default) against a row per route
+#      (--dx-rows-per-route), 2 rounds alternated: the trade measured only in loopback so far;
 #   5. bench/torch_ep_bench.py: caracal.MoE against NCCL + PyTorch (all_to_all_single + grouped_mm);
 #   6. reliability at W = 2 (issue 11): NcclWorld.ThreadPerGpuExchange 50 times, a rank stalled on the
 #      host past the timeout and recovered (examples/stall_recovery.py), 20 steps beside a 256 MiB
@@ -49,6 +51,15 @@ if [ "${#worlds[@]}" -gt 0 ]; then
     --model deepseek-v3,kimi-k2 --routing uniform,zipf:1.2 --tokens 4096 --json "$logs/transfers.json"
   run caracal_bench_nccl 600 "$build/caracal" bench --backend nccl --ep "$gpus" --model deepseek-v3 \
     --experts $((32 * gpus)) --tokens 4096 --json "$logs/caracal_bench.json"
+  for round in 1 2; do
+    for dx in per_token_rank per_route; do
+      flag=""; [ "$dx" = per_route ] && flag="--dx-rows-per-route"
+      # shellcheck disable=SC2086  # an empty flag adds no argument
+      run "dx_${dx}_round$round" 300 "$build/caracal-bench" --backend nccl --ep "$gpus" --model deepseek-v3 \
+        --experts $((32 * gpus)) --tokens 4096 --graph --no-validate $flag --json "$logs/dx_${dx}_$round.json"
+      record "  backward ms, dx $dx, round $round" "$(grep -E '^ +4096 +backward ' "$logs/dx_${dx}_round$round.log" | awk '{print $3}')"
+    done
+  done
   run torch_ep_bench 900 torchrun --nproc_per_node="$gpus" "$root/bench/torch_ep_bench.py" \
     --models deepseek-v3,kimi-k2 --json "$logs/torch_ep_bench.json"
 fi
@@ -67,6 +78,11 @@ if [ "$gpus" -ge 2 ]; then
   done
   cmp -s "$logs/soak_nccl_W2.1.txt" "$logs/soak_nccl_W2.2.txt" && record "soak_nccl_W2: two runs" "bitwise identical" \
     || record "soak_nccl_W2: two runs" "DIFFER"
+  # Everything groups by rank, not by GPU: a loopback world of 2 computes the NCCL world's bits.
+  run soak_loopback_W2 600 "$build/caracal-soak" --backend loopback --ep 2 --steps 1000 --seed 2026 \
+    --checksums "$logs/soak_loopback_W2.txt"
+  cmp -s <(sort "$logs/soak_nccl_W2.1.txt") <(sort "$logs/soak_loopback_W2.txt") && record "soak W2: NCCL vs loopback" "bitwise identical" \
+    || record "soak W2: NCCL vs loopback" "DIFFER"
 fi
 
 echo
