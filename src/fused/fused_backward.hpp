@@ -23,8 +23,9 @@
 //
 // The dx push per (token, rank) (groups_dx_rows): over an exchange whose expert_dx is a ring, in a
 // world of several ranks, the dx tiles leave the rows of tokens on other ranks in that ring, and
-// dx_sums tasks in the launch sum each token's rows on this rank in the window, led by the highest
-// row, and push one row into the leader route's home slot (src/kernels/fused/dx_group_sums.cuh);
+// the warps each compute CTA's producer leaves idle sum each token's rows on this rank in the
+// window, led by the highest row, and push one row into the leader route's home slot under the
+// remaining tiles (src/kernels/fused/dx_group_sums.cuh);
 // the rows of the rank's own tokens go home from the epilogue. The reverse dispatch after the
 // last window then takes DxSlots::kPerTokenRank.
 //
