@@ -1,0 +1,62 @@
+"""One forward+backward step of caracal.MoE through PyTorch between cudaProfilerStart and
+cudaProfilerStop (for `ncu --profile-from-start off`: scripts/torch-kernel-times.sh), as
+bench/torch_layer_bench.py times it (autograd.grad over x, the scores and every parameter; uniform
+routing on an EP8-sized slice of a model). Before the profiled step it prints the step's median ms
+without a profiler, so that the kernels' sum can be set against the step's time (what is left is
+the GPU waiting on the host or on itself).
+
+Usage: python3 bench/torch_profile_step.py --model deepseek-v3 [--v1] [--tokens 4096]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "python"))
+import caracal  # noqa: E402
+from torch_layer_bench import LOCAL_EXPERTS  # noqa: E402
+from torch_moe_layer import MODELS, median_ms  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deepseek-v3", choices=sorted(LOCAL_EXPERTS))
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--v1", action="store_true", help="v1's separate forward launches (fused_forward=False)")
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+
+    d, inter, top_k, shared_inter, normalize, scale = MODELS[args.model]
+    experts, tokens, dev = LOCAL_EXPERTS[args.model], args.tokens, torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+
+    def rand(*shape, lo=-1.0, hi=1.0, dtype=torch.bfloat16):
+        return (torch.rand(*shape, device=dev, generator=gen) * (hi - lo) + lo).to(dtype)
+
+    x = rand(tokens, d).requires_grad_()
+    dy = rand(tokens, d)
+    idx = torch.rand(tokens, experts, device=dev, generator=gen).argsort(-1)[:, :top_k].to(torch.int32)
+    scores = rand(tokens, top_k, lo=0.05, hi=1.0, dtype=torch.float32).requires_grad_()
+    moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
+                      router_scale=scale, fused_forward=not args.v1)
+    params = [x, scores, *moe.parameters()]
+
+    def step():
+        return torch.autograd.grad(moe(x, idx, scores), params, dy)
+
+    variant = "v1" if args.v1 else "fused"
+    print(f"{args.model} ({variant}): step {median_ms(step, 10, 20):.3f} ms (median of 20, no profiler)", flush=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    moe.check()
+    moe.close()
+
+
+if __name__ == "__main__":
+    main()
