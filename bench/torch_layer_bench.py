@@ -28,18 +28,29 @@ from torch_moe_layer import MODELS, median_ms, moe_layer  # noqa: E402
 LOCAL_EXPERTS = {"deepseek-v3": 32, "kimi-k2": 48, "qwen3.5-397b": 64, "glm-5": 32, "deepseek-v4-pro": 48}
 
 
+def uniform_rand(gen):
+    """rand(*shape, lo, hi, dtype): uniform values on the GPU from `gen`."""
+    def rand(*shape, lo=-1.0, hi=1.0, dtype=torch.bfloat16):
+        return (torch.rand(*shape, device="cuda", generator=gen) * (hi - lo) + lo).to(dtype)
+    return rand
+
+
+def step_inputs(name, tokens, gen):
+    """One step's x and scores (requiring grad), dy and uniform routing for model `name`'s slice."""
+    d, top_k, experts = MODELS[name][0], MODELS[name][2], LOCAL_EXPERTS[name]
+    rand = uniform_rand(gen)
+    x = rand(tokens, d).requires_grad_()
+    dy = rand(tokens, d)
+    idx = torch.rand(tokens, experts, device="cuda", generator=gen).argsort(-1)[:, :top_k].to(torch.int32)
+    scores = rand(tokens, top_k, lo=0.05, hi=1.0, dtype=torch.float32).requires_grad_()
+    return x, dy, idx, scores
+
+
 def bench_model(name, tokens, warmup, reps, rounds, gen):
     d, inter, top_k, shared_inter, normalize, scale = MODELS[name]
     experts = LOCAL_EXPERTS[name]
-    dev = torch.device("cuda")
-
-    def rand(*shape, lo=-1.0, hi=1.0, dtype=torch.bfloat16):
-        return (torch.rand(*shape, device=dev, generator=gen) * (hi - lo) + lo).to(dtype)
-
-    x = rand(tokens, d).requires_grad_()
-    dy = rand(tokens, d)
-    idx = torch.rand(tokens, experts, device=dev, generator=gen).argsort(-1)[:, :top_k].to(torch.int32)
-    scores = rand(tokens, top_k, lo=0.05, hi=1.0, dtype=torch.float32).requires_grad_()
+    rand = uniform_rand(gen)
+    x, dy, idx, scores = step_inputs(name, tokens, gen)
     fwd_flops = 6.0 * tokens * top_k * d * inter + 6.0 * tokens * d * shared_inter
     row = {"model": name, "experts": experts, "tokens": tokens, "hidden": d, "intermediate": inter,
            "top_k": top_k, "shared_intermediate": shared_inter}

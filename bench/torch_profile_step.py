@@ -17,7 +17,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "python"))
 import caracal  # noqa: E402
-from torch_layer_bench import LOCAL_EXPERTS  # noqa: E402
+from torch_layer_bench import LOCAL_EXPERTS, step_inputs  # noqa: E402
 from torch_moe_layer import MODELS, median_ms  # noqa: E402
 
 
@@ -30,16 +30,8 @@ def main():
     args = parser.parse_args()
 
     d, inter, top_k, shared_inter, normalize, scale = MODELS[args.model]
-    experts, tokens, dev = LOCAL_EXPERTS[args.model], args.tokens, torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(args.seed)
-
-    def rand(*shape, lo=-1.0, hi=1.0, dtype=torch.bfloat16):
-        return (torch.rand(*shape, device=dev, generator=gen) * (hi - lo) + lo).to(dtype)
-
-    x = rand(tokens, d).requires_grad_()
-    dy = rand(tokens, d)
-    idx = torch.rand(tokens, experts, device=dev, generator=gen).argsort(-1)[:, :top_k].to(torch.int32)
-    scores = rand(tokens, top_k, lo=0.05, hi=1.0, dtype=torch.float32).requires_grad_()
+    experts, tokens = LOCAL_EXPERTS[args.model], args.tokens
+    x, dy, idx, scores = step_inputs(args.model, tokens, torch.Generator(device="cuda").manual_seed(args.seed))
     moe = caracal.MoE(d, inter, experts, top_k, tokens, shared_intermediate=shared_inter, normalize=normalize,
                       router_scale=scale, fused_forward=not args.v1)
     params = [x, scores, *moe.parameters()]
