@@ -5,7 +5,7 @@ routing on an EP8-sized slice of a model). Before the profiled step it prints th
 without a profiler, so that the kernels' sum can be set against the step's time (what is left is
 the GPU waiting on the host or on itself).
 
-Usage: python3 bench/torch_profile_step.py --model deepseek-v3 [--v1] [--tokens 4096]
+Usage: python3 bench/torch_profile_step.py --model deepseek-v3 [--v1] [--tokens 4096] [--side-stream]
 """
 import argparse
 import os
@@ -27,6 +27,8 @@ def main():
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--v1", action="store_true", help="v1's separate forward launches (fused_forward=False)")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--side-stream", action="store_true",
+                        help="run on a stream of its own instead of PyTorch's default (legacy) stream, as caracal-bench does")
     args = parser.parse_args()
 
     d, inter, top_k, shared_inter, normalize, scale = MODELS[args.model]
@@ -39,7 +41,10 @@ def main():
     def step():
         return torch.autograd.grad(moe(x, idx, scores), params, dy)
 
-    variant = "v1" if args.v1 else "fused"
+    if args.side_stream:
+        torch.cuda.synchronize()  # the inputs and weights, made on the default stream
+        torch.cuda.set_stream(torch.cuda.Stream())
+    variant = ("v1" if args.v1 else "fused") + (", side stream" if args.side_stream else "")
     print(f"{args.model} ({variant}): step {median_ms(step, 10, 20):.3f} ms (median of 20, no profiler)", flush=True)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
