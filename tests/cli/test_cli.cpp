@@ -203,6 +203,7 @@ TEST(Cli, BenchBadInputGetsOneClearErrorLine) {
   expect_clean_error("bench --model deepseek-v3 --routing all-to-one:999", "all-to-one");
   expect_clean_error("bench --model deepseek-v3 --backend mpi", "--backend");
   expect_clean_error("bench --model deepseek-v3 --reps 0", "--reps");
+  expect_clean_error("bench --model deepseek-v3 --rounds 0", "--rounds");
   expect_clean_error("bench --intermediate 512 --experts 8 --top-k 2", "--hidden");
   expect_clean_error("bench --model deepseek-v3 --no-such-flag", "no-such-flag");
 }
@@ -211,7 +212,7 @@ TEST(Cli, BenchHelpExitsZero) {
   const RunResult r = run_cli("bench --help");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* option : {"--model", "--ep", "--backend", "--tokens", "--sweep", "--routing", "--precision",
-                             "--warmup", "--reps", "--json", "--no-validate", "--quiet"}) {
+                             "--warmup", "--reps", "--rounds", "--json", "--no-validate", "--quiet"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option;
   }
 }

@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gpu/gpu_test_util.hpp"
 
@@ -121,6 +123,26 @@ TEST(BenchSmoke, Bf16WeightGradientsOnASmallRing) {
   EXPECT_EQ(r.json.at("weight_grads").get<std::string>(), "bf16");
   EXPECT_GT(r.json.at("runs")[0].at("baselines").at("nccl_exchange_plus_gemms").at("gemms_alone_backward_ms").get<double>(),
             0.0);
+}
+
+// --rounds: the layer and the baselines timed in turn; every figure the median over the rounds, and
+// ours over the GEMMs alone given round by round.
+TEST(BenchSmoke, RoundsReportTheMedianOfEachFigure) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 1 --tokens 128 --rounds 3");
+  expect_report(r, 128, 1, true);
+  EXPECT_EQ(r.json.at("rounds").get<int>(), 3);
+  const nlohmann::json& run = r.json.at("runs")[0];
+  ASSERT_EQ(run.at("rounds").size(), 3u);
+  ASSERT_EQ(run.at("backward_over_gemms_alone_by_round").size(), 3u);
+  ASSERT_EQ(run.at("forward_over_gemms_alone_by_round").size(), 3u);
+  // The median of three is one of them: the middle one.
+  std::vector<double> backward;
+  for (const nlohmann::json& round : run.at("rounds")) backward.push_back(round.at("backward").at("ms").get<double>());
+  std::sort(backward.begin(), backward.end());
+  EXPECT_EQ(run.at("backward").at("ms").get<double>(), backward[1]);
+  for (const nlohmann::json& ratio : run.at("backward_over_gemms_alone_by_round")) EXPECT_GT(ratio.get<double>(), 0.0);
+  EXPECT_NE(r.out.find("by round: forward"), std::string::npos) << r.out;
 }
 
 TEST(BenchSmoke, ProfileStepRunsOneStepWithoutTiming) {

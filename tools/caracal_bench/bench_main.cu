@@ -29,6 +29,7 @@
 #include "baselines.hpp"
 #include "bench_options.hpp"
 #include "bench_report.hpp"
+#include "bench_rounds.hpp"
 #include "bench_validate.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/loopback_world.hpp"
@@ -57,6 +58,7 @@ void check_options(const BenchOptions& a) {
                 a.backend, "'");
   CARACAL_CHECK(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);
   CARACAL_CHECK(a.reps >= 1, "--reps must be >= 1, got ", a.reps);
+  CARACAL_CHECK(a.rounds >= 1, "--rounds must be >= 1, got ", a.rounds);
   CARACAL_CHECK(a.ep >= 1 && a.ep <= 64, "--ep must be in [1, 64], got ", a.ep);
 }
 
@@ -260,9 +262,24 @@ int run(const BenchOptions& a) {
   for (const LayerConfig& c : configs) {
     progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": timing the layer (warm-up " + std::to_string(a.warmup) +
                     ", " + std::to_string(a.reps) + " runs per pass)");
-    const RunResult r = run_one(c, spec, a);
+    std::vector<RunResult> rounds;
+    for (int round = 0; round < a.rounds; ++round) {
+      if (a.rounds > 1) progress(a, "round " + std::to_string(round + 1) + " of " + std::to_string(a.rounds));
+      rounds.push_back(run_one(c, spec, a));
+    }
+    const RunResult r = median_of_rounds(rounds);
     print_run(r);
-    runs.push_back(run_json(r));
+    nlohmann::json run = run_json(r);
+    if (a.rounds > 1) {
+      const RoundRatios ratios = over_gemms_alone_by_round(rounds);
+      print_round_ratios(ratios);
+      nlohmann::json each = nlohmann::json::array();
+      for (const RunResult& round : rounds) each.push_back(run_json(round));
+      run["rounds"] = each;
+      run["forward_over_gemms_alone_by_round"] = ratios.forward;
+      run["backward_over_gemms_alone_by_round"] = ratios.backward;
+    }
+    runs.push_back(run);
     out["runs"] = runs;
     write_json(a, out);  // partial results survive a later failure
   }
@@ -289,6 +306,10 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_option("--precision", a.precision, "bf16 | fp8 (fp8: not implemented yet)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "Untimed runs per pass (at least; and at least 200 ms of them)")->capture_default_str();
   app.add_option("--reps", a.reps, "Timed runs per pass (the median is reported)")->capture_default_str();
+  app.add_option("--rounds", a.rounds,
+                 "Time the layer, v1 and the baselines in turn this many times; report each figure's median over "
+                 "the rounds (and ours over the GEMMs alone round by round)")
+      ->capture_default_str();
   app.add_option("--json", a.json, "Write every result as JSON to this path");
   app.add_flag("--no-validate", a.no_validate, "Skip the fp64-reference check before timing");
   app.add_flag("--quiet", a.quiet, "No progress lines on stderr");

@@ -20,6 +20,7 @@ struct BenchOptions {
   std::string precision = "bf16";
   int warmup = 5;
   int reps = 20;
+  int rounds = 1;  // the layer and the baselines timed in turn, this many times (bench_rounds.hpp)
   std::string json;
   bool no_validate = false;
   bool quiet = false;

@@ -86,6 +86,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["precision"] = "bf16";
   out["warmup"] = a.warmup;
   out["reps"] = a.reps;
+  out["rounds"] = a.rounds;  // each figure the median over the rounds (bench_rounds.hpp)
   out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["fused_pull_all_rows"] = a.fused_pull_all_rows;
@@ -169,7 +170,10 @@ void print_run(const RunResult& r) {
 }
 
 void print_runs_footer(const BenchOptions& a) {
-  std::cout << "\n  ms: median of " << a.reps << " device-event-timed runs; TFLOP/s and Mtok/s per GPU"
+  std::cout << "\n  ms: median of " << a.reps << " device-event-timed runs"
+            << (a.rounds > 1 ? ", then the median over " + std::to_string(a.rounds) + " rounds (each layer and baseline in turn)"
+                             : std::string())
+            << "; TFLOP/s and Mtok/s per GPU"
             << (a.nccl() ? "" : " (the GPU runs all W ranks: W*T tokens)")
             << "; speedup = baseline ms / ours.\n"
             << "  forward, fwd+bwd: the fused forward (default); v1: MoELayer v1's separate launches, same run.\n"

@@ -1,0 +1,72 @@
+#include "bench_rounds.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "caracal/error.hpp"
+
+namespace caracal::bench_tool {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// out.*field = the median of round.*field over the rounds.
+template <typename Get>
+void set_median(const std::vector<RunResult>& rounds, double& out, Get get) {
+  std::vector<double> values;
+  values.reserve(rounds.size());
+  for (const RunResult& r : rounds) values.push_back(get(r));
+  out = median(std::move(values));
+}
+
+}  // namespace
+
+RunResult median_of_rounds(const std::vector<RunResult>& rounds) {
+  CARACAL_CHECK(!rounds.empty(), "median_of_rounds: no rounds");
+  RunResult m = rounds.front();
+  set_median(rounds, m.forward.ms, [](const RunResult& r) { return r.forward.ms; });
+  set_median(rounds, m.backward.ms, [](const RunResult& r) { return r.backward.ms; });
+  set_median(rounds, m.step.ms, [](const RunResult& r) { return r.step.ms; });
+  set_median(rounds, m.forward_v1.ms, [](const RunResult& r) { return r.forward_v1.ms; });
+  set_median(rounds, m.step_v1.ms, [](const RunResult& r) { return r.step_v1.ms; });
+  for (Baseline RunResult::*b : {&RunResult::cublas, &RunResult::nccl}) {
+    set_median(rounds, (m.*b).forward_ms, [b](const RunResult& r) { return (r.*b).forward_ms; });
+    set_median(rounds, (m.*b).backward_ms, [b](const RunResult& r) { return (r.*b).backward_ms; });
+    set_median(rounds, (m.*b).exchange_ms, [b](const RunResult& r) { return (r.*b).exchange_ms; });
+  }
+  return m;
+}
+
+RoundRatios over_gemms_alone_by_round(const std::vector<RunResult>& rounds) {
+  RoundRatios ratios;
+  for (const RunResult& r : rounds) {
+    if (!r.nccl.available || r.nccl.exchange_ms <= 0.0) return {};
+    ratios.forward.push_back(r.forward.ms / (r.nccl.forward_ms - r.nccl.exchange_ms));
+    ratios.backward.push_back(r.backward.ms / (r.nccl.backward_ms - r.nccl.exchange_ms));
+  }
+  return ratios;
+}
+
+void print_round_ratios(const RoundRatios& ratios) {
+  if (ratios.backward.empty()) return;
+  const auto list = [](const std::vector<double>& v) {
+    std::string s;
+    for (const double x : v) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%s%.3f", s.empty() ? "" : " ", x);
+      s += buf;
+    }
+    return s;
+  };
+  std::cout << "  " << std::string(21, ' ') << "by round: forward " << list(ratios.forward) << ", backward "
+            << list(ratios.backward) << "\n";
+}
+
+}  // namespace caracal::bench_tool
