@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       PipelineState st;
       for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
         if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
-          if (!producer_take_tile<Gemm>(queue, scheduler, pipe, st)) break;
+          if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
         } else if (!scheduler.has_tile()) {
           break;
         }

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       PipelineState st;
       for (;; scheduler.advance()) {
         if (queue != nullptr) {
-          if (!producer_take_pair<Gemm>(queue, scheduler, pipe, st)) {
+          if (!producer_take_tile<Gemm, 2>(queue, scheduler, pipe, st)) {
             st.advance();  // past the end-of-queue stage, which the consumers release too
             break;
           }

@@ -50,16 +50,19 @@ __device__ inline uint32_t* tile_slot(uint32_t* queue, int stage, int cta = int(
 
 // The producer thread: takes the next tile index once the tile's first stage is free (not earlier:
 // the tiles in flight stay consecutive), seeks `scheduler` to it and publishes it in the stage's
-// slot. At the end of the queue it publishes kNoMoreTiles, completes the stage with no bytes and
-// returns false.
-template <class Gemm, class Scheduler>
-__device__ bool producer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPipeline const& pipe,
-                                   PipelineState st) {
+// slot of each of the kCtas CTAs that compute the tile (this one and, for CTA pairs,
+// paired_gemm_kernel.cuh, the next one: the index then counts pairs). At the end of the queue it
+// publishes kNoMoreTiles, completes the stage with no bytes and returns false.
+template <class Gemm, int kCtas, class Scheduler, class Pipeline>
+__device__ bool producer_take_tile(uint32_t* queue, Scheduler& scheduler, Pipeline const& pipe, PipelineState st) {
+  static_assert(kCtas == 1 || kCtas == 2, "a tile is computed by one CTA or a pair");
   if constexpr (kTakesTileQueue<Gemm>) {
     pipe.producer_acquire(st);
     uint32_t const t = atomicAdd(queue, 1u);
     bool const has_tile = t < uint32_t(scheduler.num_tiles());
-    *tile_slot(queue, st.stage) = has_tile ? t : kNoMoreTiles;
+    uint32_t const slot = has_tile ? t : kNoMoreTiles;
+    *tile_slot(queue, st.stage) = slot;
+    if constexpr (kCtas == 2) *tile_slot(queue, st.stage, int(blockIdx.x) + 1) = slot;
     if (!has_tile) {
       pipe.producer_arrive(st);
       return false;
@@ -79,28 +82,6 @@ __device__ bool consumer_take_tile(uint32_t* queue, Scheduler& scheduler, TmaPip
     pipe.consumer_wait(st);
     uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot(queue, st.stage));
     if (t == kNoMoreTiles) return false;
-    scheduler.seek(int(t));
-    return true;
-  }
-  return false;
-}
-
-// CTA pairs (paired_gemm_kernel.cuh), the leader's producer thread: as producer_take_tile, for both
-// CTAs (the index counts pairs; the follower's slot is the next CTA's).
-template <class Gemm, class Scheduler>
-__device__ bool producer_take_pair(uint32_t* queue, Scheduler& scheduler, TmaPairPipeline const& pipe,
-                                   PipelineState st) {
-  if constexpr (kTakesTileQueue<Gemm>) {
-    pipe.producer_acquire(st);
-    uint32_t const t = atomicAdd(queue, 1u);
-    bool const has_pair = t < uint32_t(scheduler.num_tiles());
-    uint32_t const slot = has_pair ? t : kNoMoreTiles;
-    *tile_slot(queue, st.stage) = slot;
-    *tile_slot(queue, st.stage, int(blockIdx.x) + 1) = slot;
-    if (!has_pair) {
-      pipe.producer_arrive(st);
-      return false;
-    }
     scheduler.seek(int(t));
     return true;
   }
