@@ -141,7 +141,15 @@ TEST(BenchSmoke, RoundsReportTheMedianOfEachFigure) {
   for (const nlohmann::json& round : run.at("rounds")) backward.push_back(round.at("backward").at("ms").get<double>());
   std::sort(backward.begin(), backward.end());
   EXPECT_EQ(run.at("backward").at("ms").get<double>(), backward[1]);
-  for (const nlohmann::json& ratio : run.at("backward_over_gemms_alone_by_round")) EXPECT_GT(ratio.get<double>(), 0.0);
+  // Each round's ratio is that round's backward over that round's GEMMs alone.
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& round = run.at("rounds")[i];
+    const nlohmann::json& nccl = round.at("baselines").at("nccl_exchange_plus_gemms");
+    EXPECT_DOUBLE_EQ(run.at("backward_over_gemms_alone_by_round")[i].get<double>(),
+                     nccl.at("backward_over_gemms_alone").get<double>());
+    EXPECT_DOUBLE_EQ(run.at("forward_over_gemms_alone_by_round")[i].get<double>(),
+                     nccl.at("forward_over_gemms_alone").get<double>());
+  }
   EXPECT_NE(r.out.find("by round: forward"), std::string::npos) << r.out;
 }
 

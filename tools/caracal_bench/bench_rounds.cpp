@@ -1,29 +1,24 @@
 #include "bench_rounds.hpp"
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "caracal/error.hpp"
+#include "event_timer.hpp"
 
 namespace caracal::bench_tool {
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// out.*field = the median of round.*field over the rounds.
+// out = the median of get(round) over the rounds.
 template <typename Get>
 void set_median(const std::vector<RunResult>& rounds, double& out, Get get) {
   std::vector<double> values;
   values.reserve(rounds.size());
   for (const RunResult& r : rounds) values.push_back(get(r));
-  out = median(std::move(values));
+  out = bench::summarize(std::move(values)).median_ms;
 }
 
 }  // namespace
