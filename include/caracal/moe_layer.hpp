@@ -188,6 +188,11 @@ struct MoELayerOptions {
   // (src/fused/fused_backward.hpp: tiles start as their rows land), the weight gradients after it;
   // false: a launch each. The same bits either way, but at W > 1 (below).
   bool fused_backward = true;
+  // With fused_backward in a world of one rank: the reverse dispatch's sums (each token's dx and
+  // d topk_scores) run on the idle warps of the last macrobatch's dW_gate_up kernel, after the
+  // shared expert's backward, instead of in a launch of their own after everything
+  // (src/fused/weight_grads_dx_sums.hpp). The same bits either way.
+  bool dx_sums_in_weight_grads = true;
   // At W > 1 the fused backward sums each token's dx rows on a rank per macrobatch before one row
   // goes home (one per (token, rank) over the links, DESIGN §2; one more bf16 rounding per group of
   // several rows: dx depends on where macrobatches cut a token's rows, as y does; groups_dx_rows()).

@@ -45,6 +45,10 @@ void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& 
 
 void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream) {
   // The weight gradients before dx: their last read of x comes before dx may overwrite it.
+  gemm::grouped_weight_grads(weight_grad_args(pass, grads), stream);
+}
+
+WeightGradArgs weight_grad_args(const ExpertPass& pass, const ExpertPassGradients& grads) {
   gemm::WeightGradArgs wgrad;
   wgrad.rows = pass.rows;
   wgrad.hidden = pass.hidden;
@@ -60,7 +64,7 @@ void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grad
   wgrad.partial_in = grads.partial_in;
   wgrad.partial_out = grads.partial_out;
   wgrad.num_ctas = pass.num_ctas;
-  gemm::grouped_weight_grads(wgrad, stream);
+  return wgrad;
 }
 
 DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {

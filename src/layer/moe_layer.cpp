@@ -15,6 +15,8 @@
 //            of other ranks' tokens summed per (token, rank) before they go home | weight
 //            gradients) |
 //            shared expert's backward | reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
+//            (fused_backward in a world of one rank: the last macrobatch's weight gradients after
+//            the shared expert's backward, the reverse dispatch's sums on their idle warps)
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
@@ -32,6 +34,7 @@
 #include "caracal/transfer/token_exchange.hpp"
 #include "fused/dx_to_home.hpp"
 #include "fused/fused_backward.hpp"
+#include "fused/weight_grads_dx_sums.hpp"
 #include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
@@ -200,6 +203,7 @@ struct MoELayer::Impl {
   std::vector<RankState> ranks;
   bool fused = false;  // the fused forward and the backward over the ring (sizes.ring_rows)
   bool fused_backward = false;  // with fused: the backward's fused launch per macrobatch
+  bool dx_sums_in_weight_grads = false;  // with fused_backward: MoELayerOptions's
   int fused_comm_ctas = 0;
   bool pull_all_rows = false;
 
@@ -207,6 +211,37 @@ struct MoELayer::Impl {
   transfer::DxSlots dx_slots() const {
     return fused && fused_backward && fused::groups_dx_rows(*exchange) ? transfer::DxSlots::kPerTokenRank
                                                                        : transfer::DxSlots::kPerRoute;
+  }
+  // Whether the reverse dispatch's sums ride on the last macrobatch's weight gradients
+  // (fused::weight_grads_with_dx_sums), which then come after the shared expert's backward.
+  bool dx_sums_ride(const comm::World& world) const {
+    return fused && fused_backward && dx_sums_in_weight_grads && fused::rides_dx_sums(world, dx_slots());
+  }
+  // The schedule rows [first_row, end_row) of macrobatch `window` of the ring (in buffer rows
+  // [0, end_row - first_row)); v1: {0, 0}, all of them.
+  struct WindowRows {
+    int first_row, end_row;
+  };
+  WindowRows window_rows(int window) const {
+    const int first_row = fused ? window * sizes.ring_rows : 0;
+    return {first_row, fused ? std::min(first_row + sizes.ring_rows, sizes.routed_rows) : 0};
+  }
+  // Local rank l's routed pass over those rows.
+  gemm::ExpertPass window_pass(size_t l, int window) const {
+    gemm::ExpertPass pass = ranks[l].routed;
+    const WindowRows rows = window_rows(window);
+    pass.rows.first_row = rows.first_row;
+    pass.rows.end_row = rows.end_row;
+    return pass;
+  }
+  // Where its weight gradients go: bf16 ones keep the sums of an expert cut by the window's edges in
+  // fp32, the partial buffers taking turns window by window.
+  gemm::ExpertPassGradients window_gradients(const MoEBackwardArgs& a, size_t l, int window) const {
+    const layer::LocalBuffers& local = ranks[l].local.buffers();
+    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
+    grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
+    grads.partial_out = local.weight_grad_partials[window % 2];
+    return grads;
   }
 
   // Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the
@@ -217,9 +252,10 @@ struct MoELayer::Impl {
   // macrobatch by macrobatch), recomputed with the forward's own launches: bitwise the same.
   void replay_forward(const std::vector<MoEForwardArgs>& args, const RouterNormalization& router, cudaStream_t stream);
   // Backward of the routed experts over the rows [first_row, end_row) (a macrobatch of the ring;
-  // v1: {0, 0}, all of them), their dx rows stored home; `window` counts the macrobatches.
+  // v1: {0, 0}, all of them), their dx rows stored home; `window` counts the macrobatches. The
+  // fused path's weight gradients only with `weight_grads` (else the caller runs them).
   void routed_backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, int window,
-                       bool recompute_up_gate, comm::World& world, cudaStream_t stream);
+                       bool recompute_up_gate, bool weight_grads, comm::World& world, cudaStream_t stream);
 };
 
 void MoELayer::Impl::stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
@@ -257,16 +293,9 @@ void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, con
 }
 
 void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, const MoEContext& context, int window,
-                                     bool recompute_up_gate, comm::World& world, cudaStream_t stream) {
-  // The window's rows: macrobatch `window` of the ring (in buffer rows [0, end_row - first_row)).
-  const int first_row = fused ? window * sizes.ring_rows : 0;
-  const int end_row = fused ? std::min(first_row + sizes.ring_rows, sizes.routed_rows) : 0;
-  const auto window_pass = [&](size_t l) {
-    gemm::ExpertPass pass = ranks[l].routed;
-    pass.rows.first_row = first_row;
-    pass.rows.end_row = end_row;
-    return pass;
-  };
+                                     bool recompute_up_gate, bool weight_grads, comm::World& world,
+                                     cudaStream_t stream) {
+  const auto [first_row, end_row] = window_rows(window);
   // The ring's x rows of the window: the weight gradients read every row's x there, and so does
   // its up/gate replay. After the fused forward (no replay), macrobatch 0's rows of tokens on
   // other GPUs (all rows, with pull_all_rows) are still in the ring where its pull put them: only
@@ -285,19 +314,9 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     exchange->dispatch(stream, x_rows);
     for (size_t l = 0; l < args.size() && recompute_up_gate; ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
-      gemm::expert_up_gate(window_pass(l), {w.w_gate_up, w.w_down}, stream);
+      gemm::expert_up_gate(window_pass(l, window), {w.w_gate_up, w.w_down}, stream);
     }
   }
-  // bf16 weight gradients keep the sums of an expert cut by the window's edges in fp32, the
-  // partial buffers taking turns window by window.
-  const auto gradients = [&](size_t l) {
-    const MoEBackwardArgs& a = args[l];
-    const layer::LocalBuffers& local = ranks[l].local.buffers();
-    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
-    grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
-    grads.partial_out = local.weight_grad_partials[window % 2];
-    return grads;
-  };
   if (fused && fused_backward) {
     // The rows of tokens on this GPU copied into the ring on every SM (the pass's world barrier for
     // window 0 if the x dispatch had none); those of other GPUs pulled, the dgrad+SwiGLU and dx tiles
@@ -314,10 +333,12 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     launch.pull_all_rows = pull_all_rows;
     for (size_t l = 0; l < args.size(); ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
-      launch.ranks.push_back({window_pass(l), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});
+      launch.ranks.push_back({window_pass(l, window), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});
     }
     fused::fused_backward(world, launch, stream);
-    for (size_t l = 0; l < args.size(); ++l) gemm::expert_weight_grads(window_pass(l), gradients(l), stream);
+    for (size_t l = 0; l < args.size() && weight_grads; ++l) {
+      gemm::expert_weight_grads(window_pass(l, window), window_gradients(args[l], l, window), stream);
+    }
     return;
   }
   transfer::PullRange dy_rows{first_row, end_row};
@@ -325,8 +346,8 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
   exchange->reverse_combine(stream, dy_rows);
   for (size_t l = 0; l < args.size(); ++l) {
     const MoEWeights& w = context.ranks_[l].weights;
-    const gemm::ExpertPass pass = window_pass(l);
-    gemm::expert_backward_before_dx(pass, {w.w_gate_up, w.w_down}, gradients(l), stream);
+    const gemm::ExpertPass pass = window_pass(l, window);
+    gemm::expert_backward_before_dx(pass, {w.w_gate_up, w.w_down}, window_gradients(args[l], l, window), stream);
     // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
     fused::gate_up_dgrad_to_home(world, *exchange, static_cast<int>(l), pass, {w.w_gate_up, w.w_down}, stream);
   }
@@ -379,6 +400,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
                   fused::default_comm_ctas(world), " on this device), got ", options.fused_comm_ctas);
     state.fused_comm_ctas = options.fused_comm_ctas;
     state.fused_backward = options.fused_backward;
+    state.dx_sums_in_weight_grads = options.dx_sums_in_weight_grads;
     state.pull_all_rows = options.fused_pull_all_rows;
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
@@ -579,8 +601,12 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   // tiles again); v1 in one pass over its buffers of every row. The host never learns the rows,
   // so it walks every macrobatch the schedule can have; those past its rows launch no work.
   const int windows = state.fused ? (sizes.routed_rows + sizes.ring_rows - 1) / sizes.ring_rows : 1;
+  // In a world of one rank the reverse dispatch's sums ride on the last macrobatch's weight
+  // gradients, which then wait for the shared expert's dx below.
+  const bool dx_sums_ride = state.dx_sums_ride(world_) && windows > 0;
   for (int window = 0; window < windows; ++window) {
-    state.routed_backward(ranks, context, window, replay || window > 0, world_, stream);
+    const bool weight_grads = !dx_sums_ride || window + 1 < windows;
+    state.routed_backward(ranks, context, window, replay || window > 0, weight_grads, world_, stream);
   }
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];
@@ -596,7 +622,13 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
                        "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");
     }
   }
-  state.exchange->reverse_dispatch_filled_dx_slots(config_.router, stream, state.dx_slots());
+  if (dx_sums_ride) {
+    const size_t l = 0;  // a world of one rank
+    fused::weight_grads_with_dx_sums(world_, *state.exchange, config_.router, state.window_pass(l, windows - 1),
+                                     state.window_gradients(ranks[l], l, windows - 1), stream);
+  } else {
+    state.exchange->reverse_dispatch_filled_dx_slots(config_.router, stream, state.dx_slots());
+  }
   std::vector<layer::PoisonSpan> outputs;
   for (size_t l = 0; l < ranks.size(); ++l) {
     const RankState& rank_state = state.ranks[l];

@@ -319,6 +319,10 @@ void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStre
 
 void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
                                                      DxSlots slots) {
+  launch_reverse_dispatch(filled_dx_slots_args(router, slots), stream, /*push_dx=*/false);
+}
+
+detail::ExchangeArgs TokenExchange::filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const {
   CARACAL_CHECK(options_.backward,
                 "TokenExchange::reverse_dispatch_filled_dx_slots needs ExchangeOptions::backward = true");
   CARACAL_CHECK(slots == DxSlots::kPerRoute || (options_.expert_dx && options_.ring_rows > 0),
@@ -327,7 +331,7 @@ void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& 
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
   args.dx_group_rows = slots == DxSlots::kPerTokenRank && !options_.rows_per_route ? options_.ring_rows : -1;
-  launch_reverse_dispatch(args, stream, /*push_dx=*/false);
+  return args;
 }
 
 void TokenExchange::launch_reverse_dispatch(const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx) {

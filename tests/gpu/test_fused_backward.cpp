@@ -6,7 +6,10 @@
 // the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied before
 // the launch or every row pulled in it, and within the fp64 reference's bounds; on loopback W = 1,
 // 2, 4, 8 and adversarial routings (all routes to one expert, empty experts and ranks, -1 slots,
-// one token, k > 32). Every output is the same bits whatever the comm CTAs.
+// one token, k > 32). Every output is the same bits whatever the comm CTAs. At W = 1 the fused
+// backward's reverse-dispatch sums ride on the weight gradients' idle warps
+// (MoELayerOptions::dx_sums_in_weight_grads), so the comparison with the separate launches holds
+// them to reverse dispatch's own launch too; DxSumsOnWeightGrads does so for bf16 gradients.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -94,6 +97,52 @@ TEST(GpuFusedBackward, RepeatsBitwiseOnOneLayer) {
     l.buffers.prepare(s.step, l.world);
     run_step(l.layer, l.buffers, stream);
     expect_same_bits(first, l.buffers.download(), "run " + std::to_string(i + 2));
+  }
+}
+
+// W = 1, routed weight gradients in bf16 (the bf16 kernel in CTA pairs carries the sums): dx,
+// d topk_scores and every gradient the same bits with the sums on the weight gradients' idle warps
+// as in their own launch, over a ring of one macrobatch and one of several (the sums ride on the
+// last macrobatch's launch).
+TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c{"W1_bf16_grads_k4", 1, 700, 8, 4, true, true, kNormalized, RoutingCase::kZipf};
+  const SeededStep s(c, c.routing);
+  const size_t L = static_cast<size_t>(c.experts), D = kHidden, I = kIntermediate;
+  struct Outputs {
+    RankOutputs rank;
+    std::vector<uint16_t> d_w_gate_up, d_w_down;
+  };
+  const auto run = [&](bool on_weight_grads, int ring_rows) {
+    MoELayerOptions o = options(true, 0, ring_rows);
+    o.dx_sums_in_weight_grads = on_weight_grads;
+    LoopbackLayer l(c, s.weights, o);
+    l.buffers.prepare(s.step, l.world);
+    const DeviceArray<uint16_t> d_w_gate_up(L * 2 * I * D), d_w_down(L * D * I);
+    d_w_gate_up.poison();
+    d_w_down.poison();
+    std::vector<MoEBackwardArgs> args = l.buffers.backward_args();
+    args[0].d_w_gate_up = nullptr;
+    args[0].d_w_down = nullptr;
+    args[0].d_w_gate_up_bf16 = bf16_out(d_w_gate_up);
+    args[0].d_w_down_bf16 = bf16_out(d_w_down);
+    const Stream stream;
+    const MoEContext context = l.layer.forward(l.buffers.forward_args(), stream.get());
+    l.layer.backward(args, context, stream.get());
+    stream.sync();
+    l.layer.check();
+    return Outputs{l.buffers.download()[0], d_w_gate_up.download(), d_w_down.download()};
+  };
+  for (const int ring_rows : {0, 128}) {
+    SCOPED_TRACE("ring " + std::to_string(ring_rows));
+    const Outputs apart = run(false, ring_rows);
+    const Outputs riding = run(true, ring_rows);
+    exchange_test::expect_same_bits(riding.rank.dx, apart.rank.dx, "dx");
+    exchange_test::expect_same_bits(riding.rank.d_scores, apart.rank.d_scores, "d_topk_scores");
+    exchange_test::expect_same_bits(riding.d_w_gate_up, apart.d_w_gate_up, "d_w_gate_up (bf16)");
+    exchange_test::expect_same_bits(riding.d_w_down, apart.d_w_down, "d_w_down (bf16)");
+    exchange_test::expect_same_bits(riding.rank.d_shared_w_gate_up, apart.rank.d_shared_w_gate_up, "d_shared_w_gate_up");
+    exchange_test::expect_same_bits(riding.rank.d_shared_scale, apart.rank.d_shared_scale, "d_shared_scale");
   }
 }
 

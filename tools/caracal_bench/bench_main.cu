@@ -326,6 +326,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "baseline's; default fp32 (the fp64-reference check runs fp32 gradients either way)");
   app.add_flag("--separate-backward", a.separate_backward,
                "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
+  app.add_flag("--separate-dx-sums", a.separate_dx_sums,
+               "At W = 1 the reverse dispatch's sums as a launch of their own after the backward, not on the weight "
+               "gradients' idle warps");
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
   app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,

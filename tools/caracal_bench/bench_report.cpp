@@ -91,6 +91,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["fused_pull_all_rows"] = a.fused_pull_all_rows;
   out["separate_backward"] = a.separate_backward;  // the fused layer's backward without its fused launch
+  out["separate_dx_sums"] = a.separate_dx_sums;    // W = 1: reverse dispatch's sums in their own launch
   out["weight_grads"] = a.bf16_weight_grads ? "bf16" : "fp32";
   out["rows_per_route"] = a.rows_per_route;
   out["dx_rows_per_route"] = a.dx_rows_per_route;

@@ -70,7 +70,8 @@ GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& we
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
                                const ExpertPassGradients& grads, cudaStream_t stream);
 // The weight gradients alone (B5), for a caller that ran the dgrad itself (the fused backward,
-// src/fused/fused_backward.hpp): x, dy, d_gate_up and g·activation read.
+// src/fused/fused_backward.hpp): x, dy, d_gate_up and g·activation read; and their arguments.
 void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream);
+WeightGradArgs weight_grad_args(const ExpertPass& pass, const ExpertPassGradients& grads);
 
 }  // namespace caracal::gemm

@@ -181,6 +181,9 @@ class TokenExchange {
   // in the slot of the group's highest row.
   void reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
                                         DxSlots slots = DxSlots::kPerRoute);
+  // Its kernels' arguments (checked), for a fused kernel that runs those sums itself (in a world of
+  // one rank: src/kernels/fused/weight_grad_dx_sums.cuh).
+  detail::ExchangeArgs filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const;
 
   // What the exchange kernels read, for the fused kernels that run the exchange's device blocks
   // beside the GEMMs' (src/kernels/fused).

@@ -29,13 +29,35 @@
 
 namespace caracal::gemm {
 
+// Work for the producer warpgroup's warps that issue no loads (warps 1-3 of every CTA), which
+// otherwise retire at once: a Gemm may declare `using IdleWarps = W`, W with a `Params` type and
+// `static __device__ void run(W::Params const&, int worker, int workers, int lane)`, run by each of
+// those warps with its place `worker` among the launch's `workers` of them. It shares the SM with
+// the tiles, so it suits work that no tile waits on (a fused kernel's side job, e.g.
+// src/kernels/fused/weight_grad_dx_sums.cuh), within the producer's register budget.
+struct NoIdleWarps {
+  struct Params {};
+};
+template <class Gemm, class = void>
+struct IdleWarpsOf {
+  using type = NoIdleWarps;
+};
+template <class Gemm>
+struct IdleWarpsOf<Gemm, std::void_t<typename Gemm::IdleWarps>> {
+  using type = typename Gemm::IdleWarps;
+};
+template <class Gemm>
+inline constexpr bool kHasIdleWarps = !std::is_same_v<typename IdleWarpsOf<Gemm>::type, NoIdleWarps>;
+inline constexpr int kIdleWarpsPerCta = kWarpgroupThreads / 32 - 1;
+
 // Launch parameters: passed as a __grid_constant__ so the TMA descriptors stay in parameter space,
 // where the TMA unit can read them.
-template <class SchedulerParams, class EpilogueParams>
+template <class SchedulerParams, class EpilogueParams, class IdleWarpsParams = NoIdleWarps::Params>
 struct KernelParams {
   MainloopParams mainloop;
   SchedulerParams scheduler;
   EpilogueParams epilogue;
+  IdleWarpsParams idle_warps;  // Gemm::IdleWarps's, if any
 };
 
 // A Gemm's setmaxnreg budgets: kDefaultRegisterSplit unless it declares `static constexpr
@@ -46,7 +68,20 @@ template <class Gemm>
 inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::kRegisterSplit)>> = Gemm::kRegisterSplit;
 
 template <class Gemm>
-using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params>;
+using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params,
+                                typename IdleWarpsOf<Gemm>::type::Params>;
+
+// In the producer warpgroup, after the register handover: its warps 1-3 run the Gemm's IdleWarps
+// work, if any (the producer thread's warp returns).
+template <class Gemm>
+__device__ __forceinline__ void run_idle_warps(GemmParams<Gemm> const& p, int lane) {
+  if constexpr (kHasIdleWarps<Gemm>) {
+    int const warp = int(threadIdx.x) / 32;
+    if (warp == 0) return;
+    IdleWarpsOf<Gemm>::type::run(p.idle_warps, int(blockIdx.x) * kIdleWarpsPerCta + warp - 1,
+                                 int(gridDim.x) * kIdleWarpsPerCta, lane);
+  }
+}
 
 struct KernelStorage {
   MainloopStorage mainloop;
@@ -129,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t* const queue = tile_queue<Gemm>(p.scheduler);
 
   if (warpgroup == 0) {
-    // Producer: one thread issues every TMA load; the rest of the warpgroup retires.
+    // Producer: one thread issues every TMA load; the rest of the warpgroup retires, or runs the
+    // Gemm's IdleWarps work.
     cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
     if (threadIdx.x == 0) {
       PipelineState st;
@@ -144,6 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
       }
     }
+    run_idle_warps<Gemm>(p, lane);
   } else {
     cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
     int const consumer = warpgroup - 1;                       // 0 or 1

@@ -3,8 +3,9 @@
 // warp roles and collectives, but the two CTAs of a cluster take a pair of tiles at a time
 // (row_tile_pair_scheduler.cuh) and the leader's producer thread fills both CTAs' stages
 // (tma_pair_pipeline.cuh): each CTA's own operand with a load to that CTA, the shared one with one
-// TMA multicast to both. The follower's producer warpgroup has nothing to do. Each CTA's
-// consumers compute and store their own tile exactly as the one-CTA kernel does.
+// TMA multicast to both. The follower's producer thread has nothing to do; warps 1-3 of both CTAs
+// run the Gemm's IdleWarps work, if any. Each CTA's consumers compute and store their own tile
+// exactly as the one-CTA kernel does.
 //
 // `Gemm` as for grouped_gemm_kernel, with a pair scheduler (RowTilePairScheduler for row tiles,
 // WeightTilePairScheduler for the weight gradients).
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       pipe.producer_tail(st);
     }
+    run_idle_warps<Gemm>(p, lane);
   } else {
     cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
     int const consumer = warpgroup - 1;

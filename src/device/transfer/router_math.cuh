@@ -72,6 +72,7 @@ __device__ inline void token_score_gradients(const int32_t* ids, const float* sc
   if (router.normalize) {
     float sum = 0.0f;
     float weighted = 0.0f;
+#pragma unroll 1  // k is small; unrolled, its lane offsets spill on a warp's 56-register budget
     for (int slot = 0; slot < top_k; ++slot) {
       if (!is_routed(ids[slot], num_experts)) continue;
       sum = __fadd_rn(sum, scores[slot]);
@@ -80,6 +81,7 @@ __device__ inline void token_score_gradients(const int32_t* ids, const float* sc
     factor = normalization_factor(router.scale, sum);
     mean = sum != 0.0f ? __fdiv_rn(weighted, sum) : 0.0f;
   }
+#pragma unroll 1
   for (int slot = lane; slot < top_k; slot += kWarpSize) {
     float d = 0.0f;
     if (is_routed(ids[slot], num_experts)) {

@@ -23,7 +23,9 @@ inline constexpr int kSlotsInFlight = 8;
 // `row_of(slot)`: that row's first vector (pushed during this launch and ordered by a world
 // barrier, or stored before it); `shared` the token's shared-expert row or null; `out` its output
 // row; `vectors` of each summed (a slice of the rows, the pointers at its first vector).
-template <typename Summed, typename RowOf>
+// `kInFlight` slot rows are loaded at a time (fewer registers, for warps on a tight budget; the same
+// float operations in the same order, so the same bits).
+template <int kInFlight = kSlotsInFlight, typename Summed, typename RowOf>
 __device__ inline void reduce_token_slots(Summed&& summed, int top_k, RowOf&& row_of, const uint4* shared, uint4* out,
                                           int vectors, int lane) {
   for (int v = lane; v < vectors; v += kWarpSize) {
@@ -34,17 +36,17 @@ __device__ inline void reduce_token_slots(Summed&& summed, int top_k, RowOf&& ro
 #pragma unroll
       for (int i = 0; i < kBf16PerVector; ++i) acc[i] = 0.0f;
     }
-    for (int first = 0; first < top_k; first += kSlotsInFlight) {
-      bool used[kSlotsInFlight];
-      uint4 row[kSlotsInFlight];
+    for (int first = 0; first < top_k; first += kInFlight) {
+      bool used[kInFlight];
+      uint4 row[kInFlight];
 #pragma unroll
-      for (int u = 0; u < kSlotsInFlight; ++u) {
+      for (int u = 0; u < kInFlight; ++u) {
         const int slot = first + u;
         used[u] = slot < top_k && summed(slot);
         row[u] = used[u] ? load_coherent16(row_of(slot) + v) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (int u = 0; u < kSlotsInFlight; ++u) {
+      for (int u = 0; u < kInFlight; ++u) {
         if (!used[u]) continue;
         float value[kBf16PerVector];
         unpack_bf16x8(row[u], value);

@@ -37,28 +37,27 @@ __device__ __forceinline__ WarpWorkers launch_warps() {
   return {static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32), static_cast<int>(gridDim.x * blockDim.x) / 32};
 }
 
-// This warp's run [begin, end) of `items` items that the warps of the launch share in equal runs
-// of consecutive items (the first items % warps warps one more): work whose cost is even per item
-// spreads evenly, whatever the warps find in it.
+// This warp's run [begin, end) of `items` items that `workers` share in equal runs of consecutive
+// items (the first items % count warps one more): work whose cost is even per item spreads evenly,
+// whatever the warps find in it.
 struct WarpRun {
   int begin, end;
 };
-__device__ __forceinline__ WarpRun launch_warp_run(int items) {
-  const WarpWorkers w = launch_warps();
+__device__ __forceinline__ WarpRun warp_run(int items, WarpWorkers w) {
   const int begin = w.index * (items / w.count) + min(w.index, items % w.count);
   return {begin, begin + items / w.count + (w.index < items % w.count ? 1 : 0)};
 }
 
-// Rows of `vectors` 16-byte vectors, one per token, cut into chunks of one vector a lane: the launch's
-// warps take equal runs of consecutive chunks (launch_warp_run), so every warp moves about the same
-// bytes whatever the routing. Calls visit(token, first, end) for each token piece of this warp's
-// run: vectors [first, end) of the token's row (first == 0: the warp holding the row's first
+// Rows of `vectors` 16-byte vectors, one per token, cut into chunks of one vector a lane: the
+// warps of `workers` take equal runs of consecutive chunks (warp_run), so every warp moves about
+// the same bytes whatever the routing. Calls visit(token, first, end) for each token piece of this
+// warp's run: vectors [first, end) of the token's row (first == 0: the warp holding the row's first
 // chunk). tokens * ceil(vectors / 32) must fit in 32 bits.
 inline constexpr int kVectorsPerChunk = 32;
 template <typename Visit>
-__device__ void for_each_token_run(int tokens, int vectors, Visit&& visit) {
+__device__ void for_each_token_run(int tokens, int vectors, WarpWorkers workers, Visit&& visit) {
   const int chunks_per_token = (vectors + kVectorsPerChunk - 1) / kVectorsPerChunk;
-  const WarpRun run = launch_warp_run(tokens * chunks_per_token);
+  const WarpRun run = warp_run(tokens * chunks_per_token, workers);
   for (int chunk = run.begin; chunk < run.end;) {
     const int token = chunk / chunks_per_token;
     const int token_end = min(run.end, (token + 1) * chunks_per_token);
@@ -66,6 +65,12 @@ __device__ void for_each_token_run(int tokens, int vectors, Visit&& visit) {
           min(vectors, (token_end - token * chunks_per_token) * kVectorsPerChunk));
     chunk = token_end;
   }
+}
+
+// for_each_token_run over every warp of the launch.
+template <typename Visit>
+__device__ void for_each_token_run(int tokens, int vectors, Visit&& visit) {
+  for_each_token_run(tokens, vectors, launch_warps(), visit);
 }
 
 // Calls visit(rank, item) for items [0, count_of(rank)) of every local rank, rank after rank, the

@@ -1,44 +1,33 @@
 // Backward step 3: the experts' weight gradients, dW[e] = sum over e's rows r of lhs[r]^T rhs[r]
 // (the fp32 kernel is the only grouped-GEMM instantiation in this unit, launched once per
-// gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel).
-//
-// Both operands are row buffers whose rows are this GEMM's K, so both are MN-major: TMA loads
-// 64-row x 64-column boxes as they lie in memory and wgmma reads them transposed from shared
-// memory (no transpose pass, no transposing producer). The K loop of a tile runs over the
-// expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the device.
+// gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel). The K loop of a tile
+// runs over the expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the
+// device (weight_grad_gemms.cuh: both operands MN-major row buffers).
 #include <cuda_runtime.h>
 
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
-#include "device/gemm/operand_loads.cuh"
-#include "device/gemm/weight_grad_epilogue.cuh"
-#include "device/gemm/weight_tile_scheduler.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
 #include "gemm/tensor_map.hpp"
-#include "gemm/weight_grad_bf16.hpp"
+#include "gemm/weight_grad_gemms.cuh"
+#include "gemm/weight_grad_launch.hpp"
 
 namespace caracal::gemm {
 namespace {
 
-struct WeightGradGemm {
-  using OperandA = gemm::MNMajorRows;
-  using OperandB = gemm::MNMajorRows;
-  using Scheduler = gemm::WeightTileScheduler;
-  using Epilogue = gemm::WeightGradEpilogue;
-};
-
 // grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
 // lhs [buffer rows][m], rhs [buffer rows][n]; bf16 partial sums (WeightGradArgs) in `partial_in`,
 // `partial_out` ([m][n] fp32).
-void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int m, const char* lhs_name,
-                        const __nv_bfloat16* rhs, int n, const char* rhs_name, float* grad,
-                        __nv_bfloat16* grad_bf16, const char* grad_name, const float* partial_in, float* partial_out,
-                        int num_ctas, cudaStream_t stream) {
-  using namespace gemm;
+WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bfloat16* lhs, int m,
+                                         const char* lhs_name, const __nv_bfloat16* rhs, int n, const char* rhs_name,
+                                         float* grad, __nv_bfloat16* grad_bf16, const char* grad_name,
+                                         const float* partial_in, float* partial_out, int num_ctas) {
   uint64_t const buffer_rows = uint64_t(rows.buffer_rows());
   uint64_t const grad_rows = uint64_t(rows.num_experts) * uint64_t(m);
-  WeightGradParams p{};
+  WeightGradLaunch launch;
+  launch.num_ctas = num_ctas;
+  WeightGradParams& p = launch.params;
   p.mainloop.a = MNMajorRows::make_map<kBlockM>(lhs, buffer_rows, uint64_t(m), lhs_name);
   p.mainloop.b = MNMajorRows::make_map<kBlockN>(rhs, buffer_rows, uint64_t(n), rhs_name);
   p.mainloop.a_mn_extent = m;
@@ -48,6 +37,7 @@ void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int 
   e.grad_rows = m;
   e.grad_cols = n;
   if (grad_bf16 != nullptr) {
+    launch.bf16 = true;
     e.grad = make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
     e.partial_in = partial_in;
     e.partial_in_expert_floats = 0;  // one expert's partial
@@ -56,15 +46,14 @@ void launch_weight_grad(const ScheduleView& rows, const __nv_bfloat16* lhs, int 
                                              "partial_out");
     }
     e.partial_out_expert_rows = 0;
-    launch_weight_grad_bf16(p, num_ctas, stream);
-    return;
+    return launch;
   }
   e.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
   e.partial_out = e.grad;  // the fp32 gradient holds its own partial sums
   e.partial_out_expert_rows = m;
   e.partial_in = grad;
   e.partial_in_expert_floats = int64_t(m) * n;
-  launch_grouped_gemm<WeightGradGemm>(p, num_ctas, stream, "grouped_weight_grads");
+  return launch;
 }
 
 // Sets `count` gradient elements to zero, in whichever of the two dtypes was given.
@@ -81,27 +70,40 @@ size_t weight_grad_partial_floats(int hidden, int intermediate) {
   return 3 * size_t(hidden) * size_t(intermediate);
 }
 
+std::array<WeightGradLaunch, 2> weight_grad_launches(const WeightGradArgs& args) {
+  // The partials: dW_gate_up's, then dW_down's.
+  size_t const down_at = 2 * size_t(args.hidden) * size_t(args.intermediate);
+  const float* in_down = args.partial_in != nullptr ? args.partial_in + down_at : nullptr;
+  float* out_down = args.partial_out != nullptr ? args.partial_out + down_at : nullptr;
+  return {
+      // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
+      make_weight_grad_launch(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
+                              args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.partial_in,
+                              args.partial_out, args.num_ctas),
+      // dW_down[e] = dy^T (g hidden): [D][I].
+      make_weight_grad_launch(args.rows, args.dy, args.hidden, "dy", args.scaled_activation, args.intermediate,
+                              "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", in_down, out_down,
+                              args.num_ctas)};
+}
+
+void launch_weight_grad(const WeightGradLaunch& launch, cudaStream_t stream) {
+  if (launch.bf16) {
+    launch_weight_grad_bf16(launch.params, launch.num_ctas, stream);
+  } else {
+    launch_grouped_gemm<WeightGradGemm>(launch.params, launch.num_ctas, stream, "grouped_weight_grads");
+  }
+}
+
 void grouped_weight_grads(const WeightGradArgs& args, cudaStream_t stream) {
   gemm::check_weight_grads_args(args);
-  size_t const experts = size_t(args.rows.num_experts);
-  size_t const di = size_t(args.hidden) * size_t(args.intermediate);
   if (args.rows.row_capacity == 0) {  // no rows at all: every gradient is zero
+    size_t const experts = size_t(args.rows.num_experts);
+    size_t const di = size_t(args.hidden) * size_t(args.intermediate);
     zero_gradient(args.d_w_gate_up, args.d_w_gate_up_bf16, experts * 2 * di, stream);
     zero_gradient(args.d_w_down, args.d_w_down_bf16, experts * di, stream);
     return;
   }
-  // The partials: dW_gate_up's, then dW_down's.
-  size_t const down_at = 2 * di;
-  const float* in_down = args.partial_in != nullptr ? args.partial_in + down_at : nullptr;
-  float* out_down = args.partial_out != nullptr ? args.partial_out + down_at : nullptr;
-  // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
-  launch_weight_grad(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
-                     args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.partial_in, args.partial_out,
-                     args.num_ctas, stream);
-  // dW_down[e] = dy^T (g hidden): [D][I].
-  launch_weight_grad(args.rows, args.dy, args.hidden, "dy", args.scaled_activation, args.intermediate,
-                     "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", in_down, out_down,
-                     args.num_ctas, stream);
+  for (const WeightGradLaunch& launch : weight_grad_launches(args)) launch_weight_grad(launch, stream);
 }
 
 }  // namespace caracal::gemm
