@@ -193,6 +193,11 @@ struct MoELayerOptions {
   // shared expert's backward, instead of in a launch of their own after everything
   // (src/fused/weight_grads_dx_sums.hpp). The same bits either way.
   bool dx_sums_in_weight_grads = true;
+  // The fused backward's copies of the dy and x rows of tokens on this GPU inside its launch, by the
+  // warps its GEMM producers leave idle, under the tiles (all warps copy the first blocks' dy rows
+  // before the tiles start); false: dy's before the launch, x's on its comm CTAs
+  // (fused::FusedBackwardArgs::local_rows_in_launch). The same bits either way.
+  bool fused_backward_local_rows_in_launch = true;
   // At W > 1 the fused backward sums each token's dx rows on a rank per macrobatch before one row
   // goes home (one per (token, rank) over the links, DESIGN §2; one more bf16 rounding per group of
   // several rows: dx depends on where macrobatches cut a token's rows, as y does; groups_dx_rows()).

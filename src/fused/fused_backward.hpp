@@ -12,14 +12,15 @@
 // weight gradients (gemm::expert_weight_grads), which read x, dy, d_gate_up and g·activation from
 // the ring.
 //
-// Before the launch, on the same stream, TokenExchange::reverse_combine over the window with
-// in_place = RowsInPlace::kOtherGpus (kAll with pull_all_rows) must have copied the rows of tokens
-// on this GPU and zeroed the padding rows, with their g: a copy within HBM, which every SM does
-// fastest in a launch of its own (measured on the H200: the comm CTAs' copy of those rows inside the
-// launch kept the dgrad tiles waiting; docs/PERF.md, 2026-12-02). It also had the pass's world
-// barrier, if any: the launch needs none (its pulls read dy and gates every rank published before
-// that barrier; it writes this rank's ring and the home slots, which dx_to_home.hpp says when
-// each peer last read).
+// Before the launch, on the same stream, TokenExchange::reverse_combine over the window must have
+// zeroed the padding rows (in_place = RowsInPlace::kAll with local_rows_in_launch or
+// pull_all_rows) or also copied the rows of tokens on this GPU with their g (kOtherGpus). Those
+// copies are HBM to HBM: the comm CTAs' copy of them inside the launch kept the dgrad tiles waiting
+// (docs/PERF.md, 2026-12-02); local_rows_in_launch spreads them over every CTA, before and under
+// its tiles (measured 2026-12-03: ~45 us less than before the launch at W = 1). It also had the
+// pass's world barrier, if any: the launch needs none (its pulls read dy and gates every rank
+// published before that barrier; it writes this rank's ring and the home slots, which
+// dx_to_home.hpp says when each peer last read).
 //
 // The dx push per (token, rank) (groups_dx_rows): over an exchange whose expert_dx is a ring, in a
 // world of several ranks, the dx tiles leave the rows of tokens on other ranks in that ring, and
@@ -65,6 +66,12 @@ struct FusedBackwardArgs {
   // Pull every real dy row, those of tokens on this GPU too (the reverse combine before it left them
   // all: RowsInPlace::kAll; the same bits): for tests, so that one GPU runs the pull role.
   bool pull_all_rows = false;
+  // The dy rows of tokens on this GPU (and with pull_x their x rows) copied inside the launch by
+  // every CTA but the comm CTAs: the first blocks' dy by all warps before the tiles, the rest by
+  // the idle warps under them, instead of dy before the launch and x on the comm CTAs (the reverse
+  // combine before it then leaves every real row: RowsInPlace::kAll; the same bits;
+  // src/kernels/fused/backward_local_rows.cuh). Not with pull_all_rows, which pulls them.
+  bool local_rows_in_launch = false;
 };
 
 // Device words a rank needs for a window of `buffer_rows` rows: its readiness counters and the
@@ -77,8 +84,9 @@ bool groups_dx_rows(const transfer::TokenExchange& exchange);
 
 // CTAs per rank of the launch on `world`'s device (one per SM, shared by the local ranks).
 int fused_backward_ctas_per_rank(const comm::World& world);
-// The comm CTAs per rank used when FusedBackwardArgs::comm_ctas is 0.
-int default_backward_comm_ctas(const comm::World& world);
+// The comm CTAs per rank used when FusedBackwardArgs::comm_ctas is 0: 1 where the idle warps copy
+// the local rows and every rank is on this GPU (nothing to pull), else a sixteenth of the CTAs.
+int default_backward_comm_ctas(const comm::World& world, bool local_rows_in_launch);
 
 // Enqueues on `stream`: the counters zeroed, the launch, the router-score reductions. Throws
 // caracal::Error for a world of more than kFusedMaxLocalRanks local ranks, comm_ctas outside

@@ -206,6 +206,7 @@ struct MoELayer::Impl {
   bool dx_sums_in_weight_grads = false;  // with fused_backward: MoELayerOptions's
   int fused_comm_ctas = 0;
   bool pull_all_rows = false;
+  bool local_rows_in_launch = false;  // with fused_backward: fused::FusedBackwardArgs's
 
   // How the routed backward fills the dx slots.
   transfer::DxSlots dx_slots() const {
@@ -322,7 +323,8 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     // window 0 if the x dispatch had none); those of other GPUs pulled, the dgrad+SwiGLU and dx tiles
     // (rows stored home) run in one launch; the weight gradients after it, x's and dy's last read.
     transfer::PullRange dy_rows{first_row, end_row};
-    dy_rows.in_place = pull_all_rows ? transfer::RowsInPlace::kAll : transfer::RowsInPlace::kOtherGpus;
+    dy_rows.in_place =
+        pull_all_rows || local_rows_in_launch ? transfer::RowsInPlace::kAll : transfer::RowsInPlace::kOtherGpus;
     dy_rows.after_barrier = window > 0 || !x_in_fused_launch;
     exchange->reverse_combine(stream, dy_rows);
     fused::FusedBackwardArgs launch;
@@ -331,6 +333,7 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     launch.pull_x = x_in_fused_launch;
     launch.x_in_place = x_in_place;
     launch.pull_all_rows = pull_all_rows;
+    launch.local_rows_in_launch = local_rows_in_launch;
     for (size_t l = 0; l < args.size(); ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
       launch.ranks.push_back({window_pass(l, window), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});
@@ -402,6 +405,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
     state.fused_backward = options.fused_backward;
     state.dx_sums_in_weight_grads = options.dx_sums_in_weight_grads;
     state.pull_all_rows = options.fused_pull_all_rows;
+    state.local_rows_in_launch = options.fused_backward_local_rows_in_launch;
   }
   state.ranks.reserve(static_cast<size_t>(world.local_ranks()));
   for (int l = 0; l < world.local_ranks(); ++l) {

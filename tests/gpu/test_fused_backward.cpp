@@ -3,13 +3,13 @@
 // every output and gradient — but dx at W > 1, which it sums per (token, rank) and macrobatch
 // before one row goes home (dx_group_sums.cuh), checked against the reference that rounds there
 // too — whatever the number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows,
-// the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied before
-// the launch or every row pulled in it, and within the fp64 reference's bounds; on loopback W = 1,
-// 2, 4, 8 and adversarial routings (all routes to one expert, empty experts and ranks, -1 slots,
-// one token, k > 32). Every output is the same bits whatever the comm CTAs. At W = 1 the fused
-// backward's reverse-dispatch sums ride on the weight gradients' idle warps
-// (MoELayerOptions::dx_sums_in_weight_grads), so the comparison with the separate launches holds
-// them to reverse dispatch's own launch too; DxSumsOnWeightGrads does so for bf16 gradients.
+// the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
+// launch (the default), before it, or every row pulled in it, and within the fp64 reference's
+// bounds; on loopback W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty
+// experts and ranks, -1 slots, one token, k > 32). Every output is the same bits whatever the comm
+// CTAs. At W = 1 the fused backward's reverse-dispatch sums ride on the weight gradients' idle
+// warps (MoELayerOptions::dx_sums_in_weight_grads), so the comparison with the separate launches
+// holds them to reverse dispatch's own launch too; DxSumsOnWeightGrads does so for bf16 gradients.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,6 +75,12 @@ TEST_P(GpuFusedBackward, SameBitsAsSeparateLaunchesAcrossCommCtasAndRings) {
     }
     expect_same_bits(fused, run_once(c, s, options(true, 1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
     expect_same_bits(fused, run_once(c, s, options(true, 7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
+    for (const int comm_ctas : {0, 3}) {
+      MoELayerOptions before = options(true, comm_ctas, ring_rows, pull_all_rows);
+      before.fused_backward_local_rows_in_launch = false;
+      expect_same_bits(fused, run_once(c, s, before),
+                       "local rows copied before the launch, " + std::to_string(comm_ctas) + " comm CTAs, " + ring);
+    }
   };
   expect_pair(0, false);    // the default ring: a balanced step in one macrobatch
   expect_pair(128, false);  // one block a macrobatch: replays, and a launch per block

@@ -329,6 +329,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--separate-dx-sums", a.separate_dx_sums,
                "At W = 1 the reverse dispatch's sums as a launch of their own after the backward, not on the weight "
                "gradients' idle warps");
+  app.add_flag("--local-rows-before-backward", a.local_rows_before_backward,
+               "The fused backward's dy rows of tokens on this GPU copied before its launch (x's on its comm CTAs), "
+               "not inside it on idle warps");
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
   app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,

@@ -29,6 +29,7 @@ struct BenchOptions {
   bool fused_pull_all_rows = false;  // MoELayerOptions::fused_pull_all_rows
   bool separate_backward = false;    // MoELayerOptions::fused_backward = false
   bool separate_dx_sums = false;     // MoELayerOptions::dx_sums_in_weight_grads = false
+  bool local_rows_before_backward = false;  // MoELayerOptions::fused_backward_local_rows_in_launch = false
   bool rows_per_route = false;       // MoELayerOptions::rows_per_route
   bool dx_rows_per_route = false;    // MoELayerOptions::dx_rows_per_route
   int ring_rows = 0;        // MoELayerOptions::ring_rows

@@ -90,6 +90,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["fused_pull_all_rows"] = a.fused_pull_all_rows;
+  out["local_rows_before_backward"] = a.local_rows_before_backward;  // the local dy rows copied before the fused backward
   out["separate_backward"] = a.separate_backward;  // the fused layer's backward without its fused launch
   out["separate_dx_sums"] = a.separate_dx_sums;    // W = 1: reverse dispatch's sums in their own launch
   out["weight_grads"] = a.bf16_weight_grads ? "bf16" : "fp32";

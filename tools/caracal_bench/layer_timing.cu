@@ -113,6 +113,7 @@ MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward) {
   options.fused_pull_all_rows = a.fused_pull_all_rows;
   options.fused_backward = !a.separate_backward;
   options.dx_sums_in_weight_grads = !a.separate_dx_sums;
+  options.fused_backward_local_rows_in_launch = !a.local_rows_before_backward;
   options.rows_per_route = a.rows_per_route;
   options.dx_rows_per_route = a.dx_rows_per_route;
   options.ring_rows = a.ring_rows;

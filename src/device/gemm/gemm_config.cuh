@@ -35,6 +35,10 @@ inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kThreads = (1 + kConsumerWarpgroups) * kWarpgroupThreads;
 inline constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupThreads / 32;
+// The producer warpgroup's warps besides the one whose thread issues the loads (warps 1-3), idle in
+// the GEMM: kernels may give them work under the tiles (grouped_gemm_kernel.cuh's IdleWarps, the
+// fused backward's copies and dx sums).
+inline constexpr int kIdleWarpsPerCta = kWarpgroupThreads / 32 - 1;
 inline constexpr int kWarpgroupRows = kBlockM / kConsumerWarpgroups;  // 64 = one wgmma M
 
 // setmaxnreg budgets: the producer needs few registers, the consumers hold 128 accumulators.

@@ -48,7 +48,6 @@ struct IdleWarpsOf<Gemm, std::void_t<typename Gemm::IdleWarps>> {
 };
 template <class Gemm>
 inline constexpr bool kHasIdleWarps = !std::is_same_v<typename IdleWarpsOf<Gemm>::type, NoIdleWarps>;
-inline constexpr int kIdleWarpsPerCta = kWarpgroupThreads / 32 - 1;
 
 // Launch parameters: passed as a __grid_constant__ so the TMA descriptors stay in parameter space,
 // where the TMA unit can read them.

@@ -20,8 +20,8 @@ namespace caracal::transfer::detail {
 
 // `kInFlight`: the slot rows a lane loads at a time (reduce_token_slots).
 template <bool kFromExpertRows, int kInFlight = kSlotsInFlight>
-__device__ __forceinline__ void single_rank_token_dx(const comm::DeviceWorld& world, const ExchangeArgs& args, WarpWorkers workers,
-                                     int lane) {
+__device__ __forceinline__ void single_rank_token_dx(const comm::DeviceWorld& world, const ExchangeArgs& args,
+                                                     WarpWorkers workers, int lane) {
   const int rank = world.first_local_rank;
   const BackwardBuffers& backward = args.backward;
   const int2* locations = world.at(args.schedule.buffers.route_location, rank);

@@ -1,6 +1,7 @@
 // The fused backward kernel over one window (src/fused/fused_backward.hpp): per rank, comm CTAs pull
 // the window's dy rows (then its x rows, where asked) while the other CTAs run the dgrad+SwiGLU and
-// dx tiles as their rows become ready; the comm CTAs join them once their pulls are done.
+// dx tiles as their rows become ready (their idle warps copying the rows of tokens on this GPU,
+// where asked); the comm CTAs join them once their pulls are done.
 #include <algorithm>
 
 #include "caracal/comm/cuda_check.hpp"
@@ -13,8 +14,10 @@
 #include "gemm/host_checks.hpp"
 #include "gemm/router_grad_reduce.hpp"
 #include "kernels/fused/backward_compute.cuh"
+#include "kernels/fused/backward_local_rows.cuh"
 #include "kernels/fused/backward_params.cuh"
 #include "kernels/fused/backward_pull.cuh"
+#include "kernels/fused/dx_group_sums.cuh"
 #include "transfer/exchange_launch.hpp"
 
 namespace caracal::fused {
@@ -25,12 +28,17 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  if (comm::cta_of_rank(world) < p.comm_ctas) {
-    pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
-  }
+  const bool comm_cta = comm::cta_of_rank(world) < p.comm_ctas;
+  if (comm_cta) pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
+  if (p.local_rows_in_launch && !comm_cta) copy_local_dy_prologue(world, p);
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  run_backward_tasks(world, place, p.ranks[place.local_rank], p.schedule, *reinterpret_cast<gemm::KernelStorage*>(smem));
+  const FusedBackwardRankParams& rank = p.ranks[place.local_rank];
+  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage*>(smem), [&](int idle_warp) {
+    // The rows of tokens on this GPU before the dx sums: the dx tiles the sums wait for need them.
+    if (p.local_rows_in_launch && !comm_cta) copy_local_rows(world, p, idle_warp);
+    if (rank.tiles.group_dx) sum_dx_groups(world, place, rank, p.schedule, static_cast<int>(threadIdx.x) % 32);
+  });
 }
 
 constexpr const char* kName = "fused backward";
@@ -101,7 +109,9 @@ int fused_backward_ctas_per_rank(const comm::World& world) {
   return fused_kernel_ctas_per_rank(world, fused_backward_kernel, kName);
 }
 
-int default_backward_comm_ctas(const comm::World& world) {
+int default_backward_comm_ctas(const comm::World& world, bool local_rows_in_launch) {
+  // Every rank on this GPU: no row to pull, the idle warps copy them all.
+  if (local_rows_in_launch && world.local_ranks() == world.world_size()) return 1;
   return std::max(1, fused_backward_ctas_per_rank(world) / 16);
 }
 
@@ -118,8 +128,10 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   CARACAL_CHECK(ex.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM, ", got ",
                 ex.schedule.tile_m);
   const comm::LaunchShape shape = fused_launch_shape(fused_backward_ctas_per_rank(world), kName);
-  const int comm_ctas =
-      checked_comm_ctas(args.comm_ctas == 0 ? default_backward_comm_ctas(world) : args.comm_ctas, shape, kName);
+  // pull_all_rows (tests) gives every real row to the pull role.
+  const bool local_rows_in_launch = args.local_rows_in_launch && !args.pull_all_rows;
+  const int comm_ctas = checked_comm_ctas(
+      args.comm_ctas == 0 ? default_backward_comm_ctas(world, local_rows_in_launch) : args.comm_ctas, shape, kName);
 
   BackwardKernelParams p{};
   const ScheduleView& window = args.ranks.front().pass.rows;
@@ -141,6 +153,7 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   p.comm_ctas = comm_ctas;
   p.pull_x = args.pull_x;
   p.pull_all_rows = args.pull_all_rows;
+  p.local_rows_in_launch = local_rows_in_launch;
   p.rows_per_route = ex.rows_per_route;
   comm::launch(world, kName, shape, stream, fused_backward_kernel, p);
   for (int l = 0; l < local_ranks; ++l) {

@@ -1,7 +1,7 @@
 #pragma once
 // The fused backward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
 // produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
-// sum the dx groups where they are grouped, dx_group_sums.cuh) running the rank's tasks
+// copy rows or sum dx groups under the tiles, backward.cu) running the rank's tasks
 // (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
 // operands by TMA: a dgrad tile's dy rows from the ring once all of its block's rows are there
 // (dy_ready: the comm role's count, backward_pull.cuh), a dx tile's d_gate_up once its block's dgrad
@@ -29,7 +29,6 @@
 #include "device/gemm/tma_pipeline.cuh"
 #include "kernels/fused/backward_params.cuh"
 #include "kernels/fused/backward_tasks.cuh"
-#include "kernels/fused/dx_group_sums.cuh"
 #include "kernels/fused/task_slots.cuh"
 
 namespace caracal::fused {
@@ -109,10 +108,11 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
   ring.drain();
 }
 
-// One compute CTA (all kThreads threads).
-__device__ inline void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                          const FusedBackwardRankParams& p, const transfer::ScheduleParams& schedule,
-                                          gemm::KernelStorage& smem) {
+// One compute CTA (all kThreads threads). Warpgroup 0's warps 1-3, idle in the GEMMs, call
+// idle_work(w) with w = 0, 1, 2 (the copies of backward_local_rows.cuh, the dx sums).
+template <class IdleWork>
+__device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                   const FusedBackwardRankParams& p, gemm::KernelStorage& smem, IdleWork&& idle_work) {
   using namespace cute;
   using namespace gemm;
   using Mma = MmaConfig<DgradGemm::OperandA::kMajor, DgradGemm::OperandB::kMajor>;
@@ -133,8 +133,8 @@ __device__ inline void run_backward_tasks(const comm::DeviceWorld& world, const 
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (threadIdx.x == 0) {
       produce_backward_tiles(world, place, p, smem.mainloop, pipe);
-    } else if (warp > 0 && p.tiles.group_dx) {  // warps 1-3: the dx sums under the tiles
-      sum_dx_groups(world, comm::whole_launch_place(world), p, schedule, static_cast<int>(threadIdx.x) % 32);
+    } else if (warp > 0) {
+      idle_work(warp - 1);
     }
     return;
   }

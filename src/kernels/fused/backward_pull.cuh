@@ -5,7 +5,8 @@
 // each 128-row block into dy_ready as it is there (kBlockM: the block's dgrad tiles may load it by
 // TMA): the pulled ones once stored, the others (copied, padding zeroed, by that launch: the stream
 // orders it) at once. Then, where asked, the window's x rows into expert_x for the weight gradients
-// after the launch (no counter: the stream orders them). The same rows and bits as
+// after the launch (no counter: the stream orders them; with local_rows_in_launch the idle warps
+// of the other CTAs copy them, backward_local_rows.cuh). The same rows and bits as
 // TokenExchange::reverse_combine and dispatch over the window: a token is read once per window for
 // all its rows there (token_group.cuh).
 //
@@ -27,12 +28,17 @@
 
 namespace caracal::fused {
 
-// Whether the fused launch pulls schedule row `entry`'s dy (a token of another GPU, or every real
-// row with pull_all_rows); the reverse combine before it copied the others and zeroed the padding.
-__device__ inline bool dy_pulled_in_launch(const comm::DeviceWorld& world, int2 entry, bool pull_all_rows) {
-  return entry.x >= 0 &&
-         (pull_all_rows ||
-          static_cast<unsigned>(entry.x - world.first_local_rank) >= static_cast<unsigned>(world.local_ranks));
+// Who puts schedule row `entry`'s dy into the ring: the reverse combine before the launch (it also
+// zeroed the padding), the comm role's pull (tokens of other GPUs; every real row with
+// pull_all_rows), or the idle warps' copy (tokens on this GPU with local_rows_in_launch).
+enum class DyRowSource { kBeforeLaunch, kPull, kIdleWarps };
+
+__device__ inline DyRowSource dy_row_source(const comm::DeviceWorld& world, int2 entry, const BackwardKernelParams& p) {
+  if (entry.x < 0) return DyRowSource::kBeforeLaunch;
+  const bool on_this_gpu =
+      static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
+  if (!on_this_gpu || p.pull_all_rows) return DyRowSource::kPull;
+  return p.local_rows_in_launch ? DyRowSource::kIdleWarps : DyRowSource::kBeforeLaunch;
 }
 
 // Raises block counters by the lanes' rows (`row` < 0: none), one release per block: after every
@@ -58,17 +64,18 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
   const int32_t* route_rows = p.rows_per_route ? nullptr : world.at(p.schedule.buffers.route_rows, place.rank);
   const auto ring_row = [&](int row) { return transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden); };
   const int vectors = pull.hidden / transfer::kBf16PerVector;
-  // The rows already there first (a lane a row: at W = 1 that is every row, and no pull follows).
+  // The rows already there first (a lane a row: at W = 1 that is every row but those the idle
+  // warps copy, and no pull follows).
   for (int first = view.first_row + warps.index * transfer::kWarpSize; first < end_row;
        first += warps.count * transfer::kWarpSize) {
     const int row = first + lane;
-    const bool there = row < end_row && !dy_pulled_in_launch(world, view.rows[row], p.pull_all_rows);
+    const bool there = row < end_row && dy_row_source(world, view.rows[row], p) == DyRowSource::kBeforeLaunch;
     count_rows_into_blocks(rank.dy_ready, view, there ? row : -1);
   }
   // Then the others, a warp a token group.
   for (int row = view.first_row + warps.index; row < end_row; row += warps.count) {
     const int2 entry = view.rows[row];
-    if (!dy_pulled_in_launch(world, entry, p.pull_all_rows)) continue;
+    if (dy_row_source(world, entry, p) != DyRowSource::kPull) continue;
     const transfer::TokenGroup group(route_rows, p.schedule.routes, pull.top_k, entry, row, view.first_row, end_row);
     if (!group.led_by_own_row(lane)) continue;  // pulled by the warp that meets the group's leader
     const float* home_gates = world.at(pull.home_gates, entry.x);
@@ -86,7 +93,7 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
 __device__ inline void pull_backward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                           const BackwardKernelParams& p) {
   pull_window_dy(world, place, p, p.ranks[place.local_rank]);
-  if (p.pull_x) {
+  if (p.pull_x && !p.local_rows_in_launch) {
     // The comm warps of every local rank share all local ranks' x rows.
     transfer::pull_schedule_rows<false, true>(world, p.schedule, p.x_window, transfer::role_warps(world, place),
                                               p.x_pull, p.rows_per_route);
