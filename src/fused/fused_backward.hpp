@@ -1,8 +1,9 @@
 #pragma once
 // The fused backward over one window of the ring (DESIGN §3; issue 15, first stage): one
 // persistent launch per window per GPU (one for all ranks of a loopback world) that pulls the
-// window's dy rows of tokens on other GPUs and their g, runs the routed experts' dgrad+SwiGLU
-// tiles and their dx tiles, whose epilogue stores each row into its home slot (reverse dispatch's
+// window's dy rows of tokens on other GPUs and their g, runs the shared expert's dgrad+SwiGLU and
+// dx tiles (window 0, where asked) and the routed experts' dgrad+SwiGLU tiles and their dx tiles,
+// whose epilogue stores each row into its home slot (reverse dispatch's
 // push, dx_to_home.hpp), and, where asked, copies the window's x rows for the weight gradients —
 // the dgrad tiles of a 128-row block starting as soon as all its dy rows are in the ring, the dx
 // tiles as soon as the block's d_gate_up is stored (readiness counters, never a host
@@ -52,8 +53,16 @@ struct FusedBackwardRank {
   // gemm::dgrad_gemm_args reads them.
   gemm::ExpertPass pass;
   gemm::ExpertPassWeights weights;
-  // backward_ready_counter_words(pass.rows.buffer_rows()) device words (zeroed by the launcher).
+  // backward_ready_counter_words(pass.rows.buffer_rows(), shared rows or 0) device words (zeroed
+  // by the launcher).
   uint32_t* ready_counters = nullptr;
+  // The shared expert's dgrad+SwiGLU and dx tiles in the same launch, before the routed ones (they
+  // need no pulled rows): `shared` as gemm::dgrad_gemm_args and dx_gemm_args read it (its dx
+  // stored into shared.dx, its dg partials reduced into shared.dg after the launch); its weight
+  // gradients are the caller's (gemm::expert_weight_grads), as the routed experts'. One window only.
+  bool has_shared = false;
+  gemm::ExpertPass shared;
+  gemm::ExpertPassWeights shared_weights;
 };
 
 struct FusedBackwardArgs {
@@ -74,9 +83,9 @@ struct FusedBackwardArgs {
   bool local_rows_in_launch = false;
 };
 
-// Device words a rank needs for a window of `buffer_rows` rows: its readiness counters and the
-// CTAs' task slots; 32-byte aligned.
-size_t backward_ready_counter_words(int buffer_rows);
+// Device words a rank needs for a window of `buffer_rows` rows (and `shared_rows` rows of the
+// shared expert, 0 without): its readiness counters and the CTAs' task slots; 32-byte aligned.
+size_t backward_ready_counter_words(int buffer_rows, int shared_rows);
 
 // Whether the launch over `exchange` sums the dx rows per (token, rank) before they go home (see
 // above): a ring of expert_dx rows, more than one rank, and not ExchangeOptions::rows_per_route.

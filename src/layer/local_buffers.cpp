@@ -52,7 +52,8 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
       block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
   // The fused forward's counters and task slots, and between forwards the fused backward's.
   const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),
-                                   fused::backward_ready_counter_words(static_cast<int>(s.ring_rows)));
+                                   fused::backward_ready_counter_words(static_cast<int>(s.ring_rows),
+                                                                       s.has_shared ? s.shared_rows : 0));
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
   b.tile_queue = block.take<uint32_t>(gemm::kTileQueueWords);
   if (!s.has_shared) return b;

@@ -10,13 +10,15 @@
 //            (fused: dispatch of its rows | routed up/gate, but for macrobatch 0 after a forward)
 //            | reverse_combine of its rows | routed experts' backward (per local rank, in place;
 //            weight gradients continued across macrobatches; the dx GEMM stores the rows home)
-//            (fused_backward: reverse_combine of its rows of this GPU | one launch: the others'
-//            dy pulled, macrobatch 0's x copied, dgrad+SwiGLU and dx tiles, at W > 1 the dx rows
-//            of other ranks' tokens summed per (token, rank) before they go home | weight
+//            (fused_backward: reverse_combine of its padding rows | one launch: the others' dy
+//            pulled, this GPU's dy and macrobatch 0's x copied, macrobatch 0's with the shared
+//            expert's dgrad+SwiGLU and dx tiles first, dgrad+SwiGLU and dx tiles, at W > 1 the dx
+//            rows of other ranks' tokens summed per (token, rank) before they go home | weight
 //            gradients) |
-//            shared expert's backward | reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
+//            shared expert's backward (fused_backward: its weight gradients) |
+//            reverse_dispatch_filled_dx_slots | dx, d_topk_scores out
 //            (fused_backward in a world of one rank: the last macrobatch's weight gradients after
-//            the shared expert's backward, the reverse dispatch's sums on their idle warps)
+//            the shared expert's, the reverse dispatch's sums on their idle warps)
 // Cross-rank ordering comes only from the exchange launches' world barriers; everything between
 // them is local to a rank and ordered by the stream.
 #include "caracal/moe_layer.hpp"
@@ -255,8 +257,10 @@ struct MoELayer::Impl {
   // Backward of the routed experts over the rows [first_row, end_row) (a macrobatch of the ring;
   // v1: {0, 0}, all of them), their dx rows stored home; `window` counts the macrobatches. The
   // fused path's weight gradients only with `weight_grads` (else the caller runs them).
+  // With `shared` the window's fused launch also runs the shared expert's dgrad and dx tiles.
   void routed_backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, int window,
-                       bool recompute_up_gate, bool weight_grads, comm::World& world, cudaStream_t stream);
+                       bool recompute_up_gate, bool weight_grads, bool shared, comm::World& world,
+                       cudaStream_t stream);
 };
 
 void MoELayer::Impl::stage_inputs(const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
@@ -294,7 +298,7 @@ void MoELayer::Impl::replay_forward(const std::vector<MoEForwardArgs>& args, con
 }
 
 void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, const MoEContext& context, int window,
-                                     bool recompute_up_gate, bool weight_grads, comm::World& world,
+                                     bool recompute_up_gate, bool weight_grads, bool shared, comm::World& world,
                                      cudaStream_t stream) {
   const auto [first_row, end_row] = window_rows(window);
   // The ring's x rows of the window: the weight gradients read every row's x there, and so does
@@ -336,7 +340,12 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     launch.local_rows_in_launch = local_rows_in_launch;
     for (size_t l = 0; l < args.size(); ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
-      launch.ranks.push_back({window_pass(l, window), {w.w_gate_up, w.w_down}, ranks[l].local.buffers().ready_counters});
+      fused::FusedBackwardRank rank{window_pass(l, window), {w.w_gate_up, w.w_down},
+                                    ranks[l].local.buffers().ready_counters};
+      rank.has_shared = shared;
+      rank.shared = ranks[l].shared;
+      rank.shared_weights = {w.shared_w_gate_up, w.shared_w_down};
+      launch.ranks.push_back(rank);
     }
     fused::fused_backward(world, launch, stream);
     for (size_t l = 0; l < args.size() && weight_grads; ++l) {
@@ -608,18 +617,25 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
   // In a world of one rank the reverse dispatch's sums ride on the last macrobatch's weight
   // gradients, which then wait for the shared expert's dx below.
   const bool dx_sums_ride = state.dx_sums_ride(world_) && windows > 0;
+  // The fused backward runs the shared expert's dgrad and dx tiles in macrobatch 0's launch.
+  const bool shared_in_fused_launch = state.fused && state.fused_backward && sizes.has_shared && windows > 0;
   for (int window = 0; window < windows; ++window) {
     const bool weight_grads = !dx_sums_ride || window + 1 < windows;
-    state.routed_backward(ranks, context, window, replay || window > 0, weight_grads, world_, stream);
+    state.routed_backward(ranks, context, window, replay || window > 0, weight_grads,
+                          shared_in_fused_launch && window == 0, world_, stream);
   }
   for (size_t l = 0; l < ranks.size(); ++l) {
     const MoEBackwardArgs& a = ranks[l];
     const MoEWeights& w = context.ranks_[l].weights;
     RankState& rank_state = state.ranks[l];
     if (!sizes.has_shared) continue;
-    gemm::expert_backward(
-        rank_state.shared, {w.shared_w_gate_up, w.shared_w_down},
-        {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16}, stream);
+    const gemm::ExpertPassGradients shared_grads{a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16,
+                                                 a.d_shared_w_down_bf16};
+    if (shared_in_fused_launch) {
+      gemm::expert_weight_grads(rank_state.shared, shared_grads, stream);
+    } else {
+      gemm::expert_backward(rank_state.shared, {w.shared_w_gate_up, w.shared_w_down}, shared_grads, stream);
+    }
     copy_unless_same(rank_state.shared_dx_slot, rank_state.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
     if (a.d_shared_scale != nullptr) {
       copy_unless_same(a.d_shared_scale, rank_state.shared.dg, sizes.tokens, stream,

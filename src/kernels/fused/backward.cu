@@ -13,6 +13,7 @@
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/router_grad_reduce.hpp"
+#include "gemm/tensor_map.hpp"
 #include "kernels/fused/backward_compute.cuh"
 #include "kernels/fused/backward_local_rows.cuh"
 #include "kernels/fused/backward_params.cuh"
@@ -44,8 +45,14 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
 constexpr const char* kName = "fused backward";
 
 // The counters ahead of the task slots, in words: dy_ready, dgrad_done and dx_done per block of the
-// window's buffer rows, the task counter and the dx sums' counter.
-size_t counter_words(int buffer_rows) { return 3 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2; }
+// window's buffer rows, the task counter, the dx sums' counter, and shared_dgrad_done per block of
+// the shared expert's rows.
+size_t counter_words(int buffer_rows, int shared_rows) {
+  return 3 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2 + size_t(std::max(shared_rows, 0)) / gemm::kBlockM;
+}
+
+// The shared expert's rows of a rank (0 without).
+int shared_rows_of(const FusedBackwardRank& rank) { return rank.has_shared ? rank.shared.rows.buffer_rows() : 0; }
 
 // Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
 FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
@@ -81,14 +88,40 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
   const bool grouped = groups_dx_rows(exchange);
   r.dx_epilogue = {rows.rows, world.device_heap_table(), buffers.dx_slots, pass.hidden, world.first_local_rank() + l,
                    grouped ? world.local_pointer(buffers.expert_dx, l) : nullptr};
-  r.tiles = {d.tiles, x.tiles, grouped};
+  r.tiles.dgrad = d.tiles;
+  r.tiles.dx = x.tiles;
+  r.tiles.group_dx = grouped;
+  r.tiles.has_shared = rank.has_shared;
+  if (rank.has_shared) {
+    // The standalone kernels' arguments and checks (src/kernels/backward/down_dgrad_swiglu.cu,
+    // gate_up_dgrad.cu), without their tile queue: the launch's counter orders the tiles.
+    DownDgradSwigluArgs shared_dgrad = dgrad_gemm_args(rank.shared, rank.shared_weights);
+    shared_dgrad.tile_queue = nullptr;
+    check_down_dgrad_swiglu_args(shared_dgrad);
+    GateUpDgradArgs shared_dx = dx_gemm_args(rank.shared, rank.shared_weights);
+    shared_dx.tile_queue = nullptr;
+    check_gate_up_dgrad_args(shared_dx);
+    CARACAL_CHECK(rank.shared.rows.ring_rows == 0 && rank.shared.rows.first_row == 0 && rank.shared.rows.end_row == 0,
+                  kName, ": ranks[", l, "].shared.rows must be one window of every row (no ring)");
+    const DownDgradSwigluDescriptors sd = down_dgrad_swiglu_descriptors(shared_dgrad);
+    const GateUpDgradDescriptors sx = gate_up_dgrad_descriptors(shared_dx);
+    r.shared_dgrad_mainloop = sd.mainloop;
+    r.shared_dgrad_epilogue = sd.epilogue;
+    r.shared_dx_mainloop = sx.mainloop;
+    r.shared_dx_epilogue = {make_tensor_map_2d(shared_dx.dx_out, uint64_t(rank.shared.rows.buffer_rows()),
+                                               uint64_t(rank.shared.hidden), kChunkRows, kChunkCols, "shared dx"),
+                            rank.shared.hidden};
+    r.tiles.shared_dgrad = sd.tiles;
+    r.tiles.shared_dx = sx.tiles;
+  }
   const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
   r.dy_ready = rank.ready_counters;
   r.dgrad_done = rank.ready_counters + blocks;
   r.dx_done = rank.ready_counters + 2 * blocks;
-  const size_t counters = counter_words(rows.buffer_rows());
+  const size_t counters = counter_words(rows.buffer_rows(), shared_rows_of(rank));
   r.task_counter = rank.ready_counters + 3 * blocks;
   r.sums_counter = rank.ready_counters + 3 * blocks + 1;
+  r.shared_dgrad_done = rank.ready_counters + 3 * blocks + 2;
   // 32-byte slots after the counters, on a 32-byte boundary.
   r.task_slots = reinterpret_cast<BackwardTaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
   return r;
@@ -96,8 +129,8 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 
 }  // namespace
 
-size_t backward_ready_counter_words(int buffer_rows) {
-  return counters_and_task_slots_words(counter_words(buffer_rows), sizeof(BackwardTaskSlot));
+size_t backward_ready_counter_words(int buffer_rows, int shared_rows) {
+  return counters_and_task_slots_words(counter_words(buffer_rows, shared_rows), sizeof(BackwardTaskSlot));
 }
 
 bool groups_dx_rows(const transfer::TokenExchange& exchange) {
@@ -141,7 +174,7 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
                   ": every rank's pass.rows must name the same window, got [", window.first_row, ", ", window.end_row,
                   ") for ranks[0] and [", rank.pass.rows.first_row, ", ", rank.pass.rows.end_row, ") for ranks[", l, "]");
     p.ranks[l] = rank_params(world, exchange, l, rank);
-    const size_t counters = counter_words(rank.pass.rows.buffer_rows());  // not the task slots
+    const size_t counters = counter_words(rank.pass.rows.buffer_rows(), shared_rows_of(rank));  // not the task slots
     check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
                "fused backward: cudaMemsetAsync(ready counters)");
   }
@@ -157,8 +190,13 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   p.rows_per_route = ex.rows_per_route;
   comm::launch(world, kName, shape, stream, fused_backward_kernel, p);
   for (int l = 0; l < local_ranks; ++l) {
-    const gemm::ExpertPass& pass = args.ranks[static_cast<size_t>(l)].pass;
-    gemm::reduce_router_grad(pass.workspace, p.ranks[l].tiles.dgrad.n_blocks, pass.rows, pass.dg, stream, kName);
+    const FusedBackwardRank& rank = args.ranks[static_cast<size_t>(l)];
+    gemm::reduce_router_grad(rank.pass.workspace, p.ranks[l].tiles.dgrad.n_blocks, rank.pass.rows, rank.pass.dg, stream,
+                             kName);
+    if (rank.has_shared) {
+      gemm::reduce_router_grad(rank.shared.workspace, p.ranks[l].tiles.shared_dgrad.n_blocks, rank.shared.rows,
+                               rank.shared.dg, stream, kName);
+    }
   }
 }
 

@@ -53,18 +53,40 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
     if (t >= tasks.num_tasks()) break;
     const BackwardTask task = tasks.at(t);
     const int block = task.buffer_block();
-    const bool dgrad = task.phase == BackwardPhase::dgrad;
-    const bool ready =
-        dgrad ? comm::wait_ready_thread(world, place, p.dy_ready + block, gemm::kBlockM, block)
-              : comm::wait_ready_thread(world, place, p.dgrad_done + block,
+    // A routed dgrad tile waits for its block's dy rows, a dx tile for its block's d_gate_up; the
+    // shared expert's dgrad tiles for nothing (its dy and gate/up were there before the launch).
+    bool ready = true;
+    switch (task.phase) {
+      case BackwardPhase::dgrad:
+        ready = comm::wait_ready_thread(world, place, p.dy_ready + block, gemm::kBlockM, block);
+        break;
+      case BackwardPhase::dx:
+        ready = comm::wait_ready_thread(world, place, p.dgrad_done + block,
                                         2u * static_cast<uint32_t>(p.tiles.dgrad.n_blocks), block);
+        break;
+      case BackwardPhase::shared_dx:
+        ready = comm::wait_ready_thread(world, place, p.shared_dgrad_done + block,
+                                        2u * static_cast<uint32_t>(p.tiles.shared_dgrad.n_blocks), block);
+        break;
+      default:
+        break;
+    }
     if (!ready) break;
     comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
     p.task_slots[first_task_slot(world) + st.stage].task = task;
-    if (dgrad) {
-      gemm::load_tile<DgradGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
-    } else {
-      gemm::load_tile<DxGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+    switch (task.phase) {
+      case BackwardPhase::shared_dgrad:
+        gemm::load_tile<DgradGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st, task.tile);
+        break;
+      case BackwardPhase::shared_dx:
+        gemm::load_tile<SharedDxGemm>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st, task.tile);
+        break;
+      case BackwardPhase::dgrad:
+        gemm::load_tile<DgradGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
+        break;
+      default:
+        gemm::load_tile<DxGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+        break;
     }
   }
   pipe.producer_acquire(st);
@@ -90,13 +112,17 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
     if (task.phase == BackwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
-    if (task.phase == BackwardPhase::dgrad) {
-      DgradGemm::Epilogue::apply(p.dgrad_epilogue, task.tile, accum, active, ring, consumer);
+    if (task.dgrad()) {
+      const bool shared = task.shared();
+      DgradGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum, active, ring,
+                                 consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
-        comm::signal_ready_thread(p.dgrad_done + task.buffer_block());
+        comm::signal_ready_thread((shared ? p.shared_dgrad_done : p.dgrad_done) + task.buffer_block());
       }
+    } else if (task.phase == BackwardPhase::shared_dx) {
+      SharedDxGemm::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
     } else {
       DxGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
       if (p.tiles.group_dx) {
@@ -125,6 +151,12 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
     prefetch_tma_descriptor(&p.dgrad_mainloop.b);
     prefetch_tma_descriptor(&p.dx_mainloop.a);
     prefetch_tma_descriptor(&p.dx_mainloop.b);
+    if (p.tiles.has_shared) {
+      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.a);
+      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.b);
+      prefetch_tma_descriptor(&p.shared_dx_mainloop.a);
+      prefetch_tma_descriptor(&p.shared_dx_mainloop.b);
+    }
   }
   __syncthreads();
 

@@ -1,11 +1,12 @@
 #pragma once
 // What the fused backward kernel reads: per local rank the two row-tile GEMMs of its routed
-// experts over one window of the ring (dgrad+SwiGLU, and dx with its rows stored home) and its
-// readiness counters; the exchange's schedule and the pulls of the window's dy rows (with g) and,
+// experts over one window of the ring (dgrad+SwiGLU, and dx with its rows stored home), those of
+// its shared expert (window 0), and its readiness counters; the exchange's schedule and the pulls of the window's dy rows (with g) and,
 // where asked, x rows. Passed as a __grid_constant__ so the TMA descriptors stay in parameter space.
 #include <cstdint>
 #include <type_traits>
 
+#include "device/gemm/bf16_epilogue.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/swiglu_backward_epilogue.cuh"
@@ -31,8 +32,16 @@ struct DxGemm {
   using OperandB = gemm::MNMajorWeights;
   using Epilogue = HomeSlotsEpilogue;
 };
+// The shared expert's dx: its rows stored as they are (src/kernels/backward/gate_up_dgrad.cu's).
+struct SharedDxGemm {
+  using OperandA = gemm::KMajorRows;
+  using OperandB = gemm::MNMajorWeights;
+  using Epilogue = gemm::RowsBf16Epilogue;
+};
 static_assert(std::is_same_v<DgradGemm::OperandA, DxGemm::OperandA> &&
-              std::is_same_v<DgradGemm::OperandB, DxGemm::OperandB>,
+                  std::is_same_v<DgradGemm::OperandB, DxGemm::OperandB> &&
+                  std::is_same_v<DxGemm::OperandA, SharedDxGemm::OperandA> &&
+                  std::is_same_v<DxGemm::OperandB, SharedDxGemm::OperandB>,
               "the producer loads every TMA operand the same way");
 
 struct FusedBackwardRankParams {
@@ -40,14 +49,22 @@ struct FusedBackwardRankParams {
   DgradGemm::Epilogue::Params dgrad_epilogue;
   gemm::MainloopParams dx_mainloop;
   DxGemm::Epilogue::Params dx_epilogue;
+  // With tiles.has_shared: the shared expert's two GEMMs over its rows.
+  gemm::MainloopParams shared_dgrad_mainloop;
+  DgradGemm::Epilogue::Params shared_dgrad_epilogue;
+  gemm::MainloopParams shared_dx_mainloop;
+  SharedDxGemm::Epilogue::Params shared_dx_epilogue;
   BackwardTiles tiles;
   // Zeroed before the launch, one word per 128-row block of the window: its rows whose dy is in the
   // ring (kBlockM: all of them, backward_pull.cuh), its dgrad tiles' warpgroup slices whose
   // d_gate_up stores have completed (2 * tiles.dgrad.n_blocks: the dx tiles may read the block),
-  // and with tiles.group_dx its dx tiles' warpgroup slices whose rows are stored (dx_group_sums.cuh).
+  // and with tiles.group_dx its dx tiles' warpgroup slices whose rows are stored (dx_group_sums.cuh);
+  // with tiles.has_shared one per 128-row block of the shared expert's rows: its dgrad tiles'
+  // warpgroup slices whose d_gate_up stores have completed.
   uint32_t* dy_ready;
   uint32_t* dgrad_done;
   uint32_t* dx_done;
+  uint32_t* shared_dgrad_done;
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
   uint32_t* sums_counter;        // with tiles.group_dx: the next rows to sum (dx_group_sums.cuh)
   BackwardTaskSlot* task_slots;  // [CTAs of the rank][kStages]
