@@ -57,12 +57,15 @@ struct FusedBackwardRank {
   // by the launcher).
   uint32_t* ready_counters = nullptr;
   // The shared expert's dgrad+SwiGLU and dx tiles in the same launch, before the routed ones (they
-  // need no pulled rows): `shared` as gemm::dgrad_gemm_args and dx_gemm_args read it (its dx
-  // stored into shared.dx, its dg partials reduced into shared.dg after the launch); its weight
-  // gradients are the caller's (gemm::expert_weight_grads), as the routed experts'. One window only.
+  // need no pulled rows): `shared` as gemm::dgrad_gemm_args and dx_gemm_args read it (its dg
+  // partials reduced into shared.dg after the launch), but its dx rows stored into shared.dx's
+  // first shared_dx_rows rows only (the rows past them, padding, are not stored: shared.dx may be a
+  // buffer of the tokens' rows). shared.dx must not be shared.x: its weight gradients, the
+  // caller's after the launch (gemm::expert_weight_grads, as the routed experts'), read x.
   bool has_shared = false;
   gemm::ExpertPass shared;
   gemm::ExpertPassWeights shared_weights;
+  int shared_dx_rows = 0;
 };
 
 struct FusedBackwardArgs {

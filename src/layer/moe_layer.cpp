@@ -345,6 +345,9 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
       rank.has_shared = shared;
       rank.shared = ranks[l].shared;
       rank.shared_weights = {w.shared_w_gate_up, w.shared_w_down};
+      // Its dx straight into the exchange's slot, a row per token (not in place over its x rows).
+      rank.shared.dx = ranks[l].shared_dx_slot;
+      rank.shared_dx_rows = sizes.tokens;
       launch.ranks.push_back(rank);
     }
     fused::fused_backward(world, launch, stream);
@@ -631,12 +634,13 @@ void MoELayer::backward(const std::vector<MoEBackwardArgs>& ranks, const MoECont
     if (!sizes.has_shared) continue;
     const gemm::ExpertPassGradients shared_grads{a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16,
                                                  a.d_shared_w_down_bf16};
-    if (shared_in_fused_launch) {
+    if (shared_in_fused_launch) {  // its dx already in the slot
       gemm::expert_weight_grads(rank_state.shared, shared_grads, stream);
     } else {
       gemm::expert_backward(rank_state.shared, {w.shared_w_gate_up, w.shared_w_down}, shared_grads, stream);
+      copy_unless_same(rank_state.shared_dx_slot, rank_state.shared.dx, rows, stream,
+                       "MoELayer::backward: cudaMemcpyAsync(shared dx)");
     }
-    copy_unless_same(rank_state.shared_dx_slot, rank_state.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
     if (a.d_shared_scale != nullptr) {
       copy_unless_same(a.d_shared_scale, rank_state.shared.dg, sizes.tokens, stream,
                        "MoELayer::backward: cudaMemcpyAsync(d_shared_scale)");

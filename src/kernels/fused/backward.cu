@@ -103,12 +103,17 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
     check_gate_up_dgrad_args(shared_dx);
     CARACAL_CHECK(rank.shared.rows.ring_rows == 0 && rank.shared.rows.first_row == 0 && rank.shared.rows.end_row == 0,
                   kName, ": ranks[", l, "].shared.rows must be one window of every row (no ring)");
+    CARACAL_CHECK(rank.shared_dx_rows >= 1 && rank.shared_dx_rows <= rank.shared.rows.buffer_rows(), kName, ": ranks[",
+                  l, "].shared_dx_rows must be in [1, ", rank.shared.rows.buffer_rows(), "], got ", rank.shared_dx_rows);
+    CARACAL_CHECK(rank.shared.dx != rank.shared.x, kName, ": ranks[", l,
+                  "].shared.dx must not be shared.x (the shared expert's weight gradients read x after the launch)");
     const DownDgradSwigluDescriptors sd = down_dgrad_swiglu_descriptors(shared_dgrad);
     const GateUpDgradDescriptors sx = gate_up_dgrad_descriptors(shared_dx);
     r.shared_dgrad_mainloop = sd.mainloop;
     r.shared_dgrad_epilogue = sd.epilogue;
     r.shared_dx_mainloop = sx.mainloop;
-    r.shared_dx_epilogue = {make_tensor_map_2d(shared_dx.dx_out, uint64_t(rank.shared.rows.buffer_rows()),
+    // TMA stores no row past the map's: the padding rows' dx is not written.
+    r.shared_dx_epilogue = {make_tensor_map_2d(shared_dx.dx_out, uint64_t(rank.shared_dx_rows),
                                                uint64_t(rank.shared.hidden), kChunkRows, kChunkCols, "shared dx"),
                             rank.shared.hidden};
     r.tiles.shared_dgrad = sd.tiles;
