@@ -1,6 +1,8 @@
 // The fused backward (src/fused/fused_backward.hpp) through MoELayer: the same bits as the
 // backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
-// every output and gradient — but dx at W > 1, which it sums per (token, rank) and macrobatch
+// every output and gradient (the shared expert's too: its dgrad and dx tiles run in macrobatch
+// 0's launch, its dx stored straight into the exchange's slot, for token counts of one, odd and
+// not a multiple of 128) — but dx at W > 1, which it sums per (token, rank) and macrobatch
 // before one row goes home (dx_group_sums.cuh), checked against the reference that rounds there
 // too — whatever the number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows,
 // the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
