@@ -35,7 +35,7 @@ namespace caracal::fused {
 
 // setmaxnreg budgets: the producer thread takes tasks, waits on counters and prefetches the dgrad
 // epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48),
-// its warpgroup's other warps sum dx groups;
+// its warpgroup's other warps copy rows and sum dx groups;
 // 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kBackwardProducerRegisters = 72;
 inline constexpr uint32_t kBackwardConsumerRegisters = 216;
