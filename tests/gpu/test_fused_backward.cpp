@@ -1,8 +1,8 @@
 // The fused backward (src/fused/fused_backward.hpp) through MoELayer: the same bits as the
 // backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
 // every output and gradient (the shared expert's too: its dgrad and dx tiles run in macrobatch
-// 0's launch, its dx stored straight into the exchange's slot, for token counts of one, odd and
-// not a multiple of 128) — but dx at W > 1, which it sums per (token, rank) and macrobatch
+// 0's launch, its dx stored straight into the exchange's slot, for token counts of one, odd, not a
+// multiple of 128 and a multiple of 128, where the shared rows are read in place) — but dx at W > 1, which it sums per (token, rank) and macrobatch
 // before one row goes home (dx_group_sums.cuh), checked against the reference that rounds there
 // too — whatever the number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows,
 // the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
@@ -46,6 +46,10 @@ std::vector<LayerCase> backward_cases() {
       // Several of a token's rows on each rank (groups of many members), in two rounds of 32 slots.
       {"W2_duplicates_k36", 2, 45, 48, 36, true, false, kNormalized, R::kDuplicates},
       {"W4_uniform_k8", 4, 500, 16, 8, false, false, kNormalized, R::kUniform},
+      // Token counts a multiple of 128: the shared expert reads x in place and its dx map covers
+      // the whole slot (no clipped rows).
+      {"W1_shared_in_place_k4", 1, 256, 8, 4, true, true, kNormalized, R::kZipf},
+      {"W2_shared_in_place_k2", 2, 128, 8, 2, true, false, kUnnormalized, R::kUniform},
   };
 }
 
