@@ -9,7 +9,8 @@
 #      expert, fp32 and bf16 weight gradients): every output of every step must have the same
 #      checksum, i.e. the two builds compute the same bits;
 #   2. the layer: caracal-bench of both, alternated old/new ROUNDS times (DeepSeek-V3, 32 experts,
-#      T = 4096, forward + backward);
+#      T = 4096, forward + backward; AB_LAYER_ARGS: more of its arguments, e.g. "--graph
+#      --bf16-weight-grads");
 #   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
 #      not run, for builds staged without it);
 # then a table of medians over the rounds (each run's own figure is a median of --reps runs).
@@ -78,22 +79,23 @@ fi
 for round in $(seq 1 "$rounds"); do
   for side in old new; do
     dir=${!side}
+    # shellcheck disable=SC2086  # AB_LAYER_ARGS splits into arguments
     run "layer_${side}_$round" "$limit" "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
-      --reps 20 --quiet --no-validate --json "$logs/layer_${side}_$round.json"
+      --reps 20 --quiet --no-validate ${AB_LAYER_ARGS:-} --json "$logs/layer_${side}_$round.json"
     [ "${GEMM_CASES:-}" = none ] && continue
     run "gemm_${side}_$round" "$limit" "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
   done
 done
 
-python3 - "$logs" "$rounds" <<'PY'
+python3 - "$logs" "$rounds" "${AB_LAYER_ARGS:-}" <<'PY'
 import glob, json, os, statistics, sys
-logs, rounds = sys.argv[1], int(sys.argv[2])
+logs, rounds, layer_args = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def load(pattern):
     return [json.load(open(p)) for p in sorted(glob.glob(os.path.join(logs, pattern)))]
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")
-print(f"layer, DeepSeek-V3 32 experts T=4096 W=1 (ms, median of {rounds} alternated runs): old | new | new/old")
+print(f"layer, DeepSeek-V3 32 experts T=4096 W=1{' ' + layer_args if layer_args else ''} (ms, median of {rounds} alternated runs): old | new | new/old")
 for p in ("forward", "backward", "fwd_bwd"):
     o = median([r["runs"][0][p]["ms"] for r in load("layer_old_*.json")])
     n = median([r["runs"][0][p]["ms"] for r in load("layer_new_*.json")])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/ab-check.sh's own logic, with stub builds (no GPU): the new build's tests run first and a
 # failure or a hang stops the check before the benchmarks; the soak checksums of the two builds are
-# compared; the exit status says whether all of it passed.
+# compared; the layer's runs take AB_LAYER_ARGS; the exit status says whether all of it passed.
 source "$(dirname "$0")/script_test_lib.sh"
 
 make_build() {  # make_build DIR CHECKSUM: stub caracal-soak, caracal-bench and tests
@@ -16,6 +16,7 @@ cat "$(dirname "$0")/checksum" >"$out"
 STUB
   cat >"$dir/caracal-bench" <<'STUB'
 #!/usr/bin/env bash
+echo "$*" >>"$(dirname "$0")/bench-args"
 while [ $# -gt 0 ]; do [ "$1" = --json ] && out=$2; shift; done
 echo '{"runs": [{"forward": {"ms": 1.0}, "backward": {"ms": 2.0}, "fwd_bwd": {"ms": 3.0}}]}' >"$out"
 STUB
@@ -45,4 +46,8 @@ check "a hanging test is bounded and stops it" 1 "test_hang .*FAILED (rc 124)" "
   AB_TESTS=test_hang AB_TEST_TIMEOUT=1
 check "passing tests, the same bits" 0 "bitwise identical" "FAILED" -- AB_TESTS=test_pass
 NEW="$work/other" check "other bits" 1 "DIFFER" "" --
+check "the layer's extra arguments" 0 "T=4096 W=1 --graph --bf16-weight-grads" "FAILED" -- \
+  AB_LAYER_ARGS="--graph --bf16-weight-grads"
+grep -q -- "--no-validate --graph --bf16-weight-grads --json" "$work/new/bench-args" ||
+  fail "AB_LAYER_ARGS not passed to caracal-bench: $(cat "$work/new/bench-args")"
 finish test_ab_check
