@@ -2,10 +2,11 @@
 // backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
 // every output and gradient (the shared expert's too: its dgrad and dx tiles run in macrobatch
 // 0's launch, its dx stored straight into the exchange's slot, for token counts of one, odd, not a
-// multiple of 128 and a multiple of 128, where the shared rows are read in place) — but dx at W > 1, which it sums per (token, rank) and macrobatch
-// before one row goes home (dx_group_sums.cuh), checked against the reference that rounds there
-// too — whatever the number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows,
-// the later ones follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
+// multiple of 128 and a multiple of 128, where the shared rows are read in place) — but dx at
+// W > 1, which it sums per (token, rank) and macrobatch before one row goes home
+// (dx_group_sums.cuh), checked against the reference that rounds there too — whatever the
+// number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows, the later ones
+// follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
 // launch (the default), before it, or every row pulled in it, and within the fp64 reference's
 // bounds; on loopback W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty
 // experts and ranks, -1 slots, one token, k > 32). Every output is the same bits whatever the comm
