@@ -15,6 +15,8 @@
 // holds them to reverse dispatch's own launch too; DxSumsOnWeightGrads does so for bf16 gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -113,10 +115,19 @@ TEST(GpuFusedBackward, RepeatsBitwiseOnOneLayer) {
   }
 }
 
+// Elements of a poisoned output (every byte exchange_test::kNanByte) that nothing wrote.
+template <typename T>
+size_t unwritten(const std::vector<T>& out) {
+  T poison;
+  std::memset(&poison, exchange_test::kNanByte, sizeof(T));
+  return static_cast<size_t>(
+      std::count_if(out.begin(), out.end(), [&](const T& v) { return std::memcmp(&v, &poison, sizeof(T)) == 0; }));
+}
+
 // W = 1, routed weight gradients in bf16 (the bf16 kernel in CTA pairs carries the sums): dx,
-// d topk_scores and every gradient the same bits with the sums on the weight gradients' idle warps
-// as in their own launch, over a ring of one macrobatch and one of several (the sums ride on the
-// last macrobatch's launch).
+// d topk_scores and every gradient written and the same bits with the sums on the weight
+// gradients' idle warps as in their own launch, over a ring of one macrobatch and one of several
+// (the sums ride on the last macrobatch's launch).
 TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"W1_bf16_grads_k4", 1, 700, 8, 4, true, true, kNormalized, RoutingCase::kZipf};
@@ -150,6 +161,13 @@ TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
     SCOPED_TRACE("ring " + std::to_string(ring_rows));
     const Outputs apart = run(false, ring_rows);
     const Outputs riding = run(true, ring_rows);
+    // Every output poisoned before the step: equal bits must also be written ones.
+    EXPECT_EQ(unwritten(riding.rank.dx), 0u) << "dx";
+    EXPECT_EQ(unwritten(riding.rank.d_scores), 0u) << "d_topk_scores";
+    EXPECT_EQ(unwritten(riding.d_w_gate_up), 0u) << "d_w_gate_up (bf16)";
+    EXPECT_EQ(unwritten(riding.d_w_down), 0u) << "d_w_down (bf16)";
+    EXPECT_EQ(unwritten(riding.rank.d_shared_w_gate_up), 0u) << "d_shared_w_gate_up";
+    EXPECT_EQ(unwritten(riding.rank.d_shared_scale), 0u) << "d_shared_scale";
     exchange_test::expect_same_bits(riding.rank.dx, apart.rank.dx, "dx");
     exchange_test::expect_same_bits(riding.rank.d_scores, apart.rank.d_scores, "d_topk_scores");
     exchange_test::expect_same_bits(riding.d_w_gate_up, apart.d_w_gate_up, "d_w_gate_up (bf16)");
