@@ -59,8 +59,10 @@
 // Failures between ranks: every cross-rank wait is bounded by the world's wait timeout (World::
 // set_wait_timeout; 10 minutes by default). When one expires the world is aborted: the pass's
 // outputs are poisoned (every element NaN), every rank's later passes stop at once and poison
-// theirs, and check(), forward and backward throw on every rank until reset() has been called on
-// every rank; the next step after that is exact.
+// theirs, World::fault_flag reads 1.0 on the device (gate the optimizer step on it), and check(),
+// forward and backward throw on every rank until reset() has been called on every rank; the next
+// step after that is exact. Passes captured into a CUDA graph behave the same when replayed,
+// before and after a reset().
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -311,8 +313,8 @@ class MoELayer {
   void check();
 
   // Brings the layer's world back after a failed wait (collective: every rank calls it, on the
-  // stream of its passes; see World::reset). Contexts of earlier forwards are refused afterwards
-  // (their pass was cut short). Stream-ordered, no host sync.
+  // stream of its passes; see World::reset: it first waits on the host for the work already on
+  // `stream`). Contexts of earlier forwards are refused afterwards (their pass was cut short).
   void reset(cudaStream_t stream);
 
  private:

@@ -10,6 +10,7 @@
 #include "device/comm/barrier_layout.hpp"
 #include "device/comm/device_world.cuh"
 #include "device/comm/launch.cuh"
+#include "device/comm/world_control.hpp"
 
 namespace caracal::comm {
 namespace {
@@ -40,6 +41,20 @@ const WorldShape& made_current(const WorldShape& s) {
   return s;
 }
 
+// The stream-ordered writes of WorldControl's fields (one thread each).
+__global__ void set_control_timeout(WorldControl* control, uint64_t timeout_ns) { control->timeout_ns = timeout_ns; }
+
+__global__ void start_control_generation(WorldControl* control, uint32_t generation) {
+  control->generation = generation;
+  control->stall_rank = -1;
+  control->stall_ns = 0;
+}
+
+__global__ void arm_control_stall(WorldControl* control, int32_t rank, uint64_t stall_ns) {
+  control->stall_ns = stall_ns;
+  control->stall_rank = rank;
+}
+
 }  // namespace
 
 World::World(const WorldShape& shape, size_t heap_bytes_per_rank)
@@ -57,6 +72,10 @@ World::World(const WorldShape& shape, size_t heap_bytes_per_rank)
              "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
 
   heap_table_ = device_alloc<char*>(static_cast<size_t>(shape_.world_size), "cudaMalloc(heap table)");
+  control_ = device_alloc<WorldControl>(1, "cudaMalloc(world control)");
+  WorldControl control;
+  control.timeout_ns = timeout_ns_;
+  check_cuda(cudaMemcpy(control_.get(), &control, sizeof(control), cudaMemcpyHostToDevice), "cudaMemcpy(world control)");
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize(world setup)");
 }
 
@@ -79,10 +98,7 @@ void World::publish_heaps(const std::vector<char*>& heaps) {
 DeviceWorld World::device_view(int ctas_per_rank, const char* launch_name) {
   CARACAL_CHECK(ctas_per_rank >= 1 && ctas_per_rank <= INT_MAX / shape_.local_ranks, shape_.backend,
                 ": ctas_per_rank must be in [1, ", INT_MAX / shape_.local_ranks, "], got ", ctas_per_rank);
-  int current = -1;
-  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
-  CARACAL_CHECK(current == shape_.device, shape_.backend, " on device ", shape_.device,
-                " used from a thread whose current device is ", current);
+  require_current_device("device_view");
   DeviceWorld view;
   view.world_size = shape_.world_size;
   view.first_local_rank = shape_.first_local_rank;
@@ -91,36 +107,49 @@ DeviceWorld World::device_view(int ctas_per_rank, const char* launch_name) {
   view.heap = heap_table_.get();
   view.error = errors_.device_record();
   view.error_claim = errors_.device_claim();
-  view.timeout_ns = timeout_ns_;
-  view.launch_id = next_launch_;
-  view.generation = generation_;
-  view.stall_rank = stall_rank_;
-  view.stall_ns = stall_ns_;
-  stall_rank_ = -1;  // one launch only
-  stall_ns_ = 0;
-  launch_names_[next_launch_ % kKeptLaunchNames] = launch_name != nullptr ? launch_name : "";
-  ++next_launch_;
+  view.control = control_.get();
+  view.launch_id = next_launch_++;
+  view.launch_name = intern_launch_name(launch_name);
   return view;
 }
 
-void World::set_wait_timeout(std::chrono::nanoseconds timeout) {
-  CARACAL_CHECK(timeout.count() > 0 && timeout <= kMaxWaitTimeout, shape_.backend,
-                ": wait timeout must be in (0, 1 h], got ", timeout.count(), " ns");
-  timeout_ns_ = static_cast<uint64_t>(timeout.count());
+void World::require_current_device(const char* what) const {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  CARACAL_CHECK(current == shape_.device, shape_.backend, "::", what, ": the world is on device ", shape_.device,
+                " but the calling thread's current device is ", current);
 }
 
-std::string World::launch_name(uint32_t launch) const {
-  if (next_launch_ - launch > kKeptLaunchNames) return "(name no longer kept)";
-  return launch_names_[launch % kKeptLaunchNames];
+uint32_t World::intern_launch_name(const char* name) {
+  const std::string key = name != nullptr ? name : "";
+  if (const auto found = launch_name_ids_.find(key); found != launch_name_ids_.end()) return found->second;
+  if (launch_names_.size() == kMaxLaunchNames) return static_cast<uint32_t>(kMaxLaunchNames);
+  const auto id = static_cast<uint32_t>(launch_names_.size());
+  launch_names_.push_back(key);
+  launch_name_ids_.emplace(key, id);
+  return id;
+}
+
+std::string World::launch_name(uint32_t name) const {
+  return name < launch_names_.size() ? launch_names_[name] : "(unnamed)";
+}
+
+void World::set_wait_timeout(std::chrono::nanoseconds timeout, cudaStream_t stream) {
+  CARACAL_CHECK(timeout.count() > 0 && timeout <= kMaxWaitTimeout, shape_.backend,
+                ": wait timeout must be in (0, 1 h], got ", timeout.count(), " ns");
+  require_current_device("set_wait_timeout");
+  set_control_timeout<<<1, 1, 0, stream>>>(control_.get(), static_cast<uint64_t>(timeout.count()));
+  check_cuda(cudaGetLastError(), "World::set_wait_timeout");
+  timeout_ns_ = static_cast<uint64_t>(timeout.count());
 }
 
 void World::take_device_error() {
   DeviceErrorRecord error{};
   if (!errors_.take(error)) return;
-  // A launch made before the last reset() may still fail after it (loopback resets without
-  // waiting for it): its error belongs to the fault that reset already cleared.
+  // Work ordered before the last reset() on another stream than reset's may still fail after it:
+  // its error belongs to the fault that reset cleared.
   if (error.generation != generation_) return;
-  if (fault_.empty()) fault_ = describe_device_error(error, launch_name(error.launch));
+  if (fault_.empty()) fault_ = describe_device_error(error, launch_name(error.launch_name));
 }
 
 bool World::faulted() {
@@ -133,14 +162,26 @@ void World::check() {
 }
 
 void World::reset(cudaStream_t stream) {
+  require_current_device("reset");
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing(World::reset)");
+  CARACAL_CHECK(capture == cudaStreamCaptureStatusNone, shape_.backend,
+                ": reset() cannot be captured into a CUDA graph (it waits for the failed launches on the host); "
+                "call it outside the capture");
+  // Drain: the failed launches on this stream end (their waits see the abort) and have recorded
+  // what they will ever record, so no late record of theirs can hold the channel when a launch
+  // after this reset fails.
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(World::reset)");
+  take_device_error();
   rendezvous(stream);  // every rank's failed launch is over: no stale announcement is in flight
   for (int l = 0; l < shape_.local_ranks; ++l) {
     check_cuda(cudaMemsetAsync(local_heap(l), 0, barrier_layout::bytes(shape_.world_size), stream),
                "cudaMemsetAsync(barrier state)");
   }
-  rendezvous(stream);  // every rank has zeroed its state before any rank's next barrier writes to it
-  take_device_error();
   ++generation_;
+  start_control_generation<<<1, 1, 0, stream>>>(control_.get(), generation_);
+  check_cuda(cudaGetLastError(), "World::reset");
+  rendezvous(stream);  // every rank has zeroed its state before any rank's next barrier writes to it
   fault_.clear();
 }
 
@@ -148,13 +189,19 @@ const uint32_t* World::abort_word(int local_rank) const {
   return reinterpret_cast<const uint32_t*>(local_heap(local_rank)) + barrier_layout::kAbort;
 }
 
-void World::stall_next_launch(int rank, std::chrono::nanoseconds delay) {
+const float* World::fault_flag(int local_rank) const {
+  return reinterpret_cast<const float*>(local_heap(local_rank)) + barrier_layout::kFault;
+}
+
+void World::stall_next_barrier(int rank, std::chrono::nanoseconds delay, cudaStream_t stream) {
   CARACAL_CHECK(rank >= shape_.first_local_rank && rank < shape_.first_local_rank + shape_.local_ranks,
-                shape_.backend, ": stall_next_launch: rank ", rank, " is not one of this process's ranks [",
+                shape_.backend, ": stall_next_barrier: rank ", rank, " is not one of this process's ranks [",
                 shape_.first_local_rank, ", ", shape_.first_local_rank + shape_.local_ranks, ")");
-  CARACAL_CHECK(delay.count() >= 0, shape_.backend, ": stall_next_launch: delay must be >= 0");
-  stall_rank_ = rank;
-  stall_ns_ = static_cast<uint64_t>(delay.count());
+  CARACAL_CHECK(delay.count() >= 0 && delay <= kMaxWaitTimeout, shape_.backend,
+                ": stall_next_barrier: delay must be in [0, 1 h], got ", delay.count(), " ns");
+  require_current_device("stall_next_barrier");
+  arm_control_stall<<<1, 1, 0, stream>>>(control_.get(), rank, static_cast<uint64_t>(delay.count()));
+  check_cuda(cudaGetLastError(), "World::stall_next_barrier");
 }
 
 void World::require_same_on_all_ranks(const char* what, const std::vector<const char*>& names,

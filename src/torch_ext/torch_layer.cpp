@@ -30,7 +30,7 @@ std::unique_ptr<comm::World> make_world(const TorchLayerSpec& spec, size_t heap,
   if (spec.backend == Backend::kLoopback) {
     return std::make_unique<comm::LoopbackWorld>(world_size, heap, spec.device, caching_allocator());
   }
-  comm::configure_nccl_environment();
+  comm::require_nccl_environment();
   comm = comm::init_rank(*spec.unique_id, spec.rank, world_size, spec.device);
   return std::make_unique<comm::NcclWorld>(comm.get(), heap);
 }
@@ -61,7 +61,8 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device
   options.local_allocator = caching_allocator();
   memory = MoELayer::memory(spec.config, options);  // validates the configuration first
   world = make_world(spec, memory.heap, comm);
-  world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(spec.timeout_s * 1e9)));
+  world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(spec.timeout_s * 1e9)), nullptr);
+  check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize(layer setup)");  // before any stream's launch
   layer = std::make_unique<MoELayer>(spec.config, *world, options);
 }
 

@@ -86,7 +86,7 @@ TEST(LoopbackWorld, RankThatNeverArrivesAbortsTheWorldUntilReset) {
   Stream stream;
 
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second failure is reported too
-    world.set_wait_timeout(std::chrono::milliseconds(50));
+    world.set_wait_timeout(std::chrono::milliseconds(50), stream.get());
     auto start = std::chrono::steady_clock::now();
     launch_barrier_without_rank(world, kAbsent, 2, stream.get());
     stream.sync();  // returns: the waits are bounded
@@ -101,7 +101,7 @@ TEST(LoopbackWorld, RankThatNeverArrivesAbortsTheWorldUntilReset) {
     EXPECT_TRUE(world.faulted());
 
     // Aborted: a launch stops at its first barrier at once, even with the default timeout.
-    world.set_wait_timeout(comm::World::kDefaultWaitTimeout);
+    world.set_wait_timeout(comm::World::kDefaultWaitTimeout, stream.get());
     start = std::chrono::steady_clock::now();
     launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
     stream.sync();
@@ -122,8 +122,8 @@ TEST(LoopbackWorld, StalledRankAbortsTheWorldAfterOneTimeout) {
   LoopbackWorld world(4, kHeapBytes);
   Exchange exchange(world, kWords);
   Stream stream;
-  world.set_wait_timeout(std::chrono::milliseconds(100));
-  world.stall_next_launch(1, std::chrono::seconds(20));
+  world.set_wait_timeout(std::chrono::milliseconds(100), stream.get());
+  world.stall_next_barrier(1, std::chrono::seconds(20), stream.get());
   const auto start = std::chrono::steady_clock::now();
   launch_exchange(world, exchange.buffers(), 2, 5, stream.get());
   stream.sync();
@@ -132,7 +132,108 @@ TEST(LoopbackWorld, StalledRankAbortsTheWorldAfterOneTimeout) {
   EXPECT_TRUE(contains(message, "waited for rank 1")) << message;
   EXPECT_TRUE(contains(message, "100 ms")) << message;
   world.reset(stream.get());
-  expect_clean_launch(world, exchange, 2, 5, stream, 1);  // the stall was for one launch only
+  expect_clean_launch(world, exchange, 2, 5, stream, 1);  // the stall was for one barrier only
+}
+
+// A graph captured before set_wait_timeout(), stall_next_barrier() and reset() follows all three
+// when replayed: the stall arms in a replay, the shorter timeout expires there, check() raises;
+// after reset() the same graph runs clean; a second stall in a later replay raises again.
+TEST(LoopbackWorld, GraphCapturedEarlierFollowsTimeoutStallAndReset) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(4, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  const CapturedGraph graph(stream, [&](cudaStream_t s) { launch_exchange(world, exchange.buffers(), 2, 5, s); });
+  uint32_t clean = 0;  // replays that completed
+  graph.launch(stream);
+  stream.sync();
+  EXPECT_NO_THROW(world.check());
+  exchange.expect_clean(++clean);
+
+  for (int stall = 0; stall < 2; ++stall) {
+    SCOPED_TRACE("stall " + std::to_string(stall));
+    world.set_wait_timeout(std::chrono::milliseconds(100), stream.get());  // captured under 10 minutes
+    world.stall_next_barrier(1, std::chrono::seconds(20), stream.get());
+    const auto start = std::chrono::steady_clock::now();
+    graph.launch(stream);
+    stream.sync();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+    const std::string message = check_message(world);
+    EXPECT_TRUE(contains(message, "waited for rank 1")) << message;
+    EXPECT_TRUE(contains(message, "100 ms")) << message;
+    EXPECT_TRUE(contains(message, "'exchange'")) << message;
+    graph.launch(stream);  // the world stays aborted: this replay stops at its first barrier
+    stream.sync();
+    EXPECT_EQ(check_message(world), message);
+    exchange.expect_clean(clean);
+
+    world.reset(stream.get());
+    world.set_wait_timeout(comm::World::kDefaultWaitTimeout, stream.get());
+    for (int replay = 0; replay < 2; ++replay) graph.launch(stream);
+    stream.sync();
+    EXPECT_NO_THROW(world.check());
+    clean += 2;
+    exchange.expect_clean(clean);
+  }
+}
+
+// reset() waits for the failed launches before clearing the fault: a launch still timing out when
+// reset() is called cannot post its error after it and swallow the error of the next launch.
+TEST(LoopbackWorld, ResetDrainsTheFailedLaunchSoTheNextErrorIsReported) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(2, kHeapBytes);
+  Stream stream;
+  world.set_wait_timeout(std::chrono::milliseconds(100), stream.get());
+  launch_barrier_without_rank(world, 1, 1, stream.get());
+  world.reset(stream.get());  // called while that launch still waits
+  EXPECT_NO_THROW(world.check()) << "reset() cleared the fault of the launch before it";
+  launch_barrier_without_rank(world, 1, 1, stream.get());
+  stream.sync();
+  const std::string message = check_message(world);
+  EXPECT_TRUE(contains(message, "waited for rank 1")) << "the failure after reset() was not reported: " << message;
+}
+
+// The fault flag reads 0.0 on a healthy world, 1.0 on every local rank once a wait has expired,
+// and 0.0 again after reset(), all in stream order on the device.
+TEST(LoopbackWorld, FaultFlagFollowsTheAbortAndReset) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(4, kHeapBytes);
+  Exchange exchange(world, kWords);
+  Stream stream;
+  const auto flags = [&] {
+    stream.sync();
+    std::vector<float> values;
+    for (int l = 0; l < world.local_ranks(); ++l) {
+      float v = -1.0f;
+      check_cuda(cudaMemcpy(&v, world.fault_flag(l), sizeof(v), cudaMemcpyDeviceToHost), "cudaMemcpy(fault flag)");
+      values.push_back(v);
+    }
+    return values;
+  };
+  launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
+  EXPECT_EQ(flags(), std::vector<float>(4, 0.0f));
+  world.set_wait_timeout(std::chrono::milliseconds(50), stream.get());
+  world.stall_next_barrier(3, std::chrono::seconds(20), stream.get());
+  launch_exchange(world, exchange.buffers(), 2, 3, stream.get());
+  EXPECT_EQ(flags(), std::vector<float>(4, 1.0f));
+  EXPECT_TRUE(world.faulted());
+  world.reset(stream.get());
+  EXPECT_EQ(flags(), std::vector<float>(4, 0.0f));
+  expect_clean_launch(world, exchange, 2, 3, stream, 2);
+  EXPECT_EQ(flags(), std::vector<float>(4, 0.0f));
+}
+
+TEST(LoopbackWorld, ResetRefusesToBeCaptured) {
+  CARACAL_REQUIRE_GPU();
+  LoopbackWorld world(2, kHeapBytes);
+  Stream stream;
+  std::string message;
+  try {
+    const CapturedGraph graph(stream, [&](cudaStream_t s) { world.reset(s); });
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(contains(message, "reset() cannot be captured")) << message;
 }
 
 TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
@@ -140,8 +241,8 @@ TEST(LoopbackWorld, StallBelowTheTimeoutIsNotAnError) {
   LoopbackWorld world(2, kHeapBytes);
   Exchange exchange(world, kWords);
   Stream stream;
-  world.set_wait_timeout(std::chrono::seconds(5));
-  world.stall_next_launch(0, std::chrono::milliseconds(300));
+  world.set_wait_timeout(std::chrono::seconds(5), stream.get());
+  world.stall_next_barrier(0, std::chrono::milliseconds(300), stream.get());
   expect_clean_launch(world, exchange, 2, 2, stream, 1);
 }
 
@@ -184,7 +285,7 @@ TEST(ReadyFlags, AWaitNobodyServesTimesOutNamingTheCounter) {
   auto counter = comm::device_alloc<uint32_t>(1, "cudaMalloc(counter)");
   CARACAL_ASSERT_CUDA(cudaMemset(counter.get(), 0, sizeof(uint32_t)));
   Stream stream;
-  world.set_wait_timeout(std::chrono::milliseconds(50));
+  world.set_wait_timeout(std::chrono::milliseconds(50), stream.get());
   launch_ready_wait_for_nothing(world, counter.get(), 3, stream.get());
   stream.sync();
   const std::string message = check_message(world);

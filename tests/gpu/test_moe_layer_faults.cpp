@@ -2,6 +2,7 @@
 //   * a rank stalled past the wait timeout (injected: its CTAs arrive late): the pass's outputs are
 //     poisoned (NaN), check() and the next forward throw until reset(), and the step after reset()
 //     is exact; a stall in backward poisons backward's outputs; a stall below the timeout is fine;
+//     a step captured into a CUDA graph before the stall recovers the same way, replay after replay;
 //   * edge numerics: tokens whose valid scores sum to 0 get g = 0 (exact against the reference,
 //     no NaN); a NaN in one token's x stays in that token's outputs and in the weight gradients of
 //     the experts it reached (and the shared expert's), nowhere else; an Inf in one token's x makes
@@ -91,8 +92,17 @@ std::unique_ptr<LoopbackLayer> layer_to_stall(const LayerCase& c, const SeededSt
   auto l = std::make_unique<LoopbackLayer>(c, s.weights);
   l->buffers.prepare(s.step, l->world);
   zero_outputs(l->buffers);
-  l->world.set_wait_timeout(std::chrono::milliseconds(200));
+  l->world.set_wait_timeout(std::chrono::milliseconds(200), nullptr);
+  exchange_test::settle();  // the legacy stream does not order against the tests' streams
   return l;
+}
+
+// Local rank 0's fault flag (comm::World::fault_flag), once the device is idle.
+float fault_flag(const comm::World& world) {
+  exchange_test::settle();
+  float flag = -1.0f;
+  check_cuda(cudaMemcpy(&flag, world.fault_flag(0), sizeof(flag), cudaMemcpyDeviceToHost), "cudaMemcpy(fault flag)");
+  return flag;
 }
 
 class GpuMoELayerStall : public testing::TestWithParam<int> {};
@@ -108,13 +118,14 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
 
   // The last rank's CTAs arrive 30 s late at the forward's first barrier; the others give up after
   // 200 ms and abort the world, which ends every later wait at once.
-  world.stall_next_launch(world_size - 1, std::chrono::seconds(30));
+  world.stall_next_barrier(world_size - 1, std::chrono::seconds(30), stream.get());
   const auto start = std::chrono::steady_clock::now();
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   layer.backward(buffers.backward_args(), context, stream.get());
   stream.sync();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   expect_all_nan(buffers.download(), true, true);
+  EXPECT_EQ(fault_flag(world), 1.0f);
 
   const std::string message = error_message(layer);
   EXPECT_TRUE(contains(message, "waited for rank " + std::to_string(world_size - 1))) << message;
@@ -129,7 +140,8 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   }
 
   layer.reset(stream.get());
-  world.set_wait_timeout(comm::World::kDefaultWaitTimeout);
+  world.set_wait_timeout(comm::World::kDefaultWaitTimeout, stream.get());
+  EXPECT_EQ(fault_flag(world), 0.0f);
   try {
     layer.backward(buffers.backward_args(), context, stream.get());
     ADD_FAILURE() << "backward accepted a context from before reset()";
@@ -154,7 +166,7 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   // Backward's first launch: after the fused forward with the fused backward (the defaults), the
   // reverse combine of the first macrobatch's dy rows, which carries the pass's world barrier.
-  world.stall_next_launch(0, std::chrono::seconds(30));
+  world.stall_next_barrier(0, std::chrono::seconds(30), stream.get());
   layer.backward(buffers.backward_args(), context, stream.get());
   stream.sync();
   const std::vector<RankOutputs> got = buffers.download();
@@ -174,9 +186,60 @@ TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
   LoopbackLayer l(c, weights);
   auto& [world, layer, buffers] = l;
   Stream stream;
-  world.set_wait_timeout(std::chrono::seconds(10));
-  world.stall_next_launch(world_size - 1, std::chrono::milliseconds(500));
+  world.set_wait_timeout(std::chrono::seconds(10), stream.get());
+  world.stall_next_barrier(world_size - 1, std::chrono::milliseconds(500), stream.get());
   check_step(c, layer, buffers, weights, RoutingCase::kZipf, stream);
+  EXPECT_EQ(fault_flag(world), 0.0f);
+}
+
+// A training loop that only replays a captured step: a stall in a replay (the graph was captured
+// before the timeout was lowered and before the stall was armed) times out, poisons the step,
+// raises at check() and sets the fault flag; after reset() the same graph gives bitwise the step
+// it gave before the stall; a stall in a later replay is reported again.
+TEST_P(GpuMoELayerStall, GraphReplaysRecoverAfterResetAndReportTheNextStall) {
+  CARACAL_REQUIRE_GPU();
+  const int world_size = GetParam();
+  const LayerCase c{"stall_graph", world_size, 53, 4 * world_size, 3, true, true, kNormalized, RoutingCase::kUniform};
+  const SeededStep s(c, RoutingCase::kZipf);
+  LoopbackLayer l(c, s.weights);
+  auto& [world, layer, buffers] = l;
+  Stream stream;
+  buffers.prepare(s.step, world);
+  run_step(layer, buffers, stream);  // an eager step first: every kernel's module is loaded before the capture
+  const test::CapturedGraph graph(stream, [&](cudaStream_t st) {
+    const MoEContext context = layer.forward(buffers.forward_args(), st);
+    layer.backward(buffers.backward_args(), context, st);
+  });
+  const auto replay = [&] {
+    graph.launch(stream);
+    stream.sync();
+    return buffers.download();
+  };
+  const std::vector<RankOutputs> clean = replay();
+  ASSERT_NO_THROW(layer.check());
+  expect_step_matches(c, s.step, reference_for(c, s.weights, s.step), clean);
+  EXPECT_EQ(fault_flag(world), 0.0f);
+
+  for (int stall = 0; stall < 2; ++stall) {
+    SCOPED_TRACE("stall " + std::to_string(stall));
+    world.set_wait_timeout(std::chrono::milliseconds(200), stream.get());
+    world.stall_next_barrier(world_size - 1, std::chrono::seconds(30), stream.get());
+    const auto start = std::chrono::steady_clock::now();
+    expect_all_nan(replay(), true, true);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_EQ(fault_flag(world), 1.0f);
+    const std::string message = error_message(layer);
+    EXPECT_TRUE(contains(message, "waited for rank " + std::to_string(world_size - 1))) << message;
+    EXPECT_TRUE(contains(message, "200 ms")) << message;
+    EXPECT_TRUE(contains(message, "'TokenExchange::build_schedule'")) << message;
+
+    layer.reset(stream.get());
+    world.set_wait_timeout(comm::World::kDefaultWaitTimeout, stream.get());
+    const std::vector<RankOutputs> again = replay();
+    ASSERT_NO_THROW(layer.check());
+    EXPECT_EQ(fault_flag(world), 0.0f);
+    expect_same_bits(clean, again, "the replay after reset() against the one before the stall");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuMoELayerStall, testing::Values(2, 4),

@@ -32,10 +32,11 @@ struct DeviceErrorRecord {
   int32_t rank;         // the rank whose wait timed out
   int32_t peer;         // the rank it waited for, or -1
   uint32_t launch;      // World launch id (see World::device_view)
+  uint32_t launch_name; // the launch's name as World::device_view interned it
   uint64_t seen;        // the flag's last value
   uint64_t timeout_ns;  // the timeout that expired
   uint32_t cleared;     // errors the host has taken so far (written by the host only)
-  uint32_t generation;  // World::reset() count of the launch: records of earlier ones are stale
+  uint32_t generation;  // World::reset() count when the wait failed: records of earlier ones are stale
 };
 
 // "world barrier (leader waiting for a peer rank)" etc.; "unknown wait <n>" for unlisted ids.

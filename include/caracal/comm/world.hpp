@@ -5,21 +5,26 @@
 // launched with caracal::comm::launch (launch.cuh). Backends:
 //   * LoopbackWorld (loopback_world.hpp): all ranks are virtual, on one GPU, in one launch;
 //   * NcclWorld (nccl_world.hpp): one rank per process or thread, NCCL symmetric memory.
-// After construction nothing here synchronizes the device: device_view, check and reset only
+// After construction nothing here synchronizes the device but reset(), which first waits for the
+// work already on its stream: device_view, check, set_wait_timeout and stall_next_barrier only
 // touch host memory or enqueue work on a stream, so launches can be captured into CUDA graphs.
+// What a captured launch reads at run time (the wait timeout, the reset generation, the
+// fault-injection hook) lives in device memory that those calls update in stream order, so a
+// graph captured before set_wait_timeout() or reset() follows them when replayed.
 //
 // Failures: every device wait is bounded by wait_timeout() (default 10 minutes, as NCCL's watchdog).
 // The first wait that expires aborts the world: every rank's waits end at once, every later launch
-// stops at its first barrier, and check() throws on every rank, and keeps throwing, until reset()
-// has been called on every rank (collective). See device_sync.cuh.
+// (eager or replayed) stops at its first barrier, fault_flag() reads 1.0, and check() throws on
+// every rank, and keeps throwing, until reset() has been called on every rank (collective). See
+// device_sync.cuh.
 //
 // Threading: a World is used from one host thread at a time, whose current device is device().
 // Not copyable or movable (kernels hold pointers into it); destroy it after its last launch.
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -32,7 +37,8 @@
 
 namespace caracal::comm {
 
-struct DeviceWorld;  // device_world.cuh (CUDA code only)
+struct DeviceWorld;   // device_world.cuh (CUDA code only)
+struct WorldControl;  // src/device/comm/world_control.hpp
 
 // Which ranks this process drives, on which device.
 struct WorldShape {
@@ -81,12 +87,15 @@ class World {
 
   // The view passed to one launch of a backend-agnostic kernel whose grid is local_ranks() *
   // ctas_per_rank CTAs. Each call is a new launch: it gets the next launch id, under which
-  // check() names `launch_name` (the last 64 names are kept; copy is taken). Host only, no sync.
+  // check() names `launch_name` (copied; a graph replay reports the ids and names of its
+  // capture). Host only, no sync.
   DeviceWorld device_view(int ctas_per_rank, const char* launch_name);
 
-  // How long a device wait may spin before it records an error (default kDefaultWaitTimeout).
-  // Applies to views made afterwards.
-  void set_wait_timeout(std::chrono::nanoseconds timeout);
+  // How long a device wait may spin before it records an error (default kDefaultWaitTimeout), in
+  // (0, 1 h]. Enqueued on `stream`: the launches after it in stream order use it, graph replays
+  // included. Throws caracal::Error for a value out of range.
+  void set_wait_timeout(std::chrono::nanoseconds timeout, cudaStream_t stream);
+  // The latest value set (what launches enqueued from now on will use).
   std::chrono::nanoseconds wait_timeout() const { return std::chrono::nanoseconds(timeout_ns_); }
 
   // Throws caracal::Error describing the first device wait that failed (the wait, the rank, the
@@ -98,9 +107,13 @@ class World {
 
   // Brings a faulted world back (collective: every rank calls it, on the stream of its launches).
   // After a failed wait the barrier state is inconsistent (some ranks advanced, some did not) and
-  // the world is aborted; this zeroes the state on `stream` after the failed launches, bracketed
-  // on the NCCL backend by two cross-rank rendezvous, and clears the fault. Errors recorded by
-  // launches made before it are ignored. Stream-ordered, no host sync; harmless on a healthy world.
+  // the world is aborted. reset() first waits on the host for the work already on `stream` (the
+  // failed launches end at their next wait, the world being aborted), so that every error they
+  // record is in before the fault is cleared and none can take the place of a later one; then it
+  // enqueues on `stream`, bracketed on the NCCL backend by two cross-rank rendezvous, the zeroing
+  // of the barrier state (abort word and fault flag included), a new generation and the disarming
+  // of stall_next_barrier, and clears the fault. Errors recorded by launches made before it are
+  // ignored. Harmless on a healthy world. Throws caracal::Error while `stream` is capturing a graph.
   void reset(cudaStream_t stream);
 
   // Where the device reads whether the world is aborted: local rank `local_rank`'s abort word
@@ -108,9 +121,17 @@ class World {
   // (the layer poisons its outputs with it).
   const uint32_t* abort_word(int local_rank) const;
 
-  // Fault injection for tests: in the next launch, the CTAs of rank `rank` (one of this process's)
-  // arrive `delay` late at each world barrier, as a rank stalled on the host would. One launch only.
-  void stall_next_launch(int rank, std::chrono::nanoseconds delay);
+  // Local rank `local_rank`'s fault flag, a float in device memory: 0.0 while the world is
+  // healthy, 1.0 from the moment a wait of any rank expired (the world aborted: the passes running
+  // then and after are poisoned) until reset() zeroes it in stream order. A training loop gates its
+  // optimizer step on it without a host sync (a fused optimizer's found_inf). Valid while the world is.
+  const float* fault_flag(int local_rank) const;
+
+  // Fault injection for tests: enqueued on `stream`, arms a hook with which the CTAs of rank `rank`
+  // (one of this process's) arrive `delay` late at that rank's next world barrier, as a rank
+  // stalled on the host would, in whichever launch or graph replay it comes; the hook then disarms
+  // itself (reset() disarms it too). A delay past the wait timeout times the barrier out.
+  void stall_next_barrier(int rank, std::chrono::nanoseconds delay, cudaStream_t stream);
 
   // Checks at setup that every rank passed the same values (collective; synchronizes): throws
   // caracal::Error on every rank, naming `what`, the first field that differs, and the ranks' values.
@@ -134,9 +155,13 @@ class World {
   virtual std::vector<int64_t> all_gather(const std::vector<int64_t>& values) = 0;
 
  private:
-  static constexpr size_t kKeptLaunchNames = 64;
+  // Launch names beyond this many distinct ones are reported as "(unnamed)".
+  static constexpr size_t kMaxLaunchNames = 4096;
 
-  std::string launch_name(uint32_t launch) const;
+  // Throws caracal::Error naming `what` unless the calling thread's current device is device().
+  void require_current_device(const char* what) const;
+  uint32_t intern_launch_name(const char* name);
+  std::string launch_name(uint32_t name) const;
   // Takes a new error record of the current generation, if any, into fault_ (clears the record).
   void take_device_error();
 
@@ -144,16 +169,16 @@ class World {
   SymmetricHeapAllocator allocator_;
   size_t heap_stride_;
   int multiprocessors_ = 0;
-  uint64_t timeout_ns_;
+  uint64_t timeout_ns_;                        // the latest set_wait_timeout
   std::vector<char*> heaps_;                   // [world_size] as mapped in this process
   DeviceMemory<char*> heap_table_;             // device copy of heaps_
+  DeviceMemory<WorldControl> control_;         // what launches read at run time (world_control.hpp)
   FirstErrorChannel<DeviceErrorRecord> errors_;  // failed waits (first error of a period)
   uint32_t next_launch_ = 0;
-  std::array<std::string, kKeptLaunchNames> launch_names_;
-  uint32_t generation_ = 0;  // reset() count
+  std::vector<std::string> launch_names_;      // interned: DeviceWorld::launch_name indexes it
+  std::unordered_map<std::string, uint32_t> launch_name_ids_;
+  uint32_t generation_ = 0;  // reset() count (the device's WorldControl::generation, in stream order)
   std::string fault_;        // the error that faulted the world, until reset()
-  int stall_rank_ = -1;      // stall_next_launch
-  uint64_t stall_ns_ = 0;
 };
 
 namespace detail {

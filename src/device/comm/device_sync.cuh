@@ -2,10 +2,14 @@
 // Bounded waits and the world barrier (DESIGN §3: cross-rank ordering comes only from barriers;
 // spin waits are bounded — a hang is a bug).
 //
-//   wait_until(world, place, flag, done, site[, ns])  one thread spins until done(*flag); acquire
+//   wait_until(world, place, flag, done, site)        one thread spins until done(*flag); acquire
 //   world_barrier(world, place)                       every CTA of a role of every rank, all threads
 //   fail_wait(world, rank, site, seen, timeout_ns)    what a timed-out wait does
 //   global_time_ns()                                   %globaltimer, the clock of every timeout
+//
+// The timeout and the generation stamped on error records are read from the world's WorldControl
+// when a wait runs, so a replay of a CUDA graph captured before World::set_wait_timeout() or
+// World::reset() follows them.
 //
 // wait_until and world_barrier return false after a timeout (recorded for World::check()); the
 // kernel must then return. Every thread of a CTA gets the same world_barrier result, so that
@@ -69,19 +73,24 @@ __device__ inline void record_wait_failure(const DeviceWorld& world, int rank, W
   record->launch = world.launch_id;
   record->seen = seen;
   record->timeout_ns = timeout_ns;
-  record->generation = world.generation;
+  record->launch_name = world.launch_name;
+  record->generation = world.generation();
   publish_first_error(world.error, static_cast<uint32_t>(site.wait));
 }
 
 // What a wait does when its time is up: record the error, then abort the world (see the top).
-// Every rank's abort word gets 1 + this rank, so later waits anywhere end at once.
+// Every rank's abort word gets 1 + this rank, so later waits anywhere end at once, and its fault
+// flag 1.0f.
 __device__ inline void fail_wait(const DeviceWorld& world, int rank, WaitSite site, uint64_t seen,
                                  uint64_t timeout_ns) {
   record_wait_failure(world, rank, site, seen, timeout_ns);
   __threadfence_system();  // the record before the abort that makes other ranks stop
   const auto mark = static_cast<uint32_t>(rank + 1);
   for (int p = 0; p < world.world_size; ++p) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(barrier_state(world, p)[barrier_layout::kAbort])
+    uint32_t* state = barrier_state(world, p);
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(state[barrier_layout::kFault])
+        .store(__float_as_uint(1.0f), cuda::memory_order_relaxed);
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(state[barrier_layout::kAbort])
         .store(mark, cuda::memory_order_relaxed);
   }
 }
@@ -94,16 +103,18 @@ __device__ inline void record_world_aborted(const DeviceWorld& world, int rank, 
 
 namespace detail {
 
-// Polls *flag with relaxed loads at `Scope` until done(value) holds (true), `timeout_ns` has passed
-// since `start` (fail_wait, false) or the world is aborted (recorded, false). The flag is read at
-// least once, so an expired deadline still succeeds when the condition already holds. No acquire:
-// callers add the fence they need.
+// Polls *flag with relaxed loads at `Scope` until done(value) holds (true), `timeouts` times the
+// world's timeout has passed since `start` (fail_wait, false) or the world is aborted (recorded,
+// false). The flag is read at least once, so an expired deadline still succeeds when the condition
+// already holds; the timeout is read only when the first read fails. No acquire: callers add the
+// fence they need.
 template <cuda::thread_scope Scope, typename T, typename Done>
 __device__ bool spin_until(const DeviceWorld& world, int rank, const T* flag, Done done, WaitSite site,
-                           uint64_t timeout_ns, uint64_t start) {
+                           uint32_t timeouts, uint64_t start) {
   cuda::atomic_ref<T, Scope> ref(*const_cast<T*>(flag));
   T value = ref.load(cuda::memory_order_relaxed);
   if (done(value)) return true;
+  const uint64_t timeout_ns = timeouts * world.timeout_ns();
   for (;;) {
     value = ref.load(cuda::memory_order_relaxed);
     if (done(value)) return true;
@@ -125,18 +136,13 @@ __device__ bool spin_until(const DeviceWorld& world, int rank, const T* flag, Do
 // waiting warp does not invalidate its SM's L1 on every iteration; one fence follows success.
 // On timeout, records `site`, aborts the world and returns false; returns false at once when the
 // world is aborted. Use thread_scope_system for flags written by other GPUs, thread_scope_device for
-// local counters.
+// local counters. `timeouts`: how many of the world's timeouts the wait may take.
 template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
 __device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site,
-                           uint64_t timeout_ns) {
-  if (!detail::spin_until<Scope>(world, place.rank, flag, done, site, timeout_ns, global_time_ns())) return false;
+                           uint32_t timeouts = 1) {
+  if (!detail::spin_until<Scope>(world, place.rank, flag, done, site, timeouts, global_time_ns())) return false;
   cuda::atomic_thread_fence(cuda::memory_order_acquire, Scope);
   return true;
-}
-
-template <cuda::thread_scope Scope = cuda::thread_scope_system, typename T, typename Done>
-__device__ bool wait_until(const DeviceWorld& world, const CtaPlace& place, const T* flag, Done done, WaitSite site) {
-  return wait_until<Scope>(world, place, flag, done, site, world.timeout_ns);
 }
 
 namespace detail {
@@ -154,7 +160,7 @@ namespace detail {
 // same number of times. Ranks advance in lock step, so a peer is at most one barrier ahead (it
 // cannot pass epoch+1 without our announcement); hence inbox values are compared as "≥ epoch+1"
 // with wrap-around arithmetic and nothing is ever reset between barriers, launches or replays.
-// Why it cannot hang: every wait is bounded. A leader gives all its peers world.timeout_ns in
+// Why it cannot hang: every wait is bounded. A leader gives all its peers the world's timeout in
 // total; its CTAs wait twice as long, so when a peer is missing the leader's error, which names
 // the missing rank, is recorded first (and its abort then ends the other waits at once). A barrier
 // entered in an aborted world fails at once.
@@ -185,7 +191,7 @@ __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& pl
   if (before + 1 < static_cast<uint32_t>(place.count)) {
     return wait_until<Scope>(world, place, &state[barrier_layout::kReleased],
                              [epoch](uint32_t v) { return v != epoch; }, WaitSite{WaitId::barrier_release, -1},
-                             2 * world.timeout_ns);
+                             2);
   }
 
   // Leader. The next barrier's arrivals begin only after they see `released` move, which the
@@ -196,12 +202,12 @@ __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& pl
   for (int p = 0; p < world.world_size; ++p) {
     Word(barrier_state(world, p)[barrier_layout::kInbox + rank]).store(next, cuda::memory_order_relaxed);
   }
-  // One deadline for all peers: the leader gives them world.timeout_ns in total.
+  // One deadline for all peers: the leader gives them the world's timeout in total.
   const uint64_t start = global_time_ns();
   for (int p = 0; p < world.world_size; ++p) {
     const auto arrived_at_next = [next](uint32_t v) { return static_cast<int32_t>(v - next) >= 0; };
     if (!spin_until<Scope>(world, rank, &state[barrier_layout::kInbox + p], arrived_at_next,
-                                               WaitSite{WaitId::barrier_peer, p}, world.timeout_ns, start)) {
+                           WaitSite{WaitId::barrier_peer, p}, 1, start)) {
       return false;
     }
   }
@@ -210,14 +216,20 @@ __device__ inline bool barrier_step(const DeviceWorld& world, const CtaPlace& pl
   return true;
 }
 
-// Fault injection for the tests (World::stall_next_launch): the stalled rank's CTAs arrive
-// `stall_ns` late at each barrier, or as soon as the world is aborted (so a test waits about one
-// timeout, not the whole stall once per barrier).
+// Fault injection for the tests (World::stall_next_barrier): while the hook names `rank`, each of
+// its CTAs reaching a barrier waits the hook's stall_ns, or until the world is aborted (so a test
+// waits about one timeout, not the whole stall), then disarms the hook: the rank arrives late at
+// this one barrier, whichever launch or graph replay it is in.
 __device__ inline void injected_stall(const DeviceWorld& world, int rank) {
-  if (world.stall_ns == 0 || rank != world.stall_rank) return;
+  cuda::atomic_ref<int32_t, cuda::thread_scope_device> stall_rank(world.control->stall_rank);
+  if (stall_rank.load(cuda::memory_order_relaxed) != rank) return;
+  const uint64_t stall_ns = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(world.control->stall_ns)
+                                .load(cuda::memory_order_relaxed);
   const uint64_t start = global_time_ns();
-  while (global_time_ns() - start < world.stall_ns && world_abort_word(world, rank) == 0) {
+  while (global_time_ns() - start < stall_ns && world_abort_word(world, rank) == 0) {
   }
+  int32_t armed = rank;
+  stall_rank.compare_exchange_strong(armed, -1, cuda::memory_order_relaxed);
 }
 
 }  // namespace detail

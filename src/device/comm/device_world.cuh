@@ -17,11 +17,14 @@
 // next World::check().
 //
 // A DeviceWorld is made by World::device_view for exactly one launch and passed by value as the
-// kernel's first parameter.
+// kernel's first parameter. What may change after a launch was captured into a CUDA graph (the
+// wait timeout, the reset generation, the fault-injection hook) is not in it but in the world's
+// WorldControl (world_control.hpp), read at run time.
 #include <cstdint>
 
 #include "caracal/comm/device_error.hpp"
 #include "caracal/comm/symmetric_ptr.hpp"
+#include "device/comm/world_control.hpp"
 
 namespace caracal::comm {
 
@@ -33,17 +36,20 @@ struct DeviceWorld {
   char* const* heap = nullptr;          // [world_size] device array of heap bases
   DeviceErrorRecord* error = nullptr;   // pinned host record, read by World::check()
   unsigned* error_claim = nullptr;      // device word: the first failed wait of a period wins
-  uint64_t timeout_ns = 0;              // default bound of every wait (World::set_wait_timeout)
-  uint32_t launch_id = 0;               // names this launch in error messages
-  uint32_t generation = 0;              // World::reset() count, stamped on error records
-  int stall_rank = -1;                  // fault injection (tests): this rank's CTAs wait stall_ns
-  uint64_t stall_ns = 0;                //   before each barrier of the launch (World::stall_next_launch)
+  WorldControl* control = nullptr;      // the world's run-time settings (device memory)
+  uint32_t launch_id = 0;               // numbers this launch in error messages
+  uint32_t launch_name = 0;             // the launch's name, as World::device_view interned it
 
   // Buffer `p` in rank `rank`'s heap (any rank: loads and stores go over NVLink for remote ones).
   template <typename T>
   __device__ T* at(SymmetricPtr<T> p, int rank) const {
     return reinterpret_cast<T*>(__ldg(reinterpret_cast<const uintptr_t*>(heap) + rank) + p.offset);
   }
+
+  // The bound of every wait, as set when this launch runs (read-only during launches).
+  __device__ uint64_t timeout_ns() const { return __ldg(&control->timeout_ns); }
+  // World::reset()'s count when this launch runs.
+  __device__ uint32_t generation() const { return __ldg(&control->generation); }
 };
 
 }  // namespace caracal::comm
