@@ -63,8 +63,9 @@ class World:
     def from_process_group(cls, group=None, device=None, timeout=DEFAULT_TIMEOUT):
         """One rank per process of `group` (default: the world group), on `device` (default: the
         current CUDA device, as torchrun scripts set it). Collective over the group; the NCCL unique
-        ids of its layers travel through the group's store. NVLink multicast stays off: set
-        NCCL_NVLS_ENABLE=0 before torch.distributed creates any NCCL communicator."""
+        ids of its layers travel through the group's store. NVLink multicast must stay off: raises
+        RuntimeError unless NCCL_NVLS_ENABLE=0 is in the environment (set it before the process
+        starts, e.g. `NCCL_NVLS_ENABLE=0 torchrun ...`; Caracal never sets it)."""
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("caracal.World.from_process_group: torch.distributed is not initialized "
                                "(call torch.distributed.init_process_group first)")
@@ -72,10 +73,12 @@ class World:
         rank = dist.get_rank(group)
         if rank < 0:
             raise ValueError("caracal.World.from_process_group: this process is not a member of `group`")
-        nvls = os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        nvls = os.environ.get("NCCL_NVLS_ENABLE")
         if nvls != "0":
-            raise RuntimeError(f"caracal: NCCL_NVLS_ENABLE={nvls}: Caracal never uses NVLink multicast; "
-                               "set NCCL_NVLS_ENABLE=0")
+            raise RuntimeError(f"caracal.World.from_process_group: NCCL_NVLS_ENABLE is "
+                               f"{'unset' if nvls is None else repr(nvls)}: NVLink multicast must stay off; set "
+                               "NCCL_NVLS_ENABLE=0 in the environment before the process starts (NCCL reads it "
+                               "once, when torch.distributed makes its first communicator); Caracal never sets it")
         os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")
         return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group, timeout)
 

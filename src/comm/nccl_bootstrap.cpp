@@ -9,6 +9,8 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <cuda_runtime.h>
@@ -91,7 +93,7 @@ ncclUniqueId unique_id_from_hex(std::string_view hex) {
 }
 
 ncclUniqueId new_unique_id() {
-  configure_nccl_environment();
+  require_nccl_environment();
   ncclUniqueId id{};
   check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   return id;
@@ -147,10 +149,14 @@ ncclUniqueId unique_id_from_env(int rank) {
   return read_unique_id_file(path, kUniqueIdFileWait);
 }
 
-void configure_nccl_environment() {
+void require_nccl_environment() {
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  CARACAL_CHECK(nvls != nullptr && std::string_view(nvls) == "0",
+                "NVLink multicast must stay off: set NCCL_NVLS_ENABLE=0 in the environment before the process "
+                "starts (NCCL reads it once, when the process's first communicator is made, torch.distributed's "
+                "included); Caracal never sets it. It is ", nvls != nullptr ? "\"" + std::string(nvls) + "\"" : std::string("unset"));
   static std::once_flag once;
   std::call_once(once, [] {
-    setenv("NCCL_NVLS_ENABLE", "0", 1);
     // Symmetric windows need NCCL's cuMem allocator; some machines (VMs among them) have it off by
     // default, and NCCL then refuses ncclDevCommCreate. A value the user set is kept.
     setenv("NCCL_CUMEM_ENABLE", "1", 0);
@@ -160,7 +166,7 @@ void configure_nccl_environment() {
 NcclComm init_rank(const ncclUniqueId& id, int rank, int world_size, int device) {
   CARACAL_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "init_rank: rank ", rank,
                 " is not in [0, world_size = ", world_size, ")");
-  configure_nccl_environment();
+  require_nccl_environment();
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   ncclComm_t comm = nullptr;
   check_nccl(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank");
@@ -174,7 +180,7 @@ NcclComm init_process_from_env() {
 
 std::vector<NcclComm> init_all(const std::vector<int>& devices) {
   CARACAL_CHECK(!devices.empty(), "init_all: no devices given");
-  configure_nccl_environment();
+  require_nccl_environment();
   std::vector<ncclComm_t> raw(devices.size(), nullptr);
   check_nccl(ncclCommInitAll(raw.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   std::vector<NcclComm> comms;

@@ -21,8 +21,8 @@ namespace {
 void require_multicast_off() {
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   CARACAL_CHECK(nvls != nullptr && std::strcmp(nvls, "0") == 0,
-                "NcclWorld: NVLink multicast must stay off: set NCCL_NVLS_ENABLE=0 before the communicator is "
-                "created (caracal::comm::init_rank and init_all do); it is ",
+                "NcclWorld: NVLink multicast must stay off: set NCCL_NVLS_ENABLE=0 in the environment before the "
+                "process starts (Caracal never sets it); it is ",
                 nvls != nullptr ? nvls : "unset");
 }
 

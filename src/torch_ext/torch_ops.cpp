@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -116,7 +117,7 @@ MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& ker
 
 Tensor nccl_unique_id() {
   return translate_errors("nccl_unique_id", [] {
-    comm::configure_nccl_environment();
+    comm::require_nccl_environment();
     const ncclUniqueId id = comm::new_unique_id();
     Tensor out = at::empty({static_cast<int64_t>(sizeof(id.internal))}, at::kByte);
     std::memcpy(out.data_ptr(), id.internal, sizeof(id.internal));
@@ -186,6 +187,13 @@ void check_layer(int64_t handle) {
   translate_errors("check", [&] { l->layer->check(); });
 }
 
+// Whether a cross-rank wait of the layer's world has failed and reset() not yet been called
+// (comm::World::faulted: pinned memory only, no sync).
+bool layer_faulted(int64_t handle) {
+  const auto l = find_layer(handle);
+  return translate_errors("faulted", [&] { return l->world->faulted(); });
+}
+
 // Brings the layer's world back after a failed cross-rank wait (collective over the world's ranks),
 // on the current stream.
 void reset_layer(int64_t handle) {
@@ -194,21 +202,40 @@ void reset_layer(int64_t handle) {
   translate_errors("reset", [&] { l->layer->reset(at::cuda::getCurrentCUDAStream().stream()); });
 }
 
+// On the current stream: the launches after it in stream order (graph replays included) use it.
 void set_timeout(int64_t handle, double seconds) {
   const auto l = find_layer(handle);
-  TORCH_CHECK_VALUE(seconds > 0.0 && seconds <= 3600.0, "caracal.set_timeout: seconds must be in (0, 3600], got ",
-                    seconds);
+  TORCH_CHECK_VALUE(std::isfinite(seconds) && seconds > 0.0 && seconds <= 3600.0,
+                    "caracal.set_timeout: seconds must be in (0, 3600], got ", seconds);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   translate_errors("set_timeout", [&] {
-    l->world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+    l->world->set_wait_timeout(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)),
+                               at::cuda::getCurrentCUDAStream().stream());
   });
 }
 
-// Fault injection for the tests: in the layer's next world launch, `rank`'s CTAs arrive `seconds`
-// late at each barrier (comm::World::stall_next_launch).
-void stall_next_launch(int64_t handle, int64_t rank, double seconds) {
+// The engine's fault flag as a float32 scalar tensor aliasing it (comm::World::fault_flag of its
+// first local rank: a loopback world's ranks are aborted together): 0.0 while healthy, 1.0 from a
+// timed-out wait until reset(). The tensor keeps the engine alive.
+Tensor fault_flag(int64_t handle) {
+  auto l = find_layer(handle);
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, static_cast<c10::DeviceIndex>(l->device));
+  float* flag = const_cast<float*>(l->world->fault_flag(0));
+  return at::from_blob(flag, {}, [keep = std::move(l)](void*) {}, options);
+}
+
+// Fault injection for the tests, on the current stream: `rank`'s CTAs arrive `seconds` late at its
+// next world barrier, in whichever launch or graph replay that is (comm::World::stall_next_barrier).
+void stall_next_barrier(int64_t handle, int64_t rank, double seconds) {
   const auto l = find_layer(handle);
-  translate_errors("stall_next_launch", [&] {
-    l->world->stall_next_launch(static_cast<int>(rank), std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+  TORCH_CHECK_VALUE(std::isfinite(seconds) && seconds >= 0.0 && seconds <= 3600.0,
+                    "caracal.stall_next_barrier: seconds must be in [0, 3600], got ", seconds);
+  TORCH_CHECK_VALUE(rank >= 0 && rank < l->world->world_size(), "caracal.stall_next_barrier: rank must be in [0, ",
+                    l->world->world_size(), "), got ", rank);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  translate_errors("stall_next_barrier", [&] {
+    l->world->stall_next_barrier(static_cast<int>(rank), std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)),
+                                 at::cuda::getCurrentCUDAStream().stream());
   });
 }
 
@@ -363,9 +390,11 @@ TORCH_LIBRARY(caracal, m) {
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");
+  m.def("faulted(int layer) -> bool");
   m.def("reset(int layer) -> ()");
   m.def("set_timeout(int layer, float seconds) -> ()");
-  m.def("stall_next_launch(int layer, int rank, float seconds) -> ()");
+  m.def("stall_next_barrier(int layer, int rank, float seconds) -> ()");
+  m.def("fault_flag(int layer) -> Tensor");
   m.def(
       "moe_forward(Tensor layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
       "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
@@ -379,9 +408,11 @@ TORCH_LIBRARY(caracal, m) {
   m.impl("destroy_layer", &destroy_layer);
   m.impl("layer_memory", &layer_memory);
   m.impl("check", &check_layer);
+  m.impl("faulted", &layer_faulted);
   m.impl("reset", &reset_layer);
   m.impl("set_timeout", &set_timeout);
-  m.impl("stall_next_launch", &stall_next_launch);
+  m.impl("stall_next_barrier", &stall_next_barrier);
+  m.impl("fault_flag", &fault_flag);
 }
 
 TORCH_LIBRARY_IMPL(caracal, CUDA, m) {

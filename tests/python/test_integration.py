@@ -134,6 +134,25 @@ def test_cuda_graph_replay_with_new_routing(seed):
         moe.check()
 
 
+def test_process_group_world_refuses_multicast_unless_the_environment_turned_it_off(monkeypatch):
+    """NCCL reads NCCL_NVLS_ENABLE once per process: only a "0" set before the process started can be
+    trusted, so from_process_group refuses anything else, and never sets it itself."""
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            for value in (None, "1", ""):
+                if value is None:
+                    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+                else:
+                    monkeypatch.setenv("NCCL_NVLS_ENABLE", value)
+                with pytest.raises(RuntimeError, match=r"NCCL_NVLS_ENABLE is .*set NCCL_NVLS_ENABLE=0"):
+                    caracal.World.from_process_group()
+                assert os.environ.get("NCCL_NVLS_ENABLE") == value
+        finally:
+            dist.destroy_process_group()
+
+
 def test_process_group_world_of_one(seed):
     import torch.distributed as dist
     with tempfile.TemporaryDirectory() as tmp:

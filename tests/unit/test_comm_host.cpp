@@ -101,6 +101,24 @@ TEST(LoopbackWorld, RejectsBadArgumentsBeforeTouchingTheGpu) {
   EXPECT_TRUE(contains(error_of([] { LoopbackWorld(2, size_t(1) << 50); }), "heap_bytes_per_rank"));
 }
 
+// NCCL reads NCCL_NVLS_ENABLE once per process: the helpers refuse to make a communicator unless
+// the environment already holds "0", and never set it.
+TEST(NcclBootstrap, RefusesUnlessTheEnvironmentTurnedMulticastOff) {
+  for (const char* value : {static_cast<const char*>(nullptr), "1", "", "00"}) {
+    const ScopedEnv env("NCCL_NVLS_ENABLE", value);
+    const std::string message = error_of([] { require_nccl_environment(); });
+    EXPECT_TRUE(contains(message, "set NCCL_NVLS_ENABLE=0 in the environment")) << message;
+    EXPECT_TRUE(contains(message, value == nullptr ? "unset" : "\"" + std::string(value) + "\"")) << message;
+    const char* after = std::getenv("NCCL_NVLS_ENABLE");
+    EXPECT_EQ(after == nullptr, value == nullptr) << "the environment was changed";
+    if (after != nullptr && value != nullptr) {
+      EXPECT_STREQ(after, value);
+    }
+  }
+  const ScopedEnv off("NCCL_NVLS_ENABLE", "0");
+  EXPECT_EQ(error_of([] { require_nccl_environment(); }), "");
+}
+
 TEST(NcclWorld, RejectsANullCommunicator) {
   EXPECT_EQ(error_of([] { NcclWorld(nullptr, 1024); }), "NcclWorld: comm must not be null");
 }

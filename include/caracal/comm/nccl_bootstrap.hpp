@@ -7,7 +7,8 @@
 //     not exist yet, the others wait for it; give every job a fresh path);
 //   * one thread per GPU in one process (the tools): init_all(devices), then each GPU's thread
 //     builds its NcclWorld concurrently (the construction is collective).
-// Every helper disables NVLink multicast (NCCL_NVLS_ENABLE=0) before NCCL creates a communicator.
+// Every helper refuses to make a communicator unless NVLink multicast is off for the whole process
+// (NCCL_NVLS_ENABLE=0 in the environment, set by whoever starts it: Caracal never sets it).
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -67,9 +68,10 @@ ProcessRank process_rank_from_env();
 // rank 0 creates and writes it if it does not exist, other ranks wait for it.
 ncclUniqueId unique_id_from_env(int rank);
 
-// Sets NCCL_NVLS_ENABLE=0 (never NVLink multicast) and, unless already set, NCCL_CUMEM_ENABLE=1
-// (symmetric memory needs it) for this process; NCCL reads both when it first initializes.
-void configure_nccl_environment();
+// Throws caracal::Error unless NCCL_NVLS_ENABLE is "0" (never NVLink multicast; NCCL reads it once
+// per process, when its first communicator is made, so only the environment the process started
+// with can be trusted), then sets NCCL_CUMEM_ENABLE=1 unless already set (symmetric memory needs it).
+void require_nccl_environment();
 
 // One rank of a communicator on `device` (made current on the calling thread): for one process
 // per GPU, or one thread per GPU where each thread calls it with the same id.

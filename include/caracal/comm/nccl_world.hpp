@@ -3,7 +3,8 @@
 // heap is ncclMemAlloc'd, registered as an NCCL_WIN_COLL_SYMMETRIC window, and peers' heaps are
 // reached through the window's LSA (load/store accessible) pointers. All ranks must be in one LSA
 // team (one NVLink domain). NVLink multicast is never used: no multimem is requested and the
-// constructor refuses to run unless NCCL_NVLS_ENABLE=0 (the bootstrap helpers set it).
+// constructor refuses to run unless NCCL_NVLS_ENABLE=0 (set in the environment by whoever starts the
+// process; Caracal never sets it).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
