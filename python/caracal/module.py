@@ -52,8 +52,10 @@ class MoE(nn.Module):
 
     `exchange_sms` caps the SMs the token exchange occupies while it waits on other ranks (0: all
     but 16), so that other GPU work, an NCCL all-reduce of DDP/FSDP on another stream among it,
-    always progresses. Cross-rank waits are bounded by `world.timeout`; see `check` and `reset`
-    (which act on the engine: on every layer that shares it).
+    always progresses. Cross-rank waits are bounded by `world.timeout`; when one expires the
+    passes are poisoned (NaN) and the training loop skips the step and calls `reset`: see
+    `fault_flag`, `faulted`, `check` and `reset` (which act on the engine: on every layer that
+    shares it), and the README's "When a rank stalls".
     `fused_forward` runs the forward's dispatch and expert GEMMs as one persistent kernel (the
     default; the same results bit for bit); False selects the separate launches of Caracal v1.
     `ring_rows` sizes the ring of routed rows both passes walk (a multiple of 128; 0: a balanced
@@ -133,18 +135,45 @@ class MoE(nn.Module):
     def check(self):
         """Raises RuntimeError for the first device-side failure since the last check: an expert id
         outside [-1, E) (raised once), or a cross-rank wait that timed out (raised at every call,
-        and by forward and backward, until `reset`). Reads pinned memory only: no synchronization.
-        forward and backward check too, before enqueuing work."""
+        and by forward and backward, until `reset`). Reads pinned memory only: no synchronization,
+        so a failure shows up at the first check after the GPU recorded it. forward and backward
+        check too, before enqueuing work; a loop that replays CUDA graphs calls it itself."""
         torch.ops.caracal.check(self._engine.handle)
+
+    def faulted(self):
+        """True when a cross-rank wait of the layer's engine has timed out and `reset` has not been
+        called since (what makes `check` raise); False otherwise. Pinned memory only, no sync: tells
+        a training loop's `except RuntimeError` whether the error is this abort (reset and go on)
+        or something else (re-raise)."""
+        return torch.ops.caracal.faulted(self._engine.handle)
+
+    def fault_flag(self):
+        """A float32 scalar tensor on the layer's device, aliasing the engine's memory: 0.0 while the
+        world is healthy, 1.0 from the moment a cross-rank wait of any rank timed out (the passes
+        running then and after are poisoned: NaN) until `reset`, which zeroes it in stream order.
+        The GPU reads it without a host sync: gate the optimizer step on it as GradScaler does with
+        `found_inf`. A fused optimizer (torch.optim.AdamW / Adam / SGD with fused=True) takes it once
+        as its found_inf attribute and then skips, on the GPU, every step it reads 1.0 at
+        (parameters, moments and step count untouched):
+
+            opt = torch.optim.AdamW(model.parameters(), fused=True)
+            opt.found_inf = moe.fault_flag()
+
+        With several engines (layers of different configurations), gate on their maximum, computed
+        after each backward. The tensor keeps the engine alive."""
+        return torch.ops.caracal.fault_flag(self._engine.handle)
 
     def reset(self):
         """Brings the layer's engine back after a timed-out cross-rank wait: collective, every rank
-        calls it (on the current stream), then the next step is exact. Forwards made before it (of
-        any layer on the engine) cannot be differentiated any more. Harmless when nothing failed."""
+        calls it (on the current stream), then the next step is exact. It first waits on the host
+        for the work already on the current stream (the failed passes end at once), then zeroes the
+        world's state and the fault flag in stream order. Forwards made before it (of any layer on
+        the engine) cannot be differentiated any more. Harmless when nothing failed."""
         torch.ops.caracal.reset(self._engine.handle)
 
     def set_timeout(self, seconds):
-        """Changes how long a cross-rank wait may take, for every layer on this layer's engine."""
+        """Changes how long a cross-rank wait may take, for every layer on this layer's engine: the
+        passes enqueued after it on the current stream use it, CUDA graph replays included."""
         torch.ops.caracal.set_timeout(self._engine.handle, float(seconds))
 
     def close(self):

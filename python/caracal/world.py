@@ -26,8 +26,10 @@ class World:
 
     `timeout` (seconds, default 600) bounds every cross-rank wait of the layers built on it. When a
     wait expires (a rank stalled on the host longer than that, or gone), the world is aborted: the
-    step's outputs are NaN, and `MoE.check()`, forward and backward raise on every rank until
-    `MoE.reset()` has been called on every rank; the next step is then exact."""
+    step's outputs are NaN, `MoE.fault_flag()` reads 1.0 on the GPU (gate the optimizer step on it
+    so that the NaN gradients are never applied), and `MoE.check()`, forward and backward raise on
+    every rank until `MoE.reset()` has been called on every rank; the next step is then exact. The
+    README's "When a rank stalls" gives the training loop."""
 
     def __init__(self, backend, size, rank, device, group=None, timeout=DEFAULT_TIMEOUT):
         self.backend = backend  # "loopback" or "nccl"

@@ -316,20 +316,48 @@ def test_zero_score_sum_gives_zero_weights(seed):
 
 def test_stalled_rank_poisons_the_step_until_reset(seed):
     """A rank that arrives later than the timeout (injected) aborts the world: the step's outputs
-    are NaN, check() and forward raise until reset(), and the step after reset() is exact."""
+    are NaN, the fault flag reads 1.0, faulted() is true, check() and forward raise until reset(),
+    and the step after reset() is exact with the flag back at 0.0."""
     moe = caracal.MoE(tokens_per_rank=64, world=caracal.World.loopback(2, timeout=0.2), **SMALL)
+    flag = moe.fault_flag()
+    assert flag.shape == () and flag.dtype == torch.float32 and flag.device == moe.world.device
     x, idx, scores, dy, _ = random_inputs(moe, "uniform")
-    torch.ops.caracal.stall_next_launch(moe._engine.handle, 1, 30.0)
+    moe(x, idx, scores)
+    torch.cuda.synchronize()
+    assert flag.item() == 0.0 and not moe.faulted()
+    torch.ops.caracal.stall_next_barrier(moe._engine.handle, 1, 30.0)
     y = moe(x, idx, scores)
     torch.cuda.synchronize()
     assert torch.isnan(y.float()).all()
+    assert flag.item() == 1.0 and moe.faulted()
     with pytest.raises(RuntimeError, match=r"waited for rank 1"):
         moe.check()
     with pytest.raises(RuntimeError, match=r"MoE.reset\(\)"):
         moe(x, idx, scores)
     moe.reset()
+    torch.cuda.synchronize()
+    assert flag.item() == 0.0 and not moe.faulted()
     moe.set_timeout(600)
     assert_matches(moe, random_inputs(moe, "zipf"))
+
+
+def test_fault_flag_keeps_its_engine_alive():
+    """The flag aliases the engine's memory: it stays readable after its layer is gone."""
+    moe = caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(1), **SMALL)
+    flag = moe.fault_flag()
+    del moe
+    assert flag.item() == 0.0
+
+
+def test_set_timeout_and_stall_refuse_bad_values():
+    moe = caracal.MoE(tokens_per_rank=16, world=caracal.World.loopback(2), **SMALL)
+    for bad in (float("nan"), float("inf"), 0.0, -1.0, 3601.0):
+        with pytest.raises(ValueError, match=r"seconds must be in \(0, 3600\]"):
+            moe.set_timeout(bad)
+    with pytest.raises(ValueError, match=r"seconds must be in \[0, 3600\]"):
+        torch.ops.caracal.stall_next_barrier(moe._engine.handle, 1, float("nan"))
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 2\), got 2"):
+        torch.ops.caracal.stall_next_barrier(moe._engine.handle, 2, 1.0)
 
 
 def test_checks_catch_deliberate_errors(seed):
