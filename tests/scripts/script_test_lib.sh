@@ -14,7 +14,8 @@ finish() {
 # stub_device_tools: nvidia-smi, compute-sanitizer, cuobjdump and torchrun stubs first on PATH (no
 # GPU). nvidia-smi lists STUB_GPUS GPUs (1); compute-sanitizer runs the command after its options,
 # printing an error in a kernel of ours when STUB_SANITIZER_ERRORS=1; cuobjdump prints STUB_HGMMA
-# HGMMA instructions (4) and the registers of one kernel; torchrun exits STUB_TORCHRUN_RC (0).
+# HGMMA instructions (4), STUB_LDL local-memory loads (0) and the registers of one kernel; torchrun
+# exits STUB_TORCHRUN_RC (0).
 stub_device_tools() {
   mkdir -p "$work/bin"
   cat >"$work/bin/nvidia-smi" <<'STUB'
@@ -42,6 +43,7 @@ STUB
 #!/usr/bin/env bash
 if [ "$1" = --dump-sass ]; then
   for _ in $(seq 1 "${STUB_HGMMA:-4}"); do echo "        /*0100*/  HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;"; done
+  for _ in $(seq 1 "${STUB_LDL:-0}"); do echo "        /*0200*/  LDL.64 R2, [R1+0x8] ;"; done
 else
   echo "Function stub_kernel:"
   echo "REG:90 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:528 TEXTURE:0 SURFACE:0 SAMPLER:0"
