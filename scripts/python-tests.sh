@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python="${PYTHON:-python3}"
 if ! "$python" -c "import torch, pytest" >/dev/null 2>&1; then
-  echo "python tests: skipped: PyTorch not installed (or pytest missing) for $python"
+  echo "python tests: CARACAL_SKIPPED: PyTorch not installed (or pytest missing) for $python"
   exit 0
 fi
 exec "$python" -m pytest "$root/tests/python" -q -rs -p no:cacheprovider "$@"
