@@ -75,6 +75,25 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+_counts = {"gpu": [0, 0], "other": [0, 0]}  # gpu-marked tests and the others: [ran, skipped]
+
+
+def pytest_runtest_logreport(report):
+    """Counts each test once: skipped (in whichever phase), else run (its call phase)."""
+    kind = "gpu" if "gpu" in report.keywords else "other"
+    if report.skipped:
+        _counts[kind][1] += 1
+    elif report.when == "call":
+        _counts[kind][0] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The counts scripts/python-tests.sh reads (it reports a run whose GPU tests all skipped as a skip)."""
+    (gpu_ran, gpu_skipped), (other_ran, other_skipped) = _counts["gpu"], _counts["other"]
+    terminalreporter.write_line(f"caracal python tests: gpu tests {gpu_ran} ran, {gpu_skipped} skipped; "
+                                f"other tests {other_ran} ran, {other_skipped} skipped")
+
+
 @pytest.fixture
 def seed():
     """A fresh seed per test (printed, so a failure can be replayed with CARACAL_SEED)."""
