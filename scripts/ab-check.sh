@@ -14,8 +14,9 @@
 #   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
 #      not run, for builds staged without it);
 # then a table of medians over the rounds (each run's own figure is a median of --reps runs).
-# Every soak and benchmark run is bounded by AB_TIMEOUT s (300). Exit status 1 when a run failed
-# or the checksums differ (tests/scripts/test_ab_check.sh checks this logic with stub builds).
+# Every soak and benchmark run is bounded by AB_TIMEOUT s (300). The last line is "FAILED: <steps>"
+# (exit status 1: a run failed or the checksums differ) or "all passed"
+# (tests/scripts/test_ab_check.sh checks this logic with stub builds).
 # Logs and JSON: $OUT/ab-logs.tgz when OUT is set.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,23 +28,25 @@ for c in ${GEMM_CASES:-deepseek-v3/uniform kimi-k2/uniform qwen3.5-397b/uniform}
 logs=$(mktemp -d)
 build="$new"
 source "$root/scripts/lib/nccl-env.sh"
-summary=()
-failed=0
-record() { summary+=("$(printf '%-40s %s' "$1" "$2")"); }
+summary_width=40
+source "$root/scripts/lib/summary.sh"
 run() {  # run NAME LIMIT CMD...: logs to NAME.log
   local name=$1 limit=$2 rc
   shift 2
   timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   rc=$?
-  [ "$rc" -eq 0 ] || { tail -n 20 "$logs/$name.log"; record "$name" "FAILED (rc $rc)"; failed=1; }
+  [ "$rc" -eq 0 ] || { tail -n 20 "$logs/$name.log"; record_failed "$name" "FAILED (rc $rc)"; }
   return "$rc"
 }
 
-summarize() {
+summarize() {  # the table and the verdict last; its status is the verdict's
+  if [ -n "${OUT:-}" ]; then
+    { mkdir -p "$OUT" && tar czf "$OUT/ab-logs.tgz" -C "$logs" .; } || record_failed "logs" "not written to $OUT"
+  fi
   echo
   echo "==== A/B: old $(cat "$old/COMMIT" 2>/dev/null) vs new $(cat "$new/COMMIT" 2>/dev/null), $(date -u +%F) ===="
-  printf '%s\n' "${summary[@]}"
-  [ -n "${OUT:-}" ] && tar czf "$OUT/ab-logs.tgz" -C "$logs" .
+  print_summary
+  verdict
 }
 limit="${AB_TIMEOUT:-300}"
 
@@ -71,8 +74,7 @@ done
 if [ -s "$logs/soak_old.txt" ] && cmp -s "$logs/soak_old.txt" "$logs/soak_new.txt"; then
   record "soak checksums old vs new" "bitwise identical ($(wc -l <"$logs/soak_new.txt") lines)"
 else
-  record "soak checksums old vs new" "DIFFER"
-  failed=1
+  record_failed "soak checksums old vs new" "DIFFER"
 fi
 
 # ---- 2, 3. speed, alternated ---------------------------------------------------------------------
@@ -115,4 +117,3 @@ for (case, k), v in sorted(rows.items()):
 PY
 
 summarize
-exit "$failed"

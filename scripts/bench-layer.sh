@@ -10,8 +10,8 @@
 #   4. a sweep over tokens per rank of case 1's shape, and bench/plot_sweep.py's PNG of it;
 # then a summary table last. Usage: scripts/bench-layer.sh [build-dir]
 # Files (6) go to $OUT if set, else /tmp/caracal-bench-layer: bench_w1.json, bench_w8.json,
-# torch.json, sweep.json, sweep.png, bench-layer.log (every command's output). Exit status 0 when
-# every step passed.
+# torch.json, sweep.json, sweep.png, bench-layer.log (every command's output). The last line is
+# "FAILED: <steps>" (exit status 1) or "all passed".
 set -uo pipefail
 build="${1:-build}"
 out="${OUT:-/tmp/caracal-bench-layer}"
@@ -19,8 +19,8 @@ mkdir -p "$out"
 source "$(dirname "$0")/lib/nccl-env.sh"
 log="$out/bench-layer.log"
 : >"$log"
-steps=()
-failed=0
+summary_width=22
+source "$(dirname "$0")/lib/summary.sh"
 
 # step NAME TIMEOUT COMMAND...: runs it with its output appended to the log, records the outcome.
 step() {
@@ -32,10 +32,9 @@ step() {
   timeout "$limit" "$@" >>"$log" 2>&1
   local status=$?
   case $status in
-    0) steps+=("$(printf '%-22s ok' "$name")") ;;
-    124) steps+=("$(printf '%-22s TIMED OUT after %s s' "$name" "$limit")"); failed=1 ;;
-    *) steps+=("$(printf '%-22s FAILED, exit %s: %s' "$name" "$status" \
-                 "$(tail -n "+$start" "$log" | grep -m1 -E 'error|Error' | cut -c1-160)")"); failed=1 ;;
+    0) record "$name" ok ;;
+    124) record_failed "$name" "TIMED OUT after $limit s" ;;
+    *) record_failed "$name" "FAILED, exit $status: $(tail -n "+$start" "$log" | grep -m1 -E 'error|Error' | cut -c1-160)" ;;
   esac
   echo >>"$log"
   return 0
@@ -57,7 +56,7 @@ sed -n '/^==== caracal bench W=1/,/^==== torch plain layer/p' "$log" | grep -v '
 echo
 echo "==== Caracal layer bench: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown)"
 printf '%-22s %s\n' "GPU" "$gpu" "libnccl.so.2" "$nccl_found"
-printf '%s\n' "${steps[@]}"
+print_summary
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -98,4 +97,4 @@ for label, r in rows:
             print(f"speedup over {what} ({label}): forward {b['ratio_forward']:.2f}x, "
                   f"backward {b['ratio_backward']:.2f}x, forward+backward {b['ratio_fwd_bwd']:.2f}x")
 PY
-exit "$failed"
+verdict

@@ -8,16 +8,16 @@
 # then the benchmark's summary table last. Typical run: under a minute.
 # Usage: scripts/bench-transfers.sh [build-dir [caracal_transfer_bench options...]]
 # Files (3) go to $OUT if set, else /tmp/caracal-bench-transfers: test_nccl_baseline.log,
-# transfer_bench.log (every case in detail) and transfer_bench.json. Exit status 0 when both passed.
+# transfer_bench.log (every case in detail) and transfer_bench.json. The last line is
+# "FAILED: <steps>" (exit status 1) or "all passed".
 set -uo pipefail
 build="${1:-build}"
 [ $# -gt 0 ] && shift
 logs="${OUT:-/tmp/caracal-bench-transfers}"
 mkdir -p "$logs"
 source "$(dirname "$0")/lib/nccl-env.sh"
-summary=()
-failed=0
-record() { summary+=("$(printf '%-24s %s' "$1" "$2")"); }
+summary_width=24
+source "$(dirname "$0")/lib/summary.sh"
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm \
   --format=csv,noheader 2>&1 | head -n 1)
@@ -35,8 +35,7 @@ if [ "$status" -eq 0 ]; then
 else
   tail -n 30 "$log"
   [ "$status" -eq 124 ] && what="TIMED OUT after 60 s" || what="FAILED, exit $status"
-  failed=1
-  record "test_gpu_nccl_baseline" "$what (see test_nccl_baseline.log)"
+  record_failed "test_gpu_nccl_baseline" "$what (see test_nccl_baseline.log)"
 fi
 
 # ---- 2. the benchmark ----------------------------------------------------------------------------
@@ -45,20 +44,19 @@ timeout 150 "$build/caracal_transfer_bench" --json "$logs/transfer_bench.json" "
 status=$?
 case $status in
   0) record "caracal_transfer_bench" "ok (every spot check passed)" ;;
-  2) record "caracal_transfer_bench" "SPOT CHECK FAILED (see transfer_bench.log)" ;;
-  124) record "caracal_transfer_bench" "TIMED OUT after 150 s (see transfer_bench.log)" ;;
-  *) record "caracal_transfer_bench" "FAILED, exit $status (see transfer_bench.log)" ;;
+  2) record_failed "caracal_transfer_bench" "SPOT CHECK FAILED (see transfer_bench.log)" ;;
+  124) record_failed "caracal_transfer_bench" "TIMED OUT after 150 s (see transfer_bench.log)" ;;
+  *) record_failed "caracal_transfer_bench" "FAILED, exit $status (see transfer_bench.log)" ;;
 esac
-[ "$status" -eq 0 ] || failed=1
 # Errors and failed checks first, the table last.
 sed '/^==== caracal_transfer_bench summary/,$d' "$log" | grep -E 'ERROR|CHECK FAILED|error:' | head -n 20
 
 echo
 echo "==== Caracal transfer benchmarks: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown)"
-printf '%s\n' "${summary[@]}"
+print_summary
 if grep -q '^==== caracal_transfer_bench summary' "$log"; then
   sed -n '/^==== caracal_transfer_bench summary/,$p' "$log"
 else
   tail -n 40 "$log"
 fi
-exit "$failed"
+verdict

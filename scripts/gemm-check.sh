@@ -6,7 +6,8 @@
 #   3. the SASS: HGMMA present, no local memory (LDL/STL); registers, stack, spills per kernel;
 #   4. caracal_gemm_bench (our forward and backward vs cuBLAS dense GEMM of the same FLOPs) and
 #      bench/torch_grouped_mm.py (torch._grouped_mm on the same rows, forward and autograd backward);
-# then a short summary table last. Usage: scripts/gemm-check.sh [build-dir]
+# then a short summary table last, and "FAILED: <steps>" or "all passed" on the last line (exit
+# status 1 when a step failed). Usage: scripts/gemm-check.sh [build-dir]
 # Logs go to $OUT if set (at most 8 files: the device tool returns no more), else /tmp. Each step
 # has its own time limit (typical whole run: 4-6 minutes); if the tests time out (a hang), the
 # other GPU steps are skipped.
@@ -15,8 +16,8 @@ build="${1:-build}"
 logs="${OUT:-/tmp/caracal-gemm-check}"
 mkdir -p "$logs"
 work=$(mktemp -d)
-summary=()
-record() { summary+=("$(printf '%-36s %s' "$1" "$2")"); }
+summary_width=36
+source "$(dirname "$0")/lib/summary.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv,noheader >"$work/gpu.txt" 2>&1
@@ -53,9 +54,9 @@ for name in test_gpu_grouped_gemm test_gpu_grouped_gemm_backward; do
     grep -E '^\[  FAILED  \]|Failure|error' "$work/$name.log" | head -n 30
     if [ "$status" -eq 124 ]; then
       hung=1
-      record "$name" "TIMED OUT after 150 s: skipping the other GPU steps"
+      record_failed "$name" "TIMED OUT after 150 s: skipping the other GPU steps"
     else
-      record "$name" "FAILED, exit $status (see test.log)"
+      record_failed "$name" "FAILED, exit $status (see test.log)"
     fi
   fi
 done
@@ -75,7 +76,7 @@ sanitize() {  # binary filter
       record "sanitizer $tool ($1)" "clean ($(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$work/$tool.log" | tail -n 1))"
     else
       tail -n 20 "$work/$tool.log"
-      record "sanitizer $tool ($1)" "ERRORS (see sanitizer.log)"
+      record_failed "sanitizer $tool ($1)" "ERRORS (see sanitizer.log)"
     fi
     cat "$work/$tool.log" >>"$logs/sanitizer.log"
   done
@@ -96,8 +97,10 @@ lib="$build/libcaracal_gemm.a"
   grep -n -m 1 HGMMA "$work/gemm.sass" | cut -d: -f1 |
     { read -r n; [ -n "$n" ] && sed -n "$((n - 20)),$((n + 40))p" "$work/gemm.sass"; }
 } >"$logs/sass.txt"
-record "SASS HGMMA instructions" "$(grep -c HGMMA "$work/gemm.sass")"
-record "SASS LDL/STL (local memory)" "$(grep -cE '\b(LDL|STL)(\.|\s)' "$work/gemm.sass")"
+hgmma=$(grep -c HGMMA "$work/gemm.sass")
+if [ "$hgmma" -gt 0 ]; then record "SASS HGMMA instructions" "$hgmma"; else record_failed "SASS HGMMA instructions" "none (see sass.txt)"; fi
+local_memory=$(grep -cE '\b(LDL|STL)(\.|\s)' "$work/gemm.sass")
+if [ "$local_memory" -eq 0 ]; then record "SASS LDL/STL (local memory)" 0; else record_failed "SASS LDL/STL (local memory)" "$local_memory (see sass.txt)"; fi
 cuobjdump --dump-resource-usage "$lib" 2>&1 | awk '
   /Function/ { name = $2; sub(/:$/, "", name); kind = ""
                if (name ~ /UpGateSwigluGemm/) kind = "up_gate_swiglu"
@@ -119,8 +122,8 @@ if [ "$hung" -eq 0 ]; then
   status=$?
   case $status in
     0) record "caracal_gemm_bench" "ok (spot checks passed)" ;;
-    2) record "caracal_gemm_bench" "SPOT CHECK FAILED (see gemm_bench.log)" ;;
-    *) record "caracal_gemm_bench" "FAILED, exit $status (see gemm_bench.log)" ;;
+    2) record_failed "caracal_gemm_bench" "SPOT CHECK FAILED (see gemm_bench.log)" ;;
+    *) record_failed "caracal_gemm_bench" "FAILED, exit $status (see gemm_bench.log)" ;;
   esac
   cat "$logs/gemm_bench.log"
 fi
@@ -129,7 +132,7 @@ if [ "$hung" -eq 0 ] && [ -f "$logs/gemm_bench.json" ]; then
        --json "$logs/torch_grouped_mm.json" >"$logs/torch_grouped_mm.log" 2>&1; then
     record "torch_grouped_mm.py" "ok"
   else
-    record "torch_grouped_mm.py" "FAILED (see torch_grouped_mm.log)"
+    record_failed "torch_grouped_mm.py" "FAILED (see torch_grouped_mm.log)"
   fi
   cat "$logs/torch_grouped_mm.log"
 fi
@@ -139,7 +142,7 @@ fi
   echo
   echo "==== Caracal grouped-GEMM check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown)"
   cat "$work/gpu.txt"
-  printf '%s\n' "${summary[@]}"
+  print_summary
   python3 - "$logs/gemm_bench.json" "$logs/torch_grouped_mm.json" <<'EOF'
 import json, sys
 try:
@@ -171,5 +174,8 @@ for c in bench["cases"]:
           f"  {f(tf(t, 'backward'))} | {f(tf(o, 'cublas_backward'))}    | "
           f"{r(bwd, tf(t, 'backward'))} {r(bwd, tf(o, 'cublas_backward'))}")
 EOF
+  verdict
 } | tee "$logs/summary.txt"
+status=$?  # the verdict's (pipefail)
 rm -rf "$work"
+exit "$status"

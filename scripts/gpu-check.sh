@@ -5,9 +5,11 @@
 #   skip visibly), compute-sanitizer memcheck and racecheck on the GPU tests (errors sorted into
 #   Caracal's and NCCL's own start-up probes: only ours fail), the SASS check (HGMMA present), the
 #   register report of the kernels, the largest numeric errors the tests measured (where their
-#   bounds come from), and a short summary table last.
+#   bounds come from), and a short summary table last, then "FAILED: <steps>" or "all passed".
 # Usage: [CARACAL_SANITIZE=0] [CARACAL_TEST_TIMEOUT=s] [CARACAL_SANITIZER_TIMEOUT=s] scripts/gpu-check.sh [build-dir]   (logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
-# OUT is set: the device tool brings back at most 8 files)
+# OUT is set: the device tool brings back at most 8 files). Exit status 1 when a test binary failed
+# or timed out, a sanitizer found errors of ours, the SASS has no HGMMA, or the logs could not be
+# written (tests/scripts/test_gpu_check.sh checks this with a stub build).
 set -uo pipefail
 build="${1:-build}"
 logs=$(mktemp -d)
@@ -18,22 +20,24 @@ lib_dir="$(cd "$(dirname "$0")/lib" && pwd)"
 export CARACAL_REQUIRE_GPU=1
 CARACAL_REQUIRE_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 export CARACAL_REQUIRE_GPUS
-summary=()
-record() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
+summary_width=34
+source "$lib_dir/summary.sh"
 record "libnccl.so.2" "$nccl_found"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader \
   | tee "$logs/gpu.txt"
 
+binaries=0
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
+  binaries=$((binaries + 1))
   name=$(basename "$t")
   # A bound per binary: a hung kernel fails its binary and the check goes on (the device tool's
   # call would otherwise end with nothing to show).
   timeout "${CARACAL_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 >"$logs/$name.log" 2>&1
   rc=$?
   if [ "$rc" -eq 124 ]; then
-    record "$name" "TIMED OUT after ${CARACAL_TEST_TIMEOUT:-240} s (a hang?)"
+    record_failed "$name" "TIMED OUT after ${CARACAL_TEST_TIMEOUT:-240} s (a hang?)"
     continue
   fi
   if [ "$rc" -eq 0 ]; then
@@ -42,9 +46,10 @@ for t in "$build"/tests/test_*; do
     record "$name" "ok: ${total:-?} run, ${skipped:-0} skipped"
   else
     tail -n 30 "$logs/$name.log"
-    record "$name" "FAILED (see $name.log)"
+    record_failed "$name" "FAILED (see $name.log)"
   fi
 done
+[ "$binaries" -gt 0 ] || record_failed "test binaries" "none in $build/tests"
 
 # The sanitizers run a small subset of each GPU suite (they slow kernels down 10-100x). The stall
 # tests are timing tests (200 ms timeouts) and stay out.
@@ -73,7 +78,7 @@ for t in "$build"/tests/test_gpu_*; do
       record "$name $tool" "clean: $sorted"
     else
       tail -n 20 "$log"
-      record "$name $tool" "ERRORS: $sorted (see $name.$tool.log)"
+      record_failed "$name $tool" "ERRORS: $sorted (see $name.$tool.log)"
     fi
   done
 done
@@ -81,19 +86,26 @@ done
 lib="$build/libcaracal_kernels.a"
 if [ -f "$lib" ]; then
   cuobjdump --dump-sass "$lib" >"$logs/kernels.sass" 2>&1
-  record "SASS HGMMA instructions" "$(grep -c HGMMA "$logs/kernels.sass")"
+  hgmma=$(grep -c HGMMA "$logs/kernels.sass")
+  if [ "$hgmma" -gt 0 ]; then
+    record "SASS HGMMA instructions" "$hgmma"
+  else
+    record_failed "SASS HGMMA instructions" "none (see kernels.sass)"
+  fi
   cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -E 'Function|REG' >"$logs/kernels.resources" || true
   record "kernel resources" "$(grep -o 'REG:[0-9]*' "$logs/kernels.resources" | tr '\n' ' ')"
+else
+  record_failed "SASS HGMMA instructions" "no $lib"
 fi
 
 echo
 echo "==== Largest numeric errors measured (the tests' bounds are about 3x these) ===="
 python3 "$lib_dir/error_summary.py" "$logs"/test_gpu_*.log | tee "$logs/errors.txt"
+if [ -n "${OUT:-}" ]; then
+  { mkdir -p "$OUT" && tar czf "$OUT/gpu-check-logs.tgz" -C "$logs" . && cp "$logs/errors.txt" "$OUT/errors.txt"; } ||
+    record_failed "logs" "not written to $OUT"
+fi
 echo
 echo "==== Caracal GPU check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown) ===="
-printf '%s\n' "${summary[@]}"
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  tar czf "$OUT/gpu-check-logs.tgz" -C "$logs" .
-  cp "$logs/errors.txt" "$OUT/errors.txt"
-fi
+print_summary
+verdict

@@ -11,7 +11,8 @@
 #   6. reliability at W = 2 (issue 11): NcclWorld.ThreadPerGpuExchange 50 times, a rank stalled on the
 #      host past the timeout and recovered (examples/stall_recovery.py), 20 steps beside a 256 MiB
 #      all_reduce on a side stream (examples/concurrent_allreduce.py), the 1,000-step soak twice;
-# then a summary. Logs go to $OUT if set (at most 8 files come back: they are tarred).
+# then a summary, and last "FAILED: <steps>" or "all passed" (exit status 1 when a step failed).
+# Logs go to $OUT if set (at most 8 files come back: they are tarred).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${1:-build}"
@@ -25,8 +26,8 @@ gpus=$(nvidia-smi -L | wc -l)
 export CARACAL_REQUIRE_GPUS=$gpus  # a test this machine can run must not skip
 worlds=()
 for w in 2 4 8; do [ "$w" -le "$gpus" ] && worlds+=("$w"); done
-summary=()
-record() { summary+=("$(printf '%-40s %s' "$1" "$2")"); }
+summary_width=40
+source "$root/scripts/lib/summary.sh"
 run() {  # run NAME LIMIT CMD...: logs to NAME.log, records ok/FAILED
   local name=$1 limit=$2 rc
   shift 2
@@ -34,7 +35,7 @@ run() {  # run NAME LIMIT CMD...: logs to NAME.log, records ok/FAILED
   rc=$?
   if [ "$rc" -eq 0 ]; then record "$name" "ok"; else
     tail -n 20 "$logs/$name.log"
-    record "$name" "FAILED (rc $rc, see $name.log)"
+    record_failed "$name" "FAILED (rc $rc, see $name.log)"
   fi
 }
 nvidia-smi topo -m >"$logs/topology.txt" 2>&1
@@ -69,24 +70,37 @@ if [ "$gpus" -ge 2 ]; then
   for i in $(seq 1 50); do
     timeout 120 "$build/tests/test_gpu_comm_nccl" --gtest_filter=NcclWorld.ThreadPerGpuExchange >"$logs/thread_per_gpu.$i.log" 2>&1 || crashes=$((crashes + 1))
   done
-  record "ThreadPerGpuExchange x50" "$crashes failures"
+  if [ "$crashes" -eq 0 ]; then
+    record "ThreadPerGpuExchange x50" "0 failures"
+  else
+    record_failed "ThreadPerGpuExchange x50" "$crashes failures (see thread_per_gpu.*.log)"
+  fi
   run stall_recovery_W2 300 torchrun --nproc_per_node=2 "$root/examples/stall_recovery.py"
   run concurrent_allreduce_W2 600 torchrun --nproc_per_node=2 "$root/examples/concurrent_allreduce.py"
   for i in 1 2; do
     run "soak_nccl_W2_run$i" 600 "$build/caracal-soak" --backend nccl --ep 2 --steps 1000 --seed 2026 \
       --checksums "$logs/soak_nccl_W2.$i.txt"
   done
-  cmp -s "$logs/soak_nccl_W2.1.txt" "$logs/soak_nccl_W2.2.txt" && record "soak_nccl_W2: two runs" "bitwise identical" \
-    || record "soak_nccl_W2: two runs" "DIFFER"
+  if [ -s "$logs/soak_nccl_W2.1.txt" ] && cmp -s "$logs/soak_nccl_W2.1.txt" "$logs/soak_nccl_W2.2.txt"; then
+    record "soak_nccl_W2: two runs" "bitwise identical"
+  else
+    record_failed "soak_nccl_W2: two runs" "DIFFER"
+  fi
   # Everything groups by rank, not by GPU: a loopback world of 2 computes the NCCL world's bits.
   run soak_loopback_W2 600 "$build/caracal-soak" --backend loopback --ep 2 --steps 1000 --seed 2026 \
     --checksums "$logs/soak_loopback_W2.txt"
-  cmp -s <(sort "$logs/soak_nccl_W2.1.txt") <(sort "$logs/soak_loopback_W2.txt") && record "soak W2: NCCL vs loopback" "bitwise identical" \
-    || record "soak W2: NCCL vs loopback" "DIFFER"
+  if [ -s "$logs/soak_loopback_W2.txt" ] && cmp -s <(sort "$logs/soak_nccl_W2.1.txt") <(sort "$logs/soak_loopback_W2.txt"); then
+    record "soak W2: NCCL vs loopback" "bitwise identical"
+  else
+    record_failed "soak W2: NCCL vs loopback" "DIFFER"
+  fi
 fi
 
+for f in caracal_bench_nccl torch_ep_bench; do [ -f "$logs/$f.log" ] && tail -n 8 "$logs/$f.log"; done
+if [ -n "${OUT:-}" ]; then
+  { mkdir -p "$OUT" && tar czf "$OUT/multi-gpu-logs.tgz" -C "$logs" .; } || record_failed "logs" "not written to $OUT"
+fi
 echo
 echo "==== Caracal multi-GPU check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || git -C "$root" rev-parse --short HEAD)"
-printf '%s\n' "${summary[@]}"
-for f in caracal_bench_nccl torch_ep_bench; do [ -f "$logs/$f.log" ] && tail -n 8 "$logs/$f.log"; done
-[ -n "${OUT:-}" ] && tar czf "$OUT/multi-gpu-logs.tgz" -C "$logs" .
+print_summary
+verdict

@@ -6,15 +6,17 @@
 #   2. what the exchange's SM cap costs: caracal_transfer_bench with the default cap (all but 16
 #      SMs) and with every SM, and pulls with ld.global.nc instead of the default ld.global;
 #   3. the same for the whole layer: caracal bench, DeepSeek-V3 with 32 experts, T = 4096, both caps;
-# then a summary. Logs and JSON: $OUT/reliability-logs.tgz when OUT is set.
+# then a summary, and last "FAILED: <steps>" or "all passed" (exit status 1 when a run failed, the
+# soak's two runs differ, or the logs could not be written). Logs and JSON:
+# $OUT/reliability-logs.tgz when OUT is set.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${1:-build}"
 logs=$(mktemp -d)
 source "$root/scripts/lib/nccl-env.sh"
 gpus=$(nvidia-smi -L | wc -l)
-summary=()
-record() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
+summary_width=44
+source "$root/scripts/lib/summary.sh"
 run() {  # run NAME LIMIT CMD...: logs to NAME.log, records the last line or FAILED
   local name=$1 limit=$2 rc
   shift 2
@@ -22,7 +24,7 @@ run() {  # run NAME LIMIT CMD...: logs to NAME.log, records the last line or FAI
   rc=$?
   if [ "$rc" -eq 0 ]; then record "$name" "ok: $(tail -n 1 "$logs/$name.log")"; else
     tail -n 20 "$logs/$name.log"
-    record "$name" "FAILED (rc $rc, see $name.log)"
+    record_failed "$name" "FAILED (rc $rc, see $name.log)"
   fi
 }
 
@@ -35,7 +37,7 @@ soak() {  # soak NAME ARGS...: two runs, same seed; checksums must match
   if cmp -s "$logs/$name.1.txt" "$logs/$name.2.txt" && [ -s "$logs/$name.1.txt" ]; then
     record "$name: two runs" "bitwise identical ($(wc -l <"$logs/$name.1.txt") checksum lines)"
   else
-    record "$name: two runs" "DIFFER"
+    record_failed "$name: two runs" "DIFFER"
   fi
   grep -E "memory|steps/s|non-finite" "$logs/${name}_run1.log" | sed 's/^/    /'
 }
@@ -79,7 +81,10 @@ for variant in "default:" "all_sms:--exchange-sms $sms" "default_again:"; do
   grep -E "forward|backward|fwd" "$logs/layer_$name.log" | head -4 | sed "s/^/    $name /"
 done
 
+if [ -n "${OUT:-}" ]; then
+  { mkdir -p "$OUT" && tar czf "$OUT/reliability-logs.tgz" -C "$logs" .; } || record_failed "logs" "not written to $OUT"
+fi
 echo
 echo "==== Caracal reliability check: $(date -u +%F) commit $(cat "$build/COMMIT" 2>/dev/null || echo unknown) ===="
-printf '%s\n' "${summary[@]}"
-[ -n "${OUT:-}" ] && tar czf "$OUT/reliability-logs.tgz" -C "$logs" .
+print_summary
+verdict

@@ -2,13 +2,15 @@
 // Helpers shared by the GPU tests: the gate that decides whether a GPU test runs, skips or fails,
 // seeds, a stream, a CUDA graph, a device buffer and one host thread per GPU.
 //
-// A GPU test skips only where it cannot run: no CUDA device at all ("skipped: no GPU"), a device
-// that is not a Hopper GPU ("skipped: no Hopper GPU"), or fewer GPUs than it needs ("skipped: needs
-// N GPUs"). Every skip message starts with "skipped: ", which CTest reports as a skip (not a pass).
-// Anything else is a failure: a CUDA driver that is installed but does not answer (a broken or
-// mismatched driver must never look green). Where the machine is meant to run them,
+// A GPU test skips only where it cannot run: no CUDA device at all ("CARACAL_SKIPPED: no GPU"), a
+// device that is not a Hopper GPU ("CARACAL_SKIPPED: no Hopper GPU"), or fewer GPUs than it needs
+// ("CARACAL_SKIPPED: needs N GPUs"). Every skip message starts with CARACAL_SKIP_MARKER
+// (gpu_requirements.hpp), which CTest reports as a skip (not a pass). Anything else is a failure: a
+// CUDA driver that is installed but does not answer (a broken or mismatched driver must never look
+// green). Where the machine is meant to run them,
 //   CARACAL_REQUIRE_GPU=1    turns the "no GPU" and "no Hopper GPU" skips into failures;
-//   CARACAL_REQUIRE_GPUS=N   turns "needs M GPUs" into a failure for every M <= N.
+//   CARACAL_REQUIRE_GPUS=N   turns "needs M GPUs" into a failure for every M <= N;
+// any other value of either fails every GPU test (gpu_requirements.hpp lists what is accepted).
 // The GPU check scripts set both (N = the GPUs the machine has).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -25,18 +27,13 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "cuda_graph.hpp"  // bench/
+#include "gpu_requirements.hpp"
 
 namespace caracal::test {
 
-// The integer in environment variable `name`, or 0 when it is unset or not a number.
-inline int env_count(const char* name) {
-  const char* text = std::getenv(name);
-  return text != nullptr ? std::atoi(text) : 0;
-}
-
 // Why the GPU tests cannot run here ("no GPU", ...), "" when a Hopper GPU is usable, or a message
-// starting with "error: " when CUDA is installed but broken. (Only skips print "skipped: ": CTest
-// takes any output holding it for a skip, so failure messages must not.)
+// starting with "error: " when CUDA is installed but broken. (Only skips print CARACAL_SKIP_MARKER:
+// CTest takes any output holding it for a skip, so failure messages must not.)
 inline std::string gpu_skip_reason() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -175,16 +172,17 @@ std::vector<std::string> on_each_gpu(int ranks, Body body) {
 
 }  // namespace caracal::test
 
-// Skips the calling test, visibly, where no Hopper GPU is present; fails it where CUDA is broken
-// or CARACAL_REQUIRE_GPU=1 says this machine must run it.
+// Skips the calling test, visibly, where no Hopper GPU is present; fails it where CUDA is broken,
+// CARACAL_REQUIRE_GPU=1 says this machine must run it, or a CARACAL_REQUIRE_GPU(S) value is refused.
 #define CARACAL_REQUIRE_GPU()                                                                    \
   do {                                                                                           \
+    const ::caracal::test::GpuRequirements caracal_required_ = ::caracal::test::gpu_requirements(); \
+    if (!caracal_required_.error.empty()) FAIL() << caracal_required_.error;                     \
     const std::string caracal_reason_ = ::caracal::test::gpu_skip_reason();                      \
     if (caracal_reason_.rfind("error: ", 0) == 0) FAIL() << caracal_reason_;                     \
     if (!caracal_reason_.empty()) {                                                              \
-      if (::caracal::test::env_count("CARACAL_REQUIRE_GPU") != 0)                                \
-        FAIL() << "CARACAL_REQUIRE_GPU=1 but this machine has " << caracal_reason_;              \
-      GTEST_SKIP() << "skipped: " << caracal_reason_;                                            \
+      if (caracal_required_.gpu) FAIL() << "CARACAL_REQUIRE_GPU=1 but this machine has " << caracal_reason_; \
+      GTEST_SKIP() << CARACAL_SKIP_MARKER << caracal_reason_;                                    \
     }                                                                                            \
   } while (0)
 
@@ -197,9 +195,9 @@ std::vector<std::string> on_each_gpu(int ranks, Body body) {
     if (caracal_found_ < (n)) {                                                                  \
       const std::string caracal_need_ =                                                          \
           "needs " + std::to_string(n) + " GPUs, found " + std::to_string(caracal_found_);        \
-      if (::caracal::test::env_count("CARACAL_REQUIRE_GPUS") >= (n))                             \
+      if (::caracal::test::gpu_requirements().gpus >= (n))                                       \
         FAIL() << "CARACAL_REQUIRE_GPUS says this machine has " << (n) << " GPUs: " << caracal_need_; \
-      GTEST_SKIP() << "skipped: " << caracal_need_;                                              \
+      GTEST_SKIP() << CARACAL_SKIP_MARKER << caracal_need_;                                      \
     }                                                                                            \
   } while (0)
 

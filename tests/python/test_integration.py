@@ -6,7 +6,9 @@ import tempfile
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="skipped: PyTorch not installed")
+from gpu_requirements import SKIP_MARKER
+
+torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 import torch.nn.functional as F  # noqa: E402
 
 import caracal  # noqa: E402

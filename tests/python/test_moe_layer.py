@@ -2,7 +2,9 @@
 loopback worlds of 1, 2 and 4 ranks, uniform / Zipf / adversarial routing; bitwise determinism."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="skipped: PyTorch not installed")
+from gpu_requirements import SKIP_MARKER
+
+torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 
 import caracal  # noqa: E402
 from caracal.reference import moe_reference, round_bf16, router_gates  # noqa: E402

@@ -4,7 +4,9 @@ checkpointing, and a stack of layers sharing one engine (each backward but the l
 its forward). Every result is compared bit for bit with the same work done one step at a time."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="skipped: PyTorch not installed")
+from gpu_requirements import SKIP_MARKER
+
+torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 
 import caracal  # noqa: E402
 from test_moe_layer import SMALL, assert_matches, random_inputs, run_caracal  # noqa: E402

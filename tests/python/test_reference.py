@@ -2,7 +2,9 @@
 per-token loop in float64, so the GPU tests compare against something known to be right."""
 import pytest
 
-torch = pytest.importorskip("torch", reason="skipped: PyTorch not installed")
+from gpu_requirements import SKIP_MARKER
+
+torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 import torch.nn.functional as F  # noqa: E402
 
 from caracal.reference import join_gate_up, moe_reference, split_gate_up  # noqa: E402

@@ -10,3 +10,61 @@ finish() {
   [ "$failures" -eq 0 ] && echo "$1: all passed"
   exit $((failures > 0))
 }
+
+# stub_device_tools: nvidia-smi, compute-sanitizer, cuobjdump and torchrun stubs first on PATH (no
+# GPU). nvidia-smi lists STUB_GPUS GPUs (1); compute-sanitizer runs the command after its options,
+# printing an error in a kernel of ours when STUB_SANITIZER_ERRORS=1; cuobjdump prints STUB_HGMMA
+# HGMMA instructions (4), STUB_LDL local-memory loads (0) and the registers of one kernel; torchrun
+# exits STUB_TORCHRUN_RC (0).
+stub_device_tools() {
+  mkdir -p "$work/bin"
+  cat >"$work/bin/nvidia-smi" <<'STUB'
+#!/usr/bin/env bash
+for i in $(seq 0 $((${STUB_GPUS:-1} - 1))); do
+  if [ "${1:-}" = -L ]; then echo "GPU $i: NVIDIA H200 (UUID: GPU-stub-$i)"; else echo "NVIDIA H200, 570.00, 143771 MiB, 1980 MHz, 1980 MHz"; fi
+done
+STUB
+  cat >"$work/bin/compute-sanitizer" <<'STUB'
+#!/usr/bin/env bash
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift 2; done
+"$@"
+rc=$?
+if [ "${STUB_SANITIZER_ERRORS:-0}" = 1 ]; then
+  echo "========= Invalid __global__ read of size 4 bytes"
+  echo "=========     at caracal::stub_kernel()+0x10"
+  echo "========= "
+  echo "========= ERROR SUMMARY: 1 error"
+  exit 1
+fi
+echo "========= ERROR SUMMARY: 0 errors"
+exit "$rc"
+STUB
+  cat >"$work/bin/cuobjdump" <<'STUB'
+#!/usr/bin/env bash
+if [ "$1" = --dump-sass ]; then
+  for _ in $(seq 1 "${STUB_HGMMA:-4}"); do echo "        /*0100*/  HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;"; done
+  for _ in $(seq 1 "${STUB_LDL:-0}"); do echo "        /*0200*/  LDL.64 R2, [R1+0x8] ;"; done
+else
+  echo "Function stub_kernel:"
+  echo "REG:90 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:528 TEXTURE:0 SURFACE:0 SAMPLER:0"
+fi
+STUB
+  printf '#!/usr/bin/env bash\nexit "${STUB_TORCHRUN_RC:-0}"\n' >"$work/bin/torchrun"
+  chmod +x "$work/bin"/*
+  export PATH="$work/bin:$PATH"
+}
+
+# stub_gtest PATH RC [SECONDS]: a test binary that lists one test, sleeps SECONDS (0), prints
+# GoogleTest's last lines and exits RC.
+stub_gtest() {
+  mkdir -p "$(dirname "$1")"
+  cat >"$1" <<STUB
+#!/usr/bin/env bash
+for a in "\$@"; do [ "\$a" = --gtest_list_tests ] && { printf 'Stub.\n  Test\n'; exit 0; }; done
+sleep ${3:-0}
+echo "[==========] 1 test from 1 test suite ran. (1 ms total)"
+if [ $2 -eq 0 ]; then echo "[  PASSED  ] 1 test."; else echo "[  FAILED  ] 1 test, listed below:"; fi
+exit $2
+STUB
+  chmod +x "$1"
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# scripts/bench-transfers.sh's exit status and verdict, with a stub build and nvidia-smi (no GPU): a
+# failing test or a failed spot check makes it exit 1 with the failed steps named in the table and
+# on the last line; a passing run exits 0 and says "all passed" after the benchmark's table.
+source "$(dirname "$0")/script_test_lib.sh"
+stub_device_tools
+
+make_build() {  # make_build DIR TEST_RC: the baseline's test and caracal_transfer_bench (exits STUB_BENCH_RC)
+  mkdir -p "$1/tests"
+  stub_gtest "$1/tests/test_gpu_nccl_baseline" "$2"
+  cat >"$1/caracal_transfer_bench" <<'STUB'
+#!/usr/bin/env bash
+echo "==== caracal_transfer_bench summary"
+echo "dispatch 1.0 ms"
+exit "${STUB_BENCH_RC:-0}"
+STUB
+  chmod +x "$1/caracal_transfer_bench"
+}
+make_build "$work/ok" 0
+make_build "$work/bad" 1
+
+check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs bench-transfers on BUILD with ENV
+  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
+  shift 6
+  local out rc
+  out=$(env OUT="$work/out" "$@" bash "$root/scripts/bench-transfers.sh" "$build" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
+  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
+  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+}
+
+check "all passing" "$work/ok" 0 "all passed" "^dispatch 1.0 ms$" --
+check "a failing test and spot check" "$work/bad" 1 "FAILED: test_gpu_nccl_baseline, caracal_transfer_bench" \
+  "^caracal_transfer_bench +SPOT CHECK FAILED" -- STUB_BENCH_RC=2
+finish test_bench_transfers

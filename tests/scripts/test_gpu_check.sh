@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh's exit status and verdict, with stub builds and device tools (no GPU): a failing
+# or hanging test binary, sanitizer errors, a SASS without HGMMA or a build without test binaries
+# make it exit 1 with the failed steps named in the table and on the last line; a passing run
+# exits 0 and says "all passed", with OUT unset or set.
+source "$(dirname "$0")/script_test_lib.sh"
+stub_device_tools
+
+make_build() {  # make_build DIR TEST:RC[:SECONDS]...: a build holding these test binaries
+  local dir=$1 spec
+  shift
+  mkdir -p "$dir/tests"
+  echo "stub-$(basename "$dir")" >"$dir/COMMIT"
+  echo 2.28.9 >"$dir/NCCL_VERSION"
+  : >"$dir/libcaracal_kernels.a"
+  for spec in "$@"; do
+    IFS=: read -r name code seconds <<<"$spec"
+    stub_gtest "$dir/tests/$name" "$code" "${seconds:-0}"
+  done
+}
+make_build "$work/ok" test_gpu_a:0 test_unit:0
+make_build "$work/bad" test_gpu_a:0 test_gpu_b:1
+make_build "$work/hang" test_gpu_c:0:30
+make_build "$work/empty"
+
+check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs gpu-check on BUILD with ENV
+  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
+  shift 6
+  local out rc
+  out=$(cd "$work" && env -u OUT "$@" bash "$root/scripts/gpu-check.sh" "$build" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
+  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
+  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+}
+
+check "all passing, OUT unset" "$work/ok" 0 "all passed" "^test_gpu_a +ok: 1 run, 0 skipped$" --
+check "all passing, OUT set" "$work/ok" 0 "all passed" "" -- OUT="$work/out"
+[ -f "$work/out/gpu-check-logs.tgz" ] && [ -f "$work/out/errors.txt" ] || fail "OUT set: no logs in $work/out"
+check "a failing test binary" "$work/bad" 1 "FAILED: test_gpu_b, test_gpu_b memcheck, test_gpu_b racecheck" \
+  "^test_gpu_b +FAILED \(see test_gpu_b.log\)$" --
+check "a hanging test binary" "$work/hang" 1 "FAILED: test_gpu_c" "^test_gpu_c +TIMED OUT after 1 s" -- \
+  CARACAL_TEST_TIMEOUT=1 CARACAL_SANITIZE=0
+check "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
+  "^test_gpu_a memcheck +ERRORS: ours 1, nccl 0" -- STUB_SANITIZER_ERRORS=1
+check "no HGMMA in the SASS" "$work/ok" 1 "FAILED: SASS HGMMA instructions" "" -- STUB_HGMMA=0
+check "no test binaries" "$work/empty" 1 "FAILED: test binaries" "^test binaries +none in " --
+finish test_gpu_check
