@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch", reason="skipped: PyTorch not installed")
+from gpu_requirements import SKIP_MARKER
+
+pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 
 pytestmark = pytest.mark.gpu
 
