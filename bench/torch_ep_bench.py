@@ -129,7 +129,7 @@ def main():
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     rank = dist.get_rank()
-    world = caracal.World.from_process_group()
+    size = dist.get_world_size()
     models = args.models.split(",")
     unknown = [m for m in models if m not in LOCAL_EXPERTS]
     if unknown:
@@ -137,10 +137,12 @@ def main():
     rows = []
     for name in models:
         if rank == 0:
-            print(f"{name}: W = {world.size}, timing caracal.MoE and NCCL + PyTorch ...", flush=True)
+            print(f"{name}: W = {size}, timing caracal.MoE and NCCL + PyTorch ...", flush=True)
+        world = caracal.World.from_process_group()  # a world per model: close() frees its engine
         rows.append(bench_model(name, args, world, rank))
+        world.close()
     if rank == 0:
-        print(f"\n{torch.cuda.get_device_name()} x {world.size}, torch {torch.__version__}, T = {args.tokens} per rank, "
+        print(f"\n{torch.cuda.get_device_name()} x {size}, torch {torch.__version__}, T = {args.tokens} per rank, "
               f"uniform routing, slowest rank's median of {args.reps}")
         print(f"{'model':<14}{'W':>3}{'E/rank':>7} | {'forward ms (TFLOP/s per GPU)':^38} | "
               f"{'forward+backward ms (TFLOP/s per GPU)':^38} | y diff")

@@ -78,6 +78,7 @@ def main():
     print(f"rank {rank}: {args.steps} steps with a {args.mib} MiB all_reduce on a side stream: no error, outputs "
           f"bitwise equal; median step {plain_ms:.2f} ms alone, {side_ms:.2f} ms with the all_reduce "
           f"(exchange_sms={args.exchange_sms or 'default'})", flush=True)
+    world.close()  # collective: the engines' communicators and windows
     dist.destroy_process_group()
 
 

@@ -87,7 +87,7 @@ def main():
           f"; 3 runs bitwise identical: {'yes' if identical else 'NO'}; {'ok' if ok else 'FAILED'}", flush=True)
     failed = torch.tensor([0 if ok else 1], device="cuda")
     dist.all_reduce(failed)
-    moe.close()
+    world.close()  # collective: the engines' communicators and windows
     dist.destroy_process_group()
     sys.exit(1 if failed.item() else 0)
 

@@ -87,6 +87,7 @@ def main():
     dist.barrier()
     if rank == 0:
         print("stall recovery: ok")
+    world.close()  # collective: the engines' communicators and windows
     dist.destroy_process_group()
 
 

@@ -339,6 +339,7 @@ def main():
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "world": repr(world), "runs": runs, "torch_ep": baseline,
                            "identical": identical, "planner": plan}, f)
+    world.close()  # collective for NCCL: the engines' communicators and windows
     if world.backend == "nccl":
         dist.destroy_process_group()
     if not (identical and falls):

@@ -177,8 +177,8 @@ class MoE(nn.Module):
         torch.ops.caracal.set_timeout(self._engine.handle, float(seconds))
 
     def close(self):
-        """Lets go of the engine now: its buffers and world are freed (collectively, for NCCL)
-        once no layer uses them. The layer cannot run afterwards."""
+        """Lets go of the engine: the layer cannot run afterwards. A loopback engine is freed once
+        no layer uses it; an NCCL engine when its World is closed (`world.close()`, collective)."""
         self._engine = _CLOSED
         self._layer = _CLOSED.layer
 

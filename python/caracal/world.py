@@ -22,7 +22,11 @@ class World:
     """The expert-parallel world a `caracal.MoE` runs in. Make one with `World.loopback` or
     `World.from_process_group`. The layers built on it share an engine per configuration (one
     communicator, symmetric heap and set of activation buffers: see caracal.MoE), made when the
-    first layer of that configuration is built and freed with the last one.
+    first layer of that configuration is built (collectively, for NCCL: every rank builds its
+    layers in the same order; ranks that make different engines at the same point get a
+    RuntimeError giving each rank's). A loopback engine is freed with its last layer; an NCCL
+    engine lives until `close()` (collective), as tearing it down is a collective that must not
+    wait on garbage collection; engines alive at exit are left to the OS.
 
     `timeout` (seconds, default 600) bounds every cross-rank wait of the layers built on it. When a
     wait expires (a rank stalled on the host longer than that, or gone), the world is aborted: the
@@ -38,7 +42,11 @@ class World:
         self.device = torch.device("cuda", device)
         self.group = group
         self.timeout = _check_timeout(timeout)
-        self._engines = weakref.WeakValueDictionary()  # configuration -> _Engine
+        # configuration -> _Engine: weakly for loopback (freed with its last layer), strongly for NCCL
+        # (freed by close(), on every rank together).
+        self._engines = weakref.WeakValueDictionary() if backend == "loopback" else {}
+        self._engines_made = 0
+        self._closed = False
 
     @property
     def local_ranks(self):
@@ -55,9 +63,10 @@ class World:
     @classmethod
     def default(cls, device=None):
         """The loopback world of one rank on `device` (default: the current one) that caracal.MoE
-        layers built without a world share: the same object at every call."""
+        layers built without a world share: the same object at every call (a new one once it is
+        closed)."""
         index = _device_index(device)
-        if index not in _default_worlds:
+        if index not in _default_worlds or _default_worlds[index]._closed:
             _default_worlds[index] = cls.loopback(1, index)
         return _default_worlds[index]
 
@@ -84,27 +93,64 @@ class World:
         os.environ.setdefault("NCCL_CUMEM_ENABLE", "1")
         return cls("nccl", dist.get_world_size(group), rank, _device_index(device), group, timeout)
 
+    def close(self):
+        """Frees every engine of this world now; its layers cannot run afterwards, and no layer can
+        be built on it. Collective for NCCL (every rank calls it; the engines' communicators and
+        symmetric windows are torn down together); release the tensors `MoE.fault_flag()` gave
+        first (e.g. `del opt.found_inf`): a rank still holding one makes every rank raise. Closing
+        twice is harmless."""
+        if self._closed:
+            return
+        engines = sorted(self._engines.values(), key=lambda e: e.ordinal)
+        if self.backend == "nccl" and engines:
+            holders = [torch.ops.caracal.layer_holders(e.handle) for e in engines]
+            gathered = [None] * self.size
+            dist.all_gather_object(gathered, holders, group=self.group)
+            held = {rank: h for rank, h in enumerate(gathered) if any(h)}
+            if held:
+                raise RuntimeError("caracal.World.close: tensors from MoE.fault_flag() still hold engines on ranks "
+                                   f"{sorted(held)} (per rank, per engine in creation order: {held}); release them "
+                                   "(e.g. del opt.found_inf) on every rank, then close again")
+        for engine in engines:
+            engine.destroy()
+        self._engines.clear()
+        self._closed = True
+
     def _engine(self, key):
         """The engine of the layers of configuration `key` (caracal.MoE's arguments), made on first
         use (collective for NCCL: every rank builds its layers in the same order)."""
+        if self._closed:
+            raise RuntimeError(f"caracal: {self!r} is closed; build layers on a new World")
         engine = self._engines.get(key)
         if engine is None:
-            engine = _Engine(self, *key)
+            unique_id = self._agree_on_next_engine(key) if self.backend == "nccl" else None
+            engine = _Engine(self, self._engines_made, unique_id, *key)
+            self._engines_made += 1
             self._engines[key] = engine
         return engine
 
-    def _next_unique_id(self):
-        """A fresh NCCL unique id for the next layer, made on the group's rank 0 and shared
-        through the store (collective: every rank makes its layers in the same order)."""
+    def _agree_on_next_engine(self, key):
+        """Collective: checks that every rank is making the same engine at the same point (the same
+        configuration, after as many engines made on this world and NCCL ids shared on its group in
+        this process), then returns a fresh NCCL unique id, made on the group's rank 0 and shared
+        through the store."""
         from ._extension import load
         load()
         group_key = self.group.group_name
-        key = f"caracal/nccl_id/{group_key}/{_ids_shared[group_key]}"
+        mine = (_ids_shared[group_key], self._engines_made, key)
+        gathered = [None] * self.size
+        dist.all_gather_object(gathered, mine, group=self.group)
+        mismatch = _first_divergence(gathered)
+        if mismatch:
+            raise RuntimeError("caracal.MoE: the ranks are building different layers at the same point (every rank "
+                               "must build its caracal.MoE layers with the same arguments, in the same order): "
+                               + mismatch)
+        store_key = f"caracal/nccl_id/{group_key}/{_ids_shared[group_key]}"
         _ids_shared[group_key] += 1
         store = dist.distributed_c10d._get_default_store()
         if self.rank == 0:
-            store.set(key, bytes(torch.ops.caracal.nccl_unique_id().tolist()))
-        return torch.tensor(list(store.get(key)), dtype=torch.uint8)
+            store.set(store_key, bytes(torch.ops.caracal.nccl_unique_id().tolist()))
+        return torch.tensor(list(store.get(store_key)), dtype=torch.uint8)
 
     def __repr__(self):
         return (f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device}, "
@@ -113,20 +159,39 @@ class World:
 
 class _Engine:
     """One C++ MoELayer (src/torch_ext/torch_layer.hpp) with its world: the buffers of every
-    caracal.MoE of one configuration on one World. Freed when the last layer using it goes (layers
-    alive at interpreter exit are left to the OS: destroying an NCCL world is collective and the
-    other ranks may be gone by then)."""
+    caracal.MoE of one configuration on one World. A loopback engine is freed when the last layer
+    using it goes; an NCCL one by World.close() only (its teardown is collective: never from a
+    garbage-collection finalizer). Engines alive at interpreter exit are left to the OS."""
 
-    def __init__(self, world, hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank,
-                 normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows, bf16_weight_gradients):
-        unique_id = world._next_unique_id() if world.backend == "nccl" else None
+    def __init__(self, world, ordinal, unique_id, hidden, intermediate, num_experts, top_k, shared_intermediate,
+                 tokens_per_rank, normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows,
+                 bf16_weight_gradients):
+        self.ordinal = ordinal  # engines made on its world before it
         self.handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
             fused_forward, ring_rows, bf16_weight_gradients, world.timeout)
         self.layer = torch.tensor(self.handle, dtype=torch.int64)  # what the traced ops take
-        self._finalizer = weakref.finalize(self, torch.ops.caracal.destroy_layer, self.handle)
-        self._finalizer.atexit = False
+        self._finalizer = None
+        if world.backend == "loopback":
+            self._finalizer = weakref.finalize(self, torch.ops.caracal.destroy_layer, self.handle)
+            self._finalizer.atexit = False
+
+    def destroy(self):
+        """Frees the C++ layer now (World.close)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        else:
+            torch.ops.caracal.destroy_layer(self.handle)
+
+
+def _first_divergence(gathered):
+    """'' when every rank gathered the same (NCCL ids shared, engines made, configuration), else a
+    line giving each rank's, for the error of World._agree_on_next_engine."""
+    if all(g == gathered[0] for g in gathered):
+        return ""
+    return "; ".join(f"rank {r}: NCCL ids shared {g[0]}, engines made {g[1]}, configuration {g[2]}"
+                     for r, g in enumerate(gathered))
 
 
 def _check_timeout(timeout):

@@ -340,8 +340,10 @@ void MoELayer::Impl::routed_backward(const std::vector<MoEBackwardArgs>& args, c
     launch.local_rows_in_launch = local_rows_in_launch;
     for (size_t l = 0; l < args.size(); ++l) {
       const MoEWeights& w = context.ranks_[l].weights;
-      fused::FusedBackwardRank rank{window_pass(l, window), {w.w_gate_up, w.w_down},
-                                    ranks[l].local.buffers().ready_counters};
+      fused::FusedBackwardRank rank;
+      rank.pass = window_pass(l, window);
+      rank.weights = {w.w_gate_up, w.w_down};
+      rank.ready_counters = ranks[l].local.buffers().ready_counters;
       rank.has_shared = shared;
       rank.shared = ranks[l].shared;
       rank.shared_weights = {w.shared_w_gate_up, w.shared_w_down};

@@ -41,9 +41,11 @@ struct Registry {
   int64_t next_handle = 1;
 };
 
+// Never destroyed: layers still registered when the process exits are left to the OS (tearing an
+// NCCL world down is collective, and the other ranks may be gone by then).
 Registry& registry() {
-  static Registry r;
-  return r;
+  static Registry* r = new Registry;
+  return *r;
 }
 
 }  // namespace

@@ -144,6 +144,18 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
   TORCH_CHECK_VALUE(backend == "loopback" || backend == "nccl",
                     "caracal.create_layer: backend must be 'loopback' or 'nccl', got '", backend, "'");
   spec.backend = backend == "nccl" ? Backend::kNccl : Backend::kLoopback;
+  // The C++ side takes these as int: refuse what would not fit instead of narrowing it.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  TORCH_CHECK_VALUE(ep_size >= 1 && ep_size <= kIntMax, "caracal.create_layer: ep_size must be in [1, ", kIntMax,
+                    "], got ", ep_size);
+  TORCH_CHECK_VALUE(rank >= 0 && rank < ep_size, "caracal.create_layer: rank must be in [0, ep_size = ", ep_size,
+                    "), got ", rank);
+  TORCH_CHECK_VALUE(device >= 0 && device <= kIntMax, "caracal.create_layer: device must be a CUDA device index >= 0, got ",
+                    device);
+  TORCH_CHECK_VALUE(gemm_ctas >= 0 && gemm_ctas <= kIntMax, "caracal.create_layer: gemm_ctas must be in [0, ", kIntMax,
+                    "] (0: the default), got ", gemm_ctas);
+  TORCH_CHECK_VALUE(exchange_sms >= 0 && exchange_sms <= kIntMax, "caracal.create_layer: exchange_sms must be in [0, ",
+                    kIntMax, "] (0: the default), got ", exchange_sms);
   spec.rank = static_cast<int>(rank);
   spec.device = static_cast<int>(device);
   spec.gemm_ctas = static_cast<int>(gemm_ctas);
@@ -174,6 +186,10 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
 }
 
 void destroy_layer(int64_t handle) { unregister_layer(handle); }
+
+// How many holders besides the registry keep the layer alive (the tensors fault_flag gave): an NCCL
+// layer is torn down collectively only once it is 0 on every rank (caracal.World.close).
+int64_t layer_holders(int64_t handle) { return static_cast<int64_t>(find_layer(handle).use_count()) - 2; }
 
 // [heap bytes per rank, local bytes per local rank] the layer took.
 std::vector<int64_t> layer_memory(int64_t handle) {
@@ -388,6 +404,7 @@ TORCH_LIBRARY(caracal, m) {
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
       "float timeout) -> int");
   m.def("destroy_layer(int layer) -> ()");
+  m.def("layer_holders(int layer) -> int");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");
   m.def("faulted(int layer) -> bool");
@@ -406,6 +423,7 @@ TORCH_LIBRARY(caracal, m) {
   m.impl("nccl_unique_id", &nccl_unique_id);
   m.impl("create_layer", &create_layer);
   m.impl("destroy_layer", &destroy_layer);
+  m.impl("layer_holders", &layer_holders);
   m.impl("layer_memory", &layer_memory);
   m.impl("check", &check_layer);
   m.impl("faulted", &layer_faulted);

@@ -166,7 +166,20 @@ def test_process_group_world_of_one(seed):
             assert (world.backend, world.size, world.local_ranks) == ("nccl", 1, 1)
             moe = caracal.MoE(tokens_per_rank=80, world=world, **SMALL)
             assert_matches(moe, random_inputs(moe, "zipf"))
+            flag = moe.fault_flag()
+            handle = moe._engine.handle
             moe.close()
+            del moe
+            assert torch.ops.caracal.layer_holders(handle) == 1  # an NCCL engine outlives its layers
+            with pytest.raises(RuntimeError, match=r"tensors from MoE.fault_flag\(\) still hold engines on ranks \[0\]"):
+                world.close()
+            del flag
+            world.close()
+            with pytest.raises(RuntimeError, match=r"names no live layer"):
+                torch.ops.caracal.layer_holders(handle)
+            with pytest.raises(RuntimeError, match=r"is closed; build layers on a new World"):
+                caracal.MoE(tokens_per_rank=80, world=world, **SMALL)
+            world.close()  # twice: harmless
         finally:
             dist.destroy_process_group()
 

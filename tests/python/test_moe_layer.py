@@ -392,3 +392,24 @@ def test_world_timeout_is_checked():
     with pytest.raises(ValueError, match="timeout"):
         caracal.World.loopback(1, timeout=0)
     assert caracal.World.loopback(2, timeout=30).timeout == 30.0
+
+
+def test_create_layer_refuses_what_would_not_fit_an_int():
+    """The engine takes rank, device, ep_size, gemm_ctas and exchange_sms as C++ ints: values out of
+    range are refused by name instead of narrowed."""
+    def create(**changes):
+        a = dict(hidden=128, intermediate=128, num_experts=8, top_k=2, shared_intermediate=0, ep_size=2,
+                 tokens_per_rank=16, normalize=True, router_scale=1.0, backend="loopback", rank=0, unique_id=None,
+                 device=0, gemm_ctas=0, exchange_sms=0, fused_forward=True, ring_rows=0, bf16_weight_gradients=True,
+                 timeout=600.0)
+        a.update(changes)
+        return torch.ops.caracal.create_layer(*a.values())
+    for changes, message in ((dict(rank=2), r"rank must be in \[0, ep_size = 2\), got 2"),
+                             (dict(rank=-1), r"rank must be in \[0, ep_size = 2\), got -1"),
+                             (dict(device=2**31), r"device must be a CUDA device index >= 0, got 2147483648"),
+                             (dict(gemm_ctas=2**31), r"gemm_ctas must be in \[0, 2147483647\]"),
+                             (dict(exchange_sms=-1), r"exchange_sms must be in \[0, 2147483647\]"),
+                             (dict(ep_size=2**31), r"ep_size must be in \[1, 2147483647\]"),
+                             (dict(timeout=float("nan")), r"timeout must be in \(0, 3600\] seconds")):
+        with pytest.raises(ValueError, match=message):
+            create(**changes)
