@@ -218,6 +218,7 @@ TEST(LoopbackWorld, FaultFlagFollowsTheAbortAndReset) {
   EXPECT_EQ(flags(), std::vector<float>(4, 1.0f));
   EXPECT_TRUE(world.faulted());
   world.reset(stream.get());
+  world.set_wait_timeout(comm::World::kDefaultWaitTimeout, stream.get());
   EXPECT_EQ(flags(), std::vector<float>(4, 0.0f));
   expect_clean_launch(world, exchange, 2, 3, stream, 2);
   EXPECT_EQ(flags(), std::vector<float>(4, 0.0f));
