@@ -34,13 +34,15 @@ std::string cli_path() {
   return env && *env ? env : CARACAL_CLI_PATH;
 }
 
-RunResult run_cli(const std::string& args) {
+// Runs `caracal args`, its stdin piped from `piped_file` when one is given.
+RunResult run_cli(const std::string& args, const std::string& piped_file = "") {
   // CTest runs tests in parallel processes: name the capture files after this process.
   static int calls = 0;
   const std::string stem = ::testing::TempDir() + "/caracal_cli_" + std::to_string(getpid()) + "_" +
                            std::to_string(calls++);
   const std::string out = stem + ".out", err = stem + ".err";
-  const std::string cmd = cli_path() + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd =
+      (piped_file.empty() ? "" : "cat " + piped_file + " | ") + cli_path() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   RunResult r;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -111,6 +113,13 @@ TEST(Cli, PlanFromTraceFile) {
   const RunResult table = run_cli("plan --model deepseek-v3 --trace " + path);
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("trace:"), std::string::npos);
+  // The same trace through a pipe.
+  const RunResult piped = run_cli("plan --model deepseek-v3 --trace /dev/stdin --json", path);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  nlohmann::json from_pipe = nlohmann::json::parse(piped.out);
+  EXPECT_EQ(from_pipe["world"]["routing"], "trace:/dev/stdin");
+  from_pipe["world"]["routing"] = j["world"]["routing"];
+  EXPECT_EQ(from_pipe, j);
   std::remove(path.c_str());
 }
 
