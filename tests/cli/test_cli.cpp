@@ -164,6 +164,27 @@ TEST(Cli, BadInputGetsOneClearErrorLine) {
   expect_clean_error("", "subcommand");
 }
 
+// Sizes past their bounds: one line naming the argument, the bound and the value, whatever it is
+// (no overflow on the way: build-ubsan runs these).
+TEST(Cli, SizesPastTheirBoundsGetOneClearErrorLine) {
+  const std::string huge = "4611686018427387904";  // 2^62, a multiple of 64 and of 128
+  const std::string shape = " --experts 8 --top-k 2 --tokens 8";
+  expect_clean_error("plan --hidden 2147483647 --intermediate 512" + shape, "hidden must be in [1, 65536], got 2147483647");
+  expect_clean_error("plan --hidden " + huge + " --intermediate 512" + shape, "hidden must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate " + huge + shape, "intermediate must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate 512 --shared-intermediate " + huge + shape,
+                     "shared_intermediate must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate 512 --experts " + huge + " --top-k 2 --tokens 8",
+                     "num_experts must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --sms " + huge, "sms must be in [1, 1024], got " + huge);
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --tile 128x" + huge, "tile must be at most 1024x1024");
+  expect_clean_error("plan --hidden 1024 --intermediate 512" + shape + " --ring-rows 9223372036854775807",
+                     "ring_rows must be in [0, 2147483647] (0: automatic), got 9223372036854775807");
+  // A multiple of this shape's minibatch (8,448 rows) past 2^31.
+  expect_clean_error("plan --hidden 1024 --intermediate 512" + shape + " --ring-rows 9288674231451648",
+                     "ring_rows must be in [0, 2147483647] (0: automatic), got 9288674231451648");
+}
+
 TEST(Cli, BadTraceFilesGetOneClearErrorLine) {
   const std::string missing = temp_path("caracal_no_such_trace.npy");
   expect_clean_error("plan --model deepseek-v3 --trace " + missing, missing);
