@@ -8,6 +8,9 @@
 //   * num_experts must be divisible by ep_size; every rank holds num_experts / ep_size experts.
 //   * 1 <= top_k <= num_experts; tokens_per_rank >= 1 (odd counts are fine).
 //   * ep_size * tokens_per_rank * top_k < 2^31: routes are addressed with 32-bit indices.
+//   * hidden, intermediate, shared_intermediate and num_experts at most 65536 (kMaxDimension,
+//     kMaxExperts): far past any model's, and low enough that every byte, row and FLOP count
+//     derived from them fits in int64.
 #include <cstdint>
 #include <string>
 
@@ -22,6 +25,8 @@ Precision parse_precision(const std::string& text, const std::string& what = "pr
 inline constexpr int64_t kDimAlignmentBF16 = 64;
 inline constexpr int64_t kDimAlignmentFP8 = 128;
 inline constexpr int64_t kMaxSharedExperts = 1;
+inline constexpr int64_t kMaxDimension = 65536;  // hidden, intermediate, shared_intermediate
+inline constexpr int64_t kMaxExperts = 65536;    // num_experts
 
 // g_j = scale * s_j / sum_{l in E} s_l when `normalize`, else scale * s_j.
 struct RouterNormalization {

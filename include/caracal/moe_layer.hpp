@@ -11,7 +11,10 @@
 // world barriers).
 //
 // Construction is collective too, and checks that every rank was built with the same
-// configuration (ranks built differently would lay out the symmetric heap differently).
+// configuration and the same options where they lay out the symmetric heap or change what ranks
+// send each other, as resolved on each rank (ranks built differently would read and write each
+// other's heaps at the wrong offsets). The default ring follows the device's SM count: give
+// MoELayerOptions::ring_rows on GPUs of different counts.
 //
 // No host synchronization after construction: forward, backward and check only enqueue work on
 // `stream` or read pinned memory; the host never learns token counts, so a forward+backward

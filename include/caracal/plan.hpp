@@ -10,13 +10,18 @@
 
 namespace caracal {
 
+// The bounds of PlanOptions (with LayerConfig's, every count the plan derives fits in int64).
+inline constexpr int64_t kMaxPlanSms = 1024;
+inline constexpr int64_t kMaxPlanTile = 1024;  // each side
+inline constexpr int64_t kMaxPlanRingRows = (int64_t{1} << 31) - 1;  // row indices are 32-bit
+
 struct PlanOptions {
-  int64_t sm_count = 132;     // H200 / H100 SXM
-  int64_t tile_m = 128;       // GEMM tile rows: each expert segment is padded to it
-  int64_t tile_n = 256;       // GEMM tile columns
+  int64_t sm_count = 132;     // H200 / H100 SXM; in [1, kMaxPlanSms]
+  int64_t tile_m = 128;       // GEMM tile rows: each expert segment is padded to it; in [1, kMaxPlanTile]
+  int64_t tile_n = 256;       // GEMM tile columns; in [1, kMaxPlanTile]
   double tflops = 806.0;      // matrix rate: bf16 cuBLAS dense GEMM measured on an H200 (DESIGN §6)
   double nvlink_gbs = 370.0;  // per direction: what NCCL reaches on NVLink 4 (DESIGN §6)
-  int64_t ring_rows = 0;      // 0 = sized from the balanced step (see Plan::ring_rows)
+  int64_t ring_rows = 0;      // 0 = sized from the balanced step (see Plan::ring_rows); at most kMaxPlanRingRows
   // The layer may be asked for bf16 weight gradients (MoELayerOptions::bf16_weight_gradients):
   // then a ring shorter than the rows keeps their fp32 partial sums (MemoryPlan::partials).
   bool bf16_weight_gradients = true;
@@ -101,7 +106,8 @@ struct Plan {
 
 // The ring the planner sizes by default (PlanOptions::ring_rows = 0): a balanced step (T*k routes
 // on each rank, every expert segment padded) in one macrobatch, rounded up to a minibatch (the
-// overlap rule) for `sm_count` SMs and tile_m x tile_n tiles.
+// overlap rule) for `sm_count` SMs and tile_m x tile_n tiles. Throws caracal::Error for an invalid
+// config or an SM count or tile outside PlanOptions's bounds.
 int64_t default_ring_rows(const LayerConfig& config, int64_t sm_count = 132, int64_t tile_m = 128, int64_t tile_n = 256);
 
 // Throws caracal::Error when the routing does not match the configuration.

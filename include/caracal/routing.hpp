@@ -56,8 +56,9 @@ Routing make_routing(const RoutingSpec& spec, int64_t world_size, int64_t tokens
 
 // Progress: called with (bytes done, bytes total) while reading.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
-// Loads a trace (format above). Throws caracal::Error with the path and what is wrong (missing
-// file, not .npy, wrong dtype, not 3-D, Fortran order, truncated data).
+// Loads a trace (format above) from a file or a stream that cannot seek (a pipe, a FIFO,
+// /dev/stdin). Throws caracal::Error with the path and what is wrong (missing file, not .npy,
+// wrong dtype, not 3-D, Fortran order, truncated data, trailing bytes).
 Routing load_routing_npy(const std::string& path, const ProgressFn& progress = nullptr);
 void save_routing_npy(const Routing& routing, const std::string& path);
 

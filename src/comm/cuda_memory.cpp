@@ -14,9 +14,11 @@ DeviceBlock allocate_device_block(size_t bytes, const DeviceAllocator& allocator
   }
   char* p = static_cast<char*>(allocator.allocate(bytes));
   CARACAL_CHECK(p != nullptr, what, ": the allocator returned null for ", bytes, " bytes");
+  // Owned from here: a refused block goes back to the allocator.
+  DeviceBlock block(p, [free = allocator.free](char* b) { free(b); });
   CARACAL_CHECK(reinterpret_cast<uintptr_t>(p) % 256 == 0, what, ": the allocator must return 256-byte aligned ",
                 "memory, got ", static_cast<void*>(p));
-  return {p, [free = allocator.free](char* block) { free(block); }};
+  return block;
 }
 
 }  // namespace caracal::comm

@@ -25,7 +25,7 @@ double LayerShape::forward_flops(int64_t tokens) const {
 
 namespace {
 void check_dim(const char* field, int64_t value, int64_t alignment, Precision precision) {
-  CARACAL_CHECK(value > 0, field, " must be positive, got ", value);
+  CARACAL_CHECK(value >= 1 && value <= kMaxDimension, field, " must be in [1, ", kMaxDimension, "], got ", value);
   CARACAL_CHECK(value % alignment == 0, field, " must be a multiple of ", alignment, " for ",
                 to_string(precision), ", got ", value);
 }
@@ -35,7 +35,8 @@ void LayerConfig::validate() const {
   const int64_t align = dim_alignment();
   check_dim("hidden", shape.hidden, align, precision);
   check_dim("intermediate", shape.intermediate, align, precision);
-  CARACAL_CHECK(shape.num_experts >= 1, "num_experts must be at least 1, got ", shape.num_experts);
+  CARACAL_CHECK(shape.num_experts >= 1 && shape.num_experts <= kMaxExperts, "num_experts must be in [1, ",
+                kMaxExperts, "], got ", shape.num_experts);
   CARACAL_CHECK(shape.top_k >= 1 && shape.top_k <= shape.num_experts,
                 "top_k must be in [1, num_experts=", shape.num_experts, "], got ", shape.top_k);
   CARACAL_CHECK(shape.num_shared_experts >= 0 && shape.num_shared_experts <= kMaxSharedExperts,
@@ -51,11 +52,12 @@ void LayerConfig::validate() const {
   CARACAL_CHECK(shape.num_experts % ep_size == 0, "num_experts (", shape.num_experts,
                 ") must be divisible by ep_size (", ep_size, ")");
   CARACAL_CHECK(tokens_per_rank >= 1, "tokens_per_rank must be at least 1, got ", tokens_per_rank);
-  const double routes = static_cast<double>(ep_size) * static_cast<double>(tokens_per_rank) *
-                        static_cast<double>(shape.top_k);
-  CARACAL_CHECK(routes < static_cast<double>(std::numeric_limits<int32_t>::max()),
-                "ep_size * tokens_per_rank * top_k must be below 2^31 (32-bit route indices), got ",
-                static_cast<int64_t>(routes));
+  // ep_size * top_k <= num_experts^2 fits in int64; tokens_per_rank is bounded before the product.
+  constexpr int64_t kMaxRoutes = std::numeric_limits<int32_t>::max();
+  CARACAL_CHECK(tokens_per_rank <= kMaxRoutes / (ep_size * shape.top_k) &&
+                    ep_size * shape.top_k * tokens_per_rank < kMaxRoutes,
+                "ep_size * tokens_per_rank * top_k must be below 2^31 (32-bit route indices), got ", ep_size, " * ",
+                tokens_per_rank, " * ", shape.top_k);
   CARACAL_CHECK(std::isfinite(router.scale) && router.scale > 0.0,
                 "router.scale must be a positive finite number, got ", router.scale);
 }

@@ -1,11 +1,17 @@
 #include "layer/layer_sizes.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/plan.hpp"
+#include "fused/fused_forward.hpp"
+#include "layer/local_buffers.hpp"
 
 namespace caracal::layer {
 
@@ -22,7 +28,101 @@ int as_int(int64_t value, const char* field) {
   return static_cast<int>(value);
 }
 
+// The number of fields of an aggregate: the most initializers it takes.
+struct AnyField {
+  template <typename T>
+  operator T() const;
+};
+template <typename T, typename... Fields>
+constexpr auto takes_initializers(int) -> decltype(void(T{std::declval<Fields>()...}), true) {
+  return true;
+}
+template <typename T, typename... Fields>
+constexpr bool takes_initializers(long) {
+  return false;
+}
+template <typename T, typename... Fields>
+constexpr size_t field_count() {
+  if constexpr (takes_initializers<T, Fields..., AnyField>(0)) {
+    return field_count<T, Fields..., AnyField>();
+  } else {
+    return sizeof...(Fields);
+  }
+}
+
 }  // namespace
+
+bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
+  return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
+}
+
+bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options) {
+  return runs_fused(config, options) && options.fused_backward && config.ep_size > 1 && !options.rows_per_route &&
+         !options.dx_rows_per_route;
+}
+
+LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
+  const LayerSizes v1 = layer_sizes(config);  // validates config before a ring is sized from it
+  if (!runs_fused(config, options)) return v1;
+  CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % kTileM == 0,
+                "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", kTileM, ", got ",
+                options.ring_rows);
+  const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, multiprocessors);
+  constexpr int64_t kMostRows = int64_t(1) << 30;  // past any schedule the layer takes (int sizes)
+  return layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)), options.bf16_weight_gradients);
+}
+
+MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
+  const LayerSizes sizes = layer_sizes(config, options, multiprocessors);
+  MoELayerMemory m;
+  m.heap = transfer::TokenExchange::heap_bytes(
+      exchange_shape(config), sizes.world_size,
+      exchange_options(config, sizes, runs_fused(config, options), sums_dx_per_token_rank(config, options)));
+  m.local = local_bytes(sizes);
+  return m;
+}
+
+std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const MoELayerOptions& options,
+                                               int multiprocessors) {
+  // Every field of MoELayerOptions is either below or named here as rank-local: gemm_ctas,
+  // exchange_sms, fused_comm_ctas (launch shapes), local_allocator, bf16_weight_gradients (local
+  // buffers only), dx_sums_in_weight_grads (a world of one rank), fused_pull_all_rows and
+  // fused_backward_local_rows_in_launch (how a rank copies rows of its own tokens). A new field must
+  // be sorted into one or the other before this compiles.
+  static_assert(field_count<MoELayerOptions>() == 13, "a new MoELayerOptions field: does it change the heap "
+                                                      "or what crosses between ranks? (values_ranks_agree_on)");
+  int64_t scale_bits = 0;
+  static_assert(sizeof(scale_bits) == sizeof(config.router.scale));
+  std::memcpy(&scale_bits, &config.router.scale, sizeof(scale_bits));
+  const bool fused = runs_fused(config, options);
+  const bool fused_backward = fused && options.fused_backward;
+  int64_t ring_rows = -1, heap_bytes = -1;
+  try {
+    ring_rows = fused ? layer_sizes(config, options, multiprocessors).ring_rows : 0;
+    heap_bytes = static_cast<int64_t>(layer_memory(config, options, multiprocessors).heap);
+  } catch (const Error&) {
+    // Refused after the values are compared, on every rank that holds the same ones.
+  }
+  return {
+      {"hidden", config.shape.hidden},
+      {"intermediate", config.shape.intermediate},
+      {"num_experts", config.shape.num_experts},
+      {"top_k", config.shape.top_k},
+      {"num_shared_experts", config.shape.num_shared_experts},
+      {"shared_intermediate", config.shape.shared_intermediate},
+      {"tokens_per_rank", config.tokens_per_rank},
+      {"ep_size", config.ep_size},
+      {"precision", static_cast<int64_t>(config.precision)},
+      {"router.normalize", config.router.normalize ? 1 : 0},
+      {"router.scale (bits)", scale_bits},
+      {"fused_forward (as run: false past 8 ranks)", fused ? 1 : 0},
+      {"fused_backward (as run: false without the fused forward)", fused_backward ? 1 : 0},
+      {"dx_rows_per_route (as run: false without the fused backward)", fused_backward && options.dx_rows_per_route ? 1 : 0},
+      {"rows_per_route", options.rows_per_route ? 1 : 0},
+      {"ring_rows (as run: the default follows the device's SMs; 0 without the fused forward)", ring_rows},
+      {"symmetric heap bytes", heap_bytes},
+  };
+}
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   transfer::ExchangeShape shape;

@@ -1,9 +1,11 @@
 #pragma once
-// The sizes a MoELayer derives from its LayerConfig, and the token exchange it is built on.
-// Host only, no CUDA calls.
+// The sizes a MoELayer derives from its LayerConfig and options, the token exchange it is built on,
+// and what the ranks of its world must agree on. Host only, no CUDA calls.
 #include <cstdint>
+#include <vector>
 
 #include "caracal/layer_config.hpp"
+#include "caracal/moe_layer.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 
 namespace caracal::layer {
@@ -43,6 +45,36 @@ struct LayerSizes {
 // gradients' partial sums if bf16 ones may be asked for and the ring is shorter than the rows. Throws
 // caracal::Error naming the field and the value expected.
 LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0, bool bf16_weight_gradients = true);
+
+// Whether a layer built with `options` runs the fused path (its buffers: a ring, no expert_out):
+// the fused kernels take at most fused::kFusedMaxLocalRanks local ranks, so with more ranks than
+// that, which a loopback world may hold (and, as the layer's memory cannot depend on the world, for
+// now any world of more ranks), it keeps v1's.
+bool runs_fused(const LayerConfig& config, const MoELayerOptions& options);
+// Whether the backward sums a token's dx rows per (token, rank) before they go home
+// (fused::groups_dx_rows): the fused backward in a world of several ranks, moving a row per
+// (token, rank). Its exchange then holds a ring of expert_dx rows.
+bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options);
+// A layer's sizes (validating `config` first): a fused layer's over its ring (options.ring_rows, or
+// caracal::default_ring_rows for `multiprocessors` SMs), v1's over the whole schedule.
+LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors);
+// MoELayer::memory on a device of `multiprocessors` SMs (>= 1).
+MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors);
+
+// A value every rank of a world must hold the same.
+struct AgreedValue {
+  const char* name;
+  int64_t value;
+};
+// What the ranks of a layer's world must agree on, or their symmetric heaps would not line up or
+// they would move rows the others do not expect: the configuration, every option that lays out
+// the heap or changes what crosses between ranks, as the layer resolves them (the default ring
+// follows the device's `multiprocessors`), and the heap's bytes as a catch-all. Rank-local options
+// (CTA and SM counts, how a rank copies its own rows, the allocator, the local buffers) are left
+// out. Never throws: a value that follows from an invalid configuration or option is -1 (the layer
+// then refuses it, on every rank alike).
+std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const MoELayerOptions& options,
+                                               int multiprocessors);
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
 // The exchange a layer of `sizes` runs on: expert_out only for v1's forward (fused_forward false),

@@ -26,13 +26,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass.hpp"
-#include "caracal/plan.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "fused/dx_to_home.hpp"
 #include "fused/fused_backward.hpp"
@@ -75,35 +73,17 @@ struct RankState {
   }
 };
 
-// Throws caracal::Error on every rank unless all ranks of `world` hold the same configuration
-// (collective; before anything else, so that no rank throws alone and leaves the others waiting).
-void require_same_config(const LayerConfig& config, comm::World& world) {
-  int64_t scale_bits = 0;
-  static_assert(sizeof(scale_bits) == sizeof(config.router.scale));
-  std::memcpy(&scale_bits, &config.router.scale, sizeof(scale_bits));
-  world.require_same_on_all_ranks(
-      "MoELayer",
-      {"hidden", "intermediate", "num_experts", "top_k", "num_shared_experts", "shared_intermediate",
-       "tokens_per_rank", "ep_size", "precision", "router.normalize", "router.scale (bits)"},
-      {config.shape.hidden, config.shape.intermediate, config.shape.num_experts, config.shape.top_k,
-       config.shape.num_shared_experts, config.shape.shared_intermediate, config.tokens_per_rank, config.ep_size,
-       static_cast<int64_t>(config.precision), config.router.normalize ? 1 : 0, scale_bits});
-}
-
-// Whether the layer runs the fused path (its buffers: a ring, no expert_out): the fused kernels
-// take at most kFusedMaxLocalRanks local ranks, so with more ranks than that, which a loopback
-// world may hold (and, as the layer's memory cannot depend on the world, for now any world of
-// more ranks), it keeps v1's.
-bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
-  return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
-}
-
-// Whether the backward sums a token's dx rows per (token, rank) before they go home
-// (fused::groups_dx_rows): the fused backward in a world of several ranks, moving a row per
-// (token, rank). Its exchange then holds a ring of expert_dx rows.
-bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options) {
-  return runs_fused(config, options) && options.fused_backward && config.ep_size > 1 && !options.rows_per_route &&
-         !options.dx_rows_per_route;
+// Throws caracal::Error on every rank unless all ranks of `world` hold the same configuration and
+// options as far as the heap and the rows between ranks go (layer::values_ranks_agree_on;
+// collective: before anything else, so that no rank throws alone and leaves the others waiting).
+void require_same_config(const LayerConfig& config, const MoELayerOptions& options, comm::World& world) {
+  std::vector<const char*> names;
+  std::vector<int64_t> values;
+  for (const layer::AgreedValue& v : layer::values_ranks_agree_on(config, options, world.multiprocessors())) {
+    names.push_back(v.name);
+    values.push_back(v.value);
+  }
+  world.require_same_on_all_ranks("MoELayer", names, values);
 }
 
 // The SMs of the current CUDA device, whose count the default ring follows; 132 (H100, H200) where
@@ -116,18 +96,6 @@ int current_device_multiprocessors() {
   }
   (void)cudaGetLastError();  // no device here: not an error of the caller's
   return 132;
-}
-
-// The layer's sizes: a fused layer's over its ring (options.ring_rows, or the planner's default
-// for `multiprocessors` SMs), v1's over the whole schedule.
-layer::LayerSizes sizes_for(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
-  if (!runs_fused(config, options)) return layer::layer_sizes(config);
-  CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % gemm::kGroupedGemmTileM == 0,
-                "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", gemm::kGroupedGemmTileM,
-                ", got ", options.ring_rows);
-  const int64_t ring = options.ring_rows > 0 ? options.ring_rows : default_ring_rows(config, multiprocessors);
-  constexpr int64_t kMostRows = int64_t(1) << 30;  // past any schedule the layer takes (int sizes)
-  return layer::layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)), options.bf16_weight_gradients);
 }
 
 RankState make_rank_state(const layer::LayerSizes& sizes, const transfer::TokenExchange& exchange,
@@ -374,22 +342,16 @@ MoELayerMemory MoELayer::memory(const LayerConfig& config, const MoELayerOptions
   CARACAL_CHECK(multiprocessors >= 0, "MoELayer::memory: multiprocessors must be >= 0 (0: the current device's), got ",
                 multiprocessors);
   if (multiprocessors == 0) multiprocessors = current_device_multiprocessors();
-  const layer::LayerSizes sizes = sizes_for(config, options, multiprocessors);
-  MoELayerMemory m;
-  m.heap = transfer::TokenExchange::heap_bytes(
-      layer::exchange_shape(config), sizes.world_size,
-      layer::exchange_options(config, sizes, runs_fused(config, options), sums_dx_per_token_rank(config, options)));
-  m.local = layer::local_bytes(sizes);
-  return m;
+  return layer::layer_memory(config, options, multiprocessors);
 }
 
 MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options)
     : config_(config), world_(world), impl_(std::make_unique<Impl>()) {
   // First, before anything can throw on some ranks only: every rank must hold the same
-  // configuration (collective).
-  require_same_config(config, world);
+  // configuration and heap-shaping options (collective).
+  require_same_config(config, options, world);
   Impl& state = *impl_;
-  state.sizes = sizes_for(config, options, world.multiprocessors());
+  state.sizes = layer::layer_sizes(config, options, world.multiprocessors());
   CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
                 options.gemm_ctas);
   CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),
@@ -404,9 +366,9 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   CARACAL_CHECK(heap <= world.heap_bytes_left(), "MoELayer: needs ", heap,
                 " bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options)), but the world has ",
                 world.heap_bytes_left(), " left");
-  state.fused = runs_fused(config, options);
+  state.fused = layer::runs_fused(config, options);
   transfer::ExchangeOptions exchange =
-      layer::exchange_options(config, state.sizes, state.fused, sums_dx_per_token_rank(config, options));
+      layer::exchange_options(config, state.sizes, state.fused, layer::sums_dx_per_token_rank(config, options));
   exchange.max_sms = options.exchange_sms;
   exchange.rows_per_route = options.rows_per_route;
   state.exchange = std::make_unique<transfer::TokenExchange>(world, layer::exchange_shape(config), exchange);

@@ -146,9 +146,19 @@ int64_t overlap_min_rows(const LayerShape& s, int64_t sm_count, int64_t tile_m, 
   return ceil_div(2 * sm_count * tile_m * tile_n, n_min);
 }
 
+// Throws caracal::Error unless the SM count and the tile are within the planner's bounds
+// (include/caracal/plan.hpp); `sms` names the SM count in the message.
+void check_sms_and_tile(const char* sms, int64_t sm_count, int64_t tile_m, int64_t tile_n) {
+  CARACAL_CHECK(sm_count >= 1 && sm_count <= kMaxPlanSms, sms, " must be in [1, ", kMaxPlanSms, "], got ", sm_count);
+  CARACAL_CHECK(tile_m >= 1 && tile_m <= kMaxPlanTile && tile_n >= 1 && tile_n <= kMaxPlanTile, "tile must be at most ",
+                kMaxPlanTile, "x", kMaxPlanTile, " (each side at least 1, e.g. 128x256), got ", tile_m, "x", tile_n);
+}
+
 }  // namespace
 
 int64_t default_ring_rows(const LayerConfig& config, int64_t sm_count, int64_t tile_m, int64_t tile_n) {
+  config.validate();
+  check_sms_and_tile("default_ring_rows: sm_count", sm_count, tile_m, tile_n);
   const LayerShape& s = config.shape;
   const int64_t minibatch = round_up(overlap_min_rows(s, sm_count, tile_m, tile_n), tile_m);
   const int64_t balanced_rows = config.tokens_per_rank * s.top_k + config.local_experts() * (tile_m - 1);
@@ -156,13 +166,12 @@ int64_t default_ring_rows(const LayerConfig& config, int64_t sm_count, int64_t t
 }
 
 void PlanOptions::validate() const {
-  CARACAL_CHECK(sm_count >= 1, "sms must be at least 1, got ", sm_count);
-  CARACAL_CHECK(tile_m >= 1 && tile_n >= 1, "tile must be positive (e.g. 128x256), got ", tile_m, "x",
-                tile_n);
+  check_sms_and_tile("sms", sm_count, tile_m, tile_n);
   CARACAL_CHECK(std::isfinite(tflops) && tflops > 0, "tflops must be positive, got ", tflops);
   CARACAL_CHECK(std::isfinite(nvlink_gbs) && nvlink_gbs > 0, "nvlink GB/s must be positive, got ",
                 nvlink_gbs);
-  CARACAL_CHECK(ring_rows >= 0, "ring_rows must be 0 (automatic) or positive, got ", ring_rows);
+  CARACAL_CHECK(ring_rows >= 0 && ring_rows <= kMaxPlanRingRows, "ring_rows must be in [0, ", kMaxPlanRingRows,
+                "] (0: automatic), got ", ring_rows);
 }
 
 Plan make_plan(const LayerConfig& config, const Routing& routing, const std::string& routing_source,

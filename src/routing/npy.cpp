@@ -1,6 +1,7 @@
 // Routing traces as NumPy .npy files (format versions 1.0, 2.0 and 3.0): a magic string, a
 // version, a little-endian header length, a Python dict literal describing the array, then the
-// raw data. Only int32 ('<i4'), C order, 3-D [W, T, k] arrays are traces.
+// raw data. Only int32 ('<i4'), C order, 3-D [W, T, k] arrays are traces. Read from a file or from
+// a stream that cannot seek (a pipe, a FIFO, /dev/stdin on one).
 #include <array>
 #include <cctype>
 #include <cstring>
@@ -155,7 +156,6 @@ class HeaderParser {
 // ---- Reading -------------------------------------------------------------------------------
 struct TraceHeader {
   std::vector<int64_t> shape;
-  int64_t data_offset = 0;  // bytes before the data
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -210,12 +210,33 @@ void read_exactly(std::ifstream& in, char* data, int64_t bytes, const std::strin
   if (in.gcount() != bytes) fail(path, std::string("file ends inside the ") + what);
 }
 
-int64_t file_size(std::ifstream& in) {
-  const std::streampos here = in.tellg();
-  in.seekg(0, std::ios::end);
-  const int64_t size = static_cast<int64_t>(in.tellg());
-  in.seekg(here);
-  return size;
+// Bytes from the read position to the end, or -1 for a stream that cannot seek (a pipe, a FIFO,
+// /dev/stdin on either), whose size is known only once it has been read.
+int64_t bytes_left(std::ifstream& in) {
+  std::streambuf& buffer = *in.rdbuf();
+  const std::streampos here = buffer.pubseekoff(0, std::ios::cur, std::ios::in);
+  if (here == std::streampos(-1)) return -1;
+  const std::streampos end = buffer.pubseekoff(0, std::ios::end, std::ios::in);
+  if (buffer.pubseekpos(here, std::ios::in) != here || end == std::streampos(-1)) return -1;
+  return static_cast<int64_t>(end - here);
+}
+
+// Reads up to `bytes` bytes into `out`, grown a chunk at a time as they arrive, so that a size
+// past the end of a stream takes at most one chunk more than the stream holds; `progress` after
+// each chunk. Returns the bytes read: fewer than `bytes` where the stream ends first.
+template <typename Container>
+int64_t read_chunks(std::ifstream& in, Container& out, int64_t bytes, const ProgressFn& progress) {
+  constexpr auto kElement = static_cast<int64_t>(sizeof(typename Container::value_type));
+  int64_t done = 0;
+  while (done < bytes) {
+    const int64_t chunk = std::min(kChunkBytes, bytes - done);
+    out.resize(static_cast<size_t>((done + chunk + kElement - 1) / kElement));
+    in.read(reinterpret_cast<char*>(out.data()) + done, chunk);
+    done += in.gcount();
+    if (in.gcount() != chunk) break;
+    if (progress) progress(done, bytes);
+  }
+  return done;
 }
 
 TraceHeader read_header(std::ifstream& in, const std::string& path) {
@@ -236,16 +257,16 @@ TraceHeader read_header(std::ifstream& in, const std::string& path) {
   const int length_bytes = major == 1 ? 2 : 4;
   std::array<unsigned char, 4> length{};
   read_exactly(in, reinterpret_cast<char*>(length.data()), length_bytes, path, ".npy header length");
-  const uint32_t header_length = read_little_endian(length.data(), length_bytes);
-  if (header_length > file_size(in) - in.tellg()) fail(path, "file ends inside the .npy header");
-  std::string header(header_length, '\0');
-  read_exactly(in, header.data(), header_length, path, ".npy header");
+  const int64_t header_length = read_little_endian(length.data(), length_bytes);
+  const int64_t left = bytes_left(in);
+  if (left >= 0 && header_length > left) fail(path, "file ends inside the .npy header");
+  std::string header;
+  if (read_chunks(in, header, header_length, nullptr) != header_length) fail(path, "file ends inside the .npy header");
 
   TraceHeader result;
   const auto dict = HeaderParser(header, path).parse_dict();
   check_header_dict(dict, path);
   result.shape = dict.at("shape").tuple;
-  result.data_offset = static_cast<int64_t>(kMagicSize) + 2 + length_bytes + header_length;
   return result;
 }
 
@@ -261,17 +282,10 @@ int64_t route_count(const std::vector<int64_t>& shape, const std::string& path) 
   return count;
 }
 
-void read_data(std::ifstream& in, Routing& routing, const std::string& path,
-               const ProgressFn& progress) {
-  char* data = reinterpret_cast<char*>(routing.topk_idx.data());
-  const int64_t total = static_cast<int64_t>(routing.topk_idx.size() * sizeof(int32_t));
-  for (int64_t done = 0; done < total;) {
-    const int64_t chunk = std::min(kChunkBytes, total - done);
-    in.read(data + done, chunk);
-    if (in.gcount() != chunk) fail(path, "read failed after " + std::to_string(done) + " data bytes");
-    done += chunk;
-    if (progress) progress(done, total);
-  }
+[[noreturn]] void fail_truncated(const std::string& path, const std::vector<int64_t>& shape, int64_t expected,
+                                 int64_t available) {
+  fail(path, "data is truncated: shape " + shape_text(shape) + " needs " + std::to_string(expected) +
+                 " bytes, the file holds " + std::to_string(available));
 }
 
 void check_ids(const Routing& routing, const std::string& path) {
@@ -312,12 +326,11 @@ Routing load_routing_npy(const std::string& path, const ProgressFn& progress) {
   if (!in) fail(path, "cannot open the file for reading (missing or unreadable)");
   const TraceHeader header = read_header(in, path);
 
+  // A file's size is checked before reading; a stream that cannot seek is read to the data's end
+  // (a chunk at a time), then must end there.
   const int64_t expected = route_count(header.shape, path) * static_cast<int64_t>(sizeof(int32_t));
-  const int64_t available = file_size(in) - header.data_offset;
-  if (available < expected) {
-    fail(path, "data is truncated: shape " + shape_text(header.shape) + " needs " +
-                   std::to_string(expected) + " bytes, the file holds " + std::to_string(available));
-  }
+  const int64_t available = bytes_left(in);
+  if (available >= 0 && available < expected) fail_truncated(path, header.shape, expected, available);
   if (available > expected) {
     fail(path, std::to_string(available - expected) + " bytes of trailing garbage after the " +
                    std::to_string(expected) + " data bytes of shape " + shape_text(header.shape));
@@ -327,8 +340,16 @@ Routing load_routing_npy(const std::string& path, const ProgressFn& progress) {
   routing.world_size = header.shape[0];
   routing.tokens_per_rank = header.shape[1];
   routing.top_k = header.shape[2];
-  routing.topk_idx.resize(static_cast<size_t>(expected) / sizeof(int32_t));
-  read_data(in, routing, path, progress);
+  if (available >= 0) routing.topk_idx.reserve(static_cast<size_t>(expected) / sizeof(int32_t));
+  const int64_t read = read_chunks(in, routing.topk_idx, expected, progress);
+  if (read != expected) {
+    if (available >= 0) fail(path, "read failed after " + std::to_string(read) + " data bytes");
+    fail_truncated(path, header.shape, expected, read);
+  }
+  if (available < 0 && in.peek() != std::ifstream::traits_type::eof()) {
+    fail(path, "trailing garbage after the " + std::to_string(expected) + " data bytes of shape " +
+                   shape_text(header.shape));
+  }
   check_ids(routing, path);
   return routing;
 }

@@ -34,13 +34,15 @@ std::string cli_path() {
   return env && *env ? env : CARACAL_CLI_PATH;
 }
 
-RunResult run_cli(const std::string& args) {
+// Runs `caracal args`, its stdin piped from `piped_file` when one is given.
+RunResult run_cli(const std::string& args, const std::string& piped_file = "") {
   // CTest runs tests in parallel processes: name the capture files after this process.
   static int calls = 0;
   const std::string stem = ::testing::TempDir() + "/caracal_cli_" + std::to_string(getpid()) + "_" +
                            std::to_string(calls++);
   const std::string out = stem + ".out", err = stem + ".err";
-  const std::string cmd = cli_path() + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd =
+      (piped_file.empty() ? "" : "cat " + piped_file + " | ") + cli_path() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   RunResult r;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -111,6 +113,13 @@ TEST(Cli, PlanFromTraceFile) {
   const RunResult table = run_cli("plan --model deepseek-v3 --trace " + path);
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("trace:"), std::string::npos);
+  // The same trace through a pipe.
+  const RunResult piped = run_cli("plan --model deepseek-v3 --trace /dev/stdin --json", path);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  nlohmann::json from_pipe = nlohmann::json::parse(piped.out);
+  EXPECT_EQ(from_pipe["world"]["routing"], "trace:/dev/stdin");
+  from_pipe["world"]["routing"] = j["world"]["routing"];
+  EXPECT_EQ(from_pipe, j);
   std::remove(path.c_str());
 }
 
@@ -153,6 +162,27 @@ TEST(Cli, BadInputGetsOneClearErrorLine) {
   expect_clean_error("plan --intermediate 512 --experts 8 --top-k 2 --tokens 8", "--hidden");
   expect_clean_error("plan --model deepseek-v3 --tokens 16 --no-such-flag", "no-such-flag");
   expect_clean_error("", "subcommand");
+}
+
+// Sizes past their bounds: one line naming the argument, the bound and the value, whatever it is
+// (no overflow on the way: build-ubsan runs these).
+TEST(Cli, SizesPastTheirBoundsGetOneClearErrorLine) {
+  const std::string huge = "4611686018427387904";  // 2^62, a multiple of 64 and of 128
+  const std::string shape = " --experts 8 --top-k 2 --tokens 8";
+  expect_clean_error("plan --hidden 2147483647 --intermediate 512" + shape, "hidden must be in [1, 65536], got 2147483647");
+  expect_clean_error("plan --hidden " + huge + " --intermediate 512" + shape, "hidden must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate " + huge + shape, "intermediate must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate 512 --shared-intermediate " + huge + shape,
+                     "shared_intermediate must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --hidden 1024 --intermediate 512 --experts " + huge + " --top-k 2 --tokens 8",
+                     "num_experts must be in [1, 65536], got " + huge);
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --sms " + huge, "sms must be in [1, 1024], got " + huge);
+  expect_clean_error("plan --model deepseek-v3 --tokens 16 --tile 128x" + huge, "tile must be at most 1024x1024");
+  expect_clean_error("plan --hidden 1024 --intermediate 512" + shape + " --ring-rows 9223372036854775807",
+                     "ring_rows must be in [0, 2147483647] (0: automatic), got 9223372036854775807");
+  // A multiple of this shape's minibatch (8,448 rows) past 2^31.
+  expect_clean_error("plan --hidden 1024 --intermediate 512" + shape + " --ring-rows 9288674231451648",
+                     "ring_rows must be in [0, 2147483647] (0: automatic), got 9288674231451648");
 }
 
 TEST(Cli, BadTraceFilesGetOneClearErrorLine) {

@@ -185,6 +185,27 @@ TEST(GpuMoELayerNccl, MismatchedRanksAreRefusedOnEveryRank) {
   }
 }
 
+// ... and so would ranks built with options that lay out the heap differently: here one rank's
+// backward without the fused launch, so without its ring of dx rows.
+TEST(GpuMoELayerNccl, RanksWithDifferentHeapOptionsAreRefusedOnEveryRank) {
+  CARACAL_REQUIRE_GPUS(2);
+  const LayerConfig config = config_of(kMismatchCase);
+  MoELayerOptions options[2];
+  options[1].fused_backward = false;
+  const size_t heap = std::max(MoELayer::heap_bytes(config, options[0]), MoELayer::heap_bytes(config, options[1]));
+  std::vector<comm::NcclComm> comms = comm::init_all({0, 1});
+  const std::vector<std::string> messages = test::on_each_gpu(2, [&](int r) {
+    comm::NcclWorld world(comms[static_cast<size_t>(r)].get(), heap);
+    MoELayer layer(config, world, options[r]);
+  });
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("MoELayer: the ranks of this world were built differently"), std::string::npos) << m;
+    EXPECT_NE(m.find("fused_backward (as run: false without the fused forward) differs (rank 0: 1, rank 1: 0)"),
+              std::string::npos)
+        << m;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(W, GpuMoELayerNcclThreads, testing::Values(2, 4, 8),
                          [](const testing::TestParamInfo<int>& param) { return "W" + std::to_string(param.param); });
 

@@ -1,15 +1,18 @@
-// Host-side pieces of the communication layer that need no GPU: the heap allocator, argument
-// checks, device-error messages, and the NCCL bootstrap's id and environment handling.
+// Host-side pieces of the communication layer that need no GPU: the heap allocator, custom device
+// allocators, argument checks, device-error messages, and the NCCL bootstrap's id and environment
+// handling.
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include "caracal/comm/cuda_check.hpp"
+#include "caracal/comm/cuda_memory.hpp"
 #include "caracal/comm/device_error.hpp"
 #include "caracal/comm/heap_allocator.hpp"
 #include "caracal/comm/loopback_world.hpp"
@@ -117,6 +120,37 @@ TEST(NcclBootstrap, RefusesUnlessTheEnvironmentTurnedMulticastOff) {
   }
   const ScopedEnv off("NCCL_NVLS_ENABLE", "0");
   EXPECT_EQ(error_of([] { require_nccl_environment(); }), "");
+}
+
+// A custom allocator's block is given back to it on every path: a refused (misaligned) block at
+// once, an accepted one when its handle goes. The fake's blocks are host memory never touched.
+TEST(AllocateDeviceBlock, GivesEveryBlockBackToItsAllocator) {
+  alignas(256) static char memory[1024];
+  char* next = memory;
+  std::vector<void*> allocated, freed;
+  DeviceAllocator allocator;
+  allocator.allocate = [&](size_t) {
+    allocated.push_back(next);
+    return static_cast<void*>(next);
+  };
+  allocator.free = [&](void* block) { freed.push_back(block); };
+
+  next = memory + 16;
+  EXPECT_TRUE(contains(error_of([&] { allocate_device_block(64, allocator, "test block"); }),
+                       "test block: the allocator must return 256-byte aligned memory"));
+  EXPECT_EQ(freed, allocated);
+
+  next = memory + 256;
+  {
+    const DeviceBlock block = allocate_device_block(64, allocator, "test block");
+    EXPECT_EQ(block.get(), memory + 256);
+    EXPECT_EQ(freed.size(), 1u);
+  }
+  EXPECT_EQ(freed, allocated);
+
+  next = nullptr;  // a failed allocation: nothing to give back
+  EXPECT_TRUE(contains(error_of([&] { allocate_device_block(64, allocator, "test block"); }), "returned null"));
+  EXPECT_EQ(freed.size(), 2u);
 }
 
 TEST(NcclWorld, RejectsANullCommunicator) {

@@ -86,7 +86,26 @@ TEST(LayerConfig, RejectsNonPositiveSizes) {
   expect_rejected(c, {"ep_size"});
   c = valid_config();
   c.shape.hidden = -64;
-  expect_rejected(c, {"hidden", "positive"});
+  expect_rejected(c, {"hidden must be in [1, 65536], got -64"});
+}
+
+TEST(LayerConfig, RejectsSizesPastTheirBounds) {
+  LayerConfig c = valid_config();
+  c.shape.hidden = c.shape.intermediate = c.shape.shared_intermediate = 65536;
+  c.shape.num_experts = 65536;
+  EXPECT_NO_THROW(c.validate());
+  c = valid_config();
+  c.shape.hidden = int64_t{1} << 62;  // a multiple of 64
+  expect_rejected(c, {"hidden must be in [1, 65536], got 4611686018427387904"});
+  c = valid_config();
+  c.shape.intermediate = 65536 + 64;
+  expect_rejected(c, {"intermediate must be in [1, 65536], got 65600"});
+  c = valid_config();
+  c.shape.shared_intermediate = int64_t{1} << 40;
+  expect_rejected(c, {"shared_intermediate must be in [1, 65536], got 1099511627776"});
+  c = valid_config();
+  c.shape.num_experts = int64_t{1} << 62;
+  expect_rejected(c, {"num_experts must be in [1, 65536], got 4611686018427387904"});
 }
 
 TEST(LayerConfig, RejectsRouteCountsBeyond32Bits) {
@@ -95,6 +114,9 @@ TEST(LayerConfig, RejectsRouteCountsBeyond32Bits) {
   c.ep_size = 64;
   c.tokens_per_rank = 1 << 22;
   expect_rejected(c, {"2^31"});
+  c = valid_config();
+  c.tokens_per_rank = 9223372036854775807;  // the product would overflow int64 (and double -> int64)
+  expect_rejected(c, {"must be below 2^31 (32-bit route indices), got 8 * 9223372036854775807 * 8"});
 }
 
 TEST(LayerConfig, RejectsBadRouterScale) {

@@ -1,11 +1,13 @@
-// MoELayer's host-side pieces, without a GPU: memory sizing, configuration checks, the argument
-// checks that need no CUDA call (src/layer/argument_checks.hpp) and the weight layout helpers.
+// MoELayer's host-side pieces, without a GPU: memory sizing, configuration checks, what the ranks
+// of a world must agree on, the argument checks that need no CUDA call
+// (src/layer/argument_checks.hpp) and the weight layout helpers.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "caracal/comm/world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "caracal/moe_layer.hpp"
@@ -127,6 +129,120 @@ TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
   LayerConfig odd = small_config(false);
   odd.shape.hidden = 100;
   expect_error([&] { MoELayer::memory(odd); }, {"MoELayer: invalid LayerConfig", "hidden must be a multiple of 64"});
+  // Validated before the default ring is sized from it (num_experts / ep_size).
+  LayerConfig no_ranks = small_config(false);
+  no_ranks.ep_size = 0;
+  expect_error([&] { MoELayer::memory(no_ranks); }, {"MoELayer: invalid LayerConfig", "ep_size must be at least 1"});
+}
+
+// ---- What the ranks of a world must agree on (the constructor's collective check) -------------
+
+// "" where two ranks holding these would agree, else the message the constructor gives.
+std::string disagreement(const LayerConfig& a, const MoELayerOptions& options_a, int sms_a, const LayerConfig& b,
+                         const MoELayerOptions& options_b, int sms_b) {
+  const std::vector<layer::AgreedValue> rank0 = layer::values_ranks_agree_on(a, options_a, sms_a);
+  const std::vector<layer::AgreedValue> rank1 = layer::values_ranks_agree_on(b, options_b, sms_b);
+  EXPECT_EQ(rank0.size(), rank1.size());
+  std::vector<const char*> names;
+  std::vector<int64_t> values;
+  for (const layer::AgreedValue& v : rank0) names.push_back(v.name);
+  for (const auto* rank : {&rank0, &rank1}) {
+    for (const layer::AgreedValue& v : *rank) values.push_back(v.value);
+  }
+  return comm::detail::first_mismatch(names, values, 2);
+}
+
+std::string disagreement(const LayerConfig& c, const MoELayerOptions& b, int sms = 132) {
+  return disagreement(c, MoELayerOptions{}, 132, c, b, sms);
+}
+
+TEST(MoELayerAgreement, EveryOptionThatShapesTheHeapOrTheTrafficIsCompared) {
+  const LayerConfig c = small_config(true);  // W = 8: the fused path
+  const MoELayerMemory defaults = MoELayer::memory(c, {}, 132);
+  EXPECT_EQ(disagreement(c, {}), "");
+  struct Case {
+    const char* field;
+    MoELayerOptions options;
+  };
+  std::vector<Case> cases(5);
+  cases[0] = {"fused_forward (as run", {}};
+  cases[0].options.fused_forward = false;
+  cases[1] = {"fused_backward (as run", {}};
+  cases[1].options.fused_backward = false;
+  cases[2] = {"dx_rows_per_route (as run", {}};
+  cases[2].options.dx_rows_per_route = true;
+  cases[3] = {"rows_per_route differs", {}};
+  cases[3].options.rows_per_route = true;
+  cases[4] = {"ring_rows (as run", {}};
+  cases[4].options.ring_rows = 1024;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.field);
+    const std::string message = disagreement(c, k.options);
+    EXPECT_EQ(message.rfind(k.field, 0), 0u) << message;
+    // Each moves the heap's offsets: the catch-all differs too.
+    EXPECT_NE(MoELayer::memory(c, k.options, 132).heap, defaults.heap);
+  }
+  // Any field of the configuration.
+  LayerConfig other = c;
+  other.tokens_per_rank = 134;
+  EXPECT_EQ(disagreement(c, {}, 132, other, {}, 132).rfind("tokens_per_rank differs (rank 0: 133, rank 1: 134)", 0),
+            0u);
+  other = c;
+  other.router.scale = 2.5;
+  EXPECT_EQ(disagreement(c, {}, 132, other, {}, 132).rfind("router.scale (bits) differs", 0), 0u);
+}
+
+TEST(MoELayerAgreement, TheDefaultRingIsComparedAsEachDeviceResolvesIt) {
+  LayerConfig c;
+  c.shape = find_model_preset("deepseek-v3").shape;
+  c.ep_size = 8;
+  c.tokens_per_rank = 4096;
+  // 132 SMs (H200): a minibatch of 2,176 rows, a ring of 36,992; 114 (H100 PCIe): 1,920 and 38,400.
+  EXPECT_EQ(disagreement(c, {}, 114),
+            "ring_rows (as run: the default follows the device's SMs; 0 without the fused forward) differs "
+            "(rank 0: 36992, rank 1: 38400)");
+  MoELayerOptions fixed;
+  fixed.ring_rows = 36992;
+  EXPECT_EQ(disagreement(c, fixed, 132, c, fixed, 114), "");
+  EXPECT_EQ(disagreement(c, fixed), "");  // the default, given explicitly
+}
+
+TEST(MoELayerAgreement, RankLocalOptionsAndOptionsNotRunAreNotCompared) {
+  const LayerConfig c = small_config(true);
+  MoELayerOptions local;
+  local.gemm_ctas = 64;
+  local.exchange_sms = 32;
+  local.fused_comm_ctas = 3;
+  local.bf16_weight_gradients = false;
+  local.dx_sums_in_weight_grads = false;
+  local.fused_pull_all_rows = true;
+  local.fused_backward_local_rows_in_launch = false;
+  local.local_allocator = {[](size_t) -> void* { return nullptr; }, [](void*) {}};
+  EXPECT_EQ(disagreement(c, local), "");
+  // Past 8 ranks both run v1: the fused path's options do not apply.
+  LayerConfig wide = c;
+  wide.shape.num_experts = 32;
+  wide.ep_size = 16;
+  MoELayerOptions v1;
+  v1.fused_forward = false;
+  v1.fused_backward = false;
+  v1.dx_rows_per_route = true;
+  v1.ring_rows = 1024;
+  EXPECT_EQ(disagreement(wide, {}, 132, wide, v1, 114), "");
+}
+
+TEST(MoELayerAgreement, InvalidConfigurationsAreComparedWithoutThrowing) {
+  LayerConfig bad = small_config(false);
+  bad.ep_size = 0;
+  std::vector<layer::AgreedValue> values;
+  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(bad, {}, 132));
+  ASSERT_GE(values.size(), 2u);
+  EXPECT_EQ(values.back().value, -1);  // the heap's bytes: none, refused after the comparison
+  MoELayerOptions odd_ring;
+  odd_ring.ring_rows = 1000;
+  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(small_config(false), odd_ring, 132));
+  // Two ranks invalid in different ways still learn that they differ.
+  EXPECT_EQ(disagreement(small_config(false), odd_ring, 132, bad, {}, 132).rfind("ep_size differs", 0), 0u);
 }
 
 MoEForwardArgs valid_forward(bool shared) {

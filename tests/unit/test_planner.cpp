@@ -221,6 +221,65 @@ TEST(Planner, ExplicitRingChangesReplayCount) {
   EXPECT_GT(p.roofline.backward_flops, 2 * p.roofline.forward_flops);
 }
 
+// Every size is bounded (LayerConfig::validate, PlanOptions::validate) so that no byte, row or
+// FLOP count overflows: at the bounds the plan's sums are exact (build-ubsan checks the arithmetic).
+TEST(Planner, PlansAtTheBoundsWithoutOverflow) {
+  LayerConfig c;
+  c.shape = LayerShape{65536, 65536, 65536, 8, 1, 65536};
+  c.ep_size = 8;
+  c.tokens_per_rank = 256;
+  PlanOptions o;
+  o.sm_count = 1024;
+  o.tile_n = 1024;
+  Plan p = plan_with(c, RoutingKind::kUniform, o);
+  const int64_t D = 65536, I = 65536, L = 8192;
+  EXPECT_EQ(p.memory.weights, L * 3 * I * D * 2 + 3 * I * D * 2);
+  EXPECT_EQ(p.memory.partials, 2 * 3 * D * I * 4);  // the ring is shorter than the worst case's rows
+  EXPECT_GT(p.memory.total(), p.memory.weights);
+  EXPECT_EQ(p.overlap_min_rows, 2 * 1024 * 128 * 1024 / D);
+  o.ring_rows = 2147483647 / p.minibatch_rows * p.minibatch_rows;
+  p = plan_with(c, RoutingKind::kAllToOne, o);
+  EXPECT_EQ(p.macrobatches, 1);
+  EXPECT_GT(p.memory.layer_heap, 0);
+
+  c.shape = LayerShape{64, 64, 8, 2, 0, 0};
+  o = {};
+  o.sm_count = 1024;
+  o.tile_m = o.tile_n = 1024;
+  o.ring_rows = 0;
+  p = plan_with(c, RoutingKind::kZipf, o);
+  EXPECT_EQ(p.overlap_min_rows, 2 * int64_t{1024} * 1024 * 1024 / 64);
+  EXPECT_EQ(p.ring_rows % p.minibatch_rows, 0);
+}
+
+TEST(Planner, RejectsOptionsPastTheirBounds) {
+  const LayerConfig c = config_for("kimi-k2", 8, 16);
+  const auto expect_rejected = [&](const PlanOptions& o, const std::string& message) {
+    try {
+      plan_with(c, RoutingKind::kUniform, o);
+      ADD_FAILURE() << "accepted; expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  PlanOptions o;
+  o.sm_count = int64_t{1} << 62;
+  expect_rejected(o, "sms must be in [1, 1024], got 4611686018427387904");
+  o.sm_count = 0;
+  expect_rejected(o, "sms must be in [1, 1024], got 0");
+  o = {};
+  o.tile_n = int64_t{1} << 40;
+  expect_rejected(o, "tile must be at most 1024x1024 (each side at least 1, e.g. 128x256), got 128x1099511627776");
+  o = {};
+  o.tile_m = 2048;
+  expect_rejected(o, "got 2048x256");
+  o = {};
+  o.ring_rows = 9223372036854775807;
+  expect_rejected(o, "ring_rows must be in [0, 2147483647] (0: automatic), got 9223372036854775807");
+  o.ring_rows = -1;
+  expect_rejected(o, "ring_rows must be in [0, 2147483647] (0: automatic), got -1");
+}
+
 TEST(Planner, RejectsBadOptions) {
   PlanOptions o;
   o.tflops = 0;

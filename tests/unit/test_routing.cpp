@@ -1,6 +1,12 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +18,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "caracal/error.hpp"
@@ -378,7 +385,10 @@ class NpyTest : public ::testing::Test {
            ("caracal_test_routing_" + std::to_string(fresh_seed()));
     std::filesystem::create_directories(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    for (std::thread& writer : writers_) writer.join();
+    std::filesystem::remove_all(dir_);
+  }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -404,11 +414,41 @@ class NpyTest : public ::testing::Test {
     return p;
   }
 
+  // A FIFO that a thread of the test writes `bytes` into once the reader opens it: a stream that
+  // cannot seek, as `--trace /dev/stdin` on a pipe or a process substitution. A reader that stops
+  // early ends the write (EPIPE; SIGPIPE is blocked in the writer).
+  std::string fifo_with(const std::string& name, std::string bytes) {
+    const std::string p = path(name);
+    EXPECT_EQ(mkfifo(p.c_str(), 0600), 0) << p;
+    writers_.emplace_back([p, bytes = std::move(bytes)] {
+      sigset_t pipe_signal;
+      sigemptyset(&pipe_signal);
+      sigaddset(&pipe_signal, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+      const int fd = open(p.c_str(), O_WRONLY);
+      if (fd < 0) return;
+      for (size_t done = 0; done < bytes.size();) {
+        const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+      close(fd);
+    });
+    return p;
+  }
+
+  std::string bytes_of(const std::string& file) const {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
   static std::string int32_data(const std::vector<int32_t>& values) {
     return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int32_t));
   }
 
   std::filesystem::path dir_;
+  std::vector<std::thread> writers_;
 };
 
 TEST_F(NpyTest, SaveThenLoadGivesTheSameRouting) {
@@ -514,6 +554,74 @@ TEST_F(NpyTest, RejectsBadFilesNamingThePathAndTheProblem) {
     std::vector<std::string> mentions = c.mentions;
     mentions.push_back(c.path);
     expect_error([&] { load_routing_npy(c.path); }, mentions);
+  }
+}
+
+TEST_F(NpyTest, ReadsAStreamThatCannotSeek) {
+  // 20 MiB: more than one 16 MiB chunk, with progress as from a file.
+  Routing r;
+  r.world_size = 5;
+  r.tokens_per_rank = 1024 * 128;
+  r.top_k = 8;
+  r.topk_idx.resize(static_cast<size_t>(5 * 1024 * 1024));
+  for (size_t i = 0; i < r.topk_idx.size(); ++i) r.topk_idx[i] = static_cast<int32_t>(i % 97) - 1;
+  save_routing_npy(r, path("big.npy"));
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  const Routing back = load_routing_npy(fifo_with("big.fifo", bytes_of(path("big.npy"))),
+                                        [&](int64_t done, int64_t total) { calls.emplace_back(done, total); });
+  EXPECT_EQ(back.world_size, 5);
+  EXPECT_EQ(back.tokens_per_rank, 1024 * 128);
+  EXPECT_EQ(back.top_k, 8);
+  EXPECT_EQ(back.topk_idx, r.topk_idx);
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls.back(), std::make_pair(int64_t{20} << 20, int64_t{20} << 20));
+
+  const std::vector<int32_t> values = {0, 1, -1, 3, 2, 2};
+  for (const int major : {1, 2, 3}) {
+    const std::string file =
+        write_npy("small.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 3, 2), }", int32_data(values), major);
+    EXPECT_EQ(load_routing_npy(fifo_with("small" + std::to_string(major) + ".fifo", bytes_of(file))).topk_idx, values);
+  }
+}
+
+TEST_F(NpyTest, RejectsBadStreamsAsItRejectsBadFiles) {
+  const std::string good_dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), }";
+  const std::string data = int32_data({0, 1, 2, 3});
+  struct Case {
+    std::string name;
+    std::string bytes;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<Case> cases = {
+      {"empty", "", {"not a .npy file"}},
+      {"int64 dtype", bytes_of(write_npy("i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 2), }", data + data)),
+       {"dtype '<i8'", "'<i4'"}},
+      {"fortran order", bytes_of(write_npy("f.npy", "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 2), }", data)),
+       {"Fortran order"}},
+      {"2-D", bytes_of(write_npy("2d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", data)),
+       {"(2, 2)", "expected 3-D"}},
+      {"truncated", bytes_of(write_npy("short.npy", good_dict, data.substr(0, 10))), {"truncated", "16 bytes", "10"}},
+      {"trailing garbage", bytes_of(write_npy("long.npy", good_dict, data + "junk")),
+       {"trailing garbage", "16 data bytes"}},
+      // 8 GiB promised, 16 bytes sent: refused once the stream ends, without taking the 8 GiB.
+      {"huge shape, little data",
+       bytes_of(write_npy("huge.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (46340, 46340, 1), }", data)),
+       {"truncated", "8589582400 bytes", "16"}},
+      {"too many routes",
+       bytes_of(write_npy("many.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 65536, 1), }", data)),
+       {"2^31"}},
+      {"header cut short", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17), {"file ends inside the .npy header"}},
+      {"header length past the end", std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", 20),
+       {"file ends inside the .npy header"}},
+      {"id below -1", bytes_of(write_npy("neg.npy", good_dict, int32_data({0, 1, -7, 3}))), {"[0, 1, 0]", "-7"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.name);
+    const std::string fifo = fifo_with("bad" + std::to_string(i) + ".fifo", c.bytes);
+    std::vector<std::string> mentions = c.mentions;
+    mentions.push_back(fifo);
+    expect_error([&] { load_routing_npy(fifo); }, mentions);
   }
 }
 

@@ -72,6 +72,7 @@ int run_plan(const PlanArgs& a) {
 
   PlanOptions options = a.options;
   std::tie(options.tile_m, options.tile_n) = parse_tile(a.tile);
+  options.validate();  // before a trace is read or a routing made
 
   Routing routing;
   std::string source;
@@ -128,8 +129,8 @@ Runner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the generated routing")->capture_default_str();
   cmd->add_option("--precision", args->precision, "bf16 | fp8")->capture_default_str();
-  cmd->add_option("--sms", args->options.sm_count, "SMs per GPU")->capture_default_str();
-  cmd->add_option("--tile", args->tile, "GEMM tile MxN")->capture_default_str();
+  cmd->add_option("--sms", args->options.sm_count, "SMs per GPU, in [1, 1024]")->capture_default_str();
+  cmd->add_option("--tile", args->tile, "GEMM tile MxN, each side in [1, 1024]")->capture_default_str();
   cmd->add_option("--tflops", args->options.tflops, "Matrix rate for the compute time")
       ->capture_default_str();
   cmd->add_option("--nvlink-gbs", args->options.nvlink_gbs, "NVLink GB/s per direction")

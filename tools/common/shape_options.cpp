@@ -26,9 +26,9 @@ LayerShape ShapeOptions::shape() const {
 
 void add_shape_options(CLI::App& app, ShapeOptions& o) {
   app.add_option("--model", o.model, "Model preset (" + model_preset_names() + ")");
-  app.add_option("--hidden", o.hidden, "D: hidden size (overrides the preset)");
-  app.add_option("--intermediate", o.intermediate, "I: routed expert intermediate size");
-  app.add_option("--experts", o.experts, "E: number of routed experts (global; E/W per rank)");
+  app.add_option("--hidden", o.hidden, "D: hidden size, in [1, 65536] (overrides the preset)");
+  app.add_option("--intermediate", o.intermediate, "I: routed expert intermediate size, in [1, 65536]");
+  app.add_option("--experts", o.experts, "E: number of routed experts, in [1, 65536] (global; E/W per rank)");
   app.add_option("--top-k", o.top_k, "k: routed experts per token");
   app.add_option("--shared-intermediate", o.shared_intermediate, "I of the shared expert; 0 = no shared expert");
 }

@@ -49,7 +49,8 @@ struct DeviceAllocator {
 using DeviceBlock = std::unique_ptr<char, std::function<void(char*)>>;
 
 // `bytes` from `allocator` (256-byte aligned); `what` names the block in errors. Throws
-// caracal::Error for an allocator with one function only, a failed allocation, or misaligned memory.
+// caracal::Error for an allocator with one function only, a failed allocation, or misaligned memory
+// (given back to the allocator first).
 DeviceBlock allocate_device_block(size_t bytes, const DeviceAllocator& allocator, const char* what);
 
 }  // namespace caracal::comm
