@@ -41,6 +41,7 @@
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "gpu_threads.hpp"
+#include "layer_options.hpp"
 #include "layer_timing.hpp"
 #include "run_command.hpp"
 
@@ -81,7 +82,7 @@ std::vector<LayerConfig> layer_configs(const BenchOptions& a, const LayerConfig&
     LayerConfig c = base;
     c.tokens_per_rank = t;
     c.validate();
-    (void)MoELayer::memory(c);  // throws for a configuration the layer cannot run
+    (void)MoELayer::memory(c, layer_options(a, true));  // throws for a configuration the layer cannot run
     configs.push_back(c);
   }
   return configs;

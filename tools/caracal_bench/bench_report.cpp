@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "layer_options.hpp"
+
 namespace caracal::bench_tool {
 
 namespace {
@@ -99,6 +101,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["profile_step"] = a.profile_step;  // no timing: one step for a profiler
+  out["layer_options"] = {{"fused", options_json(layer_options(a, true))}, {"v1", options_json(layer_options(a, false))}};
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
   return out;

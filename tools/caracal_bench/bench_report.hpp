@@ -35,7 +35,8 @@ struct RunResult {
   Baseline cublas, nccl;
 };
 
-// The JSON's head: the tool, the GPU, the model and layer, and the options.
+// The JSON's head: the tool, the GPU, the model and layer, the options and the layers' options
+// ("layer_options": the fused layer's and v1's, layer_options.hpp).
 nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelPreset* preset, const LayerConfig& base,
                            const RoutingSpec& spec, const BenchOptions& a);
 
