@@ -106,7 +106,7 @@ TEST(BenchValidationRing, KeepsTheTimedRingWhereItGivesAsManyMacrobatches) {
   const RingChoice one = choose_ring(0, 1, small, routing, kSms);
   EXPECT_EQ(one.option, 0);
   EXPECT_EQ(one.macrobatches, 1);
-  EXPECT_EQ(one.how, "the timed ring");
+  EXPECT_EQ(one.how, "the default ring, as timed");
   const int64_t rows_128 = macrobatches(routing, small.shape.num_experts, 128);
   ASSERT_GE(rows_128, 2);
   const RingChoice same = choose_ring(128, rows_128, small, routing, kSms);

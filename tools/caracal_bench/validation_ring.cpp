@@ -39,7 +39,7 @@ RingChoice choose_ring(int timed_option, int64_t timed_macrobatches, const Layer
   c.option = timed_option;
   c.rows = resolved_ring(small, timed_option, sms);
   c.macrobatches = over(rows, c.rows);
-  c.how = "the timed ring";
+  c.how = timed_option > 0 ? "the timed ring" : "the default ring, as timed";
   if (c.macrobatches == timed_macrobatches) return c;
   // The largest ring (a multiple of 128) that gives the validated step as many macrobatches as
   // the timed one, or as many as it can have (one per 128 rows).

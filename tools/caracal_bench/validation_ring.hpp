@@ -25,8 +25,9 @@ struct RingChoice {
   int option = 0;            // its MoELayerOptions::ring_rows (0: the default)
   int64_t rows = 0;          // the ring that gives (resolved_ring)
   int64_t macrobatches = 0;  // of the validated step
-  // "the timed ring" (the timed option gives the validated step as many macrobatches as the timed
-  // one), or "scaled" (a ring of `rows` rows gives it as many, or as many as it can have).
+  // "the timed ring" or "the default ring, as timed" (the timed option, which gives the validated
+  // step as many macrobatches as the timed one), or "scaled" (a ring of `rows` rows gives it as
+  // many, or as many as it can have).
   std::string how;
 };
 
