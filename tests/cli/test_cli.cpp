@@ -236,6 +236,8 @@ TEST(Cli, BenchBadInputGetsOneClearErrorLine) {
   expect_clean_error("bench --model deepseek-v3 --rounds 0", "--rounds");
   expect_clean_error("bench --intermediate 512 --experts 8 --top-k 2", "--hidden");
   expect_clean_error("bench --model deepseek-v3 --no-such-flag", "no-such-flag");
+  // The timed layer's options are checked with the configuration (layer_options.hpp).
+  expect_clean_error("bench --model deepseek-v3 --ring-rows 100", "ring_rows must be 0 (default) or a positive multiple of 128");
 }
 
 TEST(Cli, BenchHelpExitsZero) {

@@ -25,6 +25,8 @@
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
 #include "exchange_test_support.hpp"
+#include "layer_bounds.hpp"             // bench/
+#include "layer_reference_options.hpp"  // bench/
 #include "output_checks.hpp"
 
 namespace caracal::layer_test {
@@ -398,16 +400,6 @@ struct StepExpected {
   std::vector<ExpertGradients> routed;         // [E]: summed over the home ranks
 };
 
-// F4's groups (caracal/reference.hpp) of rank `rank`'s routes on a fused layer whose ring holds
-// `ring_rows` rows: a token's routes on one rank and in one macrobatch.
-inline std::vector<int64_t> ring_route_groups(const Schedule& schedule, int rank, int64_t ring_rows) {
-  std::vector<int64_t> groups;
-  for (const RouteLocation& at : schedule.routes[static_cast<size_t>(rank)]) {
-    groups.push_back(at.row < 0 ? -1 : static_cast<int64_t>(at.dst_rank) * (int64_t{1} << 32) + at.row / ring_rows);
-  }
-  return groups;
-}
-
 // The reference of every rank (in parallel: they are independent), and the routed experts'
 // weight gradients summed over the ranks whose tokens they served. `ring_rows` > 0: y as a fused
 // layer with that ring sums it (one bf16 row per token, rank and macrobatch); 0: per (token, rank);
@@ -416,30 +408,12 @@ inline std::vector<int64_t> ring_route_groups(const Schedule& schedule, int rank
 // macrobatch of ring_rows; 0: a ring that holds the step).
 inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
                                    int64_t ring_rows = 0, bool per_route = false, bool dx_groups = false) {
-  ReferenceOptions options;
-  options.router = c.router;
-  options.round_intermediates_to_bf16 = true;
-  options.experts_per_rank = c.experts / c.world;
-  const Schedule schedule = ring_rows > 0 ? build_schedule(s.routing, c.experts, 128) : Schedule{};
+  const std::vector<ReferenceOptions> options = checks::layer_reference_options(
+      c.router, s.routing, c.experts, checks::LayerRounding{ring_rows, per_route, dx_groups});
   std::vector<std::future<RankExpected>> futures;
   for (int r = 0; r < c.world; ++r) {
-    futures.push_back(std::async(std::launch::async, [&, r, options]() mutable {
+    futures.push_back(std::async(std::launch::async, [&, r]() {
       const auto i = static_cast<size_t>(r);
-      if (ring_rows > 0) options.route_groups = ring_route_groups(schedule, r, ring_rows);
-      if (dx_groups) {  // per (token, other rank) and macrobatch; ring_rows 0: one macrobatch
-        const int32_t* ids = s.routing.rank_topk(r);
-        options.dx_route_groups.resize(s.scores[i].size());
-        for (size_t route = 0; route < options.dx_route_groups.size(); ++route) {
-          const int64_t dst = ids[route] < 0 ? r : ids[route] / options.experts_per_rank;
-          options.dx_route_groups[route] =
-              dst == r ? -1  // the rank's own tokens: a row per route
-                       : (ring_rows > 0 ? options.route_groups[route] : dst);
-        }
-      }
-      if (per_route) {
-        options.route_groups.resize(s.scores[i].size());
-        for (size_t route = 0; route < options.route_groups.size(); ++route) options.route_groups[route] = static_cast<int64_t>(route);
-      }
       RankExpected e;
       e.inputs.tokens = c.tokens;
       e.inputs.top_k = c.top_k;
@@ -448,7 +422,7 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
       e.inputs.topk_idx.assign(ids, ids + s.scores[i].size());
       e.inputs.topk_scores.assign(s.scores[i].begin(), s.scores[i].end());
       e.inputs.shared_scale.assign(s.shared_scale[i].begin(), s.shared_scale[i].end());
-      e.forward = reference_forward(layer, e.inputs, options);
+      e.forward = reference_forward(layer, e.inputs, options[i]);
       e.grads = reference_backward(layer, e.inputs, e.forward, widen(s.dy[i]));
       return e;
     }));
@@ -472,28 +446,8 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
 
 // ---- Comparisons ------------------------------------------------------------------------------------
 
-// Bounds of each output (output_checks.hpp), about 3x the largest error measured on an H200 over
-// every case of the layer suites (2026-12-01; scripts/gpu-check.sh prints the measured ones, and
-// docs/PERF.md has them). The reference rounds where the kernels store bf16, so what is left is
-// fp32 accumulation order and the bf16 ties it tips: y = bf16(shared + sum g * row) of bf16 rows
-// lands on a rounding tie often (all-to-one: one row with sum g = 1), where a 1e-7 difference
-// flips an ulp; that sets y's 1.3e-3 (worst row 4.4e-3). Measured maxima over three runs: y
-// 1.3e-3 / 4.4e-3, dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert),
-// d_shared_scale 2.7e-4, d_topk_scores 1.3e-4 B_t. d_topk_scores has a tail those runs missed: 1,000
-// repetitions of W8_zipf_noshared_k2_unnormalized (2026-12-01) failed 4e-4 B_t twice, at 5.2e-4 and
-// 6.1e-4 B_t (0.5-0.75% of the value): dg = <d_h, act> recomputes act from the saved bf16 gate/up,
-// and where the kernel's fp32 sum and the fp64 reference round a gate/up entry to neighbouring bf16
-// values (a 2^-8 step) the term moves by that much; a token whose |dg| nears B_t shows it whole.
-struct LayerBounds {
-  test::ErrorBound y{4e-3, 1.3e-2};          // per token row
-  test::ErrorBound dx{1.5e-3, 1.2e-2};       // per token row
-  test::ErrorBound weight_grad{2e-3, 3e-3};  // frobenius over all experts; row = one expert's
-  test::ErrorBound shared_scale_grad{1e-3, 1e-3};
-  // d_topk_scores, per element: |got - want| <= score_rel * |want| + score_abs * B_t (see below).
-  double score_rel = 1e-3;
-  double score_abs = 1e-3;
-};
-inline constexpr LayerBounds kLayerBounds{};
+using checks::kLayerBounds;
+using checks::LayerBounds;
 
 // One expert's fp32 gradient block [rows][cols] (as one row of the check: per expert).
 inline void add_block(test::OutputError& e, const float* got, const std::vector<double>& want) {
@@ -501,60 +455,17 @@ inline void add_block(test::OutputError& e, const float* got, const std::vector<
   e.end_row();
 }
 
-inline double norm(const double* v, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; ++i) s += v[i] * v[i];
-  return std::sqrt(s);
-}
-
-// d_topk_scores = (scale / S) (dg_m - sum_j dg_j s_j / S) (or scale * dg_m) with dg_j = <dy, E_j(x)>
-// a sum of products that may cancel, and so may the Jacobian's difference (to exactly 0 when all
-// of a token's slots hold one expert): no relative measure fits. Per element
-// |got - ref| <= score_rel |ref| + score_abs B_t, where B_t = (scale / S_t) max_j |dy_t| |E_j(x_t)|
-// bounds the token's |dg| (Cauchy-Schwarz; typically 16x |dg| at D = 256); empty slots exactly 0.
+// One rank's d_topk_scores against the reference, per element (checks::score_gradient_error).
 inline std::vector<std::string> score_gradient_failures(const std::vector<float>& got, const RankExpected& e,
                                                         const RouterNormalization& router, const Bf16& dy,
                                                         const LayerBounds& bounds, bool report) {
-  const size_t k = static_cast<size_t>(e.inputs.top_k), D = kHidden;
-  if (got.size() != e.grads.d_topk_scores.size()) return {"d_topk_scores: wrong size"};
-  size_t bad = 0;
-  double worst_abs = 0.0, err2 = 0.0, ref2 = 0.0;
-  std::ostringstream first;
-  for (size_t t = 0; t < static_cast<size_t>(e.inputs.tokens); ++t) {
-    std::vector<double> dy_t(D);
-    for (size_t d = 0; d < D; ++d) dy_t[d] = bf16_to_float(dy[t * D + d]);
-    double sum = 0.0, largest = 0.0;
-    for (size_t j = 0; j < k; ++j) {
-      if (e.inputs.topk_idx[t * k + j] < 0) continue;
-      sum += e.inputs.topk_scores[t * k + j];
-      largest = std::max(largest, norm(e.forward.routed.output.data() + (t * k + j) * D, D));
-    }
-    const double factor = router.normalize ? (sum != 0.0 ? router.scale / sum : 0.0) : router.scale;
-    const double bound = factor * norm(dy_t.data(), D) * largest;
-    for (size_t j = 0; j < k; ++j) {
-      const size_t i = t * k + j;
-      const double want = e.grads.d_topk_scores[i];
-      const bool empty = e.inputs.topk_idx[i] < 0;
-      const double err = std::abs(static_cast<double>(got[i]) - want);
-      if (!empty && bound > 0.0) worst_abs = std::max(worst_abs, err / bound);
-      err2 += err * err;
-      ref2 += want * want;
-      const bool ok = empty || bound == 0.0 ? got[i] == static_cast<float>(want)
-                                            : err <= bounds.score_rel * std::abs(want) + bounds.score_abs * bound;
-      if (!ok && bad++ == 0) {
-        first << "token " << t << " slot " << j << ": got " << got[i] << ", want " << want << " (bound " << bound
-              << ")";
-      }
-    }
-  }
+  const checks::ScoreGradientError m =
+      checks::score_gradient_error("d_topk_scores", got, e.inputs, e.forward, e.grads, router, dy, bounds);
   if (report) {
-    std::cout << "  error d_topk_scores: frobenius " << (ref2 > 0.0 ? std::sqrt(err2 / ref2) : 0.0)
-              << ", worst |error| / B_t " << worst_abs << " [" << test::current_test() << "]\n";
+    std::cout << "  error d_topk_scores: frobenius " << m.frobenius << ", worst |error| / B_t " << m.worst_over_bt
+              << " [" << test::current_test() << "]\n";
   }
-  if (bad == 0) return {};
-  std::ostringstream m;
-  m << "d_topk_scores out of tolerance (or NaN) in " << bad << " slots, first: " << first.str();
-  return {m.str()};
+  return m.failures();
 }
 
 // Every output of every rank against the reference; what is out of bounds (empty: all good).

@@ -2,8 +2,10 @@
 // machine without a GPU, CUDA driver or NCCL) and execs this binary, which sits next to it, for
 // `caracal bench ...`.
 //
-// 1. Validates MoELayer against the fp64 reference at a small size of the same shape family
-//    (bench_validate.hpp) and refuses to time if it fails.
+// 1. Validates the layers it times, with their timed options, weight-gradient precision, graphs,
+//    backend and W, against the fp64 reference at a small size of the same shape family, each
+//    output within the layer tests' bounds (validation_plan.hpp, bench_validate.hpp,
+//    validation_check.hpp), saying what it did not validate, and refuses to time if it fails.
 // 2. For each tokens-per-rank value: times forward, backward and forward+backward of the layer
 //    (layer_timing.hpp: random weights and inputs, warm-up, the median of CUDA-event-bracketed
 //    runs), and the baselines in the same run (baselines.hpp):
@@ -41,8 +43,10 @@
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
 #include "gpu_threads.hpp"
+#include "layer_options.hpp"
 #include "layer_timing.hpp"
 #include "run_command.hpp"
+#include "validation_report.hpp"
 
 namespace caracal::bench_tool {
 
@@ -81,7 +85,7 @@ std::vector<LayerConfig> layer_configs(const BenchOptions& a, const LayerConfig&
     LayerConfig c = base;
     c.tokens_per_rank = t;
     c.validate();
-    (void)MoELayer::memory(c);  // throws for a configuration the layer cannot run
+    (void)MoELayer::memory(c, layer_options(a, true));  // throws for a configuration the layer cannot run
     configs.push_back(c);
   }
   return configs;
@@ -125,38 +129,34 @@ void write_json(const BenchOptions& a, const nlohmann::json& out) {
 
 // ---- 1. Validation ----------------------------------------------------------------------------------
 
-// The layer against the fp64 reference at the small size of `first`'s family; prints the check
-// line, or writes `out` with the failed validation and throws.
-nlohmann::json validate(const LayerConfig& first, const RoutingSpec& spec, const BenchOptions& a, nlohmann::json& out) {
+// The layers the timing runs, against the fp64 reference at the small size of the timed family
+// (validation_plan.hpp); prints the check lines, and writes `out` with the failed validation and
+// throws where an output is out of bounds.
+nlohmann::json validate(const std::vector<LayerConfig>& configs, const RoutingSpec& spec, const BenchOptions& a,
+                        const Gpus& gpus, nlohmann::json& out) {
   if (a.no_validate) {
-    std::cout << "  check   skipped (--no-validate)\n";
-    return {{"ran", false}};
+    std::cout << "  check   not validated (--no-validate)\n";
+    return skipped_validation_json();
   }
-  const LayerConfig small = small_config(first);
-  const RoutingSpec small_spec = small_routing(spec, small);
-  progress(a, "validating against the fp64 reference (D=" + std::to_string(small.shape.hidden) +
-                  " I=" + std::to_string(small.shape.intermediate) + " E=" + std::to_string(small.shape.num_experts) +
-                  " T=" + std::to_string(small.tokens_per_rank) + ")");
-  ValidationResult v;
-  std::string world_used;
-  if (a.nccl() && a.ep == 1) {
-    std::vector<comm::NcclComm> comms = comm::init_all({0});
-    comm::NcclWorld world(comms[0].get(), MoELayer::heap_bytes(small));
-    v = validate_layer(small, small_spec, world, a.seed);
-    world_used = "nccl";
-  } else {
-    comm::LoopbackWorld world(int(a.ep), MoELayer::heap_bytes(small), 0);
-    v = validate_layer(small, small_spec, world, a.seed);
-    world_used = "loopback";
+  const ValidationPlan plan = plan_validation(a, configs, spec, gpus.first.multiProcessorCount);
+  std::vector<LayerValidation> results;
+  for (const ValidatedLayer& layer : plan.layers) {
+    progress(a, "validating the " + layer.name + " layer against the fp64 reference (D=" +
+                    std::to_string(plan.small.shape.hidden) + " I=" + std::to_string(plan.small.shape.intermediate) +
+                    " E=" + std::to_string(plan.small.shape.num_experts) +
+                    " T=" + std::to_string(plan.small.tokens_per_rank) + ")");
+    const ValidationRun run = run_validation_step(plan, layer, a.seed);
+    results.push_back({layer, run.rounding.ring_rows,
+                       check_step(plan.small, plan.routing, run.ranks, run.rounding, plan.bf16_weight_grads)});
   }
-  const nlohmann::json validation = validation_json(v, small, world_used);
-  if (!v.passed) {
+  print_validation(plan, results);
+  const nlohmann::json validation = validation_json(plan, results);
+  if (!passed(results)) {
     out["validation"] = validation;
     write_json(a, out);
-    throw Error("validation against the fp64 reference failed (" + v.first_failure +
+    throw Error("validation against the fp64 reference failed (" + first_failure(results) +
                 "): not timing; --no-validate skips the check");
   }
-  print_validation_passed(v, small, world_used);
   return validation;
 }
 
@@ -243,7 +243,7 @@ int run(const BenchOptions& a) {
   const Gpus gpus = find_gpus(a);
   nlohmann::json out = config_json(gpus.first, gpus.count, preset, base, spec, a);
   print_config(gpus.first, preset, base, spec, a);
-  out["validation"] = validate(configs.front(), spec, a, out);
+  out["validation"] = validate(configs, spec, a, gpus, out);
 
   if (a.profile_step) {  // no timing: one step of the fused layer per token count, for a profiler
     for (const LayerConfig& c : configs) {
@@ -311,7 +311,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
                  "the rounds (and ours over the GEMMs alone round by round)")
       ->capture_default_str();
   app.add_option("--json", a.json, "Write every result as JSON to this path");
-  app.add_flag("--no-validate", a.no_validate, "Skip the fp64-reference check before timing");
+  app.add_flag("--no-validate", a.no_validate,
+               "Skip the fp64-reference check of the timed layers before timing (the output then says: not validated)");
   app.add_flag("--quiet", a.quiet, "No progress lines on stderr");
   app.add_option("--exchange-sms", a.exchange_sms, "SMs the token exchange may occupy (0: all but 16)")
       ->check(CLI::NonNegativeNumber)
@@ -323,7 +324,7 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
   app.add_flag("--bf16-weight-grads", a.bf16_weight_grads,
                "Weight gradients in bf16 (as the PyTorch module gives bf16 weights), the layer's and the GEMMs-alone "
-               "baseline's; default fp32 (the fp64-reference check runs fp32 gradients either way)");
+               "baseline's (and the fp64-reference check's); default fp32");
   app.add_flag("--separate-backward", a.separate_backward,
                "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
   app.add_flag("--separate-dx-sums", a.separate_dx_sums,

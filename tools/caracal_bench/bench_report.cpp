@@ -1,20 +1,13 @@
 #include "bench_report.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
+
+#include "layer_options.hpp"
 
 namespace caracal::bench_tool {
 
 namespace {
-
-// The largest of the validation's errors (inf where an output held NaN or was not written).
-double worst_error(const ValidationResult& v) {
-  double worst = 0.0;
-  for (const auto& [name, err] : v.errors) worst = std::max(worst, err);
-  return worst;
-}
 
 nlohmann::json pass_json(const Pass& p) {
   return {{"ms", p.ms}, {"tflops", p.tflops()}, {"tokens_per_s", p.tokens_per_s()}};
@@ -99,6 +92,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["profile_step"] = a.profile_step;  // no timing: one step for a profiler
+  out["layer_options"] = {{"fused", options_json(layer_options(a, true))}, {"v1", options_json(layer_options(a, false))}};
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
   return out;
@@ -113,35 +107,6 @@ void print_config(const cudaDeviceProp& prop, const ModelPreset* preset, const L
   std::cout << "  world   EP=" << a.ep << " " << a.backend << " (" << base.local_experts() << " experts per rank"
             << (a.nccl() ? ", one GPU per rank" : ", all ranks on GPU 0") << "), routing " << to_string(spec)
             << ", warm-up " << a.warmup << ", median of " << a.reps << "\n";
-}
-
-nlohmann::json validation_json(const ValidationResult& v, const LayerConfig& small, const std::string& world) {
-  nlohmann::json errors = nlohmann::json::object();
-  for (const auto& [name, err] : v.errors) {
-    errors[name] = std::isfinite(err) ? nlohmann::json(err) : nlohmann::json("inf (NaN or unwritten output)");
-  }
-  const double worst = worst_error(v);
-  nlohmann::json validation = {{"ran", true}};
-  validation["passed"] = v.passed;
-  validation["world"] = world;
-  validation["tolerance"] = v.tolerance;
-  validation["max_error"] = std::isfinite(worst) ? nlohmann::json(worst) : nlohmann::json("inf");
-  validation["config"] = {{"hidden", small.shape.hidden},          {"intermediate", small.shape.intermediate},
-                          {"experts", small.shape.num_experts},    {"top_k", small.shape.top_k},
-                          {"shared_intermediate", small.shape.shared_intermediate},
-                          {"ep", small.ep_size},                   {"tokens_per_rank", small.tokens_per_rank}};
-  validation["errors"] = errors;
-  return validation;
-}
-
-void print_validation_passed(const ValidationResult& v, const LayerConfig& small, const std::string& world) {
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "  check   fp64 reference at D=%lld I=%lld E=%lld k=%lld T=%lld W=%lld (%s): passed, max relative error %.2e\n",
-                (long long)small.shape.hidden, (long long)small.shape.intermediate,
-                (long long)small.shape.num_experts, (long long)small.shape.top_k, (long long)small.tokens_per_rank,
-                (long long)small.ep_size, world.c_str(), worst_error(v));
-  std::cout << line;
 }
 
 void print_runs_header() {

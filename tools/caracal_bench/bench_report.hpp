@@ -9,7 +9,6 @@
 
 #include "baselines.hpp"
 #include "bench_options.hpp"
-#include "bench_validate.hpp"
 #include "caracal/layer_config.hpp"
 #include "caracal/presets.hpp"
 #include "caracal/routing.hpp"
@@ -35,19 +34,14 @@ struct RunResult {
   Baseline cublas, nccl;
 };
 
-// The JSON's head: the tool, the GPU, the model and layer, and the options.
+// The JSON's head: the tool, the GPU, the model and layer, the options and the layers' options
+// ("layer_options": the fused layer's and v1's, layer_options.hpp).
 nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelPreset* preset, const LayerConfig& base,
                            const RoutingSpec& spec, const BenchOptions& a);
 
 // The table's head: the layer, the world, the routing and the timing options.
 void print_config(const cudaDeviceProp& prop, const ModelPreset* preset, const LayerConfig& base,
                   const RoutingSpec& spec, const BenchOptions& a);
-
-// The validation's JSON; `world` is the backend it ran on.
-nlohmann::json validation_json(const ValidationResult& v, const LayerConfig& small, const std::string& world);
-
-// The check line of a passed validation.
-void print_validation_passed(const ValidationResult& v, const LayerConfig& small, const std::string& world);
 
 void print_runs_header();
 void print_run(const RunResult& r);

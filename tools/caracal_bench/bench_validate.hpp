@@ -1,36 +1,27 @@
 #pragma once
-// caracal bench, step 1: the layer against the fp64 reference (caracal/reference.hpp, bf16-rounding
-// mode) at a small size of the same shape family, before anything is timed.
-#include <string>
-#include <utility>
+// caracal bench, step 1 on the GPU: one forward and one backward of a layer the validation runs
+// (validation_plan.hpp), as the timing runs it, downloaded for the check against the fp64
+// reference (validation_check.hpp).
+#include <cstdint>
 #include <vector>
 
-#include "caracal/comm/world.hpp"
-#include "caracal/layer_config.hpp"
-#include "caracal/routing.hpp"
+#include "layer_reference_options.hpp"
+#include "validation_check.hpp"
+#include "validation_plan.hpp"
 
 namespace caracal::bench_tool {
 
-// The benchmarked configuration scaled down: D = 256, I = 128, shared I = 192 (when there is a
-// shared expert), the same W, k (at most the experts) and router, min(L, 4) experts per rank and
-// 37 tokens per rank.
-LayerConfig small_config(const LayerConfig& config);
-
-// The routing spec for the small configuration (an all-to-one target wrapped into its experts).
-RoutingSpec small_routing(const RoutingSpec& spec, const LayerConfig& small);
-
-struct ValidationResult {
-  bool passed = true;
-  double tolerance = 1e-2;  // relative Frobenius error, per output
-  std::vector<std::pair<std::string, double>> errors;  // every compared output: (name, error)
-  std::string first_failure;                           // empty when passed
+struct ValidationRun {
+  std::vector<RankStep> ranks;     // [W]
+  checks::LayerRounding rounding;  // how the layer built rounds its sums (its ring_rows(), groups_dx_rows())
 };
 
-// One forward and one backward of a fresh MoELayer over `world` (every rank of which must be local
-// to this process) with random weights and inputs, compared with the reference: y, dx, the routed
-// experts' weight gradients (summed over home ranks) and the shared expert's. Throws caracal::Error
-// for CUDA failures or a device fault reported by MoELayer::check.
-ValidationResult validate_layer(const LayerConfig& small, const RoutingSpec& spec, comm::World& world,
-                                uint64_t seed);
+// One step of a fresh layer of plan.small built with `layer.options`, on the plan's backend (a
+// loopback world of W ranks on GPU 0, or one NCCL rank per GPU, a thread each), with weights and
+// inputs from `seed` as the timing makes them (layer_inputs.hpp), the weight gradients in the
+// plan's precision. With plan.graph, after one eager step, a CUDA graph captured from the step is
+// replayed twice, every output poisoned (NaN) before each replay: the second replay's outputs are
+// returned. Throws caracal::Error for CUDA failures or a device fault MoELayer::check reports.
+ValidationRun run_validation_step(const ValidationPlan& plan, const ValidatedLayer& layer, uint64_t seed);
 
 }  // namespace caracal::bench_tool

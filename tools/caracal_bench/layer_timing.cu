@@ -14,9 +14,9 @@
 #include "caracal/moe_layer.hpp"
 #include "cuda_graph.hpp"
 #include "cuda_stream.hpp"
-#include "device_random.cuh"
 #include "event_timer.hpp"
-#include "expert_weights.hpp"
+#include "layer_inputs.hpp"
+#include "layer_options.hpp"
 
 namespace caracal::bench_tool {
 
@@ -32,57 +32,6 @@ double rank_bytes(const LayerConfig& c, const MoELayerOptions& options, bool bf1
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
   return double(m.heap) + double(m.local) + weights * (2.0 + (bf16_gradients ? 2.0 : 4.0));
-}
-
-// Every local rank's weights and the layer's argument structs over them.
-struct LayerInputs {
-  std::vector<ExpertWeights> weights;
-  std::vector<MoEForwardArgs> forward;
-  std::vector<MoEBackwardArgs> backward;
-};
-
-MoEForwardArgs forward_args(const MoELayerBuffers& b, const ExpertWeights& w) {
-  MoEForwardArgs f;
-  f.x = b.x;
-  f.topk_idx = b.topk_idx;
-  f.topk_scores = b.topk_scores;
-  f.weights = w.weights();
-  f.y = b.y;
-  return f;
-}
-
-MoEBackwardArgs backward_args(const MoELayerBuffers& b, const ExpertWeights& w, bool bf16_gradients) {
-  MoEBackwardArgs g;
-  g.dy = b.dy;
-  g.dx = b.dx;
-  g.d_topk_scores = b.d_topk_scores;
-  w.set_gradients(g, bf16_gradients);
-  return g;
-}
-
-// Random weights and inputs for every local rank, the inputs straight into the layer's own buffers
-// (the zero-copy path); waits for them.
-LayerInputs make_inputs(MoELayer& layer, const comm::World& world, const LayerConfig& c, const Routing& routing,
-                        uint64_t seed, bool bf16_gradients, cudaStream_t stream) {
-  const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
-  LayerInputs in;
-  for (int l = 0; l < world.local_ranks(); ++l) {
-    const int rank = world.first_local_rank() + l;
-    const uint64_t rank_seed = seed * 1000003ull + uint64_t(rank) * 64;
-    in.weights.push_back(make_expert_weights(c, rank_seed,
-                                             bf16_gradients ? GradientBuffers::bf16 : GradientBuffers::fp32, stream));
-    const MoELayerBuffers b = layer.buffers(l);
-    bench::fill_uniform(b.x, T * D, rank_seed + 5, -1.0f, 1.0f, stream);
-    bench::fill_uniform(b.dy, T * D, rank_seed + 6, -1.0f, 1.0f, stream);
-    bench::fill_uniform(b.topk_scores, T * k, rank_seed + 7, 0.05f, 1.0f, stream);
-    check_cuda(cudaMemcpyAsync(b.topk_idx, routing.rank_topk(rank), T * k * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream),
-               "cudaMemcpyAsync(topk_idx)");
-    in.forward.push_back(forward_args(b, in.weights.back()));
-    in.backward.push_back(backward_args(b, in.weights.back(), bf16_gradients));
-  }
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(bench inputs)");
-  return in;
 }
 
 // Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
@@ -103,21 +52,6 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
          (a.bf16_weight_grads ? "bf16" : "fp32") + " gradients, " +
          (fused_forward ? "the fused layer's ring" : "v1's worst-case buffers") + ") but " +
          std::to_string(gib(double(free_bytes))) + " GiB are free";
-}
-
-MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward) {
-  MoELayerOptions options;
-  options.exchange_sms = a.exchange_sms;
-  options.fused_forward = fused_forward;
-  options.fused_comm_ctas = a.fused_comm_ctas;
-  options.fused_pull_all_rows = a.fused_pull_all_rows;
-  options.fused_backward = !a.separate_backward;
-  options.dx_sums_in_weight_grads = !a.separate_dx_sums;
-  options.fused_backward_local_rows_in_launch = !a.local_rows_before_backward;
-  options.rows_per_route = a.rows_per_route;
-  options.dx_rows_per_route = a.dx_rows_per_route;
-  options.ring_rows = a.ring_rows;
-  return options;
 }
 
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,

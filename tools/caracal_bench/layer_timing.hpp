@@ -20,9 +20,6 @@ struct LayerTimes {
 std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool fused_forward, int local_ranks,
                              int device);
 
-// The layer's options for a run with the fused forward or v1's.
-MoELayerOptions layer_options(const BenchOptions& a, bool fused_forward);
-
 // Times the layer over `world`, whose local ranks this thread drives, with the fused forward or
 // v1's (MoELayerOptions::fused_forward). Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
