@@ -38,6 +38,10 @@ const std::vector<ModelPreset>& model_presets() {
       // Qwen/Qwen3-235B-A22B config.json: hidden_size 4096, moe_intermediate_size 1536,
       // num_experts 128, num_experts_per_tok 8, no shared expert, norm_topk_prob true.
       preset("qwen3-235b", "Qwen3-235B-A22B", 4096, 1536, 128, 8, 0, {true, 1.0}),
+      // Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, moe_intermediate_size 768,
+      // num_experts 128, num_experts_per_tok 8, no shared expert, norm_topk_prob true (softmax
+      // over all experts, the top-8 renormalized: transformers' Qwen3MoeSparseMoeBlock).
+      preset("qwen3-30b-a3b", "Qwen3-30B-A3B", 2048, 768, 128, 8, 0, {true, 1.0}),
       // DeepSeek-V4-Pro: shape from DESIGN §1; router settings assumed as DeepSeek-V3's.
       preset("deepseek-v4-pro", "DeepSeek-V4-Pro", 7168, 3072, 384, 6, 3072, {true, 2.5}),
       // openai/gpt-oss-120b: hidden 2880, intermediate 2880, 128 experts, top-4, softmax over

@@ -137,9 +137,17 @@ TEST(Cli, PlanExplicitShape) {
 TEST(Cli, ModelsListsEveryPreset) {
   const RunResult r = run_cli("models");
   ASSERT_EQ(r.exit_code, 0);
-  for (const char* name : {"deepseek-v3", "kimi-k2", "glm-5", "qwen3.5-397b", "qwen3-235b", "deepseek-v4-pro",
-                           "gpt-oss-120b"})
+  for (const char* name : {"deepseek-v3", "kimi-k2", "glm-5", "qwen3.5-397b", "qwen3-235b", "qwen3-30b-a3b",
+                           "deepseek-v4-pro", "gpt-oss-120b"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(Cli, PlanQwen3A3bAtEp8) {
+  const RunResult r = run_cli("plan --model qwen3-30b-a3b --ep 8 --tokens 4096 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "qwen3-30b-a3b");
+  EXPECT_EQ(j["world"]["local_experts"], 16);
 }
 
 TEST(Cli, HelpExitsZero) {

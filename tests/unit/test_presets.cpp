@@ -9,8 +9,8 @@ namespace caracal {
 namespace {
 
 TEST(Presets, EveryDesignModelIsPresentAndValidAtEp8) {
-  const std::set<std::string> expected = {"deepseek-v3", "kimi-k2",         "glm-5",       "qwen3.5-397b",
-                                          "qwen3-235b",  "deepseek-v4-pro", "gpt-oss-120b"};
+  const std::set<std::string> expected = {"deepseek-v3", "kimi-k2",         "glm-5",        "qwen3.5-397b",
+                                          "qwen3-235b",  "qwen3-30b-a3b",   "deepseek-v4-pro", "gpt-oss-120b"};
   std::set<std::string> names;
   for (const ModelPreset& p : model_presets()) {
     names.insert(p.name);
@@ -39,6 +39,14 @@ TEST(Presets, ShapesMatchDesignTable) {
   const LayerShape& oss = find_model_preset("gpt-oss-120b").shape;
   EXPECT_EQ(oss.hidden, 2880);
   EXPECT_EQ(oss.num_shared_experts, 0);
+  const ModelPreset& a3b = find_model_preset("qwen3-30b-a3b");
+  EXPECT_EQ(a3b.shape.hidden, 2048);
+  EXPECT_EQ(a3b.shape.intermediate, 768);
+  EXPECT_EQ(a3b.shape.num_experts, 128);
+  EXPECT_EQ(a3b.shape.top_k, 8);
+  EXPECT_EQ(a3b.shape.num_shared_experts, 0);
+  EXPECT_TRUE(a3b.router.normalize);
+  EXPECT_EQ(a3b.router.scale, 1.0);
   EXPECT_EQ(find_model_preset("kimi-k2").shape.num_experts, 384);
   EXPECT_EQ(find_model_preset("deepseek-v4-pro").shape.top_k, 6);
 }
