@@ -13,6 +13,9 @@ struct ModelPreset {
   LayerShape shape;
   RouterNormalization router;
   bool shared_output_gate = false;  // the framework scales the shared expert's output per token
+  // Why Caracal's layer cannot run this model's experts (empty: it can). `caracal plan` and
+  // `caracal bench` refuse such a preset with this reason; `caracal models` lists it.
+  std::string unsupported;
 };
 
 const std::vector<ModelPreset>& model_presets();

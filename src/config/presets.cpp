@@ -7,13 +7,14 @@ namespace caracal {
 namespace {
 ModelPreset preset(std::string name, std::string description, int64_t hidden,
                    int64_t intermediate, int64_t experts, int64_t top_k, int64_t shared_i,
-                   RouterNormalization router, bool shared_gate = false) {
+                   RouterNormalization router, bool shared_gate = false, std::string unsupported = "") {
   ModelPreset p;
   p.name = std::move(name);
   p.description = std::move(description);
   p.shape = LayerShape{hidden, intermediate, experts, top_k, shared_i > 0 ? 1 : 0, shared_i};
   p.router = router;
   p.shared_output_gate = shared_gate;
+  p.unsupported = std::move(unsupported);
   return p;
 }
 }  // namespace
@@ -45,9 +46,13 @@ const std::vector<ModelPreset>& model_presets() {
       // DeepSeek-V4-Pro: shape from DESIGN §1; router settings assumed as DeepSeek-V3's.
       preset("deepseek-v4-pro", "DeepSeek-V4-Pro", 7168, 3072, 384, 6, 3072, {true, 2.5}),
       // openai/gpt-oss-120b: hidden 2880, intermediate 2880, 128 experts, top-4, softmax over
-      // the top-4 logits (= normalized exp scores). Its clamped SwiGLU with biases is not
-      // modelled: Caracal runs the plain SwiGLU of DESIGN §1 on this shape.
-      preset("gpt-oss-120b", "gpt-oss-120b", 2880, 2880, 128, 4, 0, {true, 1.0}),
+      // the top-4 logits (= normalized exp scores). Its experts are not the plain SwiGLU of
+      // DESIGN §1 (transformers' models/gpt_oss/modeling_gpt_oss.py, GptOssExperts): biases on
+      // both projections and a clamped SwiGLU (alpha 1.702, limit 7.0).
+      preset("gpt-oss-120b", "gpt-oss-120b", 2880, 2880, 128, 4, 0, {true, 1.0}, false,
+             "its experts have biases (gate_up_proj_bias, down_proj_bias) and a clamped SwiGLU "
+             "((up + 1) * gate * sigmoid(1.702 * gate), gate <= 7, up in [-7, 7]), which Caracal's "
+             "layer does not implement"),
   };
   return presets;
 }

@@ -140,6 +140,26 @@ TEST(Cli, ModelsListsEveryPreset) {
   for (const char* name : {"deepseek-v3", "kimi-k2", "glm-5", "qwen3.5-397b", "qwen3-235b", "qwen3-30b-a3b",
                            "deepseek-v4-pro", "gpt-oss-120b"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  EXPECT_NE(r.out.find("gpt-oss-120b: plan and bench refuse it: its experts have biases"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ModelsJsonGivesEachPresetAndWhetherTheLayerRunsIt) {
+  const RunResult r = run_cli("models --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["presets"].size(), 8u) << r.out;
+  for (const nlohmann::json& p : j["presets"]) {
+    const std::string name = p["name"];
+    EXPECT_EQ(p["supported"], name != "gpt-oss-120b") << name;
+    EXPECT_EQ(p.contains("unsupported"), name == "gpt-oss-120b") << name;
+    if (name == "qwen3-30b-a3b") {
+      EXPECT_EQ(p["hidden"], 2048);
+      EXPECT_EQ(p["intermediate"], 768);
+      EXPECT_EQ(p["experts"], 128);
+      EXPECT_EQ(p["top_k"], 8);
+      EXPECT_EQ(p["shared_intermediate"], 0);
+    }
+  }
 }
 
 TEST(Cli, PlanQwen3A3bAtEp8) {
@@ -148,6 +168,20 @@ TEST(Cli, PlanQwen3A3bAtEp8) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["model"], "qwen3-30b-a3b");
   EXPECT_EQ(j["world"]["local_experts"], 16);
+}
+
+// gpt-oss-120b's experts (biases, clamped SwiGLU) are not the layer's: plan and bench refuse the
+// preset, naming why and the options that give its shape alone; those options plan.
+TEST(Cli, GptOssPresetIsRefusedNamingWhy) {
+  const std::string shape = "--hidden 2880 --intermediate 2880 --experts 128 --top-k 4 --shared-intermediate 0";
+  for (const std::string command : {"plan --model gpt-oss-120b --ep 8 --tokens 4096",
+                                    "bench --model gpt-oss-120b --experts 16 --ep 1 --tokens 4096"}) {
+    expect_clean_error(command, "--model gpt-oss-120b: not supported: its experts have biases");
+    expect_clean_error(command, "clamped SwiGLU");
+    expect_clean_error(command, "its shape alone, with Caracal's plain SwiGLU: " + shape);
+  }
+  const RunResult r = run_cli("plan " + shape + " --ep 8 --tokens 4096");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST(Cli, HelpExitsZero) {

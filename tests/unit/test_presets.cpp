@@ -51,6 +51,20 @@ TEST(Presets, ShapesMatchDesignTable) {
   EXPECT_EQ(find_model_preset("deepseek-v4-pro").shape.top_k, 6);
 }
 
+// gpt-oss's experts (biases, clamped SwiGLU) are not the layer's: its preset says why; every
+// other preset's experts are the plain SwiGLU the layer runs.
+TEST(Presets, OnlyGptOssIsMarkedUnsupportedAndSaysWhy) {
+  for (const ModelPreset& p : model_presets()) {
+    if (p.name != "gpt-oss-120b") {
+      EXPECT_EQ(p.unsupported, "") << p.name;
+      continue;
+    }
+    EXPECT_NE(p.unsupported.find("biases"), std::string::npos) << p.unsupported;
+    EXPECT_NE(p.unsupported.find("clamped SwiGLU"), std::string::npos) << p.unsupported;
+    EXPECT_NE(p.unsupported.find("1.702"), std::string::npos) << p.unsupported;
+  }
+}
+
 TEST(Presets, UnknownNameListsTheKnownOnes) {
   try {
     find_model_preset("deepseek-v2");

@@ -149,20 +149,4 @@ Runner add_plan_command(CLI::App& app) {
   };
 }
 
-Runner add_models_command(CLI::App& app) {
-  app.add_subcommand("models", "List the model presets");
-  return [] {
-    std::cout << "name              D      I      E    k   shared I  model\n";
-    for (const ModelPreset& p : model_presets()) {
-      char line[160];
-      std::snprintf(line, sizeof line, "%-16s %5lld  %5lld  %4lld  %3lld  %8lld  %s\n", p.name.c_str(),
-                    static_cast<long long>(p.shape.hidden), static_cast<long long>(p.shape.intermediate),
-                    static_cast<long long>(p.shape.num_experts), static_cast<long long>(p.shape.top_k),
-                    static_cast<long long>(p.shape.shared_intermediate), p.description.c_str());
-      std::cout << line;
-    }
-    return 0;
-  };
-}
-
 }  // namespace caracal::cli

@@ -1,11 +1,28 @@
 #include "shape_options.hpp"
 
+#include <string>
+
 #include "caracal/error.hpp"
 
 namespace caracal::cli {
 
+namespace {
+
+// "--hidden 2880 --intermediate 2880 ...": the options that give `s` without a preset.
+std::string explicit_shape_options(const LayerShape& s) {
+  return "--hidden " + std::to_string(s.hidden) + " --intermediate " + std::to_string(s.intermediate) +
+         " --experts " + std::to_string(s.num_experts) + " --top-k " + std::to_string(s.top_k) +
+         " --shared-intermediate " + std::to_string(s.shared_intermediate);
+}
+
+}  // namespace
+
 const ModelPreset* ShapeOptions::preset() const {
-  return model.empty() ? nullptr : &find_model_preset(model);
+  if (model.empty()) return nullptr;
+  const ModelPreset& p = find_model_preset(model);
+  CARACAL_CHECK(p.unsupported.empty(), "--model ", p.name, ": not supported: ", p.unsupported,
+                "; its shape alone, with Caracal's plain SwiGLU: ", explicit_shape_options(p.shape));
+  return &p;
 }
 
 LayerShape ShapeOptions::shape() const {

@@ -16,7 +16,8 @@ struct ShapeOptions {
   int64_t hidden = 0, intermediate = 0, experts = 0, top_k = 0;
   int64_t shared_intermediate = -1;  // -1: the preset's; 0: no shared expert
 
-  // The preset named by --model, or nullptr; throws caracal::Error for an unknown name.
+  // The preset named by --model, or nullptr; throws caracal::Error for an unknown name and for a
+  // preset whose experts the layer cannot run (ModelPreset::unsupported), naming why.
   const ModelPreset* preset() const;
   // The preset's shape with the explicit options applied; throws caracal::Error when neither a
   // preset nor all of --hidden, --intermediate, --experts and --top-k are given.
