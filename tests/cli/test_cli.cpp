@@ -262,8 +262,9 @@ TEST(Cli, SoakBadInputGetsOneClearErrorLine) {
   soak_error("--graph --steps 2", "--graph needs --steps >= 3");
   soak_error("--stall-at 3 --backend nccl --ep 2", "--stall-at needs --backend loopback");
   soak_error("--stall-at 3 --ep 1", "--stall-at needs --ep >= 2");
-  soak_error("--stall-at 10 --steps 10", "--stall-at must be a step of the run, 0 to 9 (--steps 10), got 10");
-  soak_error("--stall-at -2", "--stall-at must be a step (0 or more), got -2");
+  soak_error("--stall-at 10 --steps 10", "--stall-at must be a step of the run from 2");
+  soak_error("--stall-at 1 --steps 10", "to 9 (--steps 10), got 1");
+  soak_error("--stall-at -2", "--stall-at must be a step of the run from 2");
   soak_error("--no-such-flag", "no-such-flag");
 }
 
@@ -280,7 +281,7 @@ TEST(Cli, SoakWithoutGpuGetsOneClearErrorLine) {
   if (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0) {
     GTEST_SKIP() << "an NVIDIA device is present (test_gpu_soak_smoke runs the soak)";
   }
-  expect_clean_error_of(soak_path(), "--steps 3 --graph --path both --stall-at 1", "no GPU");
+  expect_clean_error_of(soak_path(), "--steps 3 --graph --path both --stall-at 2", "no GPU");
   EXPECT_EQ(run_program(soak_path(), "--steps 3").exit_code, 2);
 }
 

@@ -41,7 +41,7 @@ void add_soak_options(CLI::App& app, SoakOptions& a) {
       ->check(CLI::IsMember({"fused", "v1", "both"}))
       ->capture_default_str();
   app.add_option("--stall-at", a.stall_at,
-                 "loopback, W >= 2: at this step the last rank stalls past a 200 ms wait timeout; the step must "
+                 "loopback, W >= 2, a step from 2: the last rank stalls past a 200 ms wait timeout; the step must "
                  "fail and poison its outputs, then reset() and the step again, exact");
 }
 
@@ -54,8 +54,7 @@ void check_soak_options(const SoakOptions& a) {
   CARACAL_CHECK(a.reference_every >= 0, "--reference-every must be 0 (off) or a step count, got ", a.reference_every);
   CARACAL_CHECK(!a.graph || a.steps >= 3, "--graph needs --steps >= 3 (steps 0 and 1 run eagerly, one per weight-",
                 "gradient type, before the graphs are captured), got --steps ", a.steps);
-  CARACAL_CHECK(a.stall_at >= -1, "--stall-at must be a step (0 or more), got ", a.stall_at);
-  if (a.stalls()) {
+  if (a.stall_at != -1) {  // -1: not given
     CARACAL_CHECK(!a.nccl(),
                   "--stall-at needs --backend loopback (the stall hook delays a rank of this "
                   "process's world), got --backend ",
@@ -64,8 +63,9 @@ void check_soak_options(const SoakOptions& a) {
                   "--stall-at needs --ep >= 2 (one rank stalls, the others time out waiting for it), "
                   "got --ep ",
                   a.ep);
-    CARACAL_CHECK(a.stall_at < a.steps, "--stall-at must be a step of the run, 0 to ", a.steps - 1, " (--steps ",
-                  a.steps, "), got ", a.stall_at);
+    CARACAL_CHECK(a.stall_at >= 2 && a.stall_at < a.steps, "--stall-at must be a step of the run from 2 (steps 0 ",
+                  "and 1 load the kernels, one per gradient type) to ", a.steps - 1, " (--steps ", a.steps, "), got ",
+                  a.stall_at);
   }
   soak_config(a).validate();
 }
