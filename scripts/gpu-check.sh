@@ -58,9 +58,9 @@ for t in "$build"/tests/test_gpu_*; do
   [ "${CARACAL_SANITIZE:-1}" = 1 ] || break  # CARACAL_SANITIZE=0: tests only
   [ -x "$t" ] || continue
   name=$(basename "$t")
-  # The bench smoke runs the bench as a subprocess (its kernels are the layer's, sanitized through
-  # test_gpu_moe_layer).
-  [ "$name" = test_gpu_bench_smoke ] && continue
+  # The bench and soak smokes run the tools as subprocesses (their kernels are the layer's, sanitized
+  # through test_gpu_moe_layer).
+  case $name in test_gpu_bench_smoke | test_gpu_soak_smoke) continue ;; esac
   # A binary none of whose tests match the filter would run no CUDA call (the sanitizer calls that
   # an error): say so instead.
   if ! "$t" --gtest_list_tests --gtest_filter="$sanitizer_filter" 2>/dev/null | grep -q '^  '; then

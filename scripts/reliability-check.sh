@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The reliability figures (issue 11), one call on the device machine over a staged build
 # (scripts/stage-gpu-build.sh): scripts/reliability-check.sh [build-dir]
-#   1. the soak: caracal-soak twice with one seed (1,000 steps, changing routing, loopback W = 4,
-#      and NCCL W = 2 where two GPUs exist): no error, memory flat, identical checksums;
+#   1. the soak: caracal-soak twice with one seed (1,000 steps, changing routing, a step in every 50
+#      against the fp64 reference; loopback W = 4, and NCCL W = 2 where two GPUs exist): no error,
+#      no failed check, memory flat, identical checksums; then loopback W = 4 with v1 and the fused
+#      path compared every step (--path both), eagerly and again as CUDA-graph replays with a stall
+#      and reset() mid-soak (--graph --stall-at): both runs pass and write the same checksums;
 #   2. what the exchange's SM cap costs: caracal_transfer_bench with the default cap (all but 16
 #      SMs) and with every SM, and pulls with ld.global.nc instead of the default ld.global;
 #   3. the same for the whole layer: caracal bench, DeepSeek-V3 with 32 experts, T = 4096, both caps;
 # then a summary, and last "FAILED: <steps>" or "all passed" (exit status 1 when a run failed, the
 # soak's two runs differ, or the logs could not be written). Logs and JSON:
-# $OUT/reliability-logs.tgz when OUT is set.
+# $OUT/reliability-logs.tgz when OUT is set. SOAK=0 leaves the soak out; SOAK_STEPS (>= 3) sets its
+# steps.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${1:-build}"
@@ -29,21 +33,29 @@ run() {  # run NAME LIMIT CMD...: logs to NAME.log, records the last line or FAI
 }
 
 # ---- 1. soak ------------------------------------------------------------------------------------
-soak() {  # soak NAME ARGS...: two runs, same seed; checksums must match
-  local name=$1
+soak() {  # soak NAME ARGS... [-- MORE...]: two runs, same seed, the second with MORE too; checksums must match
+  local name=$1 args=() more=()
   shift
-  run "${name}_run1" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.1.txt" --json "$logs/$name.1.json" "$@"
-  run "${name}_run2" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.2.txt" --json "$logs/$name.2.json" "$@"
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  more=("$@")
+  run "${name}_run1" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.1.txt" --json "$logs/$name.1.json" "${args[@]}"
+  run "${name}_run2" 600 "$build/caracal-soak" --seed 2026 --checksums "$logs/$name.2.txt" --json "$logs/$name.2.json" "${args[@]}" ${more[@]+"${more[@]}"}
+  local second=""
+  [ "${#more[@]}" -gt 0 ] && second="; the second with ${more[*]}"
   if cmp -s "$logs/$name.1.txt" "$logs/$name.2.txt" && [ -s "$logs/$name.1.txt" ]; then
-    record "$name: two runs" "bitwise identical ($(wc -l <"$logs/$name.1.txt") checksum lines)"
+    record "$name: two runs" "bitwise identical ($(wc -l <"$logs/$name.1.txt") checksum lines$second)"
   else
-    record_failed "$name: two runs" "DIFFER"
+    record_failed "$name: two runs" "DIFFER$second"
   fi
-  grep -E "memory|steps/s|non-finite" "$logs/${name}_run1.log" | sed 's/^/    /'
+  grep -E "memory|steps/s|non-finite|reference|v1 against|graphs|stall|FAILED" "$logs/${name}_run2.log" | sed 's/^/    /'
 }
 if [ "${SOAK:-1}" = 1 ]; then
-  soak soak_loopback_W4 --backend loopback --ep 4 --steps "${SOAK_STEPS:-1000}"
-  [ "$gpus" -ge 2 ] && soak soak_nccl_W2 --backend nccl --ep 2 --steps "${SOAK_STEPS:-1000}"
+  steps=${SOAK_STEPS:-1000}
+  soak soak_loopback_W4 --backend loopback --ep 4 --steps "$steps"
+  soak soak_loopback_W4_checks --backend loopback --ep 4 --steps "$steps" --reference-every 50 --path both \
+    -- --graph --stall-at $((steps / 2 + 1))
+  [ "$gpus" -ge 2 ] && soak soak_nccl_W2 --backend nccl --ep 2 --steps "$steps"
 fi
 
 # ---- 2. the exchange alone ----------------------------------------------------------------------

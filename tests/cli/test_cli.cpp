@@ -1,4 +1,5 @@
-// Runs the `caracal` binary as a user would and checks its output, exit codes and errors.
+// Runs the `caracal` binary (and caracal-soak, for its argument checks) as a user would and checks
+// their output, exit codes and errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,15 +35,25 @@ std::string cli_path() {
   return env && *env ? env : CARACAL_CLI_PATH;
 }
 
-// Runs `caracal args`, its stdin piped from `piped_file` when one is given.
-RunResult run_cli(const std::string& args, const std::string& piped_file = "") {
+// caracal-soak: $CARACAL_SOAK when set, else the one next to the `caracal` under test, else the path
+// CMake compiled in.
+std::string soak_path() {
+  const char* env = std::getenv("CARACAL_SOAK");
+  if (env && *env) return env;
+  const std::string cli = cli_path();
+  const std::string sibling = cli.substr(0, cli.rfind('/') + 1) + "caracal-soak";
+  return access(sibling.c_str(), X_OK) == 0 ? sibling : CARACAL_SOAK_PATH;
+}
+
+// Runs `program args`, its stdin piped from `piped_file` when one is given.
+RunResult run_program(const std::string& program, const std::string& args, const std::string& piped_file = "") {
   // CTest runs tests in parallel processes: name the capture files after this process.
   static int calls = 0;
   const std::string stem = ::testing::TempDir() + "/caracal_cli_" + std::to_string(getpid()) + "_" +
                            std::to_string(calls++);
   const std::string out = stem + ".out", err = stem + ".err";
   const std::string cmd =
-      (piped_file.empty() ? "" : "cat " + piped_file + " | ") + cli_path() + " " + args + " >" + out + " 2>" + err;
+      (piped_file.empty() ? "" : "cat " + piped_file + " | ") + program + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   RunResult r;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -51,6 +62,10 @@ RunResult run_cli(const std::string& args, const std::string& piped_file = "") {
   std::remove(out.c_str());
   std::remove(err.c_str());
   return r;
+}
+
+RunResult run_cli(const std::string& args, const std::string& piped_file = "") {
+  return run_program(cli_path(), args, piped_file);
 }
 
 size_t count_lines(const std::string& s) {
@@ -64,15 +79,19 @@ std::string temp_path(const std::string& name) {
 }
 
 // A failing command exits non-zero (not by a signal) with exactly one error line naming `what`.
-void expect_clean_error(const std::string& args, const std::string& what) {
-  SCOPED_TRACE("caracal " + args);
-  const RunResult r = run_cli(args);
+void expect_clean_error_of(const std::string& program, const std::string& args, const std::string& what) {
+  SCOPED_TRACE(program + " " + args);
+  const RunResult r = run_program(program, args);
   EXPECT_GT(r.exit_code, 0) << "stderr: " << r.err;
   EXPECT_LT(r.exit_code, 3) << "stderr: " << r.err;  // 3 = internal error
   EXPECT_EQ(count_lines(r.err), 1u) << "stderr: " << r.err;
   EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(what), std::string::npos) << "expected '" << what << "' in: " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+void expect_clean_error(const std::string& args, const std::string& what) {
+  expect_clean_error_of(cli_path(), args, what);
 }
 
 TEST(Cli, PlanDeepSeekV3PrintsTheTable) {
@@ -298,6 +317,48 @@ TEST(Cli, BenchWithoutGpuGetsOneClearErrorLine) {
   }
   expect_clean_error("bench --model deepseek-v3 --experts 32 --tokens 64", "no GPU");
   EXPECT_EQ(run_cli("plan --model deepseek-v3 --tokens 64").exit_code, 0);
+}
+
+// caracal-soak: every argument error is one line naming the option and what it takes, exit status 1,
+// before anything touches a GPU.
+TEST(Cli, SoakBadInputGetsOneClearErrorLine) {
+  const auto soak_error = [](const std::string& args, const std::string& what) {
+    expect_clean_error_of(soak_path(), args, what);
+    EXPECT_EQ(run_program(soak_path(), args).exit_code, 1) << args;
+  };
+  soak_error("--ep 0", "--ep must be at least 1, got 0");
+  soak_error("--ep abc", "--ep");
+  soak_error("--steps 0", "--steps must be at least 1, got 0");
+  soak_error("--backend mpi", "--backend");
+  soak_error("--hidden 1000", "hidden must be a multiple of 64");
+  soak_error("--experts-per-rank 0", "--experts-per-rank must be at least 1, got 0");
+  soak_error("--reference-every -1", "--reference-every must be 0 (off) or a step count, got -1");
+  soak_error("--reference-every x", "--reference-every");
+  soak_error("--path fast", "--path: fast not in {fused,v1,both}");
+  soak_error("--graph --steps 2", "--graph needs --steps >= 3");
+  soak_error("--stall-at 3 --backend nccl --ep 2", "--stall-at needs --backend loopback");
+  soak_error("--stall-at 3 --ep 1", "--stall-at needs --ep >= 2");
+  soak_error("--stall-at 10 --steps 10", "--stall-at must be a step of the run from 2");
+  soak_error("--stall-at 1 --steps 10", "to 9 (--steps 10), got 1");
+  soak_error("--stall-at -2", "--stall-at must be a step of the run from 2");
+  soak_error("--no-such-flag", "no-such-flag");
+}
+
+TEST(Cli, SoakHelpNamesTheChecks) {
+  const RunResult r = run_program(soak_path(), "--help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* option : {"--reference-every", "--graph", "--path", "--stall-at", "--checksums", "--json"}) {
+    EXPECT_NE(r.out.find(option), std::string::npos) << option;
+  }
+}
+
+// Without a GPU (or CUDA driver) valid soak options fail with one clear line, exit status 2.
+TEST(Cli, SoakWithoutGpuGetsOneClearErrorLine) {
+  if (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0) {
+    GTEST_SKIP() << "an NVIDIA device is present (test_gpu_soak_smoke runs the soak)";
+  }
+  expect_clean_error_of(soak_path(), "--steps 3 --graph --path both --stall-at 2", "no GPU");
+  EXPECT_EQ(run_program(soak_path(), "--steps 3").exit_code, 2);
 }
 
 }  // namespace
