@@ -265,10 +265,10 @@ struct TimedKernel {
 };
 
 // Times every kernel in kRounds rounds, each round giving each kernel its share of the `reps` runs
-// in turn, so that no kernel is measured only early or only late in the case (clocks, L2 and
-// power drift between the first kernels and the last: one kernel's time moved by 25% with its
-// place in the order before, docs/PERF.md 2026-12-01). The first round warms each kernel up fully,
-// the later ones briefly.
+// in turn, so that no kernel is measured only early or only late in the case (clocks, L2 and power
+// drift between the first kernels and the last: one kernel's time moved by 25% with its place in
+// the order before, docs/journal/2026-12-01.md). The first round warms each kernel up fully, the
+// later ones briefly.
 constexpr int kRounds = 4;
 
 void time_in_rounds(std::vector<TimedKernel>& kernels, int warmup, int reps, std::map<std::string, Timing>& out) {

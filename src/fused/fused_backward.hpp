@@ -17,7 +17,7 @@
 // zeroed the padding rows (in_place = RowsInPlace::kAll with local_rows_in_launch or
 // pull_all_rows) or also copied the rows of tokens on this GPU with their g (kOtherGpus). Those
 // copies are HBM to HBM: the comm CTAs' copy of them inside the launch kept the dgrad tiles waiting
-// (docs/PERF.md, 2026-12-02); local_rows_in_launch spreads them over every CTA, before and under
+// (docs/journal/2026-12-02.md); local_rows_in_launch spreads them over every CTA, before and under
 // its tiles (measured 2026-12-03: ~45 us less than before the launch at W = 1). It also had the
 // pass's world barrier, if any: the launch needs none (its pulls read dy and gates every rank
 // published before that barrier; it writes this rank's ring and the home slots, which

@@ -5,8 +5,8 @@
 // next chunk be written while the last one's TMA store still reads its buffer; the stores run on
 // while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk measured best: one
 // (waiting for the last store's read before publishing the next chunk), or a whole bf16 slice at
-// once in a stage kept from the mainloop, made the weight gradients 1.5-2.7% slower (docs/PERF.md,
-// 2026-12-03).
+// once in a stage kept from the mainloop, made the weight gradients 1.5-2.7% slower
+// (docs/journal/2026-12-03.md).
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 // tiles have stored it (dgrad_done, raised below by their epilogues after the TMA stores completed).
 // The dgrad's rows are not gathered where they are, as the fused forward's up/gate rows are: on the
 // H200 that gather made the dgrad+dx launch 0.58 ms slower than TMA loads of the same rows
-// (docs/PERF.md, 2026-12-02), more than the copy of dy into the ring costs. The producer thread
+// (docs/journal/2026-12-02.md), more than the copy of dy into the ring costs. The producer thread
 // hands each tile's task to the consumers through the CTA's task slot of the tile's first stage, as
 // the fused forward's (forward_compute.cuh); BackwardPhase::end there ends the consumers' walk: when
 // the tasks run out, and when a wait fails (timeout or aborted world, recorded for World::check; the
