@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/home_slots_epilogue.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/swiglu_backward_epilogue.cuh"
@@ -14,7 +15,6 @@
 #include "device/transfer/pull_rows.cuh"
 #include "fused/fused_forward.hpp"
 #include "kernels/fused/backward_tasks.cuh"
-#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 
@@ -30,7 +30,7 @@ struct DgradGemm {
 struct DxGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::MNMajorWeights;
-  using Epilogue = HomeSlotsEpilogue;
+  using Epilogue = gemm::HomeSlotsEpilogue;
 };
 // The shared expert's dx: its rows stored as they are (src/kernels/backward/gate_up_dgrad.cu's).
 struct SharedDxGemm {

@@ -1,13 +1,13 @@
 // The dx GEMM whose epilogue stores each row into its home slot (src/fused/dx_to_home.hpp): the
 // grouped-GEMM kernel with HomeSlotsEpilogue (the only kernel instantiated in this unit).
 #include "caracal/error.hpp"
+#include "device/gemm/home_slots_epilogue.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "fused/dx_to_home.hpp"
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
-#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 namespace {
@@ -16,7 +16,7 @@ struct GateUpDgradHomeGemm {
   using OperandA = gemm::KMajorRows;
   using OperandB = gemm::MNMajorWeights;
   using Scheduler = gemm::RowTileScheduler;
-  using Epilogue = HomeSlotsEpilogue;
+  using Epilogue = gemm::HomeSlotsEpilogue;
 };
 
 constexpr const char* kName = "gate_up_dgrad_to_home";
