@@ -58,17 +58,15 @@ touch "$dumps/verdicts.tsv"
 if ! python3 "$root/scripts/lib/sass_identity.py" "$dumps/old" "$dumps/new" "$dumps/verdicts.tsv"; then
   record_failed "sass_identity.py" "the comparison failed"
 fi
-while IFS=$'\t' read -r kind lib what renamed; do
+while IFS=$'\t' read -r kind lib what renamed total; do
   case "$kind" in
     identical)
       kernels=$((kernels + what))
-      if [ "$what" -eq 0 ]; then
-        record "$lib" "no kernels"
-      elif [ "$renamed" -eq 0 ]; then
-        record "$lib" "$what kernels identical"
-      else
-        record "$lib" "$what kernels identical ($renamed of them renamed)"
-      fi ;;
+      text="$what kernels identical"
+      [ "$what" -eq "$total" ] || text="$what of $total kernels identical"
+      [ "$renamed" -eq 0 ] || text+=" ($renamed of them renamed)"
+      [ "$total" -gt 0 ] || text="no kernels"
+      record "$lib" "$text" ;;
     *) record_failed "$what" "$kind ($lib)" ;;
   esac
 done <"$dumps/verdicts.tsv"

@@ -14,8 +14,8 @@ changed, the one kernel left on each side of an archive member. A pair whose bod
 "differs"; a kernel left unpaired is only in OLD or only in NEW.
 
 Usage: sass_identity.py OLD_DIR NEW_DIR VERDICT_TSV
-Prints the report; writes VERDICT_TSV, one line a result: `identical<TAB>LIB<TAB>N<TAB>RENAMED` per
-library, `differs|only in OLD|only in NEW<TAB>LIB<TAB>KERNEL` per failure (KERNEL demangled,
+Prints the report; writes VERDICT_TSV, one line a result: `identical<TAB>LIB<TAB>N<TAB>RENAMED<TAB>
+KERNELS` per library (N of its KERNELS identical, RENAMED of them renamed), `differs|only in OLD|only in NEW<TAB>LIB<TAB>KERNEL` per failure (KERNEL demangled,
 without its parameters).
 """
 import hashlib
@@ -173,7 +173,7 @@ def main():
         new = parse(os.path.join(new_dir, name)) if os.path.exists(os.path.join(new_dir, name)) else []
         print(f"{lib}: {len(old)} kernels in OLD, {len(new)} in NEW")
         identical, renamed = compare(lib, old, new, verdicts)
-        verdicts.append(("identical", lib, str(identical), str(renamed)))
+        verdicts.append(("identical", lib, str(identical), str(renamed), str(max(len(old), len(new)))))
     with open(verdict_path, "w") as f:
         for v in verdicts:
             f.write("\t".join(v) + "\n")

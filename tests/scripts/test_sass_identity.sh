@@ -109,6 +109,7 @@ check changed_same_name 1 "^FAILED: caracal::gemm::grouped_gemm_kernel<caracal::
 grep -q "differs: caracal::gemm::grouped_gemm_kernel<caracal::gemm::UpGateSwigluGemm> (up.cu.o)" <<<"$last_out" ||
   fail "changed: the kernel differs"
 grep -q "MOV R2, 0x5 .*|  .*MOV R2, 0x6" <<<"$last_out" || fail "changed: the first differing line, old | new"
+grep -q "libcaracal_gemm.a  *2 of 3 kernels identical$" <<<"$last_out" || fail "changed: the library's row"
 
 build missing up.cu.o "$old_kernel" "$old_helper" 0x5
 check missing 1 "^FAILED: caracal::gemm::other_kernel$"
