@@ -4,13 +4,14 @@
 // producer and consumers meet only through the stage ring, so the producer loads the next tile
 // while the consumers run the epilogue of the last.
 //
-// `Gemm` describes one kernel:
+// `Gemm` describes one kernel: a GEMM of src/device/gemm/expert_gemms/ (what it computes)
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
+//   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
+// with how this kernel walks its tiles (Scheduled below, ScheduledInPairs in paired_gemm_kernel.cuh)
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
 //                       its Params, the CTA's first tile and the stride between its tiles;
 //                       locate(params, tile) places a tile's rows in the row buffers; row tiles
 //                       may instead come from a tile queue (Params::tile_queue, tile_queue.cuh)
-//   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // The kernel's parameters and shared storage are composed of the collectives' own.
 #include <cstdint>
 #include <type_traits>
@@ -28,6 +29,13 @@
 #include "device/gemm/tma_pipeline.cuh"
 
 namespace caracal::gemm {
+
+// A GEMM of src/device/gemm/expert_gemms/ as a kernel of its own runs it: one CTA a tile, the tiles
+// from TileScheduler.
+template <class ExpertGemm, class TileScheduler>
+struct Scheduled : ExpertGemm {
+  using Scheduler = TileScheduler;
+};
 
 // Work for the producer warpgroup's warps that issue no loads (warps 1-3 of every CTA), which
 // otherwise retire at once: a Gemm may declare `using IdleWarps = W`, W with a `Params` type and

@@ -32,6 +32,15 @@ namespace caracal::gemm {
 // 2026-12-02); the consumers need no more than 224.
 inline constexpr RegisterSplit kPairRegisterSplit{56, 224};
 
+// A GEMM of src/device/gemm/expert_gemms/ as CTA pairs run it: pairs of tiles from PairScheduler,
+// with the pairs' setmaxnreg budgets.
+template <class ExpertGemm, class PairScheduler>
+struct ScheduledInPairs : ExpertGemm {
+  static_assert(PairScheduler::kRunsAsPairs, "a scheduler of tile pairs");
+  using Scheduler = PairScheduler;
+  static constexpr RegisterSplit kRegisterSplit = kPairRegisterSplit;
+};
+
 // Whether a Gemm runs as CTA pairs: its Scheduler hands out pairs of tiles (RowTilePairScheduler,
 // WeightTilePairScheduler: `static constexpr bool kRunsAsPairs = true`).
 template <class Gemm, class = void>

@@ -1,7 +1,11 @@
-// Backward step 1 over expert-contiguous rows: the down projection's dgrad d_h = dy · W_down[e]
-// with the SwiGLU-backward + router-score epilogue (the only grouped-GEMM instantiation in this
-// unit), then the fixed-order reduction of the router-score partials.
+// Backward step 1 over expert-contiguous rows: the down projection's dgrad with the SwiGLU-backward
+// + router-score epilogue, DownDgradSwigluGemm (device/gemm/expert_gemms/down_dgrad_swiglu.cuh) in
+// CTA pairs sharing an operand (the only grouped-GEMM instantiation in this unit), then the
+// fixed-order reduction of the router-score partials.
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
+#include "device/gemm/paired_gemm_kernel.cuh"
+#include "device/gemm/row_tile_pair_scheduler.cuh"
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
@@ -10,15 +14,7 @@
 namespace caracal::gemm {
 namespace {
 
-// d_h = dy · W_down[e]: rows [row_capacity][D] K-major; W_down [L][D][I] read as it is stored,
-// K = D rows of N = I contiguous columns (MN-major).
-struct DownDgradSwigluGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::MNMajorWeights;
-  using Scheduler = gemm::RowTilePairScheduler;  // CTA pairs sharing an operand (paired_gemm_kernel.cuh)
-  using Epilogue = gemm::SwigluBackwardEpilogue;
-  static constexpr gemm::RegisterSplit kRegisterSplit = gemm::kPairRegisterSplit;
-};
+using DownDgradSwigluKernel = ScheduledInPairs<DownDgradSwigluGemm, RowTilePairScheduler>;
 
 int intermediate_blocks(int intermediate) {
   return (intermediate + gemm::kBlockN - 1) / gemm::kBlockN;
@@ -38,11 +34,11 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   if (args.rows.row_capacity == 0) return;
 
   const DownDgradSwigluDescriptors g = down_dgrad_swiglu_descriptors(args);
-  GemmParams<DownDgradSwigluGemm> p{};
+  GemmParams<DownDgradSwigluKernel> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;
   p.epilogue = g.epilogue;
-  launch_grouped_gemm<DownDgradSwigluGemm>(p, args.num_ctas, stream, fn);
+  launch_grouped_gemm<DownDgradSwigluKernel>(p, args.num_ctas, stream, fn);
   reduce_router_grad(args.workspace, g.tiles.n_blocks, args.rows, args.d_gates_out, stream, fn);
 }
 

@@ -2,7 +2,8 @@
 // (the fp32 kernel is the only grouped-GEMM instantiation in this unit, launched once per
 // gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel). The K loop of a tile
 // runs over the expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the
-// device (weight_grad_gemms.cuh: both operands MN-major row buffers).
+// device (WeightGradGemm, device/gemm/expert_gemms/weight_grad.cuh: both operands MN-major row
+// buffers).
 #include <cuda_runtime.h>
 
 #include "caracal/error.hpp"
@@ -10,7 +11,7 @@
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
 #include "gemm/tensor_map.hpp"
-#include "gemm/weight_grad_gemms.cuh"
+#include "gemm/weight_grad_kernels.cuh"
 #include "gemm/weight_grad_launch.hpp"
 
 namespace caracal::gemm {
@@ -90,7 +91,7 @@ void launch_weight_grad(const WeightGradLaunch& launch, cudaStream_t stream) {
   if (launch.bf16) {
     launch_weight_grad_bf16(launch.params, launch.num_ctas, stream);
   } else {
-    launch_grouped_gemm<WeightGradGemm>(launch.params, launch.num_ctas, stream, "grouped_weight_grads");
+    launch_grouped_gemm<WeightGradKernel>(launch.params, launch.num_ctas, stream, "grouped_weight_grads");
   }
 }
 

@@ -76,16 +76,17 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
     p.task_slots[first_task_slot(world) + st.stage].task = task;
     switch (task.phase) {
       case BackwardPhase::shared_dgrad:
-        gemm::load_tile<DgradGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st,
+                                                   task.tile);
         break;
       case BackwardPhase::shared_dx:
-        gemm::load_tile<SharedDxGemm>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<gemm::GateUpDgradGemm>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st, task.tile);
         break;
       case BackwardPhase::dgrad:
-        gemm::load_tile<DgradGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
         break;
       default:
-        gemm::load_tile<DxGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<gemm::GateUpDgradToHomeGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
         break;
     }
   }
@@ -114,17 +115,17 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
     gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
     if (task.dgrad()) {
       const bool shared = task.shared();
-      DgradGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum, active, ring,
-                                 consumer);
+      gemm::DownDgradSwigluGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum,
+                                                 active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
         comm::signal_ready_thread((shared ? p.shared_dgrad_done : p.dgrad_done) + task.buffer_block());
       }
     } else if (task.phase == BackwardPhase::shared_dx) {
-      SharedDxGemm::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
+      gemm::GateUpDgradGemm::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
     } else {
-      DxGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
+      gemm::GateUpDgradToHomeGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
       if (p.tiles.group_dx) {
         ring.scatters_issued();  // one release per warpgroup publishes its threads' row stores
         if (wg_thread == 0) comm::signal_ready_thread(p.dx_done + task.buffer_block());
@@ -141,7 +142,7 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
                                    const FusedBackwardRankParams& p, gemm::KernelStorage& smem, IdleWork&& idle_work) {
   using namespace cute;
   using namespace gemm;
-  using Mma = MmaConfig<DgradGemm::OperandA::kMajor, DgradGemm::OperandB::kMajor>;
+  using Mma = MmaConfig<DownDgradSwigluGemm::OperandA::kMajor, DownDgradSwigluGemm::OperandB::kMajor>;
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
 
   const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);

@@ -6,54 +6,34 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
 #include "device/gemm/mainloop.cuh"
-#include "device/gemm/operand_loads.cuh"
-#include "device/gemm/swiglu_backward_epilogue.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
 #include "fused/fused_forward.hpp"
 #include "kernels/fused/backward_tasks.cuh"
-#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 
-// d_h = dy · W_down[e] with the SwiGLU backward + router-score epilogue; dx = d_gate_up ·
-// W_gate_up[e] stored into the home slots: the operand kinds and epilogues of the standalone
-// kernels (src/kernels/backward/down_dgrad_swiglu.cu, src/kernels/fused/dx_to_home.cu), hence the
-// same bits.
-struct DgradGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::MNMajorWeights;
-  using Epilogue = gemm::SwigluBackwardEpilogue;
-};
-struct DxGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::MNMajorWeights;
-  using Epilogue = HomeSlotsEpilogue;
-};
-// The shared expert's dx: its rows stored as they are (src/kernels/backward/gate_up_dgrad.cu's).
-struct SharedDxGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::MNMajorWeights;
-  using Epilogue = gemm::RowsBf16Epilogue;
-};
-static_assert(std::is_same_v<DgradGemm::OperandA, DxGemm::OperandA> &&
-                  std::is_same_v<DgradGemm::OperandB, DxGemm::OperandB> &&
-                  std::is_same_v<DxGemm::OperandA, SharedDxGemm::OperandA> &&
-                  std::is_same_v<DxGemm::OperandB, SharedDxGemm::OperandB>,
+// The GEMMs are the standalone kernels': gemm::DownDgradSwigluGemm, and for dx the routed experts'
+// gemm::GateUpDgradToHomeGemm and the shared expert's gemm::GateUpDgradGemm (its rows stored as
+// they are; the same operands by definition), hence the same bits.
+static_assert(std::is_same_v<gemm::DownDgradSwigluGemm::OperandA, gemm::GateUpDgradGemm::OperandA> &&
+                  std::is_same_v<gemm::DownDgradSwigluGemm::OperandB, gemm::GateUpDgradGemm::OperandB>,
               "the producer loads every TMA operand the same way");
 
 struct FusedBackwardRankParams {
   gemm::MainloopParams dgrad_mainloop;
-  DgradGemm::Epilogue::Params dgrad_epilogue;
+  gemm::DownDgradSwigluGemm::Epilogue::Params dgrad_epilogue;
   gemm::MainloopParams dx_mainloop;
-  DxGemm::Epilogue::Params dx_epilogue;
+  gemm::GateUpDgradToHomeGemm::Epilogue::Params dx_epilogue;
   // With tiles.has_shared: the shared expert's two GEMMs over its rows.
   gemm::MainloopParams shared_dgrad_mainloop;
-  DgradGemm::Epilogue::Params shared_dgrad_epilogue;
+  gemm::DownDgradSwigluGemm::Epilogue::Params shared_dgrad_epilogue;
   gemm::MainloopParams shared_dx_mainloop;
-  SharedDxGemm::Epilogue::Params shared_dx_epilogue;
+  gemm::GateUpDgradGemm::Epilogue::Params shared_dx_epilogue;
   BackwardTiles tiles;
   // Zeroed before the launch, one word per 128-row block of the window: its rows whose dy is in the
   // ring (kBlockM: all of them, backward_pull.cuh), its dgrad tiles' warpgroup slices whose

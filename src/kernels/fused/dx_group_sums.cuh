@@ -42,7 +42,7 @@ __device__ inline bool sum_dx_group(const comm::DeviceWorld& world, const comm::
                                     const FusedBackwardRankParams& p, const transfer::ScheduleParams& schedule,
                                     const int32_t* route_rows, int row, int window_end, int lane) {
   const ScheduleView& view = p.tiles.dx.schedule;
-  const HomeSlotsEpilogue::Params& dx = p.dx_epilogue;
+  const gemm::HomeSlotsEpilogue::Params& dx = p.dx_epilogue;
   const int2 entry = view.rows[row];
   if (entry.x < 0 || entry.x == dx.rank) return true;  // padding, or stored home by the epilogue
   const transfer::TokenGroup group(route_rows, schedule.routes, schedule.top_k, entry, row, view.first_row,

@@ -1,23 +1,19 @@
-// The dx GEMM whose epilogue stores each row into its home slot (src/fused/dx_to_home.hpp): the
-// grouped-GEMM kernel with HomeSlotsEpilogue (the only kernel instantiated in this unit).
+// The dx GEMM whose epilogue stores each row into its home slot (src/fused/dx_to_home.hpp):
+// GateUpDgradToHomeGemm (device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh), one CTA a tile (the
+// only kernel instantiated in this unit).
 #include "caracal/error.hpp"
-#include "device/gemm/operand_loads.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
+#include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "fused/dx_to_home.hpp"
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
-#include "kernels/fused/home_slots_epilogue.cuh"
 
 namespace caracal::fused {
 namespace {
 
-struct GateUpDgradHomeGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::MNMajorWeights;
-  using Scheduler = gemm::RowTileScheduler;
-  using Epilogue = HomeSlotsEpilogue;
-};
+using GateUpDgradToHomeKernel = gemm::Scheduled<gemm::GateUpDgradToHomeGemm, gemm::RowTileScheduler>;
 
 constexpr const char* kName = "gate_up_dgrad_to_home";
 
@@ -38,12 +34,12 @@ void gate_up_dgrad_to_home(const comm::World& world, const transfer::TokenExchan
   if (args.rows.row_capacity == 0) return;
 
   const gemm::GateUpDgradDescriptors g = gemm::gate_up_dgrad_descriptors(args);
-  gemm::GemmParams<GateUpDgradHomeGemm> p{};
+  gemm::GemmParams<GateUpDgradToHomeKernel> p{};
   p.mainloop = g.mainloop;
   p.scheduler = g.tiles;
   p.epilogue = {pass.rows.rows, world.device_heap_table(), exchange.backward_buffers().dx_slots, pass.hidden,
                 world.first_local_rank() + local_rank, /*group_rows=*/nullptr};
-  gemm::launch_grouped_gemm<GateUpDgradHomeGemm>(p, args.num_ctas, stream, kName);
+  gemm::launch_grouped_gemm<GateUpDgradToHomeKernel>(p, args.num_ctas, stream, kName);
 }
 
 }  // namespace caracal::fused

@@ -158,17 +158,16 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
                             smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
-          UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                    mainloop.b_mn_extent, k_index, task.tile.expert);
+          gemm::UpGateSwigluGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                                mainloop.b_mn_extent, k_index, task.tile.expert);
         }
       } else {
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
-          UpGateGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage],
-                                                    task.tile.m_buffer,
-                                                    mainloop.a_mn_extent, k_index, task.tile.expert);
-          UpGateGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                    mainloop.b_mn_extent, k_index, task.tile.expert);
+          gemm::UpGateSwigluGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage], task.tile.m_buffer,
+                                                                mainloop.a_mn_extent, k_index, task.tile.expert);
+          gemm::UpGateSwigluGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
+                                                                mainloop.b_mn_extent, k_index, task.tile.expert);
         }
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
@@ -214,17 +213,18 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       __syncwarp();  // every lane's reads of the output rows before the count
       if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
     } else if (task.up_gate()) {
-      UpGateGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);  // into the ring
+      // Into the ring.
+      gemm::UpGateSwigluGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
         comm::signal_ready_thread(gemms.activation_ready + task.m_block());
       }
     } else if (task.shared()) {
-      DownGemm::Epilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
+      gemm::DownProjGemm::Epilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
     } else {
       if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
-      DownGemm::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
+      gemm::DownProjGemm::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
       // Macrobatch 0's rows wait for the combine launch: their stores need no drain here.
       if (Macrobatches::summed_in_launch(p.routed.tiles.up.schedule, task.m_block())) {
         ring.drain();  // this warpgroup's stores of the slice have completed
@@ -244,8 +244,8 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
                                          gemm::KernelStorage& smem, int& producer_task) {
   using namespace cute;
   using namespace gemm;
-  using Mma = MmaConfig<UpGateGemm::OperandA::kMajor, UpGateGemm::OperandB::kMajor>;
-  static_assert(std::is_same_v<Mma, MmaConfig<DownGemm::OperandA::kMajor, DownGemm::OperandB::kMajor>>);
+  using Mma = MmaConfig<UpGateSwigluGemm::OperandA::kMajor, UpGateSwigluGemm::OperandB::kMajor>;
+  static_assert(std::is_same_v<Mma, MmaConfig<DownProjGemm::OperandA::kMajor, DownProjGemm::OperandB::kMajor>>);
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
 
   const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);

@@ -9,34 +9,21 @@
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
-#include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/expert_gemms/down_proj.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/mainloop.cuh"
-#include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
-#include "device/gemm/swiglu_epilogue.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
 #include "kernels/fused/forward_tasks.cuh"
 
 namespace caracal::fused {
 
-// gate_up = x · W_gate_up[e]^T with the SwiGLU epilogue; y = activation · W_down[e]^T: the same
-// operand kinds and epilogues as the standalone kernels (src/kernels/forward), hence the same bits;
-// the routed experts' y rows go to the ring rows of their output buffer (the group sums push them
-// home, forward_group_sums.cuh), the shared expert's to its output rows.
-struct UpGateGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::KMajorWeights;
-  using Epilogue = gemm::UpGateSwigluEpilogue;
-};
-struct DownGemm {
-  using OperandA = gemm::KMajorRows;
-  using OperandB = gemm::KMajorWeights;
-  using Epilogue = gemm::RowsBf16Epilogue;
-};
-
-static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
-              std::is_same_v<UpGateGemm::OperandB, DownGemm::OperandB>,
+// The GEMMs are the standalone kernels' (gemm::UpGateSwigluGemm, gemm::DownProjGemm), hence the
+// same bits; the routed experts' y rows go to the ring rows of their output buffer (the group sums
+// push them home, forward_group_sums.cuh), the shared expert's to its output rows.
+static_assert(std::is_same_v<gemm::UpGateSwigluGemm::OperandA, gemm::DownProjGemm::OperandA> &&
+              std::is_same_v<gemm::UpGateSwigluGemm::OperandB, gemm::DownProjGemm::OperandB>,
               "the producer loads every TMA operand the same way");
 
 // One group of experts' two GEMMs (the routed experts over the schedule's rows, or the shared
@@ -45,7 +32,7 @@ static_assert(std::is_same_v<UpGateGemm::OperandA, DownGemm::OperandA> &&
 // of its first schedule row (tiles.up.schedule.buffer_row).
 struct ExpertGemms {
   gemm::MainloopParams up_mainloop;
-  UpGateGemm::Epilogue::Params up_epilogue;
+  gemm::UpGateSwigluGemm::Epilogue::Params up_epilogue;
   gemm::MainloopParams down_mainloop;
   ExpertTiles tiles;
   // Zeroed before the launch, one word per 128-row block: the up/gate tiles' warpgroup slices
@@ -55,8 +42,8 @@ struct ExpertGemms {
 
 struct FusedForwardRankParams {
   ExpertGemms routed;
-  DownGemm::Epilogue::Params routed_out;  // into out_rows' ring rows
-  const __nv_bfloat16* out_rows;          // the routed rows' outputs, [ring rows][D], as routed_out
+  gemm::DownProjGemm::Epilogue::Params routed_out;  // into out_rows' ring rows
+  const __nv_bfloat16* out_rows;  // the routed rows' outputs, [ring rows][D], as routed_out
   // Zeroed before the launch, one word per 128-row block of the schedule: the down tiles' warpgroup
   // slices whose mainloop is done (2 * tiles.down.n_blocks: the block's ring rows may be reused).
   uint32_t* down_done;
@@ -67,7 +54,7 @@ struct FusedForwardRankParams {
   // next macrobatch's down tiles may overwrite its output rows).
   uint32_t* sums_done;
   ExpertGemms shared;  // only with has_shared
-  DownGemm::Epilogue::Params shared_out;
+  gemm::DownProjGemm::Epilogue::Params shared_out;
   bool has_shared;
   // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
   uint32_t* x_ready;

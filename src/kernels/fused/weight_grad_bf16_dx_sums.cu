@@ -6,7 +6,7 @@
 namespace caracal::fused {
 
 void launch_weight_grad_bf16_dx_sums(const WeightGradDxSumsParams& p, int num_ctas, cudaStream_t stream) {
-  gemm::launch_grouped_gemm<WeightGradBf16DxSumsGemm>(p, num_ctas, stream, "weight_grads_with_dx_sums");
+  gemm::launch_grouped_gemm<WeightGradBf16DxSumsKernel>(p, num_ctas, stream, "weight_grads_with_dx_sums");
 }
 
 }  // namespace caracal::fused

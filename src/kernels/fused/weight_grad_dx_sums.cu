@@ -19,7 +19,7 @@ constexpr const char* kName = "weight_grads_with_dx_sums";
 }  // namespace
 
 void launch_weight_grad_dx_sums(const WeightGradDxSumsParams& p, int num_ctas, cudaStream_t stream) {
-  gemm::launch_grouped_gemm<WeightGradDxSumsGemm>(p, num_ctas, stream, kName);
+  gemm::launch_grouped_gemm<WeightGradDxSumsKernel>(p, num_ctas, stream, kName);
 }
 
 bool rides_dx_sums(const comm::World& world, transfer::DxSlots slots) {

@@ -4,7 +4,7 @@
 // dx rows done by the dx GEMM (DESIGN §2), so no row waits in a buffer of the worst-case size and
 // the home rank only sums slots. Padding rows are not stored; a slice of padding rows only stores
 // nothing. With group_rows (the fused backward's push per (token, rank)), the rows of tokens on
-// other ranks go to their ring rows there instead, for dx_group_sums.cuh to sum.
+// other ranks go to their ring rows there instead, for src/kernels/fused/dx_group_sums.cuh to sum.
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
@@ -13,7 +13,7 @@
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/tile_coord.cuh"
 
-namespace caracal::fused {
+namespace caracal::gemm {
 
 struct HomeSlotsEpilogue {
   struct Params {
@@ -26,13 +26,13 @@ struct HomeSlotsEpilogue {
   };
 
   template <class Accum>
-  __device__ static void apply(Params const& p, gemm::TileCoord const& tile, Accum const& acc, bool active,
-                               gemm::ChunkStoreRing& ring, int warpgroup) {
+  __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc, bool active,
+                               ChunkStoreRing& ring, int warpgroup) {
     if (!active) return;
-    const int first = warpgroup * gemm::kWarpgroupRows;
+    const int first = warpgroup * kWarpgroupRows;
     const int2* const rows = p.rows + tile.m_begin + first;
-    __nv_bfloat16* dst[gemm::ChunkStoreRing::kScatterRowsPerThread];  // the rows this thread stores
-    for (int j = 0; j < gemm::ChunkStoreRing::kScatterRowsPerThread; ++j) {
+    __nv_bfloat16* dst[ChunkStoreRing::kScatterRowsPerThread];  // the rows this thread stores
+    for (int j = 0; j < ChunkStoreRing::kScatterRowsPerThread; ++j) {
       const int2 entry = rows[ring.scatter_row(j)];
       if (entry.x < 0) {
         dst[j] = nullptr;
@@ -45,11 +45,11 @@ struct HomeSlotsEpilogue {
       }
     }
     CUTE_UNROLL
-    for (int c = 0; c < gemm::kBlockN / gemm::kChunkCols; ++c) {
-      const int col = tile.n_begin + c * gemm::kChunkCols;
+    for (int c = 0; c < kBlockN / kChunkCols; ++c) {
+      const int col = tile.n_begin + c * kChunkCols;
       if (col >= p.hidden) break;
-      gemm::ChunkWords words;
-      gemm::pack_accumulator_chunk(acc, c, words);
+      ChunkWords words;
+      pack_accumulator_chunk(acc, c, words);
       ring.acquire();
       ring.write(words);
       ring.scatter(dst, col);
@@ -57,4 +57,4 @@ struct HomeSlotsEpilogue {
   }
 };
 
-}  // namespace caracal::fused
+}  // namespace caracal::gemm
