@@ -266,8 +266,8 @@ struct TimedKernel {
 
 // Times every kernel in kRounds rounds, each round giving each kernel its share of the `reps` runs
 // in turn, so that no kernel is measured only early or only late in the case (clocks, L2 and power
-// drift between the first kernels and the last: one kernel's time moved by 25% with its place in
-// the order before, docs/journal/2026-12-01.md). The first round warms each kernel up fully, the
+// drift between the first kernels and the last: one kernel's time can move by a quarter with its
+// place in the order). The first round warms each kernel up fully, the
 // later ones briefly.
 constexpr int kRounds = 4;
 

@@ -18,14 +18,13 @@
 namespace caracal::checks {
 
 // Bounds of each output (output_error.hpp), about 3x the largest error measured on an H200 over
-// every case of the layer suites (2026-12-01; scripts/gpu-check.sh prints the measured ones, and
-// docs/journal/2026-12-01.md has them). The reference rounds where the kernels store bf16, so what
+// every case of the layer suites (scripts/gpu-check.sh prints the errors each run measures). The reference rounds where the kernels store bf16, so what
 // is left is fp32 accumulation order and the bf16 ties it tips: y = bf16(shared + sum g * row) of
 // bf16 rows lands on a rounding tie often (all-to-one: one row with sum g = 1), where a 1e-7
 // difference flips an ulp; that sets y's 1.3e-3 (worst row 4.4e-3). Measured maxima over three
 // runs: y 1.3e-3 / 4.4e-3, dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert),
 // d_shared_scale 2.7e-4, d_topk_scores 1.3e-4 B_t. d_topk_scores has a tail those runs missed:
-// 1,000 repetitions of W8_zipf_noshared_k2_unnormalized (2026-12-01) failed 4e-4 B_t twice, at
+// 1,000 repetitions of W8_zipf_noshared_k2_unnormalized failed 4e-4 B_t twice, at
 // 5.2e-4 and 6.1e-4 B_t (0.5-0.75% of the value): dg = <d_h, act> recomputes act from the saved
 // bf16 gate/up, and where the kernel's fp32 sum and the fp64 reference round a gate/up entry to
 // neighbouring bf16 values (a 2^-8 step) the term moves by that much; a token whose |dg| nears B_t

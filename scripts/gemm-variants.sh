@@ -5,7 +5,7 @@
 # Kimi K2 uniform, DeepSeek-V3 Zipf), so that clocks and power drift fall on all builds alike; then
 # prints per case and kernel the median over the rounds of each build's figure (itself the median of
 # --reps 20 runs) and its ratio to the first build's. For variants of one kernel change built with
-# different constants (docs/journal/ names them). The rounds' JSON, merged: $OUT/gemm-variants.json.
+# different constants. The rounds' JSON, merged: $OUT/gemm-variants.json.
 # Every run is bounded by VARIANT_TIMEOUT s (300); exit status 1 when one failed.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/gemm-variants.sh DIR DIR..." >&2; exit 2; }

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Where caracal.MoE's fused path spends a PyTorch step against v1's (docs/journal/2026-12-02.md,
-# "The PyTorch step kernel by kernel": the two paths' kernels sum to within 1%): ncu over one
+# Where caracal.MoE's fused path spends a PyTorch step against v1's: ncu over one
 # forward+backward step of each (bench/torch_profile_step.py; --profile-from-start off), the kernels
 # side by side in launch order (scripts/lib/kernel_table.py: fused as NEW, v1 as OLD), and each
 # step's median ms without the profiler, so that the kernels' sum can be set against it. Run on the

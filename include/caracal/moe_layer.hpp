@@ -206,9 +206,8 @@ struct MoELayerOptions {
   // At W > 1 the fused backward sums each token's dx rows on a rank per macrobatch before one row
   // goes home (one per (token, rank) over the links, DESIGN §2; one more bf16 rounding per group of
   // several rows: dx depends on where macrobatches cut a token's rows, as y does;
-  // groups_dx_rows()). true: it sends a row per route, as the separate launches do (those bits);
-  // 0-5% faster in a loopback world, where no row crosses a link (docs/journal/2026-12-02.md):
-  // compare both over NVLink.
+  // groups_dx_rows()). true: it sends a row per route, as the separate launches do (those bits),
+  // to compare both over NVLink.
   bool dx_rows_per_route = false;
   // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
   // of other GPUs (same bits), so that a loopback world runs its pull role.

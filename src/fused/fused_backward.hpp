@@ -16,9 +16,8 @@
 // Before the launch, on the same stream, TokenExchange::reverse_combine over the window must have
 // zeroed the padding rows (in_place = RowsInPlace::kAll with local_rows_in_launch or
 // pull_all_rows) or also copied the rows of tokens on this GPU with their g (kOtherGpus). Those
-// copies are HBM to HBM: the comm CTAs' copy of them inside the launch kept the dgrad tiles waiting
-// (docs/journal/2026-12-02.md); local_rows_in_launch spreads them over every CTA, before and under
-// its tiles (measured 2026-12-03: ~45 us less than before the launch at W = 1). It also had the
+// copies are HBM to HBM: the comm CTAs alone would keep the dgrad tiles waiting on them, so
+// local_rows_in_launch spreads them over every CTA, before and under its tiles. It also had the
 // pass's world barrier, if any: the launch needs none (its pulls read dy and gates every rank
 // published before that barrier; it writes this rank's ring and the home slots, which
 // dx_to_home.hpp says when each peer last read).

@@ -236,8 +236,8 @@ auto calls_with(Args valid, void (*launch)(const Args&, cudaStream_t)) {
 // ---- Output checks ------------------------------------------------------------------------------
 
 // Bounds of the grouped-GEMM outputs: relative Frobenius error over the output (`frobenius`) and of
-// the worst expert's rows (`row`), about 3x the largest error measured on an H200 (2026-12-01,
-// three runs of every case of both suites; docs/journal/2026-12-01.md). Measured (whole / worst
+// the worst expert's rows (`row`), about 3x the largest error measured on an H200 (three runs of
+// every case of both suites). Measured (whole / worst
 // expert): gate, up 1.5e-4 / 1.9e-4, hidden 2.8e-4 / 3.6e-4, y 4.2e-4 / 5.0e-4, d_gate, d_up
 // 1.6e-4 / 2.1e-4, dx 3.3e-4 / 3.6e-4, scaled_activation exactly 0.
 inline constexpr caracal::test::ErrorBound kGateUpBound{5e-4, 7e-4};         // F1

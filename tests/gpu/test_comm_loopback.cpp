@@ -318,7 +318,7 @@ TEST(LoopbackWorld, RefusesAGridThatCannotBeCoResident) {
 // A launch that starts early (LaunchShape::starts_early) begins while the launch before it still
 // runs, and what it reads after wait_for_previous_grid() is what that launch wrote: directly and
 // replayed from a CUDA graph (a programmatic edge). Were it launched cooperatively, CUDA would start
-// it only after the writer's end (docs/journal/2026-12-02.md): the overlap is checked, not assumed.
+// it only after the writer's end: the overlap is checked, not assumed.
 TEST(EarlyStart, TheLaterLaunchOverlapsTheEarlierAndSeesItsWrites) {
   CARACAL_REQUIRE_GPU();
   LoopbackWorld world(1, kHeapBytes);

@@ -283,7 +283,7 @@ Reference reference_backward(const Problem& p) {
 
 // dL/dg per real row: |dg - ref| <= 1e-3 |ref| + 1e-4 scale, scale being the size of the row's
 // terms (a dot product of I terms may cancel to far below them), and a relative Frobenius error of
-// at most 1e-5 over all rows (measured: 1.9e-6 at most, 2026-12-01). Padding rows hold 0; rows
+// at most 1e-5 over all rows (measured: 1.9e-6 at most). Padding rows hold 0; rows
 // past expert_offset[L] keep the poison.
 void expect_router_grad(const Problem& p, const Reference& ref, const std::vector<float>& dg) {
   size_t bad = 0, nan_count = 0, padding_nonzero = 0, touched = 0, first_bad = 0;
@@ -350,7 +350,7 @@ void expect_gate_edge_rows(const Problem& p, const Outputs& out) {
 }
 
 // Bounds of one expert's fp32 weight gradient (relative Frobenius), about 3x the largest measured
-// on an H200 (2026-12-01): dW_gate/dW_up 2.6e-4; dW_down 8e-7 (the reference takes bf16(g * hidden)
+// on an H200: dW_gate/dW_up 2.6e-4; dW_down 8e-7 (the reference takes bf16(g * hidden)
 // as the kernels do, so only fp32 summation order differs).
 constexpr double kGateUpGradBound = 1e-3;
 constexpr double kDownGradBound = 3e-6;

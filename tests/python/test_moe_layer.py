@@ -109,16 +109,16 @@ def worst_row_error(actual, expected):
     return (diff[~zero] / ref[~zero]).max().item() if (~zero).any() else 0.0
 
 
-# Bounds of each output, about 3x the largest error measured on an H200 (2026-12-01, three runs of
-# this file; docs/journal/2026-12-01.md) against the reference that rounds like the kernels:
+# Bounds of each output, about 3x the largest error measured on an H200 (three runs of this file)
+# against the reference that rounds like the kernels:
 # relative Frobenius error over the output, and for y and dx ("x") also the worst token row.
 # Measured: y 8.7e-4 / row 5.2e-3, dx 2.6e-4 / row 2.7e-3, d_topk_scores 1.9e-4 (of |dL/dg|),
 # w_gate_up 2.4e-4, w_down 6.8e-4, shared 3.3e-4. shared_scale: mostly 1e-7-1e-5, but with a heavy
-# tail (1.7e-4 and 6.4e-4 in 50 seeds, 2026-12-01): its gradient <dy, bf16(E_shared(x))> moves by a
+# tail (1.7e-4 and 6.4e-4 in 50 seeds): its gradient <dy, bf16(E_shared(x))> moves by a
 # whole bf16 step of an element whenever the kernel's fp32 sum and the reference's fp64 one round to
 # neighbouring bf16s. dx of a layer that sums a token's dx rows per (token, rank) against one that
 # does not: one bf16 rounding of each group's sum apart, at most 2^-8 of dx's norm (measured
-# 1.0e-3-1.6e-3, 2026-12-02).
+# 1.0e-3-1.6e-3).
 DX_GROUPS_APART = 2.0 ** -8
 BOUNDS = {"y": 3e-3, "y_row": 1.5e-2, "x": 8e-4, "x_row": 8e-3, "topk_scores": 6e-4, "w_gate_up": 8e-4,
           "w_down": 2e-3, "shared_w_gate_up": 1e-3, "shared_w_down": 1e-3, "shared_scale": 2e-3}

@@ -82,8 +82,8 @@ struct ExchangeOptions {
   // wait on nothing (see above) and take every SM.
   int max_sms = 0;
   // Pulls (dispatch, reverse combine) load home rows with ld.global.nc instead of ld.global. Both
-  // are correct (row_copy.cuh says why); ld.global measured 4-8% faster
-  // (docs/journal/2026-12-01.md), so it is the default and this stays to repeat the measurement.
+  // are correct (row_copy.cuh says why); ld.global is the default (faster), this repeats the
+  // comparison.
   bool noncoherent_pull_loads = false;
   // One row per route over the links instead of one per (token, rank) (DESIGN §2): what v1 moved,
   // kept to measure both designs side by side. The pulls (dispatch, reverse combine, the fused

@@ -11,8 +11,8 @@
 //
 // A kernel that starts early (LaunchShape::starts_early, grid_dependency.cuh) is launched without
 // the cooperative attribute: with it CUDA starts the grid only once the kernel before it has
-// completed, PDL or not (measured on the H200, 2026-12-02: a cooperative secondary began 1.3 us
-// after its primary ended, a plain one 95 us before). Such a kernel gets every CTA resident only
+// completed, PDL or not (a cooperative secondary starts after its primary ended, a plain one while
+// it runs). Such a kernel gets every CTA resident only
 // eventually (as the earlier kernel's CTAs exit), so it must not use world barriers, and launch()
 // refuses a grid larger than the device can hold at once.
 #include <utility>

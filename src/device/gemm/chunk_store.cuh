@@ -3,10 +3,9 @@
 // or fp32 64 x 32), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
 // and stores it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
 // next chunk be written while the last one's TMA store still reads its buffer; the stores run on
-// while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk measured best: one
-// (waiting for the last store's read before publishing the next chunk), or a whole bf16 slice at
-// once in a stage kept from the mainloop, made the weight gradients 1.5-2.7% slower
-// (docs/journal/2026-12-03.md).
+// while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk: with one (waiting
+// for the last store's read before publishing the next chunk), or a whole bf16 slice at once in a
+// stage kept from the mainloop, the weight gradients run slower.
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -28,8 +28,8 @@
 
 namespace caracal::gemm {
 
-// The leader's producer thread holds both tiles of a pair: at 48 registers it spills (ptxas,
-// 2026-12-02); the consumers need no more than 224.
+// The leader's producer thread holds both tiles of a pair: at 48 registers it spills; the consumers
+// need no more than 224.
 inline constexpr RegisterSplit kPairRegisterSplit{56, 224};
 
 // A GEMM of src/device/gemm/expert_gemms/ as CTA pairs run it: pairs of tiles from PairScheduler,

@@ -3,10 +3,8 @@
 // CTA pairs of the row tiles and of the weight gradients, apart so that host tests can check them. The expert's M blocks are cut into groups of `group_blocks` (the
 // last group holds the rest); a group's tiles go N block by N block, M blocks fastest, so the CTAs
 // working at one time read a few A blocks and a few weight slabs, each from several tiles at once.
-//
-// Measured on the H200 (docs/journal/2026-12-01.md, DeepSeek-V3's up/gate, 8-9 blocks an expert):
-// groups of up to 16 blocks of even widths (9 as one group, not 8 + 1) read 10.9 GB from DRAM
-// against 6.8 GB for this order and ran 15% slower, with each CTA's tiles at a fixed stride.
+// Groups of up to 16 blocks of even widths (9 as one group, not 8 + 1) read more from DRAM and run
+// slower than this order.
 namespace caracal::gemm {
 
 struct RasterPosition {

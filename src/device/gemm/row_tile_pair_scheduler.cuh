@@ -7,8 +7,7 @@
 //     and 2i + 1 and shares the rows (A: 16 KiB a k tile); with an odd number of N blocks its last
 //     pair has no second tile (the follower CTA walks the stages without computing or storing).
 // Against one CTA a tile (48 KiB a k tile from L2 for each), a pair of the first kind reads 64 KiB
-// for two tiles: the GEMMs stream their operands at close to L2's bandwidth
-// (docs/journal/2026-12-02.md).
+// for two tiles: the GEMMs stream their operands at close to L2's bandwidth.
 //
 // Pairs are numbered expert by expert; in an expert, in raster_order.hpp's pair_position order
 // (host-tested): its M-block pairs first (groups of kRasterGroupBlocks / 2 pairs, N block by N

@@ -6,8 +6,7 @@
 // of consecutive tiles — the ones that read the same A blocks and weight slabs (raster_order.hpp) —
 // however the CTAs drift apart. With a fixed stride (tile b, b + grid, ... for CTA b) a CTA whose
 // tiles ran faster works ahead of the others, the tiles in flight spread over the schedule and their
-// operands stop fitting in L2. Measured on the H200 (ncu, base clock, DeepSeek-V3 up/gate, 2026-12-01):
-// 6.87 GB of DRAM reads at a fixed stride, 3.6 GB from the queue (CUTLASS's grouped GEMM 3.0 GB).
+// operands stop fitting in L2 (about twice the DRAM reads of the queue's order).
 //
 // Queue words (caracal::gemm::kTileQueueWords; the launcher zeroes the counter before each
 // launch): [0] the counter, from word 8 kStages one-word slots per CTA (a tile index). A slot is

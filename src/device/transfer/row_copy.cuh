@@ -11,8 +11,8 @@
 //                     without L1 allocation as every row is read once by this SM;
 //   load_coherent16   data stored earlier in this launch by another CTA or rank and ordered by a
 //                     world barrier (the home side of combine and reverse dispatch): ld.global.
-// The pulls use load_coherent16 by default: measured side by side (docs/journal/2026-12-01.md, one
-// H200), ld.global was 4-8% faster than ld.global.nc.L1::no_allocate for them. Both are correct.
+// The pulls use load_coherent16 by default (ld.global runs faster than ld.global.nc.L1::no_allocate
+// for them); both are correct.
 // Why ld.global.nc is correct for rows another GPU wrote: the non-coherent (texture) path caches
 // lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
 // for data written while the kernel runs. A pulled home row is written by its home rank before

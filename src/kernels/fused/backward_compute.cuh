@@ -6,9 +6,9 @@
 // operands by TMA: a dgrad tile's dy rows from the ring once all of its block's rows are there
 // (dy_ready: the comm role's count, backward_pull.cuh), a dx tile's d_gate_up once its block's dgrad
 // tiles have stored it (dgrad_done, raised below by their epilogues after the TMA stores completed).
-// The dgrad's rows are not gathered where they are, as the fused forward's up/gate rows are: on the
-// H200 that gather made the dgrad+dx launch 0.58 ms slower than TMA loads of the same rows
-// (docs/journal/2026-12-02.md), more than the copy of dy into the ring costs. The producer thread
+// The dgrad's rows are not gathered where they are, as the fused forward's up/gate rows are: that
+// gather is slower than TMA loads of the same rows by more than the copy of dy into the ring costs.
+// The producer thread
 // hands each tile's task to the consumers through the CTA's task slot of the tile's first stage, as
 // the fused forward's (forward_compute.cuh); BackwardPhase::end there ends the consumers' walk: when
 // the tasks run out, and when a wait fails (timeout or aborted world, recorded for World::check; the

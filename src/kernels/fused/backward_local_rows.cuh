@@ -6,10 +6,9 @@
 // leaves idle (warpgroup 0's warps 1-3) copy the rest under the tiles; each into the ring with its
 // g, in row order, kLocalRowsPerItem rows an item, raising their block's dy_ready by the rows
 // copied. Then, with pull_x, the idle warps copy the window's x rows the weight gradients read
-// after the launch (no counter: the stream orders them). Measured at W = 1
-// (docs/journal/2026-12-03.md): a copy without a deadline (x) hides under the tiles; dy's, which
-// the dgrad tiles wait on, costs the launch most of what it saves before it on three warps an SM
-// alone, less with the prologue.
+// after the launch (no counter: the stream orders them). A copy without a deadline (x) hides under
+// the tiles; dy's, which the dgrad tiles wait on, is why the prologue copies the first blocks' dy
+// on every warp first.
 //
 // Row order, not token order: a warp reads a token's dy once per row (k times a window, mostly from
 // L2) instead of once, so that block b is complete once the items up to its last row are copied.

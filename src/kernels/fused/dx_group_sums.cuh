@@ -11,10 +11,9 @@
 // (nothing to save); the home sums its own route slots and the other ranks' leader slots
 // (TokenExchange::reverse_dispatch_filled_dx_slots with DxSlots::kPerTokenRank).
 //
-// Why not the consumer warpgroups: dx_sums tasks between the tiles kept the tensor cores idle while
-// the warps waited on their loads — +2.8 ms with a task per block (the groups, led by their highest
-// rows, crowd the last blocks), +1.0 ms in slices of 16 rows, on DeepSeek-V3 shapes in a loopback
-// world of 2 (docs/journal/2026-12-02.md).
+// Why not the consumer warpgroups: dx_sums tasks between the tiles keep the tensor cores idle while
+// the warps wait on their loads, whether a task per block (the groups, led by their highest rows,
+// crowd the last blocks) or in slices of rows.
 #include <cuda_bf16.h>
 
 #include "device/comm/cta_place.cuh"

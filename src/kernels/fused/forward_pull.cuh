@@ -10,10 +10,9 @@
 // Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn, so the
 // blocks fill in order. A token is read once per macrobatch for all its rows there
 // (token_group.cuh, as v1's dispatch), by the warp that meets its first row; that warp then raises
-// the counter of each block the token's rows fell in, by the rows it stored there. Measured on the
-// H200 (docs/journal/2026-12-01.md): a comm CTA of warp copies moves ~92 GB/s (read + written)
-// alone; bulk asynchronous copies through shared memory from one thread moved half that (each row
-// holds a stage until its store completes).
+// the counter of each block the token's rows fell in, by the rows it stored there. Warp copies,
+// not bulk asynchronous copies through shared memory from one thread: those hold a stage per row
+// until its store completes, and move fewer rows a CTA.
 #include <cstdint>
 
 #include "device/comm/cta_place.cuh"
