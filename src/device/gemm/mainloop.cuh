@@ -1,7 +1,7 @@
 #pragma once
-// The tile GEMM mainloop: the producer's TMA loads and the consumers' wgmma loop for one
-// 128 x 256 output tile, K in a fixed order (k tile 0, 1, ...): the result of a tile does not
-// depend on which CTA computes it or when.
+// The tile GEMM mainloop of a policy (gemm_policy.cuh): the producer's TMA loads and the consumers'
+// wgmma loop for one kBlockM x kBlockN output tile, K in a fixed order (k tile 0, 1, ...): the
+// result of a tile does not depend on which CTA computes it or when.
 #include <cstdint>
 #include <type_traits>
 
@@ -9,6 +9,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/tile_coord.cuh"
 #include "device/gemm/tma_pipeline.cuh"
 
@@ -26,16 +27,20 @@ struct MainloopParams {
 
 // The stage ring. Swizzled buffers start on a 1024-byte (swizzle period) boundary: TMA and the
 // wgmma descriptors both derive the swizzle from address bits, assuming that base.
+template <class Policy>
 struct MainloopStorage {
-  alignas(1024) Element a[kStages][kBlockM * kBlockK];
-  alignas(1024) Element b[kStages][kBlockN * kBlockK];
-  alignas(8) uint64_t full[kStages];   // TMA bytes of the stage landed
-  alignas(8) uint64_t empty[kStages];  // every consumer warp is done reading the stage
+  static_assert(!Policy::kBlockScaled, "the stages of unscaled operands");
+  using A = typename Policy::A;
+  using B = typename Policy::B;
+  alignas(1024) typename A::Element a[Policy::kStages][A::kRows * A::kBlockK];
+  alignas(1024) typename B::Element b[Policy::kStages][B::kRows * B::kBlockK];
+  alignas(8) uint64_t full[Policy::kStages];   // TMA bytes of the stage landed
+  alignas(8) uint64_t empty[Policy::kStages];  // every consumer warp is done reading the stage
 };
 
 // An epilogue that reads a source tensor may declare
 //   static __device__ void prefetch_source(Params const&, TileCoord const&);
-// the producer calls it this many k tiles before the end of the tile's loads (plus the kStages
+// the producer calls it this many k tiles before the end of the tile's loads (plus the stages
 // it runs ahead of the consumers), so the source sits in L2 when the epilogue reads it, without
 // being fetched so early that the operand stream evicts it again.
 inline constexpr int kSourcePrefetchLead = 8;
@@ -61,37 +66,38 @@ inline constexpr bool
 
 // A consumer thread's (0..255, both warpgroups) wgmma views of the stage ring's A and B:
 // shared-memory descriptors, (MMA, MMA_M or MMA_N, MMA_K, stage); nothing is copied.
-template <class Mma, class TiledMma>
-__device__ auto stage_fragment_a(TiledMma const& tiled_mma, MainloopStorage& smem, int thread) {
+template <class Mma, class TiledMma, class Storage>
+__device__ auto stage_fragment_a(TiledMma const& tiled_mma, Storage& smem, int thread) {
   using namespace cute;
   auto thr_mma = tiled_mma.get_thread_slice(thread);
   return thr_mma.make_fragment_A(thr_mma.partition_A(make_tensor(make_smem_ptr(&smem.a[0][0]), typename Mma::SmemLayoutA{})));
 }
-template <class Mma, class TiledMma>
-__device__ auto stage_fragment_b(TiledMma const& tiled_mma, MainloopStorage& smem, int thread) {
+template <class Mma, class TiledMma, class Storage>
+__device__ auto stage_fragment_b(TiledMma const& tiled_mma, Storage& smem, int thread) {
   using namespace cute;
   auto thr_mma = tiled_mma.get_thread_slice(thread);
   return thr_mma.make_fragment_B(thr_mma.partition_B(make_tensor(make_smem_ptr(&smem.b[0][0]), typename Mma::SmemLayoutB{})));
 }
 
 // Producer (one thread): streams the tile's A and B operands, k tile by k tile, each through its
-// Gemm's operand kind (operand_loads.cuh).
+// Gemm's operand kind (operand_loads.cuh), in its Gemm's policy.
 template <class Gemm>
 __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
-                          MainloopStorage& smem, TmaPipeline const& pipe, PipelineState& st,
-                          TileCoord const& tile) {
+                          MainloopStorage<typename Gemm::Policy>& smem, TmaPipeline<Gemm::Policy::kStages> const& pipe,
+                          PipelineState<Gemm::Policy::kStages>& st, TileCoord const& tile) {
+  using Policy = typename Gemm::Policy;
   int const prefetch_at = max(tile.k_tiles - kSourcePrefetchLead, 0);
   for (int k = 0; k < tile.k_tiles; ++k) {
     if constexpr (kPrefetchesSource<typename Gemm::Epilogue>) {
       if (k == prefetch_at) Gemm::Epilogue::prefetch_source(epilogue, tile);
     }
     pipe.producer_acquire(st);
-    uint64_t* full = pipe.producer_expect(st, kStageBytes);
-    int const k_index = tile.k_begin + k * kBlockK;
-    Gemm::OperandA::template load<kBlockM>(&p.a, full, smem.a[st.stage], tile.m_buffer,
-                                           p.a_mn_extent, k_index, tile.expert);
-    Gemm::OperandB::template load<kBlockN>(&p.b, full, smem.b[st.stage], tile.n_begin,
-                                           p.b_mn_extent, k_index, tile.expert);
+    uint64_t* full = pipe.producer_expect(st, Policy::kOperandBytes);
+    int const k_index = tile.k_begin + k * Policy::kBlockK;
+    Gemm::OperandA::template load<typename Policy::A>(&p.a, full, smem.a[st.stage], tile.m_buffer, p.a_mn_extent,
+                                                      k_index, tile.expert);
+    Gemm::OperandB::template load<typename Policy::B>(&p.b, full, smem.b[st.stage], tile.n_begin, p.b_mn_extent,
+                                                      k_index, tile.expert);
     st.advance();
   }
 }
@@ -105,7 +111,7 @@ __device__ void load_tile(MainloopParams const& p, typename Gemm::Epilogue::Para
 // wgmmas may read only after a proxy fence. `continued`: `accum` holds a partial sum to add to.
 template <class TiledMma, class FragA, class FragB, class Accum, class Pipeline>
 __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Accum& accum,
-                         Pipeline const& pipe, PipelineState& st, int k_tiles, bool active,
+                         Pipeline const& pipe, typename Pipeline::State& st, int k_tiles, bool active,
                          int lane, bool gathered = false, bool continued = false) {
   using namespace cute;
   if (!active) {
@@ -122,7 +128,7 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
   // accumulators between two register sets, which forces a full wait). The first wgmma of the
   // tile overwrites the accumulators (unless they continue a partial), so they need no clearing.
   tiled_mma.accumulate_ = continued ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
-  PipelineState release = st;
+  typename Pipeline::State release = st;
   CUTE_NO_UNROLL
   for (int k = 0; k < k_tiles; ++k) {
     pipe.consumer_wait(st);
