@@ -60,10 +60,11 @@ template <class Gemm>
 inline constexpr bool kHasIdleWarps = !std::is_same_v<typename IdleWarpsOf<Gemm>::type, NoIdleWarps>;
 
 // Launch parameters: passed as a __grid_constant__ so the TMA descriptors stay in parameter space,
-// where the TMA unit can read them.
-template <class SchedulerParams, class EpilogueParams, class IdleWarpsParams = NoIdleWarps::Params>
+// where the TMA unit can read them. The mainloop's are its policy's collective's (mainloop.cuh).
+template <class SchedulerParams, class EpilogueParams, class IdleWarpsParams = NoIdleWarps::Params,
+          class MainloopParamsOf = MainloopParams>
 struct KernelParams {
-  MainloopParams mainloop;
+  MainloopParamsOf mainloop;
   SchedulerParams scheduler;
   EpilogueParams epilogue;
   IdleWarpsParams idle_warps;  // Gemm::IdleWarps's, if any
@@ -78,7 +79,8 @@ inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::k
 
 template <class Gemm>
 using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params,
-                                typename IdleWarpsOf<Gemm>::type::Params>;
+                                typename IdleWarpsOf<Gemm>::type::Params,
+                                typename Mainloop<typename Gemm::Policy>::Params>;
 
 // In the producer warpgroup, after the register handover: its warps 1-3 run the Gemm's IdleWarps
 // work, if any (the producer thread's warp returns).
@@ -94,7 +96,7 @@ __device__ __forceinline__ void run_idle_warps(GemmParams<Gemm> const& p, int la
 
 template <class Policy>
 struct KernelStorage {
-  MainloopStorage<Policy> mainloop;
+  typename Mainloop<Policy>::Storage mainloop;
   ChunkStoreStorage epilogue;
 };
 // The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
@@ -123,12 +125,14 @@ __device__ KernelStorage<Policy>& kernel_storage(uint8_t* smem_raw) {
 // tile exists; a CTA pair's follower walks the stages of a missing second tile without one). The
 // weight gradients over a window (kLoadsPartials) first load the partial sum their expert's window
 // continues from, as the scheduler found it (no loads of the offsets per tile).
-template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class Accum, class Pipeline>
+template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class StageScales, class Accum,
+          class Pipeline>
 __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params const& epilogue,
                                              Scheduler const& scheduler, TileCoord const& tile, bool active,
                                              bool stores, TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB,
-                                             Accum& accum, Pipeline const& pipe, typename Pipeline::State& st,
-                                             ChunkStoreRing& ring, int consumer, int lane) {
+                                             StageScales const& scales, Accum& accum, Pipeline const& pipe,
+                                             typename Pipeline::State& st, ChunkStoreRing& ring, int consumer,
+                                             int lane) {
   using namespace cute;
   if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
     auto const& window = scheduler.window();
@@ -141,10 +145,10 @@ __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params con
       continued = Gemm::Epilogue::load_partial(epilogue, tile, window, accum, consumer);
       warpgroup_fence_operand(accum);
     }
-    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, window, accum, active, ring, consumer);
   } else {
-    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, accum, active, ring, consumer);
   }
 }
@@ -166,8 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
     pipe.init();
-    prefetch_tma_descriptor(&p.mainloop.a);
-    prefetch_tma_descriptor(&p.mainloop.b);
+    Mainloop<Policy>::prefetch_descriptors(p.mainloop);
   }
   __syncthreads();
 
@@ -203,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Mma::TiledMma tiled_mma;
     Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
+    auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
     static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
 
@@ -217,8 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, accum, pipe, st,
-                         ring, consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, scales, accum,
+                         pipe, st, ring, consumer, lane);
     }
     ring.drain();
   }

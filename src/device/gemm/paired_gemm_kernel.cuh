@@ -50,14 +50,11 @@ inline constexpr bool kRunsAsPairs<Gemm, std::void_t<decltype(Gemm::Scheduler::k
     Gemm::Scheduler::kRunsAsPairs;
 
 // The leader's producer thread: streams both tiles of `pair` (located), k tile by k tile.
-template <class Gemm>
-__device__ void load_pair(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
-                          MainloopStorage<typename Gemm::Policy>& smem,
-                          TmaPairPipeline<Gemm::Policy::kStages> const& pipe, PipelineState<Gemm::Policy::kStages>& st,
-                          TilePair const& pair, TileCoord const& second) {
+template <class Gemm, class Collective = Mainloop<typename Gemm::Policy>>
+__device__ void load_pair(typename Collective::Params const& p, typename Gemm::Epilogue::Params const& epilogue,
+                          typename Collective::Storage& smem, TmaPairPipeline<Gemm::Policy::kStages> const& pipe,
+                          PipelineState<Gemm::Policy::kStages>& st, TilePair const& pair, TileCoord const& second) {
   using Policy = typename Gemm::Policy;
-  using A = typename Policy::A;
-  using B = typename Policy::B;
   TileCoord const& first = pair.first;
   int const prefetch_at = max(first.k_tiles - kSourcePrefetchLead, 0);
   for (int k = 0; k < first.k_tiles; ++k) {
@@ -68,21 +65,17 @@ __device__ void load_pair(MainloopParams const& p, typename Gemm::Epilogue::Para
       }
     }
     pipe.producer_acquire(st);
-    uint64_t* full = pipe.producer_expect(st, Policy::kOperandBytes, k == 0);
+    uint64_t* full = pipe.producer_expect(st, Collective::kStageBytes, k == 0);
     int const k_index = first.k_begin + k * Policy::kBlockK;
-    typename A::Element* const a = smem.a[st.stage];
-    typename B::Element* const b = smem.b[st.stage];
+    int const s = st.stage;
     if (pair.shares_rows) {
-      Gemm::OperandA::template load<A>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert, kToBoth);
-      Gemm::OperandB::template load<B>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert, kToLeader);
-      Gemm::OperandB::template load<B>(&p.b, full, b, second.n_begin, p.b_mn_extent, k_index, first.expert,
-                                       kToFollower);
+      Collective::template load_a<Gemm>(p, full, smem, s, first.m_buffer, k_index, first.expert, kToBoth);
+      Collective::template load_b<Gemm>(p, full, smem, s, first.n_begin, k_index, first.expert, kToLeader);
+      Collective::template load_b<Gemm>(p, full, smem, s, second.n_begin, k_index, first.expert, kToFollower);
     } else {
-      Gemm::OperandA::template load<A>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert,
-                                       kToLeader);
-      Gemm::OperandA::template load<A>(&p.a, full, a, second.m_buffer, p.a_mn_extent, k_index, first.expert,
-                                       kToFollower);
-      Gemm::OperandB::template load<B>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert, kToBoth);
+      Collective::template load_a<Gemm>(p, full, smem, s, first.m_buffer, k_index, first.expert, kToLeader);
+      Collective::template load_a<Gemm>(p, full, smem, s, second.m_buffer, k_index, first.expert, kToFollower);
+      Collective::template load_b<Gemm>(p, full, smem, s, first.n_begin, k_index, first.expert, kToBoth);
     }
     st.advance();
   }
@@ -105,10 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   TmaPairPipeline const pipe(smem.mainloop.full, smem.mainloop.empty, block_rank_in_cluster());
   if (threadIdx.x == 0) {
     pipe.init();
-    if (pipe.leader()) {
-      prefetch_tma_descriptor(&p.mainloop.a);
-      prefetch_tma_descriptor(&p.mainloop.b);
-    }
+    if (pipe.leader()) Mainloop<Policy>::prefetch_descriptors(p.mainloop);
   }
   // Both CTAs' barriers exist before either CTA's threads touch the other's.
   cluster_sync();
@@ -149,6 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Mma::TiledMma tiled_mma;
     Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
+    auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
     static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
 
@@ -166,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       Scheduler::locate(p.scheduler, tile);
       bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
       // The weight gradients' window: the pair's expert's (both tiles share it).
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, accum, pipe, st, ring,
-                         consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, scales, accum, pipe, st,
+                         ring, consumer, lane);
     }
     ring.drain();
   }

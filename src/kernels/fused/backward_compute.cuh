@@ -47,12 +47,13 @@ inline constexpr uint32_t kBackwardConsumerRegisters = 216;
 using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;
 static_assert(std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradGemm::Policy> &&
               std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradToHomeGemm::Policy>);
+using BackwardMainloop = gemm::Mainloop<BackwardGemmPolicy>;
 using BackwardPipeline = gemm::TmaPipeline<BackwardGemmPolicy::kStages>;
 
 // The producer thread: takes tasks, waits for each one's A rows, streams its operands by TMA.
 __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                               const FusedBackwardRankParams& p,
-                                              gemm::MainloopStorage<BackwardGemmPolicy>& smem,
+                                              BackwardMainloop::Storage& smem,
                                               const BackwardPipeline& pipe) {
   constexpr int kStages = BackwardGemmPolicy::kStages;
   BackwardTaskCursor tasks(p.tiles);
@@ -111,9 +112,10 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
 // complete and raises the block's dgrad_done; after a dx tile whose rows the dx sums read
 // (dx_group_sums.cuh), the warpgroup's leader raises the block's dx_done once the warpgroup's
 // threads issued their stores.
-template <class TiledMma, class FragA, class FragB, class Accum>
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
 __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
-                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
+                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                       const StageScales& scales, Accum& accum,
                                        const BackwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
                                        int wg_thread) {
   const int lane = wg_thread % 32;
@@ -123,7 +125,7 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
     const BackwardTask task = p.task_slots[first_task_slot<BackwardGemmPolicy::kStages>(world) + st.stage].task;
     if (task.phase == BackwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane);
     if (task.dgrad()) {
       const bool shared = task.shared();
       gemm::DownDgradSwigluGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum,
@@ -196,10 +198,11 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
   Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
   Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  const auto scales = BackwardMainloop::stage_scales(smem.mainloop, thread);
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
   static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
+  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused

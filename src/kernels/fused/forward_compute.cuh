@@ -52,6 +52,7 @@ inline constexpr uint32_t kFusedConsumerRegisters = 208;
 // The policy of the forward's two GEMMs, which share the CTA's stage ring and storage.
 using ForwardGemmPolicy = gemm::UpGateSwigluGemm::Policy;
 static_assert(std::is_same_v<ForwardGemmPolicy, gemm::DownProjGemm::Policy>);
+using ForwardMainloop = gemm::Mainloop<ForwardGemmPolicy>;
 using ForwardPipeline = gemm::TmaPipeline<ForwardGemmPolicy::kStages>;
 
 // Where the rows of an up/gate tile are read from, as the producer sees them.
@@ -88,7 +89,7 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                              const FusedForwardRankParams& p, const ForwardKernelParams& kp,
-                                             gemm::MainloopStorage<ForwardGemmPolicy>& smem, int& shared_task,
+                                             ForwardMainloop::Storage& smem, int& shared_task,
                                              const ForwardPipeline& pipe, int thread) {
   using Policy = ForwardGemmPolicy;
   const GatherSources sources{world, kp.pull, place.rank, kp.pull_all_rows};
@@ -165,17 +166,18 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
         gemm::gather_k_tile<Policy::A>(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows),
                                        k_index, smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
+          static_assert(!Policy::kBlockScaled, "a gathered stage's TMA bytes: B's values alone");
           uint64_t* full = pipe.producer_expect(st, Policy::B::kBytes);
-          gemm::UpGateSwigluGemm::OperandB::load<Policy::B>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                            mainloop.b_mn_extent, k_index, task.tile.expert);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
         }
       } else {
         if (thread == 0) {
-          uint64_t* full = pipe.producer_expect(st, Policy::kOperandBytes);
-          gemm::UpGateSwigluGemm::OperandA::load<Policy::A>(&mainloop.a, full, smem.a[st.stage], task.tile.m_buffer,
-                                                            mainloop.a_mn_extent, k_index, task.tile.expert);
-          gemm::UpGateSwigluGemm::OperandB::load<Policy::B>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                            mainloop.b_mn_extent, k_index, task.tile.expert);
+          uint64_t* full = pipe.producer_expect(st, ForwardMainloop::kStageBytes);
+          ForwardMainloop::load_a<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.m_buffer, k_index,
+                                                          task.tile.expert);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
         }
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
@@ -198,9 +200,10 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 // A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
 // warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
 // (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
-template <class TiledMma, class FragA, class FragB, class Accum>
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
 __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p, const ForwardKernelParams& kp,
-                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
+                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                      const StageScales& scales, Accum& accum,
                                       const ForwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
                                       int wg_thread) {
   const int lane = wg_thread % 32;
@@ -212,7 +215,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
     const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
@@ -281,10 +284,11 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
   Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  const auto scales = ForwardMainloop::stage_scales(smem.mainloop, thread);
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
   static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
+  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused
