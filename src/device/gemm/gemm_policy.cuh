@@ -2,7 +2,8 @@
 // A GEMM's precision and tile as one type, the policy every mainloop piece is instantiated on: the
 // operand layouts and the wgmma (mma_config.cuh), the stage ring and its loads (mainloop.cuh,
 // operand_loads.cuh), the kernel's shared storage (grouped_gemm_kernel.cuh). Each GEMM of
-// expert_gemms/ names its policy; a new precision is one more policy.
+// expert_gemms/ names its policy; a new precision is one more policy, and a scaled one runs the
+// block-scaled collective (mainloop.cuh says how a policy picks its collective).
 //
 //   ElementA, ElementB   the operands' values, as TMA copies them into the stages
 //   kScaleA, kScaleB     how each operand's values are scaled (ScaleKind)
@@ -69,5 +70,11 @@ struct GemmPolicy {
 // (48 KiB each).
 using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind::kNone, ScaleKind::kNone, float,
                                   kBlockM, kBlockN, 64, 4>;
+
+// DeepSeek-V3's recipe: e4m3 activations scaled per 1 x 128 block along K, e4m3 weights per
+// 128 x 128 block, fp32 accumulators promoted per 128-wide K block (block_scaled_mainloop.cuh).
+// 128 x 128 x 128 tiles: a consumer thread holds the tile's and the block's accumulators, 64 each.
+using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
+                                            ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
 
 }  // namespace caracal::gemm

@@ -51,8 +51,8 @@ struct MmaConfig {
       MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
   static_assert(cute::size(TiledMma{}) == kConsumerWarpgroups * kWarpgroupThreads);
 
-  // The accumulator layout the epilogues index (gemm_config.cuh) does not depend
-  // on majorness or precision; pin it here, where the atom is chosen.
+  // The accumulator layout the epilogues and the block-scaled promotion index (gemm_config.cuh)
+  // does not depend on majorness or precision; pin it here, where the atom is chosen.
   static_assert(std::is_same_v<typename cute::MMA_Traits<MmaAtom>::CLayout,
                                cute::GMMA::CLayout_64xN<Policy::kBlockN>>);
 };

@@ -17,6 +17,10 @@
 // or columns that are never stored, and no copy depends on how the TMA treats a box with no
 // element in bounds. Either way every stage receives its operand tile's bytes. The host maps are
 // of 2-byte elements (tensor_map.hpp).
+//
+// A scaled operand (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and
+// its kind also loads each k step's fp32 scales (load_scales, ScaleTile): KMajorRows one per row
+// (1 x 128 blocks), KMajorWeights one per 128 x 128 block.
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -48,6 +52,19 @@ __device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t 
   }
 }
 
+// An operand tile's scales in a stage, as its kind loads them: per row block one fp32 per MN row of
+// the tile, a box of kRows from a [K/128][MN] map (MN contiguous); per 128 x 128 block one per 128
+// MN rows, the tile's first kRows / 128 of a box of kBlockScaleBox from a [L][K/128][MN/128
+// rounded up to kBlockScaleBox] map (a TMA box holds at least 16 bytes).
+inline constexpr int kBlockScaleBox = 4;
+template <class Tile>
+struct ScaleTile {
+  static_assert(Tile::kScale != ScaleKind::kNone, "the scales of a scaled operand");
+  static_assert(Tile::kScale != ScaleKind::kPerBlock || Tile::kRows / kScaleBlock <= kBlockScaleBox);
+  static constexpr int kCount = Tile::kScale == ScaleKind::kPerRowBlock ? Tile::kRows : kBlockScaleBox;
+  static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));
+};
+
 // Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
 template <class Tile>
 __device__ int mn_box(int mn, int mn_extent) {
@@ -55,7 +72,9 @@ __device__ int mn_box(int mn, int mn_extent) {
 }
 
 // Each kind: make_map<Tile>(base, extents..., what) on the host; load<Tile>(map, full, stage, mn,
-// mn_extent, k, expert, to) on the device, the tile's k step at K index `k` into `stage`.
+// mn_extent, k, expert, to) on the device, the tile's k step at K index `k` into `stage`; a kind a
+// scaled operand may have, load_scales<Tile>(map, full, scales, mn, k, expert, to): that k step's
+// scales (ScaleTile) into `scales`.
 struct KMajorRows {
   static constexpr Major kMajor = Major::K;
   template <class Tile>
@@ -67,6 +86,12 @@ struct KMajorRows {
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int /*expert*/, uint16_t to = 0) {
     load_2d(map, full, to, smem, k, mn);
+  }
+  template <class Tile>
+  __device__ static void load_scales(CUtensorMap const* map, uint64_t* full, float* scales, int mn, int k,
+                                     int /*expert*/, uint16_t to = 0) {
+    static_assert(Tile::kScale == ScaleKind::kPerRowBlock, "rows scaled per 1 x 128 block");
+    load_2d(map, full, to, scales, mn, k / kScaleBlock);
   }
 };
 
@@ -82,6 +107,12 @@ struct KMajorWeights {
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int expert, uint16_t to = 0) {
     load_3d(map, full, to, smem, k, mn, expert);
+  }
+  template <class Tile>
+  __device__ static void load_scales(CUtensorMap const* map, uint64_t* full, float* scales, int mn, int k, int expert,
+                                     uint16_t to = 0) {
+    static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
+    load_3d(map, full, to, scales, mn / kScaleBlock, k / kScaleBlock, expert);
   }
 };
 
