@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "caracal/error.hpp"
+#include "caracal/row_format.hpp"
 #include "caracal/schedule.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
 
@@ -14,17 +15,6 @@ namespace {
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Bytes of one row of `cols` values in the layer's activation format: bf16, or fp8 E4M3 with one
-// fp32 scale per 1x128 block.
-int64_t activation_row_bytes(int64_t cols, Precision precision) {
-  return precision == Precision::kFP8 ? cols + ceil_div(cols, 128) * 4 : cols * 2;
-}
-
-// Bytes of a [rows x cols] weight matrix: bf16, or fp8 with one fp32 scale per 128x128 block.
-int64_t weight_bytes(int64_t rows, int64_t cols, Precision precision) {
-  return precision == Precision::kFP8 ? rows * cols + ceil_div(rows, 128) * ceil_div(cols, 128) * 4
-                                      : rows * cols * 2;
-}
 
 template <typename T>
 Spread spread_of(const std::vector<T>& values) {
@@ -101,12 +91,13 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   const int64_t capacity = W * routes + L * (tile_m - 1);  // the worst case: every route here
   const int64_t routed_rows = capacity / tile_m * tile_m;
   const int64_t ring = std::min(ring_rows, routed_rows);
-  const int64_t x_row = activation_row_bytes(D, c.precision);
+  const RowFormat row_format_of_layer = row_format(c.precision);
+  const int64_t x_row = row_format_of_layer.row_bytes(D);
   const int64_t dy_row = D * 2;
   // expert_x, expert_dy and, at W > 1, expert_dx: where the fused backward sums the dx rows of other
   // ranks' tokens per (token, rank) before one goes home.
   const int64_t ring_heap_row = x_row + dy_row + (W > 1 ? D * 2 : 0);
-  const int64_t ring_local_row = 2 * I * 2 + activation_row_bytes(I, c.precision);  // gate_up, activation
+  const int64_t ring_local_row = 2 * I * 2 + row_format_of_layer.row_bytes(I);  // gate_up, activation
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
 
@@ -222,7 +213,7 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   const double D = static_cast<double>(s.hidden), I = static_cast<double>(s.intermediate);
   const double Is = static_cast<double>(s.num_shared_experts * s.shared_intermediate);
   const double T = static_cast<double>(config.tokens_per_rank);
-  const int64_t x_row = activation_row_bytes(s.hidden, config.precision);
+  const int64_t x_row = row_format(config.precision).row_bytes(s.hidden);
   const int64_t out_row = s.hidden * 2;  // expert outputs, dy and dx rows travel as bf16
   const double flops_per_tflops_ms = options.tflops * 1e9;  // FLOP per ms
   const double bytes_per_ms = options.nvlink_gbs * 1e6;
