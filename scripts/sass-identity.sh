@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Whether two builds hold the same machine code, without a GPU: scripts/sass-identity.sh OLD NEW
 # OLD and NEW are build folders (or folders holding copies of their libraries). Every kernel library
-# lib*.a at the top of OLD (SASS_LIBS: these names instead) is dumped from both with
+# lib*.a at the top of OLD or NEW (SASS_LIBS: these names instead) is dumped from both with
 # `cuobjdump --dump-sass --dump-resource-usage` and compared kernel by kernel
 # (scripts/lib/sass_identity.py): only the names a rename changes are normalized, and a kernel
-# renamed with the same code pairs up with its old self by its normalized body. For refactors that
-# must not change a bit of device code.
+# renamed with the same code pairs up with its old self by its normalized body; the kernels of a
+# library only NEW has are only in NEW. For refactors that must not change a bit of device code.
 # The last line is "SASS identical: N kernels" (exit status 0) or "FAILED: <kernels or libraries>"
 # (exit status 1: a kernel differs, or is only in one build, or a library is missing or unreadable).
 # cuobjdump: CUOBJDUMP, else on PATH, else /usr/local/cuda/bin (it needs nvdisasm beside it or on
@@ -31,6 +31,7 @@ if [ -n "${SASS_LIBS:-}" ]; then
 else
   libs=()
   for path in "$old"/lib*.a; do [ -f "$path" ] && libs+=("$(basename "$path")"); done
+  for path in "$new"/lib*.a; do [ -f "$path" ] && [ ! -f "$old/$(basename "$path")" ] && libs+=("$(basename "$path")"); done
 fi
 if [ "${#libs[@]}" -eq 0 ]; then
   echo "FAILED: no lib*.a in $old"
@@ -42,7 +43,9 @@ for lib in "${libs[@]}"; do
   for side in old new; do
     dir=$old
     [ "$side" = new ] && dir=$new
-    if [ ! -f "$dir/$lib" ]; then
+    if [ "$side" = old ] && [ -z "${SASS_LIBS:-}" ] && [ ! -f "$old/$lib" ]; then
+      : >"$dumps/old/$lib.sass"  # a library only in NEW: none of its kernels has an old self
+    elif [ ! -f "$dir/$lib" ]; then
       record_failed "$lib" "missing in ${side^^} ($dir)"
     elif ! "$cuobjdump" --dump-sass --dump-resource-usage "$dir/$lib" >"$dumps/$side/$lib.sass" 2>"$dumps/$side/$lib.err" &&
         ! grep -q "does not contain device code" "$dumps/$side/$lib.err"; then  # a host library: no kernels

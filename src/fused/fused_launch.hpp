@@ -1,7 +1,7 @@
 #pragma once
 // The launch of a fused kernel (fused_forward.hpp, fused_backward.hpp): every CTA a grouped-GEMM CTA
-// (gemm::kThreads threads, gemm::kSmemBytes of shared memory), one per SM shared by the local ranks,
-// the first comm_ctas of each rank pulling before they compute.
+// (gemm::kThreads threads, the shared memory of its GEMMs' policy, `Policy`), one per SM shared by
+// the local ranks, the first comm_ctas of each rank pulling before they compute.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -15,31 +15,35 @@
 namespace caracal::fused {
 
 // Device words of a rank's ready counters (`counter_words`) followed, from a 32-byte boundary, by
-// the task slots (`slot_bytes` each) of kFusedMaxCtasPerRank CTAs.
-inline size_t counters_and_task_slots_words(size_t counter_words, size_t slot_bytes) {
+// the task slots (`slot_bytes` each, one per stage of Policy's ring) of kFusedMaxCtasPerRank CTAs.
+template <class Policy>
+size_t counters_and_task_slots_words(size_t counter_words, size_t slot_bytes) {
   const size_t slot_words = slot_bytes / sizeof(uint32_t);
-  return (counter_words + slot_words - 1) / slot_words * slot_words + kFusedMaxCtasPerRank * gemm::kStages * slot_words;
+  return (counter_words + slot_words - 1) / slot_words * slot_words +
+         kFusedMaxCtasPerRank * Policy::kStages * slot_words;
 }
 
 // CTAs per rank of a launch of `kernel` on `world`'s device (one per SM, shared by the local ranks),
-// its shared-memory limit raised to gemm::kSmemBytes first.
-template <typename... Params>
+// its shared-memory limit raised to gemm::kSmemBytes<Policy> first.
+template <class Policy, typename... Params>
 int fused_kernel_ctas_per_rank(const comm::World& world, void (*kernel)(comm::DeviceWorld, Params...),
                                const char* name) {
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm::kSmemBytes);
-  CARACAL_CHECK(attr == cudaSuccess, name, ": cannot raise the shared-memory limit to ", gemm::kSmemBytes,
+  constexpr int kSmemBytes = gemm::kSmemBytes<Policy>;
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  CARACAL_CHECK(attr == cudaSuccess, name, ": cannot raise the shared-memory limit to ", kSmemBytes,
                 " bytes: ", cudaGetErrorString(attr));
-  return comm::max_ctas_per_rank(world, kernel, gemm::kThreads, gemm::kSmemBytes);
+  return comm::max_ctas_per_rank(world, kernel, gemm::kThreads, kSmemBytes);
 }
 
 // The shape of a launch of `ctas_per_rank` CTAs per rank (at most kFusedMaxCtasPerRank: the task
 // slots the ready counters hold).
-inline comm::LaunchShape fused_launch_shape(int ctas_per_rank, const char* name) {
+template <class Policy>
+comm::LaunchShape fused_launch_shape(int ctas_per_rank, const char* name) {
   CARACAL_CHECK(ctas_per_rank <= kFusedMaxCtasPerRank, name, ": at most ", kFusedMaxCtasPerRank,
                 " CTAs per rank (the task slots of its ready counters), got ", ctas_per_rank);
   comm::LaunchShape shape;
   shape.threads_per_cta = gemm::kThreads;
-  shape.shared_bytes = gemm::kSmemBytes;
+  shape.shared_bytes = gemm::kSmemBytes<Policy>;
   shape.ctas_per_rank = ctas_per_rank;
   return shape;
 }

@@ -7,10 +7,10 @@
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
 #include "device/gemm/mainloop.cuh"
-#include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
-#include "device/gemm/swiglu_backward_epilogue.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -24,15 +24,17 @@ struct DownDgradSwigluDescriptors {
 };
 
 inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradSwigluArgs& args) {
+  using Gemm = DownDgradSwigluGemm;
+  using Policy = Gemm::Policy;
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
-  const int n_blocks = (args.intermediate + kBlockN - 1) / kBlockN;
+  const int n_blocks = (args.intermediate + Policy::kBlockN - 1) / Policy::kBlockN;
   DownDgradSwigluDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.dy, rows, d, "dy");
-  g.mainloop.b = MNMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
+  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.dy, rows, d, "dy");
+  g.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   g.mainloop.b_mn_extent = args.intermediate;
-  g.tiles = {args.rows, n_blocks, args.hidden / kBlockK, args.tile_queue};
+  g.tiles = {args.rows, n_blocks, args.hidden / Policy::kBlockK, args.tile_queue};
   SwigluBackwardEpilogue::Params& e = g.epilogue;
   e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
   e.scaled_activation =
@@ -54,15 +56,18 @@ struct GateUpDgradDescriptors {
 };
 
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
+  using Gemm = GateUpDgradGemm;  // GateUpDgradToHomeGemm's operands too
+  using Policy = Gemm::Policy;
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   GateUpDgradDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.d_gate_up, rows, 2 * i, "d_gate_up");
+  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.d_gate_up, rows, 2 * i, "d_gate_up");
   g.mainloop.b =
-      MNMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
+      Gemm::OperandB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
   g.mainloop.b_mn_extent = args.hidden;
-  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), 2 * args.intermediate / kBlockK, args.tile_queue};
+  g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), 2 * args.intermediate / Policy::kBlockK,
+             args.tile_queue};
   return g;
 }
 

@@ -5,11 +5,10 @@
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm.hpp"
-#include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/expert_gemms/down_proj.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/mainloop.cuh"
-#include "device/gemm/operand_loads.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
-#include "device/gemm/swiglu_epilogue.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -23,13 +22,16 @@ struct UpGateSwigluDescriptors {
 };
 
 inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
+  using Gemm = UpGateSwigluGemm;
+  using Policy = Gemm::Policy;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   UpGateSwigluDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.x, buffer_rows, d, "x");
+  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.x, buffer_rows, d, "x");
   g.mainloop.b =
-      KMajorWeights::make_map<kBlockN>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
-  g.tiles = {args.rows, int((2 * i + kBlockN - 1) / kBlockN), args.hidden / kBlockK, args.tile_queue};
+      Gemm::OperandB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
+  g.tiles = {args.rows, int((2 * i + Policy::kBlockN - 1) / Policy::kBlockN), args.hidden / Policy::kBlockK,
+             args.tile_queue};
   g.epilogue.activation =
       make_tensor_map_2d(args.activation_out, buffer_rows, i, kChunkRows, kChunkCols, "activation_out");
   g.epilogue.store_gate_up = args.gate_up_out != nullptr;
@@ -49,12 +51,15 @@ struct DownProjDescriptors {
 };
 
 inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
+  using Gemm = DownProjGemm;
+  using Policy = Gemm::Policy;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   DownProjDescriptors g{};
-  g.mainloop.a = KMajorRows::make_map<kBlockM>(args.activation, buffer_rows, i, "activation");
-  g.mainloop.b = KMajorWeights::make_map<kBlockN>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  g.tiles = {args.rows, int((d + kBlockN - 1) / kBlockN), args.intermediate / kBlockK, args.tile_queue};
+  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.activation, buffer_rows, i, "activation");
+  g.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
+  g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), args.intermediate / Policy::kBlockK,
+             args.tile_queue};
   if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");
   g.epilogue.cols = args.hidden;
   return g;

@@ -31,6 +31,7 @@ auto grouped_gemm_kernel_of() {
 template <class Gemm>
 void launch_grouped_gemm(GemmParams<Gemm> const& p, int num_ctas, cudaStream_t stream, const char* fn) {
   constexpr bool kPairs = kRunsAsPairs<Gemm>;
+  constexpr int kSmemBytes = gemm::kSmemBytes<typename Gemm::Policy>;
   auto* kernel = grouped_gemm_kernel_of<Gemm>();
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);

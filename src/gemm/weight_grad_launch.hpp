@@ -14,7 +14,7 @@
 
 namespace caracal::gemm {
 
-using WeightGradParams = KernelParams<WeightTileScheduler::Params, WeightGradEpilogueParams>;
+using WeightGradParams = KernelParams<WeightTileParams, WeightGradEpilogueParams>;
 
 // One weight-gradient launch: p.epilogue.grad is the [num_experts * grad_rows][grad_cols] gradient
 // map, fp32 or (bf16) bf16.

@@ -131,6 +131,7 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   shape.hidden = config.shape.hidden;
   shape.num_experts = config.shape.num_experts;
   shape.tile_m = kTileM;  // expert segments padded to the grouped GEMMs' M tile
+  shape.precision = config.precision;
   return shape;
 }
 
@@ -168,6 +169,7 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows, bool bf16_weigh
   s.local_experts = static_cast<int>(exchange.local_experts);
   s.has_shared = config.shape.num_shared_experts > 0;
   s.shared_intermediate = as_int(config.shape.shared_intermediate, "shared_intermediate");
+  s.rows = row_format(config.precision);
   s.routed_rows = static_cast<int>(exchange.row_capacity / kTileM * kTileM);
   CARACAL_CHECK(ring_rows >= 0 && ring_rows % kTileM == 0, "MoELayer: ring_rows must be 0 or a multiple of ", kTileM,
                 ", got ", ring_rows);

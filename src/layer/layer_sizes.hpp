@@ -6,6 +6,7 @@
 
 #include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
+#include "caracal/row_format.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 
 namespace caracal::layer {
@@ -19,6 +20,8 @@ struct LayerSizes {
   int local_experts = 0;        // L
   bool has_shared = false;
   int shared_intermediate = 0;  // Is (0 without a shared expert)
+  // The layer's precision's rows (x, dy, the activation), in the exchange's heap and the local buffers.
+  RowFormat rows;
   // Rows of the routed grouped GEMMs: the exchange's row capacity W*T*k + L*127 rounded down to
   // a multiple of 128. Every schedule fits: its padded segments total at most the capacity and
   // are a multiple of 128.

@@ -28,6 +28,11 @@ class BlockLayout {
     bytes_ += (static_cast<size_t>(count) * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
     return base_ != nullptr ? reinterpret_cast<T*>(base_ + offset) : nullptr;
   }
+  // `rows` rows of `row_bytes` each (a RowFormat's), as elements of T.
+  template <typename T>
+  T* take_rows(int64_t rows, int64_t row_bytes) {
+    return take<T>(rows * row_bytes / static_cast<int64_t>(sizeof(T)));
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -42,7 +47,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   const int64_t D = s.hidden;
   LocalBuffers b;
   b.gate_up = block.take<bf16>(rows * 2 * I);
-  b.activation = block.take<bf16>(rows * I);
+  b.activation = block.take_rows<LayerRow>(rows, s.rows.row_bytes(I));
   if (s.weight_grad_partials) {
     const auto partial = static_cast<int64_t>(gemm::weight_grad_partial_floats(s.hidden, s.intermediate));
     b.weight_grad_partials[0] = block.take<float>(partial);
@@ -62,12 +67,12 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_offset = block.take<int32_t>(2);
   b.shared_count = block.take<int32_t>(1);
   if (!s.shared_rows_in_place()) {  // zero-padded copies of the exchange's rows
-    b.shared_x = block.take<bf16>(shared * D);
+    b.shared_x = block.take_rows<LayerRow>(shared, s.rows.row_bytes(D));
     b.shared_out = block.take<bf16>(shared * D);
-    b.shared_dy = block.take<bf16>(shared * D);
+    b.shared_dy = block.take_rows<LayerRow>(shared, s.rows.row_bytes(D));
   }
   b.shared_gate_up = block.take<bf16>(shared * 2 * Is);
-  b.shared_activation = block.take<bf16>(shared * Is);
+  b.shared_activation = block.take_rows<LayerRow>(shared, s.rows.row_bytes(Is));
   b.shared_gates = block.take<float>(shared);
   b.shared_dg = block.take<float>(shared);
   b.shared_workspace = block.take<float>(

@@ -2,7 +2,8 @@
 // The per-rank buffers of a MoELayer outside the symmetric heap: the experts' activations, which
 // no peer reads. One device allocation per local rank, zeroed at setup; the padding rows of the
 // shared expert's inputs are never written afterwards, so they stay zero as the grouped GEMMs
-// require.
+// require. Rows of x, dy and the activation are in the layer's row format (LayerSizes::rows, typed
+// LayerRow).
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/moe_layer.hpp"
+#include "caracal/precision_traits.hpp"
 #include "layer/layer_sizes.hpp"
 
 namespace caracal::layer {
@@ -19,7 +21,7 @@ struct LocalBuffers {
   // Routed experts: ring_rows rows, as the exchange's expert_x / expert_dy (LayerSizes::ring_rows).
   __nv_bfloat16* gate_up = nullptr;    // [ring_rows][2I] interleaved, saved by forward; the
                                        // backward's d_gate_up over it (gemm::expert_backward)
-  __nv_bfloat16* activation = nullptr; // [ring_rows][I]: the SwiGLU activation (forward), then
+  LayerRow* activation = nullptr;      // [ring_rows][I]: the SwiGLU activation (forward), then
                                        // bf16(g * activation) (backward; the forward's is not needed there)
   float* workspace = nullptr;          // gemm::down_dgrad_workspace_floats(routed_rows, I): per schedule row
   // With LayerSizes::weight_grad_partials: bf16 weight gradients' fp32 sums between two
@@ -36,11 +38,11 @@ struct LocalBuffers {
   // x, out and dy also null where LayerSizes::shared_rows_in_place, the exchange's buffers serving).
   int32_t* shared_offset = nullptr;           // [2] {0, shared_rows}
   int32_t* shared_count = nullptr;            // [1] {T}
-  __nv_bfloat16* shared_x = nullptr;          // [shared_rows][D]; the backward's dx over it
+  LayerRow* shared_x = nullptr;               // [shared_rows][D]; the backward's dx over it
   __nv_bfloat16* shared_gate_up = nullptr;    // [shared_rows][2Is], saved by forward; d_gate_up over it
-  __nv_bfloat16* shared_activation = nullptr;  // [shared_rows][Is], like `activation`
+  LayerRow* shared_activation = nullptr;      // [shared_rows][Is], like `activation`
   __nv_bfloat16* shared_out = nullptr;        // [shared_rows][D] E_shared(x), unscaled
-  __nv_bfloat16* shared_dy = nullptr;         // [shared_rows][D]
+  LayerRow* shared_dy = nullptr;              // [shared_rows][D]
   float* shared_gates = nullptr;              // [shared_rows] c_t (1 without a scale); 0 on padding
   float* shared_dg = nullptr;                 // [shared_rows] <dy_t, E_shared(x_t)>
   float* shared_workspace = nullptr;          // gemm::down_dgrad_workspace_floats(shared_rows, Is)

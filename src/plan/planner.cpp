@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "caracal/error.hpp"
+#include "caracal/row_format.hpp"
 #include "caracal/schedule.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
 
@@ -13,18 +14,6 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Bytes of one row of `cols` values in the layer's activation format: bf16, or fp8 E4M3 with one
-// fp32 scale per 1x128 block.
-int64_t activation_row_bytes(int64_t cols, Precision precision) {
-  return precision == Precision::kFP8 ? cols + ceil_div(cols, 128) * 4 : cols * 2;
-}
-
-// Bytes of a [rows x cols] weight matrix: bf16, or fp8 with one fp32 scale per 128x128 block.
-int64_t weight_bytes(int64_t rows, int64_t cols, Precision precision) {
-  return precision == Precision::kFP8 ? rows * cols + ceil_div(rows, 128) * ceil_div(cols, 128) * 4
-                                      : rows * cols * 2;
-}
 
 template <typename T>
 Spread spread_of(const std::vector<T>& values) {
@@ -90,9 +79,9 @@ std::vector<RankTraffic> rank_traffic(const Schedule& schedule, int64_t ring_row
 
 // MoELayer's buffers per rank (src/transfer/token_exchange.cu lay_out, src/layer/local_buffers.cpp)
 // without their 256-byte alignment padding, sorted by what they hold: the fused layer over a ring
-// of `ring_rows` rows, and v1's over every row its schedule can have. Rows of x and of the
-// activation in the layer's format (bf16 today; the FP8 plan shrinks them), the rest bf16 rows and
-// 4-byte scalars.
+// of `ring_rows` rows, and v1's over every row its schedule can have. Rows of x, dy and the
+// activation in the layer's row format (caracal/row_format.hpp: the FP8 plan shrinks them), the
+// rest bf16 rows and 4-byte scalars.
 MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, bool bf16_weight_gradients) {
   const LayerShape& s = c.shape;
   const int64_t T = c.tokens_per_rank, k = s.top_k, D = s.hidden, I = s.intermediate;
@@ -101,19 +90,19 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   const int64_t capacity = W * routes + L * (tile_m - 1);  // the worst case: every route here
   const int64_t routed_rows = capacity / tile_m * tile_m;
   const int64_t ring = std::min(ring_rows, routed_rows);
-  const int64_t x_row = activation_row_bytes(D, c.precision);
-  const int64_t dy_row = D * 2;
+  const RowFormat rows_of_layer = row_format(c.precision);
+  const int64_t x_row = rows_of_layer.row_bytes(D);  // x and dy
   // expert_x, expert_dy and, at W > 1, expert_dx: where the fused backward sums the dx rows of other
   // ranks' tokens per (token, rank) before one goes home.
-  const int64_t ring_heap_row = x_row + dy_row + (W > 1 ? D * 2 : 0);
-  const int64_t ring_local_row = 2 * I * 2 + activation_row_bytes(I, c.precision);  // gate_up, activation
+  const int64_t ring_heap_row = 2 * x_row + (W > 1 ? D * 2 : 0);
+  const int64_t ring_local_row = 2 * I * 2 + rows_of_layer.row_bytes(I);  // gate_up, activation
   // One fp32 router-gradient partial per row and 256-column tile of I.
   const auto dgrad_workspace = [](int64_t r, int64_t i) { return r * ceil_div(i, 256) * 4; };
 
   MemoryPlan m;
   // x, y, dy, dx and the shared expert's output and dx rows per token; one row per (token, slot)
   // for combine, reused by reverse dispatch; topk_idx, scores, gates, score gradients and dg slots.
-  m.symmetric = T * x_row + 3 * T * D * 2 + (Is > 0 ? 2 * T * D * 2 : 0) + routes * D * 2 + 5 * routes * 4;
+  m.symmetric = 2 * T * x_row + 2 * T * D * 2 + (Is > 0 ? 2 * T * D * 2 : 0) + routes * D * 2 + 5 * routes * 4;
   m.ring = ring * (ring_heap_row + ring_local_row);
   // The schedule's rows, offsets, counts, inverse view and workspaces (heap), and the per-row g,
   // dL/dg (heap) and router-gradient partials (local), all for the worst case.
@@ -123,8 +112,9 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   // The shared expert's gate_up and activation, gates and dg, and, where T is not a multiple of the
   // tile (its rows padded with zeros), its own x (its dx over it), out and dy.
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
-  const int64_t shared_copies = shared_rows != T ? 3 * D : 0;
-  m.saved = shared_rows * (shared_copies + 2 * Is + Is) * 2 + shared_rows * 2 * 4 + dgrad_workspace(shared_rows, Is);
+  const int64_t shared_copies = shared_rows != T ? 2 * x_row + D * 2 : 0;
+  m.saved = shared_rows * (shared_copies + 2 * Is * 2 + rows_of_layer.row_bytes(Is)) + shared_rows * 2 * 4 +
+            dgrad_workspace(shared_rows, Is);
   // With more rows than the ring, if bf16 weight gradients may be asked for: two fp32 sums of one
   // expert's weight gradients (carrying them across macrobatches).
   m.partials = bf16_weight_gradients && ring < routed_rows ? 2 * 3 * D * I * 4 : 0;
@@ -222,8 +212,8 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   const double D = static_cast<double>(s.hidden), I = static_cast<double>(s.intermediate);
   const double Is = static_cast<double>(s.num_shared_experts * s.shared_intermediate);
   const double T = static_cast<double>(config.tokens_per_rank);
-  const int64_t x_row = activation_row_bytes(s.hidden, config.precision);
-  const int64_t out_row = s.hidden * 2;  // expert outputs, dy and dx rows travel as bf16
+  const int64_t x_row = row_format(config.precision).row_bytes(s.hidden);  // x and dy rows
+  const int64_t out_row = s.hidden * 2;  // expert outputs and dx rows travel as bf16
   const double flops_per_tflops_ms = options.tflops * 1e9;  // FLOP per ms
   const double bytes_per_ms = options.nvlink_gbs * 1e6;
 
@@ -249,9 +239,9 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
         t.received > 0 ? replayed * t.received_remote / std::max<int64_t>(t.padded_rows, 1) : 0;
     const int64_t fwd_in = t.tokens_received_remote * x_row + t.tokens_sent_remote * out_row;
     const int64_t fwd_out = t.tokens_sent_remote * x_row + t.tokens_received_remote * out_row;
-    const int64_t bwd_in = t.tokens_received_remote * out_row + t.tokens_sent_remote * out_row + t.sent_remote * 4 +
+    const int64_t bwd_in = t.tokens_received_remote * x_row + t.tokens_sent_remote * out_row + t.sent_remote * 4 +
                            replay_remote * x_row;
-    const int64_t bwd_out = t.tokens_sent_remote * out_row + t.tokens_received_remote * out_row + t.received_remote * 4;
+    const int64_t bwd_out = t.tokens_sent_remote * x_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
     // Today's kernels move what the design does: the pulls (x, dy) read a token once per rank and
@@ -264,8 +254,8 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     // MoELayer v1 as it was, one row per route, and replays nothing.
     const int64_t v1_fwd = std::max(t.received_remote * x_row + t.sent_remote * out_row,
                                     t.sent_remote * x_row + t.received_remote * out_row);
-    const int64_t v1_bwd = std::max(t.received_remote * out_row + t.sent_remote * (out_row + 4),
-                                    t.sent_remote * out_row + t.received_remote * (out_row + 4));
+    const int64_t v1_bwd = std::max(t.received_remote * x_row + t.sent_remote * (out_row + 4),
+                                    t.sent_remote * x_row + t.received_remote * (out_row + 4));
     rf.v1_forward_nvlink_bytes = std::max(rf.v1_forward_nvlink_bytes, v1_fwd);
     rf.v1_backward_nvlink_bytes = std::max(rf.v1_backward_nvlink_bytes, v1_bwd);
   }

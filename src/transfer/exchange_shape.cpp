@@ -24,6 +24,8 @@ ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size) {
                 "hidden must be a positive multiple of ", kHiddenAlignment,
                 " (rows move as 16-byte vectors of 8 bf16), got ", shape.hidden);
   CARACAL_CHECK(shape.hidden <= kMaxIndex, kWhere, "hidden must be below 2^31, got ", shape.hidden);
+  CARACAL_CHECK(shape.precision == Precision::kBF16, kWhere,
+                "precision must be bf16 (the pulls move rows without scales), got ", to_string(shape.precision));
   CARACAL_CHECK(shape.num_experts >= 1, kWhere, "num_experts must be at least 1, got ", shape.num_experts);
   CARACAL_CHECK(shape.num_experts % world_size == 0, kWhere, "num_experts (", shape.num_experts,
                 ") must be divisible by the world size (", world_size, ")");
@@ -45,6 +47,7 @@ ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size) {
                 " must be below 2^31 (32-bit row indices): lower tile_m or the token count");
   sizes.row_capacity = world_size * sizes.routes + sizes.local_experts * padding;
   sizes.chunks = (sizes.routes + kScheduleChunkRoutes - 1) / kScheduleChunkRoutes;
+  sizes.pulled_row_bytes = row_format(shape.precision).row_bytes(shape.hidden);
   // E + (2 + warps) * L + 1 ints: see schedule::shared_ints (schedule_build.cuh).
   const int64_t shared_ints = shape.num_experts + (2 + kScheduleWarps) * sizes.local_experts + 1;
   sizes.schedule_shared_bytes = static_cast<size_t>(shared_ints) * sizeof(int32_t);

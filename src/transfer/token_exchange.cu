@@ -23,6 +23,11 @@ class HeapLayout {
     bytes_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
     return world_ != nullptr ? world_->allocate<T>(static_cast<size_t>(count)) : Sym<T>{};
   }
+  // `rows` rows of `row_bytes` each (ExchangeSizes::pulled_row_bytes), as elements of T.
+  template <typename T>
+  Sym<T> take_rows(int64_t rows, int64_t row_bytes) {
+    return take<T>(rows * row_bytes / static_cast<int64_t>(sizeof(T)));
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -46,6 +51,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   const int64_t routes = sizes.routes;
   const int64_t rows = sizes.row_capacity;
   const int64_t pulled_rows = options.ring_rows > 0 ? options.ring_rows : rows;  // expert_x, expert_dy
+  const int64_t row_bytes = sizes.pulled_row_bytes;  // x, expert_x, dy, expert_dy
   Buffers b;
   b.schedule.topk_idx = heap.take<int32_t>(routes);
   b.schedule.rows = heap.take<int2>(rows);
@@ -59,16 +65,16 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   b.router.gates = heap.take<float>(routes);
   b.router.d_topk_scores = heap.take<float>(routes);
   if (options.forward) {
-    b.forward.x = heap.take<__nv_bfloat16>(T * D);
-    b.forward.expert_x = heap.take<__nv_bfloat16>(pulled_rows * D);
+    b.forward.x = heap.take_rows<LayerRow>(T, row_bytes);
+    b.forward.expert_x = heap.take_rows<LayerRow>(pulled_rows, row_bytes);
     if (options.expert_out) b.forward.expert_out = heap.take<__nv_bfloat16>(rows * D);
     b.forward.combine_slots = heap.take<__nv_bfloat16>(routes * D);
     if (options.shared_expert) b.forward.shared_out = heap.take<__nv_bfloat16>(T * D);
     b.forward.y = heap.take<__nv_bfloat16>(T * D);
   }
   if (options.backward) {
-    b.backward.dy = heap.take<__nv_bfloat16>(T * D);
-    b.backward.expert_dy = heap.take<__nv_bfloat16>(pulled_rows * D);
+    b.backward.dy = heap.take_rows<LayerRow>(T, row_bytes);
+    b.backward.expert_dy = heap.take_rows<LayerRow>(pulled_rows, row_bytes);
     b.backward.expert_gates = heap.take<float>(rows);
     if (options.expert_dx) b.backward.expert_dx = heap.take<__nv_bfloat16>(pulled_rows * D);
     b.backward.expert_dg = heap.take<float>(rows);

@@ -4,14 +4,17 @@
 #include <cutlass/arch/barrier.h>
 
 #include "caracal/comm/cuda_check.hpp"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/gathered_rows.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::test {
 namespace {
 
-using gemm::Element;
-constexpr int kTileElements = gemm::kBlockM * gemm::kBlockK;
+// The A operand the fused forward gathers: its up/gate GEMM's.
+using Tile = gemm::UpGateSwigluGemm::Policy::A;
+using Element = Tile::Element;
+constexpr int kTileElements = Tile::kRows * Tile::kBlockK;
 
 struct Stages {
   alignas(1024) Element tma[kTileElements];
@@ -53,7 +56,7 @@ __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expecte
       const int r = gemm::gather_row(thread, j);
       rows.src[j] = source[r] >= 0 ? matrix + static_cast<int64_t>(source[r]) * hidden : nullptr;
     }
-    gemm::gather_k_tile(rows, matrix, k_index, s.gathered, &s.gather_full, thread);
+    gemm::gather_k_tile<Tile>(rows, matrix, k_index, s.gathered, &s.gather_full, thread);
     if (thread == 0) cutlass::arch::ClusterBarrier::arrive(&s.gather_full);  // the producer's own arrival
   }
   const bool tma_done = bounded_wait(&s.tma_full);
@@ -77,7 +80,7 @@ __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expecte
 GatheredStage gather_one_stage(const __nv_bfloat16* matrix, const __nv_bfloat16* expected,
                                const std::vector<int>& source, int hidden, int k_index) {
   const CUtensorMap map = gemm::make_tensor_map_2d(expected, gemm::kBlockM, static_cast<uint64_t>(hidden),
-                                                   gemm::kBlockM, gemm::kBlockK, "expected");
+                                                   Tile::kRows, Tile::kBlockK, "expected");
   int* d_source = nullptr;
   uint16_t *d_tma = nullptr, *d_gathered = nullptr;
   int* d_done = nullptr;

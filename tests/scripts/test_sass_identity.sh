@@ -3,7 +3,7 @@
 # (here a text file holding a dump): the same code is identical; a kernel renamed with the same
 # code (its call target renamed too) pairs up and is identical; one changed instruction fails,
 # naming the kernel, renamed or not, as does a changed register count; a kernel missing from NEW
-# fails, naming it; so does a missing library.
+# fails, naming it; so does a missing library; the kernels of a library only in NEW are only in NEW.
 source "$(dirname "$0")/script_test_lib.sh"
 
 mkdir -p "$work/bin"
@@ -121,5 +121,11 @@ check registers 1 "^FAILED: caracal::gemm::grouped_gemm_kernel<caracal::gemm::Up
 
 mkdir -p "$work/nolib"
 check nolib 1 "^FAILED: libcaracal_gemm.a$"
+
+build new_library up.cu.o "$old_kernel" "$old_helper" 0x5 "$other_kernel"
+dump check.cu.o "$other_kernel" "$old_helper" 0x5 | sed 's/libcaracal_gemm/libcaracal_checks/' >"$work/new_library/libcaracal_checks.a"
+check new_library 1 "^FAILED: caracal::gemm::other_kernel, caracal::gemm::helper<caracal::gemm::UpGateSwigluGemm>$"
+grep -q "only in NEW: caracal::gemm::other_kernel (check.cu.o)" <<<"$last_out" || fail "new library: only in NEW"
+grep -q "libcaracal_gemm.a  *3 kernels identical$" <<<"$last_out" || fail "new library: the old library's row"
 
 finish test_sass_identity

@@ -13,6 +13,8 @@
 #include "caracal/moe_layer.hpp"
 #include "caracal/plan.hpp"
 #include "caracal/presets.hpp"
+#include "caracal/row_format.hpp"
+#include "caracal/transfer/exchange_shape.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "error_checks.hpp"
 #include "layer/argument_checks.hpp"
@@ -66,6 +68,30 @@ TEST(MoELayerSizes, TheFusedLayersRowBuffersAreItsRing) {
 
 // Bytes of `count` elements of `bytes` each, 256-byte aligned (the layouts' rule).
 size_t aligned_bytes(size_t count, size_t bytes) { return (count * bytes + 255) / 256 * 256; }
+
+// The one place that sizes a precision's rows and weights (caracal/row_format.hpp).
+TEST(RowFormat, SizesRowsAndWeightsPerPrecision) {
+  constexpr RowFormat bf16 = row_format(Precision::kBF16);
+  EXPECT_EQ(bf16.row_bytes(7168), 7168 * 2);
+  EXPECT_EQ(bf16.scale_bytes(7168), 0);
+  constexpr RowFormat fp8 = row_format(Precision::kFP8);
+  EXPECT_EQ(fp8.row_bytes(7168), 7168 + 56 * 4);  // e4m3 values and one fp32 per 1 x 128 block
+  EXPECT_EQ(fp8.row_bytes(200), 200 + 2 * 4);     // a partial block has its own scale
+  EXPECT_EQ(weight_bytes(2048, 7168, Precision::kBF16), 2048 * 7168 * 2);
+  EXPECT_EQ(weight_bytes(2048, 7168, Precision::kFP8), 2048 * 7168 + 16 * 56 * 4);
+  EXPECT_EQ(weight_bytes(130, 130, Precision::kFP8), 130 * 130 + 2 * 2 * 4);
+}
+
+// The exchange's pulled rows (x, expert_x, dy, expert_dy) take their bytes from the shape's
+// precision; the pulls move no scales yet, so a scaled precision is refused by name.
+TEST(RowFormat, TheExchangeSizesItsPulledRowsByPrecision) {
+  transfer::ExchangeShape shape{133, 4, 256, 16, 128};
+  EXPECT_EQ(transfer::exchange_sizes(shape, 8).pulled_row_bytes, 256 * 2);
+  shape.precision = Precision::kFP8;
+  expect_error([&] { transfer::exchange_sizes(shape, 8); }, {"precision", "bf16", "fp8"});
+  EXPECT_EQ(layer::exchange_shape(small_config(false)).precision, Precision::kBF16);
+  EXPECT_EQ(layer::layer_sizes(small_config(false)).rows.row_bytes(256), 256 * 2);
+}
 
 TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
   for (bool shared : {false, true}) {

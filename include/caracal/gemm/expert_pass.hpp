@@ -7,23 +7,25 @@
 
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "caracal/precision_traits.hpp"
 
 namespace caracal::gemm {
 
 // The row buffers of one pass; every one has rows.buffer_rows() rows (rows.row_capacity, or the
 // ring's) with zeros in padding rows; the per-row arrays (gates, dg) one per schedule row. The
-// GEMMs work on the rows' window (caracal/schedule_view.hpp).
+// GEMMs work on the rows' window (caracal/schedule_view.hpp). x, the activation and dy are rows in
+// the layer's precision (LayerRow, caracal/precision_traits.hpp); the others bf16.
 struct ExpertPass {
   ScheduleView rows;
   int hidden = 0;                       // D
   int intermediate = 0;                 // I of these experts
   int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
   uint32_t* tile_queue = nullptr;       // the row-tile GEMMs' (caracal/gemm/grouped_gemm.hpp), or nullptr
-  const __nv_bfloat16* x = nullptr;     // [buffer rows][D]
+  const LayerRow* x = nullptr;          // [buffer rows][D]
   __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
-  __nv_bfloat16* activation = nullptr;  // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
+  LayerRow* activation = nullptr;       // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
   __nv_bfloat16* out = nullptr;         // [buffer rows][D] forward output E(x)
-  const __nv_bfloat16* dy = nullptr;    // [buffer rows][D] backward input, g not applied
+  const LayerRow* dy = nullptr;         // [buffer rows][D] backward input, g not applied
   const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
   __nv_bfloat16* d_gate_up = nullptr;   // [buffer rows][2I]; may be gate_up (see expert_backward)
   float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
@@ -31,6 +33,7 @@ struct ExpertPass {
   __nv_bfloat16* dx = nullptr;          // [buffer rows][D] backward output; may be x (see expert_backward)
 };
 
+// The experts' weights as the layer holds them (MoEWeights: bf16 in any precision).
 struct ExpertPassWeights {
   const __nv_bfloat16* w_gate_up = nullptr;  // [experts][2I][D] interleaved
   const __nv_bfloat16* w_down = nullptr;     // [experts][D][I]

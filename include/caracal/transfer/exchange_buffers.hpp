@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "caracal/comm/symmetric_ptr.hpp"
+#include "caracal/precision_traits.hpp"
 
 namespace caracal::transfer {
 
@@ -51,9 +52,11 @@ struct RouterBuffers {
 // zeroed.
 enum class RowsInPlace : int { kNone, kOtherGpus, kAll };
 
+// x, expert_x, dy and expert_dy hold rows in the exchange's precision (ExchangeShape::precision,
+// typed LayerRow: caracal/precision_traits.hpp); the other rows are bf16.
 struct ForwardBuffers {
-  Sym<__nv_bfloat16> x;              // [T][D] input
-  Sym<__nv_bfloat16> expert_x;       // [R or ring][D] dispatch output, schedule order; padding rows zero
+  Sym<LayerRow> x;                   // [T][D] input
+  Sym<LayerRow> expert_x;            // [R or ring][D] dispatch output, schedule order; padding rows zero
   Sym<__nv_bfloat16> expert_out;     // [R][D] combine input: E_i(x) per row, unweighted
   Sym<__nv_bfloat16> combine_slots;  // [T*k][D] expert outputs as pushed to their home slots
   Sym<__nv_bfloat16> shared_out;     // [T][D] optional input: the shared expert's output
@@ -61,8 +64,8 @@ struct ForwardBuffers {
 };
 
 struct BackwardBuffers {
-  Sym<__nv_bfloat16> dy;         // [T][D] input
-  Sym<__nv_bfloat16> expert_dy;  // [R or ring][D] reverse-combine output (g not applied); padding 0
+  Sym<LayerRow> dy;              // [T][D] input
+  Sym<LayerRow> expert_dy;       // [R or ring][D] reverse-combine output (g not applied); padding 0
   Sym<float> expert_gates;       // [R] g of each row's route; padding rows 0
   Sym<__nv_bfloat16> expert_dx;  // [R][D] reverse-dispatch input
   Sym<float> expert_dg;          // [R] reverse-dispatch input: dL/dg of each row's route

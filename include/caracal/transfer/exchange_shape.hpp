@@ -4,6 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "caracal/layer_config.hpp"
+#include "caracal/row_format.hpp"
+
 namespace caracal::transfer {
 
 // bf16 values per 16-byte vector: rows move as whole vectors, so `hidden` must be a multiple.
@@ -30,9 +33,13 @@ inline constexpr size_t kMaxSharedBytesPerCta = 227 * 1024;
 struct ExchangeShape {
   int64_t tokens = 0;       // T: tokens per rank
   int64_t top_k = 0;        // k: slots per token
-  int64_t hidden = 0;       // D: bf16 values per token row, a multiple of kHiddenAlignment
+  int64_t hidden = 0;       // D: values per token row, a multiple of kHiddenAlignment
   int64_t num_experts = 0;  // E: global expert count, divisible by the world size
   int64_t tile_m = 128;     // every expert segment is padded to a multiple of this (the GEMM's M tile)
+  // The format of the rows the pulls move (x into expert_x, dy into expert_dy:
+  // caracal/row_format.hpp); the pushed rows (expert outputs, dx) are bf16. exchange_sizes takes
+  // bf16 only.
+  Precision precision = Precision::kBF16;
 };
 
 struct ExchangeSizes {
@@ -42,12 +49,14 @@ struct ExchangeSizes {
   int64_t row_capacity = 0;          // W*T*k + L*(tile_m - 1): the most rows any rank can receive
   int64_t chunks = 0;                // schedule chunks per source rank: ceil(T*k / kScheduleChunkRoutes)
   size_t schedule_shared_bytes = 0;  // dynamic shared memory of the schedule builder's CTAs
+  int64_t pulled_row_bytes = 0;      // one row of x, expert_x, dy, expert_dy in the shape's precision
 };
 
 // Validates `shape` for `world_size` ranks and derives its sizes. Throws caracal::Error naming the
 // offending argument and the value expected: world_size, tokens, top_k, hidden (multiple of 8),
 // num_experts (divisible by world_size), tile_m, the route count W*T*k and the row capacity
-// (both below 2^31: 32-bit indices), and the schedule builder's shared memory (E + 10*L + 1 ints).
+// (both below 2^31: 32-bit indices), the schedule builder's shared memory (E + 10*L + 1 ints), and
+// precision (bf16: the pulls move no scales).
 ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size);
 
 }  // namespace caracal::transfer

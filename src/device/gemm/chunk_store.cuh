@@ -18,10 +18,13 @@
 
 namespace caracal::gemm {
 
+// A chunk buffer's unit: a bf16 value (an fp32 value takes two).
+using ChunkElement = cute::bfloat16_t;
+
 // The epilogues' shared storage: each consumer warpgroup's ring of swizzled chunk buffers (one
 // 128-byte swizzled TMA box each, on the 1024-byte swizzle period).
 struct ChunkStoreStorage {
-  alignas(1024) Element chunks[kConsumerWarpgroups][kChunkBuffers][kChunkElements];
+  alignas(1024) ChunkElement chunks[kConsumerWarpgroups][kChunkBuffers][kChunkElements];
 };
 
 // One thread's share of a chunk (8 KiB: 64 x 64 bf16 or 64 x 32 fp32), in the accumulator's
@@ -35,7 +38,7 @@ struct ChunkWords {
 class ChunkStoreRing {
  public:
   // `warpgroup`: consumer warpgroup index (0-based); `thread`: index within it (0..127).
-  __device__ ChunkStoreRing(Element (&buffers)[kChunkBuffers][kChunkElements], int warpgroup,
+  __device__ ChunkStoreRing(ChunkElement (&buffers)[kChunkBuffers][kChunkElements], int warpgroup,
                             int thread)
       : buffers_(&buffers[0][0]),
         base_(uint32_t(__cvta_generic_to_shared(&buffers[0][0]))),
@@ -138,7 +141,7 @@ class ChunkStoreRing {
     cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, barrier_id_);
   }
 
-  Element const* buffers_;  // generic address of buffer 0, for the TMA store
+  ChunkElement const* buffers_;  // generic address of buffer 0, for the TMA store
   uint32_t base_;           // its shared-memory address, for the stores into it
   uint32_t barrier_id_;
   uint32_t row_base_;

@@ -27,8 +27,6 @@
 
 namespace caracal::gemm {
 
-static_assert(kBlockK * sizeof(Element) == 128, "a gathered k tile is one 128-byte unit row");
-
 // The gathering threads (the producer warpgroup), each arriving once per k tile on its stage's full
 // barrier, and the named barrier they meet at (a CUTLASS user barrier id: the epilogues' chunk
 // stores use 0 and 1).
@@ -75,11 +73,15 @@ struct GatherRows {
 __device__ inline int gather_row(int thread, int j) { return thread / 8 + j * (kGatherThreads / 8); }
 
 // One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
-// units of A's k tile `k_index` (elements [k_index, k_index + 64) of each row) into `stage` and
-// arms `full` with them. `any_row`: a valid global address, named by the zero-filling copies
-// (which read nothing).
-__device__ inline void gather_k_tile(const GatherRows& rows, const __nv_bfloat16* any_row, int k_index,
-                                     Element* stage, uint64_t* full, int thread) {
+// units of A's k tile `k_index` (elements [k_index, k_index + Tile::kBlockK) of each row: one
+// 128-byte unit row) into `stage`, a stage of the A operand tile `Tile` (a policy's, of bf16
+// rows), and arms `full` with them. `any_row`: a valid global address, named by the zero-filling
+// copies (which read nothing).
+template <class Tile>
+__device__ void gather_k_tile(const GatherRows& rows, const __nv_bfloat16* any_row, int k_index,
+                              typename Tile::Element* stage, uint64_t* full, int thread) {
+  static_assert(sizeof(typename Tile::Element) == sizeof(__nv_bfloat16) && Tile::kRows == kBlockM,
+                "a gathered stage holds a row block of bf16 rows");
   const int unit = thread % 8;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
 #pragma unroll

@@ -1,13 +1,13 @@
 #pragma once
-// The tile configuration shared by the grouped-GEMM collectives: tile sizes, warp roles, stage and
-// chunk counts. Each collective has its own parameters and shared storage (mainloop.cuh, the
-// epilogues, the schedulers); grouped_gemm_kernel.cuh composes them.
+// What the grouped-GEMM kernels share whatever their policy (gemm_policy.cuh: precision, tile,
+// stages): warp roles, register budgets, the epilogues' chunks. Each collective has its own
+// parameters and shared storage (mainloop.cuh, the epilogues, the schedulers);
+// grouped_gemm_kernel.cuh composes them.
 //
-//   CTA tile 128 x 256 x 64 (M x N x K), bf16 operands, fp32 accumulators.
-//   Warpgroup 0: producer. One thread streams A (128 x 64) and B (256 x 64) tiles with TMA into a
-//                kStages-deep ring of 128B-swizzled buffers (48 KiB a stage).
-//   Warpgroups 1, 2: consumers. Each owns 64 rows of the tile: 64 x 256 x 16 wgmma, both operands
-//                from shared memory, 128 fp32 accumulators a thread; then the epilogue.
+//   Warpgroup 0: producer. One thread streams the A and B tiles of each k step with TMA into the
+//                policy's ring of 128B-swizzled stages.
+//   Warpgroups 1, 2: consumers. Each owns 64 rows of the tile: 64 x N wgmma, both operands from
+//                shared memory, fp32 accumulators; then the epilogue.
 // The operands' majorness (K- or MN-major in memory) is a per-kernel choice: mma_config.cuh.
 #include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
@@ -25,11 +25,7 @@
 
 namespace caracal::gemm {
 
-using Element = cute::bfloat16_t;  // same bits as __nv_bfloat16
-static_assert(sizeof(Element) == 2);
 using cute::GMMA::Major;  // K- or MN-major operands
-
-inline constexpr int kStages = 4;  // 4 x 48 KiB in flight
 
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumerWarpgroups = 2;
@@ -64,8 +60,5 @@ inline constexpr int kRasterGroupBlocks = 8;
 // lane l of its warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the
 // warpgroup's 64 x kBlockN slice.
 inline constexpr int kAccumulators = kBlockN / 2;  // per thread: 64 * kBlockN / 128
-
-// Bytes the TMA deposits per stage: one A tile and one B tile.
-inline constexpr uint32_t kStageBytes = uint32_t(sizeof(Element)) * (kBlockM + kBlockN) * kBlockK;
 
 }  // namespace caracal::gemm

@@ -5,6 +5,7 @@
 // while the consumers run the epilogue of the last.
 //
 // `Gemm` describes one kernel: a GEMM of src/device/gemm/expert_gemms/ (what it computes)
+//   Policy              precision, tile and stages (gemm_policy.cuh): the mainloop's and the storage's
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // with how this kernel walks its tiles (Scheduled below, ScheduledInPairs in paired_gemm_kernel.cuh)
@@ -22,6 +23,7 @@
 
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
 #include "device/gemm/tile_coord.cuh"
@@ -58,10 +60,11 @@ template <class Gemm>
 inline constexpr bool kHasIdleWarps = !std::is_same_v<typename IdleWarpsOf<Gemm>::type, NoIdleWarps>;
 
 // Launch parameters: passed as a __grid_constant__ so the TMA descriptors stay in parameter space,
-// where the TMA unit can read them.
-template <class SchedulerParams, class EpilogueParams, class IdleWarpsParams = NoIdleWarps::Params>
+// where the TMA unit can read them. The mainloop's are its policy's collective's (mainloop.cuh).
+template <class SchedulerParams, class EpilogueParams, class IdleWarpsParams = NoIdleWarps::Params,
+          class MainloopParamsOf = MainloopParams>
 struct KernelParams {
-  MainloopParams mainloop;
+  MainloopParamsOf mainloop;
   SchedulerParams scheduler;
   EpilogueParams epilogue;
   IdleWarpsParams idle_warps;  // Gemm::IdleWarps's, if any
@@ -76,7 +79,8 @@ inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::k
 
 template <class Gemm>
 using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params,
-                                typename IdleWarpsOf<Gemm>::type::Params>;
+                                typename IdleWarpsOf<Gemm>::type::Params,
+                                typename Mainloop<typename Gemm::Policy>::Params>;
 
 // In the producer warpgroup, after the register handover: its warps 1-3 run the Gemm's IdleWarps
 // work, if any (the producer thread's warp returns).
@@ -90,13 +94,14 @@ __device__ __forceinline__ void run_idle_warps(GemmParams<Gemm> const& p, int la
   }
 }
 
+template <class Policy>
 struct KernelStorage {
-  MainloopStorage mainloop;
+  typename Mainloop<Policy>::Storage mainloop;
   ChunkStoreStorage epilogue;
 };
 // The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
-inline constexpr int kSmemBytes = int(sizeof(KernelStorage)) + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
+template <class Policy>
+inline constexpr int kSmemBytes = int(sizeof(KernelStorage<Policy>)) + 1024;
 
 // A Gemm's setmaxnreg budgets, checked against the registers of the launch.
 template <class Gemm>
@@ -110,20 +115,24 @@ constexpr RegisterSplit checked_register_split() {
 
 // The kernel's storage in the dynamic shared memory, whose base is rounded up to the 1024-byte
 // swizzle period (kSmemBytes holds the slack).
-__device__ inline KernelStorage& kernel_storage(uint8_t* smem_raw) {
-  return *reinterpret_cast<KernelStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+template <class Policy>
+__device__ KernelStorage<Policy>& kernel_storage(uint8_t* smem_raw) {
+  static_assert(kSmemBytes<Policy> <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
+  return *reinterpret_cast<KernelStorage<Policy>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
 // A consumer warpgroup's share of one tile: the wgmma mainloop, then the epilogue (`stores`: the
 // tile exists; a CTA pair's follower walks the stages of a missing second tile without one). The
 // weight gradients over a window (kLoadsPartials) first load the partial sum their expert's window
 // continues from, as the scheduler found it (no loads of the offsets per tile).
-template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class Accum, class Pipeline>
+template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class StageScales, class Accum,
+          class Pipeline>
 __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params const& epilogue,
                                              Scheduler const& scheduler, TileCoord const& tile, bool active,
                                              bool stores, TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB,
-                                             Accum& accum, Pipeline const& pipe, PipelineState& st,
-                                             ChunkStoreRing& ring, int consumer, int lane) {
+                                             StageScales const& scales, Accum& accum, Pipeline const& pipe,
+                                             typename Pipeline::State& st, ChunkStoreRing& ring, int consumer,
+                                             int lane) {
   using namespace cute;
   if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
     auto const& window = scheduler.window();
@@ -136,10 +145,10 @@ __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params con
       continued = Gemm::Epilogue::load_partial(epilogue, tile, window, accum, consumer);
       warpgroup_fence_operand(accum);
     }
-    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, window, accum, active, ring, consumer);
   } else {
-    mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, tile.k_tiles, active, lane);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, accum, active, ring, consumer);
   }
 }
@@ -148,10 +157,11 @@ template <class Gemm>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
   using namespace cute;
-  using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
+  using Policy = typename Gemm::Policy;
+  using Mma = MmaConfigOf<Gemm>;
   constexpr RegisterSplit kRegisters = checked_register_split<Gemm>();
   extern __shared__ uint8_t smem_raw[];
-  KernelStorage& smem = kernel_storage(smem_raw);
+  KernelStorage<Policy>& smem = kernel_storage<Policy>(smem_raw);
 
   // Warp-uniform role indices (the shuffle tells the compiler they are uniform).
   int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
@@ -160,8 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
     pipe.init();
-    prefetch_tma_descriptor(&p.mainloop.a);
-    prefetch_tma_descriptor(&p.mainloop.b);
+    Mainloop<Policy>::prefetch_descriptors(p.mainloop);
   }
   __syncthreads();
 
@@ -175,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Gemm's IdleWarps work.
     cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
     if (threadIdx.x == 0) {
-      PipelineState st;
+      PipelineState<Policy::kStages> st;
       for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
         if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
           if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
@@ -197,11 +206,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Mma::TiledMma tiled_mma;
     Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
-    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    static_assert(decltype(size(accum))::value == kAccumulators);
+    auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
+    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+    static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
 
     ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-    PipelineState st;
+    PipelineState<Policy::kStages> st;
     for (;; scheduler.advance()) {
       if (queue != nullptr) {
         if (!consumer_take_tile<Gemm>(queue, scheduler, pipe, st)) break;
@@ -211,8 +221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, accum, pipe, st,
-                         ring, consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, scales, accum,
+                         pipe, st, ring, consumer, lane);
     }
     ring.drain();
   }

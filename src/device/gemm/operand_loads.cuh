@@ -1,42 +1,49 @@
 #pragma once
 // The kinds of GEMM operand the grouped kernels stream through TMA, each with the tensor map its
-// loads need (host) and the copies of one k tile into a stage (device, the producer thread).
+// loads need (host) and the copies of one k tile into a stage (device, the producer thread). What
+// is loaded — element, MN rows, K depth — is the GEMM's policy's OperandTile (gemm_policy.cuh):
+// Gemm::Policy::A or ::B.
 //
 //   KMajorRows      row buffer [row_capacity][K]       forward A; backward dgrad A
 //   KMajorWeights   expert weights [L][N][K]           forward B
 //   MNMajorWeights  expert weights [L][K][N]           backward dgrad B (W_down, W_gate_up as stored)
 //   MNMajorRows     row buffer [row_capacity][MN]      weight gradients: both operands, the rows
 //                                                      of the buffer being the GEMM's K
-// MN-major operands are loaded as 64 x 64 boxes stacked along MN (layout in mma_config.cuh); the
-// wgmma reads them transposed from shared memory, so no operand is ever transposed in memory.
-// A K-major box reaching past a tensor's end is zero-filled by the TMA and still delivers its full
-// byte count. An MN-major box lying wholly past the operand's MN extent (a multiple of 64) is
-// loaded from the extent's last 64 instead: it only feeds output rows or columns that are never
-// stored, and no copy depends on how the TMA treats a box with no element in bounds. Either way
-// every stage receives kStageBytes.
+// MN-major operands are loaded as BlockK x kMnBox boxes stacked along MN (layout in
+// mma_config.cuh); the wgmma reads them transposed from shared memory, so no operand is ever
+// transposed in memory. A K-major box reaching past a tensor's end is zero-filled by the TMA and
+// still delivers its full byte count. An MN-major box lying wholly past the operand's MN extent (a
+// multiple of kMnBox) is loaded from the extent's last kMnBox instead: it only feeds output rows
+// or columns that are never stored, and no copy depends on how the TMA treats a box with no
+// element in bounds. Either way every stage receives its operand tile's bytes. The host maps are
+// of 2-byte elements (tensor_map.hpp).
+//
+// A scaled operand (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and
+// its kind also loads each k step's fp32 scales (load_scales, ScaleTile): KMajorRows one per row
+// (1 x 128 blocks), KMajorWeights one per 128 x 128 block.
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 
 inline constexpr uint64_t kLoadCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-inline constexpr int kMnBox = 64;  // MN extent of one MN-major box: a 128-byte row of bf16
 
 // One box into this CTA's `smem` (`to` 0), or multicast to the same offset in the CTAs of the
 // cluster named by the mask `to` (tma_pair_pipeline.cuh), the transaction bytes completing the
 // barrier at `full`'s offset in each.
-__device__ inline void load_2d(CUtensorMap const* map, uint64_t* full, uint16_t to, Element* smem, int c0, int c1) {
+__device__ inline void load_2d(CUtensorMap const* map, uint64_t* full, uint16_t to, void* smem, int c0, int c1) {
   if (to == 0) {
     cute::SM90_TMA_LOAD_2D::copy(map, full, kLoadCacheHint, smem, c0, c1);
   } else {
     cute::SM90_TMA_LOAD_MULTICAST_2D::copy(map, full, to, kLoadCacheHint, smem, c0, c1);
   }
 }
-__device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t to, Element* smem, int c0, int c1,
+__device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t to, void* smem, int c0, int c1,
                                int c2) {
   if (to == 0) {
     cute::SM90_TMA_LOAD_3D::copy(map, full, kLoadCacheHint, smem, c0, c1, c2);
@@ -45,65 +52,103 @@ __device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t 
   }
 }
 
-// Where an MN-major box starting at `mn` is loaded from (see above).
-__device__ inline int mn_box(int mn, int mn_extent) { return min(mn, mn_extent - kMnBox); }
+// An operand tile's scales in a stage, as its kind loads them: per row block one fp32 per MN row of
+// the tile, a box of kRows from a [K/128][MN] map (MN contiguous); per 128 x 128 block one per 128
+// MN rows, the tile's first kRows / 128 of a box of kBlockScaleBox from a [L][K/128][MN/128
+// rounded up to kBlockScaleBox] map (a TMA box holds at least 16 bytes).
+inline constexpr int kBlockScaleBox = 4;
+template <class Tile>
+struct ScaleTile {
+  static_assert(Tile::kScale != ScaleKind::kNone, "the scales of a scaled operand");
+  static_assert(Tile::kScale != ScaleKind::kPerBlock || Tile::kRows / kScaleBlock <= kBlockScaleBox);
+  static constexpr int kCount = Tile::kScale == ScaleKind::kPerRowBlock ? Tile::kRows : kBlockScaleBox;
+  static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));
+};
 
+// Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
+template <class Tile>
+__device__ int mn_box(int mn, int mn_extent) {
+  return min(mn, mn_extent - Tile::kMnBox);
+}
+
+// Each kind: make_map<Tile>(base, extents..., what) on the host; load<Tile>(map, full, stage, mn,
+// mn_extent, k, expert, to) on the device, the tile's k step at K index `k` into `stage`; a kind a
+// scaled operand may have, load_scales<Tile>(map, full, scales, mn, k, expert, to): that k step's
+// scales (ScaleTile) into `scales`.
 struct KMajorRows {
   static constexpr Major kMajor = Major::K;
-  template <int Rows>
+  template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t k, const char* what) {
-    return make_tensor_map_2d(base, rows, k, Rows, kBlockK, what);
+    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    return make_tensor_map_2d(base, rows, k, Tile::kRows, Tile::kBlockK, what);
   }
-  template <int Rows>
-  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int /*expert*/, uint16_t to = 0) {
     load_2d(map, full, to, smem, k, mn);
+  }
+  template <class Tile>
+  __device__ static void load_scales(CUtensorMap const* map, uint64_t* full, float* scales, int mn, int k,
+                                     int /*expert*/, uint16_t to = 0) {
+    static_assert(Tile::kScale == ScaleKind::kPerRowBlock, "rows scaled per 1 x 128 block");
+    load_2d(map, full, to, scales, mn, k / kScaleBlock);
   }
 };
 
 struct KMajorWeights {
   static constexpr Major kMajor = Major::K;
-  template <int Rows>
+  template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t n, uint64_t k,
                               const char* what) {
-    return make_tensor_map_3d(base, experts, n, k, Rows, kBlockK, what);
+    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    return make_tensor_map_3d(base, experts, n, k, Tile::kRows, Tile::kBlockK, what);
   }
-  template <int Rows>
-  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int expert, uint16_t to = 0) {
     load_3d(map, full, to, smem, k, mn, expert);
+  }
+  template <class Tile>
+  __device__ static void load_scales(CUtensorMap const* map, uint64_t* full, float* scales, int mn, int k, int expert,
+                                     uint16_t to = 0) {
+    static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
+    load_3d(map, full, to, scales, mn / kScaleBlock, k / kScaleBlock, expert);
   }
 };
 
 struct MNMajorWeights {
   static constexpr Major kMajor = Major::MN;
-  template <int Rows>
+  template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,
                               const char* what) {
-    return make_tensor_map_3d(base, experts, k, n, kBlockK, kMnBox, what);
+    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    return make_tensor_map_3d(base, experts, k, n, Tile::kBlockK, Tile::kMnBox, what);
   }
-  template <int Rows>
-  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int mn_extent, int k, int expert, uint16_t to = 0) {
     CUTE_UNROLL
-    for (int j = 0; j < Rows / kMnBox; ++j) {
-      load_3d(map, full, to, smem + j * kMnBox * kBlockK, mn_box(mn + j * kMnBox, mn_extent), k, expert);
+    for (int j = 0; j < Tile::kRows / Tile::kMnBox; ++j) {
+      load_3d(map, full, to, smem + j * Tile::kMnBox * Tile::kBlockK,
+              mn_box<Tile>(mn + j * Tile::kMnBox, mn_extent), k, expert);
     }
   }
 };
 
 struct MNMajorRows {
   static constexpr Major kMajor = Major::MN;
-  template <int Rows>
+  template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t mn, const char* what) {
-    return make_tensor_map_2d(base, rows, mn, kBlockK, kMnBox, what);
+    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    return make_tensor_map_2d(base, rows, mn, Tile::kBlockK, Tile::kMnBox, what);
   }
-  template <int Rows>
-  __device__ static void load(CUtensorMap const* map, uint64_t* full, Element* smem, int mn,
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int mn_extent, int k, int /*expert*/, uint16_t to = 0) {
     CUTE_UNROLL
-    for (int j = 0; j < Rows / kMnBox; ++j) {
-      load_2d(map, full, to, smem + j * kMnBox * kBlockK, mn_box(mn + j * kMnBox, mn_extent), k);
+    for (int j = 0; j < Tile::kRows / Tile::kMnBox; ++j) {
+      load_2d(map, full, to, smem + j * Tile::kMnBox * Tile::kBlockK, mn_box<Tile>(mn + j * Tile::kMnBox, mn_extent),
+              k);
     }
   }
 };

@@ -50,10 +50,11 @@ inline constexpr bool kRunsAsPairs<Gemm, std::void_t<decltype(Gemm::Scheduler::k
     Gemm::Scheduler::kRunsAsPairs;
 
 // The leader's producer thread: streams both tiles of `pair` (located), k tile by k tile.
-template <class Gemm>
-__device__ void load_pair(MainloopParams const& p, typename Gemm::Epilogue::Params const& epilogue,
-                          MainloopStorage& smem, TmaPairPipeline const& pipe, PipelineState& st,
-                          TilePair const& pair, TileCoord const& second) {
+template <class Gemm, class Collective = Mainloop<typename Gemm::Policy>>
+__device__ void load_pair(typename Collective::Params const& p, typename Gemm::Epilogue::Params const& epilogue,
+                          typename Collective::Storage& smem, TmaPairPipeline<Gemm::Policy::kStages> const& pipe,
+                          PipelineState<Gemm::Policy::kStages>& st, TilePair const& pair, TileCoord const& second) {
+  using Policy = typename Gemm::Policy;
   TileCoord const& first = pair.first;
   int const prefetch_at = max(first.k_tiles - kSourcePrefetchLead, 0);
   for (int k = 0; k < first.k_tiles; ++k) {
@@ -64,24 +65,17 @@ __device__ void load_pair(MainloopParams const& p, typename Gemm::Epilogue::Para
       }
     }
     pipe.producer_acquire(st);
-    uint64_t* full = pipe.producer_expect(st, kStageBytes, k == 0);
-    int const k_index = first.k_begin + k * kBlockK;
-    Element* const a = smem.a[st.stage];
-    Element* const b = smem.b[st.stage];
+    uint64_t* full = pipe.producer_expect(st, Collective::kStageBytes, k == 0);
+    int const k_index = first.k_begin + k * Policy::kBlockK;
+    int const s = st.stage;
     if (pair.shares_rows) {
-      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert,
-                                             kToBoth);
-      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert,
-                                             kToLeader);
-      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, second.n_begin, p.b_mn_extent, k_index, first.expert,
-                                             kToFollower);
+      Collective::template load_a<Gemm>(p, full, smem, s, first.m_buffer, k_index, first.expert, kToBoth);
+      Collective::template load_b<Gemm>(p, full, smem, s, first.n_begin, k_index, first.expert, kToLeader);
+      Collective::template load_b<Gemm>(p, full, smem, s, second.n_begin, k_index, first.expert, kToFollower);
     } else {
-      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, first.m_buffer, p.a_mn_extent, k_index, first.expert,
-                                             kToLeader);
-      Gemm::OperandA::template load<kBlockM>(&p.a, full, a, second.m_buffer, p.a_mn_extent, k_index, first.expert,
-                                             kToFollower);
-      Gemm::OperandB::template load<kBlockN>(&p.b, full, b, first.n_begin, p.b_mn_extent, k_index, first.expert,
-                                             kToBoth);
+      Collective::template load_a<Gemm>(p, full, smem, s, first.m_buffer, k_index, first.expert, kToLeader);
+      Collective::template load_a<Gemm>(p, full, smem, s, second.m_buffer, k_index, first.expert, kToFollower);
+      Collective::template load_b<Gemm>(p, full, smem, s, first.n_begin, k_index, first.expert, kToBoth);
     }
     st.advance();
   }
@@ -92,10 +86,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     paired_gemm_kernel(CUTE_GRID_CONSTANT GemmParams<Gemm> const p) {
   using namespace cute;
   static_assert(kRunsAsPairs<Gemm>);
-  using Mma = MmaConfig<Gemm::OperandA::kMajor, Gemm::OperandB::kMajor>;
+  using Policy = typename Gemm::Policy;
+  using Mma = MmaConfigOf<Gemm>;
   constexpr RegisterSplit kRegisters = checked_register_split<Gemm>();
   extern __shared__ uint8_t smem_raw[];
-  KernelStorage& smem = kernel_storage(smem_raw);
+  KernelStorage<Policy>& smem = kernel_storage<Policy>(smem_raw);
 
   int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
   int const lane = int(threadIdx.x) % 32;
@@ -103,10 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   TmaPairPipeline const pipe(smem.mainloop.full, smem.mainloop.empty, block_rank_in_cluster());
   if (threadIdx.x == 0) {
     pipe.init();
-    if (pipe.leader()) {
-      prefetch_tma_descriptor(&p.mainloop.a);
-      prefetch_tma_descriptor(&p.mainloop.b);
-    }
+    if (pipe.leader()) Mainloop<Policy>::prefetch_descriptors(p.mainloop);
   }
   // Both CTAs' barriers exist before either CTA's threads touch the other's.
   cluster_sync();
@@ -119,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
     if (threadIdx.x == 0 && pipe.leader()) {
-      PipelineState st;
+      PipelineState<Policy::kStages> st;
       for (;; scheduler.advance()) {
         if (queue != nullptr) {
           if (!producer_take_tile<Gemm, 2>(queue, scheduler, pipe, st)) {
@@ -147,11 +139,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Mma::TiledMma tiled_mma;
     Tensor tCrA = stage_fragment_a<Mma>(tiled_mma, smem.mainloop, thread);
     Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
-    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    static_assert(decltype(size(accum))::value == kAccumulators);
+    auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
+    Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+    static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
 
     ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-    PipelineState st;
+    PipelineState<Policy::kStages> st;
     for (;; scheduler.advance()) {
       if (queue != nullptr) {
         if (!consumer_take_pair<Gemm>(queue, scheduler, pipe, st, lane)) break;
@@ -164,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       Scheduler::locate(p.scheduler, tile);
       bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
       // The weight gradients' window: the pair's expert's (both tiles share it).
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, accum, pipe, st, ring,
-                         consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, scales, accum, pipe, st,
+                         ring, consumer, lane);
     }
     ring.drain();
   }

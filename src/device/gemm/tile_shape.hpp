@@ -1,11 +1,13 @@
 #pragma once
-// The grouped-GEMM CTA tile, visible to host code (argument checks, grid sizing) without CuTe.
+// The grouped GEMMs' tile as host code sees it (argument checks, grid sizing) without CuTe: M is
+// the schedule's row block, every GEMM's; N the tile the epilogues, the tile schedulers and the
+// fused task lists are written for. The K depth and the stage ring are a GEMM's policy's
+// (gemm_policy.cuh).
 #include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::gemm {
 
 inline constexpr int kBlockM = kGroupedGemmTileM;  // 128: one expert per M block
 inline constexpr int kBlockN = 256;
-inline constexpr int kBlockK = 64;  // one 128-byte swizzle row of bf16
 
 }  // namespace caracal::gemm

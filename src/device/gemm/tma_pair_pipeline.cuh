@@ -44,19 +44,22 @@ __device__ inline uint32_t peer_address(void const* local, uint32_t rank) {
 
 }  // namespace pair_detail
 
+template <int Stages>
 class TmaPairPipeline {
  public:
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
+  using State = PipelineState<Stages>;
 
-  __device__ TmaPairPipeline(uint64_t* full, uint64_t* empty, uint32_t rank)
+  // The ring's barriers (MainloopStorage's full and empty) and this CTA's rank in the pair.
+  __device__ TmaPairPipeline(uint64_t (&full)[Stages], uint64_t (&empty)[Stages], uint32_t rank)
       : full_(full), empty_(empty), rank_(rank) {}
 
   __device__ bool leader() const { return rank_ == 0; }
 
   // One thread of each CTA; then a cluster-wide barrier before any use (cute::cluster_sync()).
   __device__ void init() const {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < Stages; ++s) {
       FullBarrier::init(&full_[s], 1);
       EmptyBarrier::init(&empty_[s], kPairCtas * kConsumerWarps);
     }
@@ -64,14 +67,14 @@ class TmaPairPipeline {
   }
 
   // Leader's producer: wait until both CTAs' consumers released the stage's previous use.
-  __device__ void producer_acquire(PipelineState st) const {
+  __device__ void producer_acquire(State st) const {
     EmptyBarrier::wait(&empty_[st.stage], st.phase ^ 1u);
   }
 
   // Leader's producer: announce `bytes` for the stage in both CTAs (each receives a full stage);
   // returns the (CTA-relative) barrier the TMA copies complete on. `publishes`: the stage is a
   // tile's first, and what the thread wrote before is released at cluster scope with it.
-  __device__ uint64_t* producer_expect(PipelineState st, uint32_t bytes, bool publishes) const {
+  __device__ uint64_t* producer_expect(State st, uint32_t bytes, bool publishes) const {
     FullBarrier::arrive_and_expect_tx(&full_[st.stage], bytes);
     uint32_t const follower = pair_detail::peer_address(&full_[st.stage], 1);
     if (publishes) {
@@ -85,7 +88,7 @@ class TmaPairPipeline {
   }
 
   // Leader's producer: complete the stage's fill in both CTAs with no bytes (the queue's end).
-  __device__ void producer_arrive(PipelineState st) const {
+  __device__ void producer_arrive(State st) const {
     FullBarrier::arrive(&full_[st.stage]);
     uint32_t const follower = pair_detail::peer_address(&full_[st.stage], 1);
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(follower) : "memory");
@@ -93,20 +96,20 @@ class TmaPairPipeline {
 
   // Leader's producer, last: wait until the consumers of both CTAs released every stage, so no
   // remote arrival can reach this CTA's barriers after it exits.
-  __device__ void producer_tail(PipelineState st) const {
-    for (int s = 0; s < kStages; ++s) {
+  __device__ void producer_tail(State st) const {
+    for (int s = 0; s < Stages; ++s) {
       producer_acquire(st);
       st.advance();
     }
   }
 
   // Consumers: wait until the stage's bytes landed.
-  __device__ void consumer_wait(PipelineState st) const {
+  __device__ void consumer_wait(State st) const {
     FullBarrier::wait(&full_[st.stage], st.phase);
   }
   // Consumers, a tile's first stage: as consumer_wait, acquiring at cluster scope what the leader
   // wrote before it filled the stage (the tile index).
-  __device__ void consumer_wait_cluster(PipelineState st) const {
+  __device__ void consumer_wait_cluster(State st) const {
     uint32_t const addr = uint32_t(__cvta_generic_to_shared(&full_[st.stage]));
     asm volatile(
         "{\n\t.reg .pred done;\n"
@@ -117,7 +120,7 @@ class TmaPairPipeline {
   }
   // Consumers, every thread of a warp after its reads of the stage completed: one arrival at the
   // leader's barrier.
-  __device__ void consumer_release(PipelineState st, int lane) const {
+  __device__ void consumer_release(State st, int lane) const {
     if (lane == 0) {
       uint32_t const leader = pair_detail::peer_address(&empty_[st.stage], 0);
       asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(leader) : "memory");

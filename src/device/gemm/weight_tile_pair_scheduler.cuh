@@ -23,7 +23,8 @@ namespace caracal::gemm {
 
 class WeightTilePairScheduler {
  public:
-  using Params = WeightTileScheduler::Params;
+  using Params = WeightTileParams;
+  using Policy = WeightTileScheduler::Policy;  // the tiles and k steps WeightTileScheduler hands out
   static constexpr bool kRunsAsPairs = true;
 
   // Grid sizing: never more CTAs than tiles.
@@ -62,12 +63,13 @@ class WeightTilePairScheduler {
     t.has_second = pos.has_second;
     TileCoord& c = t.first;
     c.expert = expert_;
-    c.m_begin = pos.m_block * kBlockM;
+    c.m_begin = pos.m_block * Policy::kBlockM;
     c.m_buffer = c.m_begin;
-    c.n_begin = pos.n_block * kBlockN;
-    // The window's rows of the expert in 64-row steps from its first one there, as WeightTileScheduler.
+    c.n_begin = pos.n_block * Policy::kBlockN;
+    // The window's rows of the expert in kBlockK-row steps from its first one there, as
+    // WeightTileScheduler.
     c.k_begin = window_.has_rows() ? schedule_.buffer_row(window_.begin) : 0;
-    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + kBlockK - 1) / kBlockK : 0;
+    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + Policy::kBlockK - 1) / Policy::kBlockK : 0;
     c.active_end = c.k_tiles > 0 ? grad_rows_ : 0;
     return t;
   }

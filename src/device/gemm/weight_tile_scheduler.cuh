@@ -5,7 +5,8 @@
 // lives in device memory. Every tile reduces over all of its expert's rows itself (no split K),
 // so it has one owner and a fixed K order; over a window of the schedule (a macrobatch of the
 // ring) it reduces over the expert's rows there, continuing from and stopping at partial sums
-// (expert_window) in the same 64-row steps, so the windows' sums are bitwise the whole one.
+// (expert_window) in the same kBlockK-row steps (the GEMM's policy's), so the windows' sums are
+// bitwise the whole one.
 //
 // Tiles are numbered expert by expert, M block by M block, N block fastest; a CTA takes tiles
 // first, first + stride, ... (standalone: blockIdx.x, gridDim.x). The CTAs working at one time are mostly on one expert and stream its rows
@@ -15,6 +16,7 @@
 
 #include "caracal/schedule_view.hpp"
 #include "device/gemm/gemm_config.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/tile_coord.cuh"
 
 namespace caracal::gemm {
@@ -48,14 +50,21 @@ __device__ inline ExpertWindow expert_window(ScheduleView const& s, int expert) 
   return w;
 }
 
+// The weight tiles of one launch (WeightTileScheduler's and WeightTilePairScheduler's Params).
+struct WeightTileParams {
+  ScheduleView schedule;  // each expert's rows: the K of its tiles; the window and the ring
+  int m_blocks;           // ceil(M / kBlockM), M = rows of one expert's gradient
+  int n_blocks;           // ceil(N / kBlockN)
+  int grad_rows;          // M
+};
+
 class WeightTileScheduler {
  public:
-  struct Params {
-    ScheduleView schedule;  // each expert's rows: the K of its tiles; the window and the ring
-    int m_blocks;           // ceil(M / kBlockM), M = rows of one expert's gradient
-    int n_blocks;           // ceil(N / kBlockN)
-    int grad_rows;          // M
-  };
+  using Params = WeightTileParams;
+  // The tile and the k steps it hands out: those of the weight-gradient GEMMs' policy
+  // (src/gemm/weight_grad_kernels.cuh checks the pairing).
+  using Policy = Bf16GemmPolicy;
+  static_assert(kBlockM % Policy::kBlockK == 0, "the k steps of a window's rows start at a row block");
 
   static int64_t max_tiles(Params const& p) {
     return int64_t(p.schedule.num_experts) * p.m_blocks * p.n_blocks;
@@ -88,14 +97,14 @@ class WeightTileScheduler {
     int const local = tile_ - expert_ * per_expert;
     TileCoord c;
     c.expert = expert_;
-    c.m_begin = (local / n_blocks_) * kBlockM;
+    c.m_begin = (local / n_blocks_) * Policy::kBlockM;
     c.m_buffer = c.m_begin;
-    c.n_begin = (local % n_blocks_) * kBlockN;
-    // The window's rows of the expert in 64-row steps from its first one there: the steps of the
-    // whole sum, since windows and segments start at multiples of 128.
+    c.n_begin = (local % n_blocks_) * Policy::kBlockN;
+    // The window's rows of the expert in kBlockK-row steps from its first one there: the steps of
+    // the whole sum, since windows and segments start at multiples of 128.
     c.k_begin = window_.has_rows() ? schedule_.buffer_row(window_.begin) : 0;
-    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + kBlockK - 1) / kBlockK : 0;
-    c.active_end = c.k_tiles > 0 ? min(c.m_begin + kBlockM, grad_rows_) : c.m_begin;
+    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + Policy::kBlockK - 1) / Policy::kBlockK : 0;
+    c.active_end = c.k_tiles > 0 ? min(c.m_begin + Policy::kBlockM, grad_rows_) : c.m_begin;
     return c;
   }
 

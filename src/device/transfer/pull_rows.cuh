@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
+#include "caracal/precision_traits.hpp"
 #include "device/comm/device_world.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/schedule_rows.cuh"
@@ -15,12 +16,13 @@
 
 namespace caracal::transfer {
 
-// Where a pull reads and writes: home token rows [T][D] into expert rows [R][D]; with gates, also
-// g of each row's route (home gates [T*k]) into expert_gates [R], not applied to the row: the
-// router-score gradient needs <dy, E(x)> before g (DESIGN §3). Padding rows get g = 0.
+// Where a pull reads and writes: home token rows [T][D] into expert rows [R][D], rows in the
+// layer's precision (LayerRow: caracal/precision_traits.hpp); with gates, also g of each row's
+// route (home gates [T*k]) into expert_gates [R], not applied to the row: the router-score
+// gradient needs <dy, E(x)> before g (DESIGN §3). Padding rows get g = 0.
 struct PullRows {
-  comm::SymmetricPtr<__nv_bfloat16> home_rows;
-  comm::SymmetricPtr<__nv_bfloat16> expert_rows;
+  comm::SymmetricPtr<LayerRow> home_rows;
+  comm::SymmetricPtr<LayerRow> expert_rows;
   comm::SymmetricPtr<float> home_gates;    // with gates only
   comm::SymmetricPtr<float> expert_gates;  // with gates only
   int top_k;
@@ -42,7 +44,7 @@ __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const Schedul
           static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
       if (window.in_place == RowsInPlace::kAll || !on_this_gpu) return;  // already there
     }
-    __nv_bfloat16* const expert_rows = world.at(pull.expert_rows, rank);
+    LayerRow* const expert_rows = world.at(pull.expert_rows, rank);
     const auto buffer_row = [&](int r) {
       return row_vectors(expert_rows, window.ring_rows > 0 ? r % window.ring_rows : r, pull.hidden);
     };

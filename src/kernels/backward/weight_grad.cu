@@ -1,10 +1,12 @@
 // Backward step 3: the experts' weight gradients, dW[e] = sum over e's rows r of lhs[r]^T rhs[r]
 // (the fp32 kernel is the only grouped-GEMM instantiation in this unit, launched once per
 // gradient; gradients asked for in bf16 go to weight_grad_bf16.cu's kernel). The K loop of a tile
-// runs over the expert's rows [expert_offset[e], + count) in 64-row steps, bounds read on the
-// device (WeightGradGemm, device/gemm/expert_gemms/weight_grad.cuh: both operands MN-major row
-// buffers).
+// runs over the expert's rows [expert_offset[e], + count) in kBlockK-row steps (its policy's),
+// bounds read on the device (WeightGradGemm, device/gemm/expert_gemms/weight_grad.cuh: both
+// operands MN-major row buffers).
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
@@ -26,14 +28,16 @@ WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bf
                                          const float* partial_in, float* partial_out, int num_ctas) {
   uint64_t const buffer_rows = uint64_t(rows.buffer_rows());
   uint64_t const grad_rows = uint64_t(rows.num_experts) * uint64_t(m);
+  using Policy = WeightGradGemm::Policy;  // the bf16 gradients' GEMM's too
+  static_assert(std::is_same_v<Policy, WeightGradBf16Gemm::Policy>);
   WeightGradLaunch launch;
   launch.num_ctas = num_ctas;
   WeightGradParams& p = launch.params;
-  p.mainloop.a = MNMajorRows::make_map<kBlockM>(lhs, buffer_rows, uint64_t(m), lhs_name);
-  p.mainloop.b = MNMajorRows::make_map<kBlockN>(rhs, buffer_rows, uint64_t(n), rhs_name);
+  p.mainloop.a = WeightGradGemm::OperandA::make_map<Policy::A>(lhs, buffer_rows, uint64_t(m), lhs_name);
+  p.mainloop.b = WeightGradGemm::OperandB::make_map<Policy::B>(rhs, buffer_rows, uint64_t(n), rhs_name);
   p.mainloop.a_mn_extent = m;
   p.mainloop.b_mn_extent = n;
-  p.scheduler = {rows, (m + kBlockM - 1) / kBlockM, (n + kBlockN - 1) / kBlockN, m};
+  p.scheduler = {rows, (m + Policy::kBlockM - 1) / Policy::kBlockM, (n + Policy::kBlockN - 1) / Policy::kBlockN, m};
   WeightGradEpilogueParams& e = p.epilogue;
   e.grad_rows = m;
   e.grad_cols = n;

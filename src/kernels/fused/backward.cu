@@ -35,11 +35,15 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const FusedBackwardRankParams& rank = p.ranks[place.local_rank];
-  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage*>(smem), [&](int idle_warp) {
-    // The rows of tokens on this GPU before the dx sums: the dx tiles the sums wait for need them.
-    if (p.local_rows_in_launch && !comm_cta) copy_local_rows(world, p, idle_warp);
-    if (rank.tiles.group_dx) sum_dx_groups(world, place, rank, p.schedule, static_cast<int>(threadIdx.x) % 32);
-  });
+  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage<BackwardGemmPolicy>*>(smem),
+                     [&](int idle_warp) {
+                       // The rows of tokens on this GPU before the dx sums: the dx tiles the sums
+                       // wait for need them.
+                       if (p.local_rows_in_launch && !comm_cta) copy_local_rows(world, p, idle_warp);
+                       if (rank.tiles.group_dx) {
+                         sum_dx_groups(world, place, rank, p.schedule, static_cast<int>(threadIdx.x) % 32);
+                       }
+                     });
 }
 
 constexpr const char* kName = "fused backward";
@@ -135,7 +139,8 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 }  // namespace
 
 size_t backward_ready_counter_words(int buffer_rows, int shared_rows) {
-  return counters_and_task_slots_words(counter_words(buffer_rows, shared_rows), sizeof(BackwardTaskSlot));
+  return counters_and_task_slots_words<BackwardGemmPolicy>(counter_words(buffer_rows, shared_rows),
+                                                           sizeof(BackwardTaskSlot));
 }
 
 bool groups_dx_rows(const transfer::TokenExchange& exchange) {
@@ -144,7 +149,7 @@ bool groups_dx_rows(const transfer::TokenExchange& exchange) {
 }
 
 int fused_backward_ctas_per_rank(const comm::World& world) {
-  return fused_kernel_ctas_per_rank(world, fused_backward_kernel, kName);
+  return fused_kernel_ctas_per_rank<BackwardGemmPolicy>(world, fused_backward_kernel, kName);
 }
 
 int default_backward_comm_ctas(const comm::World& world, bool local_rows_in_launch) {
@@ -165,7 +170,8 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   const transfer::detail::ExchangeArgs& ex = exchange.kernel_args();
   CARACAL_CHECK(ex.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM, ", got ",
                 ex.schedule.tile_m);
-  const comm::LaunchShape shape = fused_launch_shape(fused_backward_ctas_per_rank(world), kName);
+  const comm::LaunchShape shape =
+      fused_launch_shape<BackwardGemmPolicy>(fused_backward_ctas_per_rank(world), kName);
   // pull_all_rows (tests) gives every real row to the pull role.
   const bool local_rows_in_launch = args.local_rows_in_launch && !args.pull_all_rows;
   const int comm_ctas = checked_comm_ctas(

@@ -22,6 +22,9 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
+#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
@@ -40,12 +43,21 @@ namespace caracal::fused {
 inline constexpr uint32_t kBackwardProducerRegisters = 72;
 inline constexpr uint32_t kBackwardConsumerRegisters = 216;
 
+// The policy of the backward's GEMMs, which share the CTA's stage ring and storage.
+using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;
+static_assert(std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradGemm::Policy> &&
+              std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradToHomeGemm::Policy>);
+using BackwardMainloop = gemm::Mainloop<BackwardGemmPolicy>;
+using BackwardPipeline = gemm::TmaPipeline<BackwardGemmPolicy::kStages>;
+
 // The producer thread: takes tasks, waits for each one's A rows, streams its operands by TMA.
 __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                              const FusedBackwardRankParams& p, gemm::MainloopStorage& smem,
-                                              const gemm::TmaPipeline& pipe) {
+                                              const FusedBackwardRankParams& p,
+                                              BackwardMainloop::Storage& smem,
+                                              const BackwardPipeline& pipe) {
+  constexpr int kStages = BackwardGemmPolicy::kStages;
   BackwardTaskCursor tasks(p.tiles);
-  gemm::PipelineState st;
+  BackwardPipeline::State st;
   for (;;) {
     // The task is taken once its first stage is free, so the tiles in flight stay consecutive.
     pipe.producer_acquire(st);
@@ -73,7 +85,7 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
     }
     if (!ready) break;
     comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
-    p.task_slots[first_task_slot(world) + st.stage].task = task;
+    p.task_slots[first_task_slot<kStages>(world) + st.stage].task = task;
     switch (task.phase) {
       case BackwardPhase::shared_dgrad:
         gemm::load_tile<gemm::DownDgradSwigluGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st,
@@ -91,7 +103,7 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
     }
   }
   pipe.producer_acquire(st);
-  p.task_slots[first_task_slot(world) + st.stage].task.phase = BackwardPhase::end;
+  p.task_slots[first_task_slot<kStages>(world) + st.stage].task.phase = BackwardPhase::end;
   pipe.producer_arrive(st);
 }
 
@@ -100,19 +112,20 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
 // complete and raises the block's dgrad_done; after a dx tile whose rows the dx sums read
 // (dx_group_sums.cuh), the warpgroup's leader raises the block's dx_done once the warpgroup's
 // threads issued their stores.
-template <class TiledMma, class FragA, class FragB, class Accum>
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
 __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
-                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
-                                       const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                       const StageScales& scales, Accum& accum,
+                                       const BackwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
                                        int wg_thread) {
   const int lane = wg_thread % 32;
-  gemm::PipelineState st;
+  BackwardPipeline::State st;
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
-    const BackwardTask task = p.task_slots[first_task_slot(world) + st.stage].task;
+    const BackwardTask task = p.task_slots[first_task_slot<BackwardGemmPolicy::kStages>(world) + st.stage].task;
     if (task.phase == BackwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane);
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane);
     if (task.dgrad()) {
       const bool shared = task.shared();
       gemm::DownDgradSwigluGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum,
@@ -139,13 +152,17 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
 // idle_work(w) with w = 0, 1, 2 (the copies of backward_local_rows.cuh, the dx sums).
 template <class IdleWork>
 __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                   const FusedBackwardRankParams& p, gemm::KernelStorage& smem, IdleWork&& idle_work) {
+                                   const FusedBackwardRankParams& p, gemm::KernelStorage<BackwardGemmPolicy>& smem,
+                                   IdleWork&& idle_work) {
   using namespace cute;
   using namespace gemm;
-  using Mma = MmaConfig<DownDgradSwigluGemm::OperandA::kMajor, DownDgradSwigluGemm::OperandB::kMajor>;
+  using Policy = BackwardGemmPolicy;
+  using Mma = MmaConfigOf<DownDgradSwigluGemm>;
+  static_assert(std::is_same_v<Mma, MmaConfigOf<GateUpDgradGemm>> &&
+                std::is_same_v<Mma, MmaConfigOf<GateUpDgradToHomeGemm>>);
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
 
-  const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  const BackwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
     pipe.init();
     prefetch_tma_descriptor(&p.dgrad_mainloop.a);
@@ -181,9 +198,11 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
   Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
   Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
-  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  const auto scales = BackwardMainloop::stage_scales(smem.mainloop, thread);
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+  static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
+  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused

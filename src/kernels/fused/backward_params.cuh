@@ -47,7 +47,7 @@ struct FusedBackwardRankParams {
   uint32_t* shared_dgrad_done;
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
   uint32_t* sums_counter;        // with tiles.group_dx: the next rows to sum (dx_group_sums.cuh)
-  BackwardTaskSlot* task_slots;  // [CTAs of the rank][kStages]
+  BackwardTaskSlot* task_slots;  // [CTAs of the rank][BackwardGemmPolicy::kStages]
 };
 
 struct BackwardKernelParams {

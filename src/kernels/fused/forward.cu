@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const FusedForwardRankParams& rank = p.ranks[place.local_rank];
-  run_forward_tasks(world, place, rank, p, *reinterpret_cast<gemm::KernelStorage*>(smem), producer_task);
+  run_forward_tasks(world, place, rank, p, *reinterpret_cast<gemm::KernelStorage<ForwardGemmPolicy>*>(smem),
+                    producer_task);
 }
 
 constexpr const char* kName = "fused forward";
@@ -134,11 +135,12 @@ FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
 }  // namespace
 
 size_t ready_counter_words(int row_capacity, int shared_rows) {
-  return counters_and_task_slots_words(counter_words(row_capacity, shared_rows), sizeof(TaskSlot));
+  return counters_and_task_slots_words<ForwardGemmPolicy>(counter_words(row_capacity, shared_rows),
+                                                          sizeof(TaskSlot));
 }
 
 int fused_ctas_per_rank(const comm::World& world) {
-  return fused_kernel_ctas_per_rank(world, fused_forward_kernel, kName);
+  return fused_kernel_ctas_per_rank<ForwardGemmPolicy>(world, fused_forward_kernel, kName);
 }
 
 int default_comm_ctas(const comm::World& world) { return std::max(1, fused_ctas_per_rank(world) / 16); }
@@ -163,7 +165,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   const transfer::detail::ExchangeArgs& exchange = args.exchange->kernel_args();
   CARACAL_CHECK(exchange.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM,
                 ", got ", exchange.schedule.tile_m);
-  comm::LaunchShape shape = fused_launch_shape(fused_ctas_per_rank(world), kName);
+  comm::LaunchShape shape = fused_launch_shape<ForwardGemmPolicy>(fused_ctas_per_rank(world), kName);
   const int comm_ctas = checked_comm_ctas(args.comm_ctas == 0 ? default_comm_ctas(world) : args.comm_ctas, shape, kName);
 
   ForwardKernelParams p{};

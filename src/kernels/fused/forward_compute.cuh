@@ -29,6 +29,8 @@
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gathered_rows.cuh"
+#include "device/gemm/expert_gemms/down_proj.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
@@ -46,6 +48,12 @@ namespace caracal::fused {
 // 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kFusedProducerRegisters = 88;
 inline constexpr uint32_t kFusedConsumerRegisters = 208;
+
+// The policy of the forward's two GEMMs, which share the CTA's stage ring and storage.
+using ForwardGemmPolicy = gemm::UpGateSwigluGemm::Policy;
+static_assert(std::is_same_v<ForwardGemmPolicy, gemm::DownProjGemm::Policy>);
+using ForwardMainloop = gemm::Mainloop<ForwardGemmPolicy>;
+using ForwardPipeline = gemm::TmaPipeline<ForwardGemmPolicy::kStages>;
 
 // Where the rows of an up/gate tile are read from, as the producer sees them.
 struct GatherSources {
@@ -81,11 +89,12 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                              const FusedForwardRankParams& p, const ForwardKernelParams& kp,
-                                             gemm::MainloopStorage& smem, int& shared_task,
-                                             const gemm::TmaPipeline& pipe, int thread) {
+                                             ForwardMainloop::Storage& smem, int& shared_task,
+                                             const ForwardPipeline& pipe, int thread) {
+  using Policy = ForwardGemmPolicy;
   const GatherSources sources{world, kp.pull, place.rank, kp.pull_all_rows};
   ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
-  gemm::PipelineState st;
+  ForwardPipeline::State st;
   for (;;) {
     if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
     gemm::gather_threads_sync();
@@ -101,7 +110,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     if (task.phase == ForwardPhase::group_sums) {  // for the consumers: a stage with the task and no bytes
       pipe.producer_acquire(st);
       if (thread == 0) {
-        p.task_slots[first_task_slot(world) + st.stage].task = task;
+        p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
       cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
@@ -150,24 +159,25 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
     const gemm::MainloopParams& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
     for (int k = 0; k < task.tile.k_tiles; ++k) {
       pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
-      if (thread == 0 && k == 0) p.task_slots[first_task_slot(world) + st.stage].task = task;
-      const int k_index = task.tile.k_begin + k * gemm::kBlockK;
+      if (thread == 0 && k == 0) p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
+      const int k_index = task.tile.k_begin + k * Policy::kBlockK;
       if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).
-        gemm::gather_k_tile(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows), k_index,
-                            smem.a[st.stage], &smem.full[st.stage], thread);
+        gemm::gather_k_tile<Policy::A>(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows),
+                                       k_index, smem.a[st.stage], &smem.full[st.stage], thread);
         if (thread == 0) {
-          uint64_t* full = pipe.producer_expect(st, gemm::kBlockN * gemm::kBlockK * sizeof(gemm::Element));
-          gemm::UpGateSwigluGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                                mainloop.b_mn_extent, k_index, task.tile.expert);
+          static_assert(!Policy::kBlockScaled, "a gathered stage's TMA bytes: B's values alone");
+          uint64_t* full = pipe.producer_expect(st, Policy::B::kBytes);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
         }
       } else {
         if (thread == 0) {
-          uint64_t* full = pipe.producer_expect(st, gemm::kStageBytes);
-          gemm::UpGateSwigluGemm::OperandA::load<gemm::kBlockM>(&mainloop.a, full, smem.a[st.stage], task.tile.m_buffer,
-                                                                mainloop.a_mn_extent, k_index, task.tile.expert);
-          gemm::UpGateSwigluGemm::OperandB::load<gemm::kBlockN>(&mainloop.b, full, smem.b[st.stage], task.tile.n_begin,
-                                                                mainloop.b_mn_extent, k_index, task.tile.expert);
+          uint64_t* full = pipe.producer_expect(st, ForwardMainloop::kStageBytes);
+          ForwardMainloop::load_a<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.m_buffer, k_index,
+                                                          task.tile.expert);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
         }
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
@@ -176,7 +186,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
   }
   pipe.producer_acquire(st);
   if (thread == 0) {
-    p.task_slots[first_task_slot(world) + st.stage].task.phase = ForwardPhase::end;
+    p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task.phase = ForwardPhase::end;
     cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
   }
   cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
@@ -190,21 +200,22 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
 // A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
 // warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
 // (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
-template <class TiledMma, class FragA, class FragB, class Accum>
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
 __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p, const ForwardKernelParams& kp,
-                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB, Accum& accum,
-                                      const gemm::TmaPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                      const StageScales& scales, Accum& accum,
+                                      const ForwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
                                       int wg_thread) {
   const int lane = wg_thread % 32;
-  gemm::PipelineState st;
+  ForwardPipeline::State st;
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
-    const ForwardTask task = p.task_slots[first_task_slot(world) + st.stage].task;
+    const ForwardTask task = p.task_slots[first_task_slot<ForwardGemmPolicy::kStages>(world) + st.stage].task;
     if (task.phase == ForwardPhase::end) break;
     const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
     const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
-    gemm::mma_tile(tiled_mma, tCrA, tCrB, accum, pipe, st, task.tile.k_tiles, active, lane,
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
@@ -241,14 +252,15 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
 // One compute CTA (all kThreads threads).
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                          const FusedForwardRankParams& p, const ForwardKernelParams& kp,
-                                         gemm::KernelStorage& smem, int& producer_task) {
+                                         gemm::KernelStorage<ForwardGemmPolicy>& smem, int& producer_task) {
   using namespace cute;
   using namespace gemm;
-  using Mma = MmaConfig<UpGateSwigluGemm::OperandA::kMajor, UpGateSwigluGemm::OperandB::kMajor>;
-  static_assert(std::is_same_v<Mma, MmaConfig<DownProjGemm::OperandA::kMajor, DownProjGemm::OperandB::kMajor>>);
+  using Policy = ForwardGemmPolicy;
+  using Mma = MmaConfigOf<UpGateSwigluGemm>;
+  static_assert(std::is_same_v<Mma, MmaConfigOf<DownProjGemm>>);
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
 
-  const TmaPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  const ForwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
   if (threadIdx.x == 0) {
     pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
     prefetch_tma_descriptor(&p.routed.up_mainloop.b);
@@ -272,9 +284,11 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
   Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
-  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  const auto scales = ForwardMainloop::stage_scales(smem.mainloop, thread);
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+  static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, accum, pipe, ring, consumer, wg_thread);
+  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused

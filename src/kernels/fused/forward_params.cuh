@@ -59,7 +59,7 @@ struct FusedForwardRankParams {
   // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
   uint32_t* x_ready;
   uint32_t* task_counter;  // the rank's next task (forward_tasks.cuh)
-  TaskSlot* task_slots;    // [CTAs of the rank][kStages] (forward_tasks.cuh)
+  TaskSlot* task_slots;    // [CTAs of the rank][ForwardGemmPolicy::kStages] (forward_tasks.cuh)
 };
 
 // Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.

@@ -1,18 +1,19 @@
 #pragma once
-// Where a fused kernel's producer hands each tile's task to its consumers: kStages slots per CTA of
-// a rank (TaskSlot, BackwardTaskSlot), in global memory after the rank's readiness counters.
+// Where a fused kernel's producer hands each tile's task to its consumers: a slot per stage of its
+// GEMMs' ring (their policy's stages) for each CTA of a rank (TaskSlot, BackwardTaskSlot), in
+// global memory after the rank's readiness counters.
 #include "device/comm/device_world.cuh"
-#include "device/gemm/gemm_config.cuh"
 
 namespace caracal::fused {
 
-// This CTA's first task slot among its rank's (place.index * kStages), from a
+// This CTA's first task slot among its rank's (place.index * Stages) in a ring of Stages, from a
 // fresh read of %ctaid.x (volatile: not hoisted): producer and consumers find it again on every
 // task, as a register held across their loops spills.
-__device__ inline int first_task_slot(const comm::DeviceWorld& world) {
+template <int Stages>
+__device__ int first_task_slot(const comm::DeviceWorld& world) {
   uint32_t cta;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cta));
-  return static_cast<int>(cta) % world.ctas_per_rank * gemm::kStages;
+  return static_cast<int>(cta) % world.ctas_per_rank * Stages;
 }
 
 }  // namespace caracal::fused

@@ -4,11 +4,13 @@
 // (bf16_epilogue.cuh). The standalone kernel (src/kernels/forward/down_proj.cu) and the fused
 // forward run this one definition, hence the same bits.
 #include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 
 namespace caracal::gemm {
 
 struct DownProjGemm {
+  using Policy = Bf16GemmPolicy;
   using OperandA = KMajorRows;
   using OperandB = KMajorWeights;
   using Epilogue = RowsBf16Epilogue;

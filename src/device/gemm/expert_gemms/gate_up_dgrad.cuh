@@ -6,11 +6,13 @@
 // fused backward's shared expert run this one definition; gate_up_dgrad_to_home.cuh stores the
 // same rows home instead.
 #include "device/gemm/bf16_epilogue.cuh"
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 
 namespace caracal::gemm {
 
 struct GateUpDgradGemm {
+  using Policy = Bf16GemmPolicy;
   using OperandA = KMajorRows;
   using OperandB = MNMajorWeights;
   using Epilogue = RowsBf16Epilogue;

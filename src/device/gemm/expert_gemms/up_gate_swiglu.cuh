@@ -4,12 +4,14 @@
 // stores gate/up where the backward needs them and activation = SiLU(gate) * up, in bf16
 // (swiglu_epilogue.cuh). The standalone kernel (src/kernels/forward/up_gate_swiglu.cu) and the
 // fused forward run this one definition, hence the same bits.
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/swiglu_epilogue.cuh"
 
 namespace caracal::gemm {
 
 struct UpGateSwigluGemm {
+  using Policy = Bf16GemmPolicy;
   using OperandA = KMajorRows;
   using OperandB = KMajorWeights;
   using Epilogue = UpGateSwigluEpilogue;

@@ -5,12 +5,14 @@
 // expert cut by a window continued from and stored to its fp32 partial (weight_grad_epilogue.cuh).
 // Run by src/kernels/backward/weight_grad.cu and, with the dx sums on its idle warps,
 // src/kernels/fused/weight_grad_dx_sums.cu (src/gemm/weight_grad_kernels.cuh schedules both).
+#include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/weight_grad_epilogue.cuh"
 
 namespace caracal::gemm {
 
 struct WeightGradGemm {
+  using Policy = Bf16GemmPolicy;
   using OperandA = MNMajorRows;
   using OperandB = MNMajorRows;
   using Epilogue = WeightGradEpilogue;
