@@ -1,0 +1,57 @@
+#pragma once
+// The FP8 recipe's quantizing kernels (issue 47): bf16 rows into e4m3 codes with one fp32 scale per
+// 1 x 128 block along the row, bf16 expert weights into e4m3 codes with one scale per 128 x 128
+// block, in both orientations. They meet caracal/block_fp8.hpp's contract bit for bit (same fp32
+// operations, same order), which the GPU tests check against the host functions.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "caracal/block_fp8.hpp"
+
+namespace caracal::quant {
+
+// rows x cols bf16 values (row stride cols) into codes (row stride cols) and the scale of block b
+// of row r at scales[r * scale_row_stride + b * scale_block_stride]: row-major scales
+// (stride ceil(cols/128), 1) or the GEMMs' MN-major ones (1, the rows of the buffer).
+struct QuantizeRowsArgs {
+  const __nv_bfloat16* values = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;  // a multiple of 4
+  __nv_fp8_e4m3* codes = nullptr;
+  float* scales = nullptr;
+  int64_t scale_row_stride = 0;
+  int64_t scale_block_stride = 0;
+  ScaleRounding rounding = ScaleRounding::kExact;
+};
+
+// Floats per row of a weight scale matrix of `blocks` blocks: padded to 16 bytes, as a TMA
+// tensor map's row stride must be.
+inline constexpr int64_t weight_scale_row(int64_t blocks) { return (blocks + 3) / 4 * 4; }
+inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Block - 1) / kFp8Block; }
+
+// experts x [n][k] bf16 weights (the GEMMs' K-major B: n output columns, k the reduction) into
+//   codes    [experts][n][k]  and scales   [experts][blocks(k)][weight_scale_row(blocks(n))]
+//   codes_t  [experts][k][n]  and scales_t [experts][blocks(n)][weight_scale_row(blocks(k))]
+// (the transposed copy for the GEMMs that reduce over n); either pair may be null. A block's
+// codes and scale are the same in both orientations.
+struct QuantizeWeightsArgs {
+  const __nv_bfloat16* weights = nullptr;
+  int64_t experts = 0;
+  int64_t n = 0;  // a multiple of 8
+  int64_t k = 0;  // a multiple of 8
+  __nv_fp8_e4m3* codes = nullptr;
+  float* scales = nullptr;
+  __nv_fp8_e4m3* codes_t = nullptr;
+  float* scales_t = nullptr;
+  ScaleRounding rounding = ScaleRounding::kExact;
+};
+
+// Enqueue on `stream`. Throw caracal::Error naming the argument that is wrong (null pointers where
+// work is asked for, sizes, strides, alignment) or when the launch fails.
+void quantize_rows(const QuantizeRowsArgs& args, cudaStream_t stream);
+void quantize_weights(const QuantizeWeightsArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::quant

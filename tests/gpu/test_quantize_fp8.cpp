@@ -1,0 +1,248 @@
+// The FP8 quantizing kernels (src/quant/quantize_fp8.hpp) bit for bit against the host contract
+// (caracal/block_fp8.hpp): codes and scales of rows (row-major and MN-major scales) and of weight
+// blocks in both orientations, exact and power-of-two scales, partial blocks, all-zero and tiny
+// blocks, NaN values. Outputs are poisoned first, so a value the kernel never wrote fails. Fresh
+// random values every run (the seed is in every failure). The argument checks need no GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "caracal/bf16.hpp"
+#include "caracal/block_fp8.hpp"
+#include "error_checks.hpp"
+#include "gpu_test_util.hpp"
+#include "quant/quantize_fp8.hpp"
+
+namespace caracal::test {
+namespace {
+
+// bf16 values of block-varying magnitude: some blocks tiny (below kMinBlockAmax), one all zero,
+// one holding a NaN.
+std::vector<uint16_t> random_bf16_bits(std::mt19937_64& rng, int64_t rows, int64_t cols) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<double> log_scale(-16.0, 10.0);
+  std::vector<uint16_t> bits(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b * kFp8Block < cols; ++b) {
+      const float scale = (r + b) % 11 == 3 ? 0.0f : static_cast<float>(std::exp2(log_scale(rng)));
+      for (int64_t c = b * kFp8Block; c < std::min(cols, (b + 1) * kFp8Block); ++c) {
+        bits[r * cols + c] = bf16_bits(normal(rng) * scale);
+      }
+    }
+  }
+  if (rows > 5 && cols > 7) bits[5 * cols + 7] = 0x7fc0;  // NaN
+  return bits;
+}
+
+std::vector<float> to_floats(const std::vector<uint16_t>& bits) {
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
+  return values;
+}
+
+// Same bits: NaN scales or codes compare by their bits too.
+uint32_t float_bits(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+struct RowsCase {
+  int64_t rows, cols;
+  ScaleRounding rounding;
+  bool mn_major_scales;
+};
+
+std::string rows_case_name(const ::testing::TestParamInfo<RowsCase>& p) {
+  return std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols) +
+         (p.param.rounding == ScaleRounding::kExact ? "_exact" : "_pow2") +
+         (p.param.mn_major_scales ? "_mn_major" : "_row_major");
+}
+
+class QuantizeRowsOnGpu : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(QuantizeRowsOnGpu, MatchTheHostContractBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  const RowsCase c = GetParam();
+  const TracedSeed seed;
+  std::mt19937_64 rng(seed.value());
+  const std::vector<uint16_t> bits = random_bf16_bits(rng, c.rows, c.cols);
+  const Fp8Rows expected = quantize_rows(to_floats(bits), c.rows, c.cols, c.rounding);
+
+  const int64_t blocks = expected.scale_cols();
+  const int64_t padded_rows = (c.rows + 3) / 4 * 4;  // MN-major: a TMA row of scales per K block
+  DeviceBuffer<uint16_t> values;
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  ASSERT_NO_FATAL_FAILURE(values.upload(bits));
+  ASSERT_NO_FATAL_FAILURE(codes.allocate(static_cast<size_t>(c.rows * c.cols)));
+  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(blocks * padded_rows)));
+  ASSERT_NO_FATAL_FAILURE(codes.poison());
+  ASSERT_NO_FATAL_FAILURE(scales.poison());
+  quant::QuantizeRowsArgs args;
+  args.values = reinterpret_cast<const __nv_bfloat16*>(values.get());
+  args.rows = c.rows;
+  args.cols = c.cols;
+  args.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
+  args.scales = scales.get();
+  args.scale_row_stride = c.mn_major_scales ? 1 : blocks;
+  args.scale_block_stride = c.mn_major_scales ? padded_rows : 1;
+  args.rounding = c.rounding;
+  quant::quantize_rows(args, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<uint8_t> got_codes;
+  std::vector<float> got_scales;
+  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
+  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
+  size_t code_mismatches = 0, scale_mismatches = 0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t col = 0; col < c.cols; ++col) {
+      code_mismatches += got_codes[r * c.cols + col] != expected.codes[r * c.cols + col];
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float got = got_scales[r * args.scale_row_stride + b * args.scale_block_stride];
+      scale_mismatches += float_bits(got) != float_bits(expected.scales[r * blocks + b]);
+    }
+  }
+  EXPECT_EQ(code_mismatches, 0u);
+  EXPECT_EQ(scale_mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeRowsOnGpu,
+                         ::testing::Values(RowsCase{257, 1000, ScaleRounding::kExact, false},
+                                           RowsCase{257, 1000, ScaleRounding::kPowerOfTwo, true},
+                                           RowsCase{1, 4, ScaleRounding::kExact, true},
+                                           RowsCase{300, 7168, ScaleRounding::kExact, true}),
+                         rows_case_name);
+
+struct WeightsCase {
+  int64_t experts, n, k;
+  ScaleRounding rounding;
+};
+
+std::string weights_case_name(const ::testing::TestParamInfo<WeightsCase>& p) {
+  return std::to_string(p.param.experts) + "x" + std::to_string(p.param.n) + "x" + std::to_string(p.param.k) +
+         (p.param.rounding == ScaleRounding::kExact ? "_exact" : "_pow2");
+}
+
+class QuantizeWeightsOnGpu : public ::testing::TestWithParam<WeightsCase> {};
+
+TEST_P(QuantizeWeightsOnGpu, BothOrientationsMatchTheHostContractBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  const WeightsCase c = GetParam();
+  const TracedSeed seed;
+  std::mt19937_64 rng(seed.value());
+  const std::vector<uint16_t> bits = random_bf16_bits(rng, c.experts * c.n, c.k);
+  const int64_t nb = quant::weight_blocks(c.n), kb = quant::weight_blocks(c.k);
+  const int64_t scale_row = quant::weight_scale_row(nb), scale_row_t = quant::weight_scale_row(kb);
+
+  DeviceBuffer<uint16_t> weights;
+  DeviceBuffer<uint8_t> codes, codes_t;
+  DeviceBuffer<float> scales, scales_t;
+  ASSERT_NO_FATAL_FAILURE(weights.upload(bits));
+  for (DeviceBuffer<uint8_t>* b : {&codes, &codes_t}) {
+    ASSERT_NO_FATAL_FAILURE(b->allocate(static_cast<size_t>(c.experts * c.n * c.k)));
+    ASSERT_NO_FATAL_FAILURE(b->poison());
+  }
+  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(c.experts * kb * scale_row)));
+  ASSERT_NO_FATAL_FAILURE(scales_t.allocate(static_cast<size_t>(c.experts * nb * scale_row_t)));
+  ASSERT_NO_FATAL_FAILURE(scales.poison());
+  ASSERT_NO_FATAL_FAILURE(scales_t.poison());
+  quant::QuantizeWeightsArgs args;
+  args.weights = reinterpret_cast<const __nv_bfloat16*>(weights.get());
+  args.experts = c.experts;
+  args.n = c.n;
+  args.k = c.k;
+  args.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
+  args.scales = scales.get();
+  args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes_t.get());
+  args.scales_t = scales_t.get();
+  args.rounding = c.rounding;
+  quant::quantize_weights(args, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<uint8_t> got_codes, got_codes_t;
+  std::vector<float> got_scales, got_scales_t;
+  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
+  ASSERT_NO_FATAL_FAILURE(codes_t.download(got_codes_t));
+  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
+  ASSERT_NO_FATAL_FAILURE(scales_t.download(got_scales_t));
+  const std::vector<float> all = to_floats(bits);
+  size_t mismatches = 0;
+  for (int64_t e = 0; e < c.experts; ++e) {
+    const std::vector<float> w(all.begin() + e * c.n * c.k, all.begin() + (e + 1) * c.n * c.k);
+    const Fp8Blocks expected = quantize_blocks(w, c.n, c.k, c.rounding);
+    for (int64_t n = 0; n < c.n; ++n) {
+      for (int64_t k = 0; k < c.k; ++k) {
+        const uint8_t want = expected.codes[n * c.k + k];
+        mismatches += got_codes[(e * c.n + n) * c.k + k] != want;
+        mismatches += got_codes_t[(e * c.k + k) * c.n + n] != want;
+      }
+    }
+    for (int64_t bn = 0; bn < nb; ++bn) {
+      for (int64_t bk = 0; bk < kb; ++bk) {
+        const uint32_t want = float_bits(expected.scales[bn * kb + bk]);
+        mismatches += float_bits(got_scales[(e * kb + bk) * scale_row + bn]) != want;
+        mismatches += float_bits(got_scales_t[(e * nb + bn) * scale_row_t + bk]) != want;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeWeightsOnGpu,
+                         ::testing::Values(WeightsCase{3, 264, 200, ScaleRounding::kExact},
+                                           WeightsCase{2, 264, 200, ScaleRounding::kPowerOfTwo},
+                                           WeightsCase{1, 8, 8, ScaleRounding::kExact},
+                                           WeightsCase{2, 1536, 2048, ScaleRounding::kExact}),
+                         weights_case_name);
+
+// Refused before any CUDA call: these run without a GPU.
+TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
+  alignas(16) static uint16_t values[64];
+  alignas(16) static uint8_t codes[64];
+  alignas(16) static float scales[16];
+  quant::QuantizeRowsArgs rows;
+  rows.values = reinterpret_cast<const __nv_bfloat16*>(values);
+  rows.rows = 2;
+  rows.cols = 6;
+  rows.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  rows.scales = scales;
+  rows.scale_row_stride = 1;
+  rows.scale_block_stride = 1;
+  expect_error([&] { quant::quantize_rows(rows, nullptr); }, {"quantize_rows", "cols", "multiple of 4", "6"});
+  rows.cols = 8;
+  rows.codes = nullptr;
+  expect_error([&] { quant::quantize_rows(rows, nullptr); }, {"quantize_rows", "codes must not be null"});
+  rows.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  rows.scale_block_stride = 0;
+  expect_error([&] { quant::quantize_rows(rows, nullptr); }, {"scale_block_stride", "positive"});
+
+  quant::QuantizeWeightsArgs w;
+  w.weights = reinterpret_cast<const __nv_bfloat16*>(values);
+  w.experts = 1;
+  w.n = 8;
+  w.k = 12;
+  w.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  w.scales = scales;
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"quantize_weights", "k must be", "multiple of 8", "12"});
+  w.k = 8;
+  w.scales = nullptr;
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"codes and scales"});
+  w.codes = nullptr;
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"at least one of codes and codes_t"});
+  w.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  w.scales = scales;
+  w.weights = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(values) + 2);
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"weights must be 16-byte aligned"});
+}
+
+}  // namespace
+}  // namespace caracal::test
