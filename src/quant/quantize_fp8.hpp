@@ -1,8 +1,9 @@
 #pragma once
 // The FP8 recipe's quantizing kernels (issue 47): bf16 rows into e4m3 codes with one fp32 scale per
-// 1 x 128 block along the row, bf16 expert weights into e4m3 codes with one scale per 128 x 128
-// block, in both orientations. They meet caracal/block_fp8.hpp's contract bit for bit (same fp32
-// operations, same order), which the GPU tests check against the host functions.
+// 1 x 128 block along the row or, transposed, down the columns; bf16 expert weights into e4m3
+// codes with one scale per 128 x 128 block, in both orientations. They meet caracal/block_fp8.hpp's
+// contract bit for bit (same fp32 operations, same order), which the GPU tests check against the
+// host functions.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -49,9 +50,27 @@ struct QuantizeWeightsArgs {
   ScaleRounding rounding = ScaleRounding::kExact;
 };
 
+// rows x cols bf16 values (row stride cols) quantized down the columns, for the GEMMs that reduce
+// over the rows (the weight gradients: FP8 wgmma takes K-major operands only): the values of
+// column c in rows 128b .. 128b+127 are one 1 x 128 block. The codes are written transposed, value
+// (r, c) at codes_t[c * codes_row_stride + r], and the block's scale at
+// scales[c * scale_col_stride + b * scale_block_stride].
+struct QuantizeColumnsArgs {
+  const __nv_bfloat16* values = nullptr;
+  int64_t rows = 0;  // a multiple of 4
+  int64_t cols = 0;  // a multiple of 8
+  __nv_fp8_e4m3* codes_t = nullptr;
+  int64_t codes_row_stride = 0;  // at least rows, a multiple of 4
+  float* scales = nullptr;
+  int64_t scale_col_stride = 0;
+  int64_t scale_block_stride = 0;
+  ScaleRounding rounding = ScaleRounding::kExact;
+};
+
 // Enqueue on `stream`. Throw caracal::Error naming the argument that is wrong (null pointers where
 // work is asked for, sizes, strides, alignment) or when the launch fails.
 void quantize_rows(const QuantizeRowsArgs& args, cudaStream_t stream);
 void quantize_weights(const QuantizeWeightsArgs& args, cudaStream_t stream);
+void quantize_columns(const QuantizeColumnsArgs& args, cudaStream_t stream);
 
 }  // namespace caracal::quant

@@ -1,8 +1,9 @@
 // The FP8 quantizing kernels (src/quant/quantize_fp8.hpp) bit for bit against the host contract
-// (caracal/block_fp8.hpp): codes and scales of rows (row-major and MN-major scales) and of weight
-// blocks in both orientations, exact and power-of-two scales, partial blocks, all-zero and tiny
-// blocks, NaN values. Outputs are poisoned first, so a value the kernel never wrote fails. Fresh
-// random values every run (the seed is in every failure). The argument checks need no GPU.
+// (caracal/block_fp8.hpp): codes and scales of rows (row-major and MN-major scales), of columns
+// (transposed) and of weight blocks in both orientations, exact and power-of-two scales, partial
+// blocks, all-zero and tiny blocks, NaN values. Outputs are poisoned first, so a value the kernel
+// never wrote fails. Fresh random values every run (the seed is in every failure). The argument
+// checks need no GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -121,6 +122,77 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeRowsOnGpu,
                                            RowsCase{1, 4, ScaleRounding::kExact, true},
                                            RowsCase{300, 7168, ScaleRounding::kExact, true}),
                          rows_case_name);
+
+struct ColumnsCase {
+  int64_t rows, cols, codes_row_stride;
+  ScaleRounding rounding;
+};
+
+std::string columns_case_name(const ::testing::TestParamInfo<ColumnsCase>& p) {
+  return std::to_string(p.param.rows) + "x" + std::to_string(p.param.cols) + "_stride" +
+         std::to_string(p.param.codes_row_stride) + (p.param.rounding == ScaleRounding::kExact ? "_exact" : "_pow2");
+}
+
+class QuantizeColumnsOnGpu : public ::testing::TestWithParam<ColumnsCase> {};
+
+// The contract of a column quantization: the row quantization of the transposed values.
+TEST_P(QuantizeColumnsOnGpu, MatchTheRowQuantizationOfTheTransposeBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  const ColumnsCase c = GetParam();
+  const TracedSeed seed;
+  std::mt19937_64 rng(seed.value());
+  const std::vector<uint16_t> bits = random_bf16_bits(rng, c.rows, c.cols);
+  const std::vector<float> values = to_floats(bits);
+  std::vector<float> transposed(values.size());
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t col = 0; col < c.cols; ++col) transposed[col * c.rows + r] = values[r * c.cols + col];
+  }
+  const Fp8Rows expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
+  const int64_t blocks = expected.scale_cols();
+
+  DeviceBuffer<uint16_t> d_values;
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  ASSERT_NO_FATAL_FAILURE(d_values.upload(bits));
+  ASSERT_NO_FATAL_FAILURE(codes.allocate(static_cast<size_t>(c.cols * c.codes_row_stride)));
+  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(c.cols * blocks)));
+  ASSERT_NO_FATAL_FAILURE(codes.poison());
+  ASSERT_NO_FATAL_FAILURE(scales.poison());
+  quant::QuantizeColumnsArgs args;
+  args.values = reinterpret_cast<const __nv_bfloat16*>(d_values.get());
+  args.rows = c.rows;
+  args.cols = c.cols;
+  args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
+  args.codes_row_stride = c.codes_row_stride;
+  args.scales = scales.get();
+  args.scale_col_stride = 1;  // MN-major, as a GEMM's tensor map of the scales reads them
+  args.scale_block_stride = c.cols;
+  args.rounding = c.rounding;
+  quant::quantize_columns(args, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<uint8_t> got_codes;
+  std::vector<float> got_scales;
+  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
+  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
+  size_t mismatches = 0;
+  for (int64_t col = 0; col < c.cols; ++col) {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      mismatches += got_codes[col * c.codes_row_stride + r] != expected.codes[col * c.rows + r];
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      mismatches += float_bits(got_scales[col + b * c.cols]) != float_bits(expected.scales[col * blocks + b]);
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeColumnsOnGpu,
+                         ::testing::Values(ColumnsCase{260, 200, 260, ScaleRounding::kExact},
+                                           ColumnsCase{260, 200, 512, ScaleRounding::kPowerOfTwo},
+                                           ColumnsCase{4, 8, 4, ScaleRounding::kExact},
+                                           ColumnsCase{1024, 2048, 1024, ScaleRounding::kExact}),
+                         columns_case_name);
 
 struct WeightsCase {
   int64_t experts, n, k;
@@ -242,6 +314,21 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
   w.scales = scales;
   w.weights = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(values) + 2);
   expect_error([&] { quant::quantize_weights(w, nullptr); }, {"weights must be 16-byte aligned"});
+
+  quant::QuantizeColumnsArgs cols;
+  cols.values = reinterpret_cast<const __nv_bfloat16*>(values);
+  cols.rows = 4;
+  cols.cols = 8;
+  cols.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  cols.codes_row_stride = 2;
+  cols.scales = scales;
+  cols.scale_col_stride = 1;
+  cols.scale_block_stride = 8;
+  expect_error([&] { quant::quantize_columns(cols, nullptr); },
+               {"quantize_columns", "codes_row_stride", "at least rows"});
+  cols.codes_row_stride = 4;
+  cols.rows = 6;
+  expect_error([&] { quant::quantize_columns(cols, nullptr); }, {"quantize_columns", "rows", "multiple of 4", "6"});
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ bool is_nan_code(uint8_t code) { return (code & 0x7f) == 0x7f; }
 // e4m3 decoded from its fields: bias 7, subnormals 2^-6 * m/8, no infinities.
 double decode(uint8_t code) {
   const int sign = code >> 7, exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
-  const double magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0, -6) : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  const double magnitude =
+      exponent == 0 ? std::ldexp(mantissa / 8.0, -6) : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
   return sign ? -magnitude : magnitude;
 }
 
