@@ -58,6 +58,15 @@ void print_cutlass_line(const CaseResult& r) {
               r.timings.at("up_gate_swiglu_hidden_only").tflops / best("up"), r.timings.at("down").tflops / best("down"));
 }
 
+// Our FP8 GEMMs against our bf16 ones (the up kernels both storing gate_up) and against CUTLASS's
+// blockwise FP8 grouped GEMM (plain product).
+void print_fp8_line(const CaseResult& r) {
+  const auto tflops = [&](const char* kernel) { return r.timings.at(kernel).tflops; };
+  std::printf("%-26s FP8 over our bf16: up %.3f, down %.3f; over CUTLASS FP8: up %.3f, down %.3f\n", "",
+              tflops("fp8_up_gate_swiglu") / tflops("up_gate_swiglu"), tflops("fp8_down") / tflops("down"),
+              tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"));
+}
+
 nlohmann::json timing_json(const Timing& t) {
   return {{"ms", t.ms},
           {"min_ms", t.min_ms},
@@ -106,6 +115,13 @@ bool print_case(const Case& c, const CaseResult& r) {
     row("CUTLASS down pingpong", "cutlass_pingpong_down", "cublas_down");
     row("CUTLASS down coop 128x256", "cutlass_cooperative_128x256_down", "cublas_down");
   }
+  if (r.timings.count("fp8_up_gate_swiglu")) {
+    row("FP8 up+swiglu (+gate_up)", "fp8_up_gate_swiglu", "cublas_up");
+    row("FP8 down", "fp8_down", "cublas_down");
+    row("FP8 forward", "fp8_forward", "cublas_forward");
+    row("CUTLASS FP8 up", "cutlass_fp8_up", "cublas_up");
+    row("CUTLASS FP8 down", "cutlass_fp8_down", "cublas_down");
+  }
   row("dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad");
   row("dgrad fixed-stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad");
   row("dx", "dx", "cublas_dx");
@@ -119,7 +135,13 @@ bool print_case(const Case& c, const CaseResult& r) {
   print_cutlass_line(r);
   const bool cutlass_ok = print_agreement("CUTLASS up", r.cutlass_up_rel_diff) &&
                           print_agreement("CUTLASS down", r.cutlass_down_rel_diff);
-  return forward_ok && backward_ok && cutlass_ok;
+  bool fp8_ok = true;
+  if (r.cutlass_fp8_up_rel_diff >= 0.0) {
+    print_fp8_line(r);
+    fp8_ok = print_agreement("CUTLASS FP8 up", r.cutlass_fp8_up_rel_diff) &&
+             print_agreement("CUTLASS FP8 down", r.cutlass_fp8_down_rel_diff);
+  }
+  return forward_ok && backward_ok && cutlass_ok && fp8_ok;
 }
 
 nlohmann::json case_json(const Case& c, const CaseResult& r) {
@@ -141,6 +163,10 @@ nlohmann::json case_json(const Case& c, const CaseResult& r) {
   if (r.cutlass_up_rel_diff >= 0.0) {
     j["cutlass_up_rel_diff"] = r.cutlass_up_rel_diff;
     j["cutlass_down_rel_diff"] = r.cutlass_down_rel_diff;
+  }
+  if (r.cutlass_fp8_up_rel_diff >= 0.0) {
+    j["cutlass_fp8_up_rel_diff"] = r.cutlass_fp8_up_rel_diff;
+    j["cutlass_fp8_down_rel_diff"] = r.cutlass_fp8_down_rel_diff;
   }
   for (const auto& [k, t] : r.timings) j["results"][k] = timing_json(t);
   return j;

@@ -12,6 +12,7 @@
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "cublas_gemm.hpp"
 #include "gemm_bench_cutlass.hpp"
+#include "gemm_bench_fp8.hpp"
 #include "device_random.cuh"
 #include "event_timer.hpp"
 #include "gemm_spot_checks.hpp"
@@ -321,6 +322,15 @@ void time_cutlass(const CutlassBaseline& g, const Flops& f, const TimeIt& time_i
   }
 }
 
+// `pad`: padded rows over real rows.
+void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_it) {
+  time_it("fp8_up_gate_swiglu", [&](int i) { g.up(i); }, f.up, f.up * pad);
+  time_it("fp8_down", [&](int i) { g.down(i); }, f.down, f.down * pad);
+  time_it("fp8_forward", [&](int i) { g.up(i); g.down(i); }, f.forward, f.forward * pad);
+  time_it("cutlass_fp8_up", [&](int i) { g.cutlass_up(i); }, f.up, f.up);
+  time_it("cutlass_fp8_down", [&](int i) { g.cutlass_down(i); }, f.down, f.down);
+}
+
 // CUTLASS's outputs of input set 0 against ours (the last forward ran on set 0), every configuration.
 void compare_cutlass(const CutlassBaseline& g, const OurKernels& k, CaseResult& r) {
   r.cutlass_up_rel_diff = r.cutlass_down_rel_diff = 0.0;
@@ -358,14 +368,28 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   const TimeIt time_it = [&](const char* name, const std::function<void(int)>& run, double flops,
                              double padded_flops) { kernels.push_back({name, run, flops, padded_flops, {}}); };
   const Flops flops(c);
-  time_ours(k, flops, double(offsets.back()) / std::max(1.0, double(c.rows())), time_it);
+  const double pad = double(offsets.back()) / std::max(1.0, double(c.rows()));
+  time_ours(k, flops, pad, time_it);
   std::optional<DenseGemms> dense;  // alive while their runs are timed
   std::optional<CutlassBaseline> cutlass;
+  std::optional<Fp8Gemms> fp8;
   if (c.rows() > 0) {
     time_dense(dense.emplace(k, cublas), flops, time_it);
     cutlass.emplace(c, offsets, in, k.hidden.get());
     compare_cutlass(*cutlass, k, r);
     time_cutlass(*cutlass, flops, time_it);
+  }
+  if (c.rows() > 0 && Fp8Gemms::supported(c)) {
+    // k.hidden holds set 0's activation (the first forward): the FP8 down GEMMs' A, quantized.
+    fp8.emplace(c, offsets, in, k.hidden.get(), k.rows, k.tile_queue.get());
+    fp8->up(0);
+    fp8->down(0);
+    fp8->cutlass_up(0);
+    fp8->cutlass_down(0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    r.cutlass_fp8_up_rel_diff = fp8->up_difference();
+    r.cutlass_fp8_down_rel_diff = fp8->down_difference();
+    time_fp8(*fp8, flops, pad, time_it);
   }
   time_in_rounds(kernels, warmup, reps, r.timings);
   return r;

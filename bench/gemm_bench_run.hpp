@@ -4,7 +4,9 @@
 // each of our kernels and its cuBLAS dense counterpart timed (the median of `reps` CUDA-event-
 // bracketed runs after `warmup`, event_timer.hpp, spread over rounds in which every kernel runs
 // in turn); and CUTLASS's own grouped GEMM on the
-// forward's two GEMMs (gemm_bench_cutlass.hpp), its outputs first compared with ours.
+// forward's two GEMMs (gemm_bench_cutlass.hpp), its outputs first compared with ours; where D and I
+// are multiples of 128, our FP8 forward GEMMs and CUTLASS's blockwise FP8 grouped GEMM on the
+// same inputs quantized (gemm_bench_fp8.hpp).
 #include <cublas_v2.h>
 
 #include <cstddef>
@@ -30,6 +32,9 @@ struct CaseResult {
   // CUTLASS's outputs against ours (both schedules, the worse), relative Frobenius: -1 = not run.
   double cutlass_up_rel_diff = -1.0;
   double cutlass_down_rel_diff = -1.0;
+  // CUTLASS's blockwise FP8 outputs against our FP8 GEMMs' (gemm_bench_fp8.hpp): -1 = not run.
+  double cutlass_fp8_up_rel_diff = -1.0;
+  double cutlass_fp8_down_rel_diff = -1.0;
 };
 
 // `l2_bytes`: the GPU's L2, which sets how many input sets rotate.

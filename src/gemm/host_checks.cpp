@@ -18,9 +18,9 @@ namespace {
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-void check_dim(int value, const char* fn, const char* name) {
-  CARACAL_CHECK(value > 0 && value % kGroupedGemmDimAlignment == 0, fn, ": ", name,
-                " must be a positive multiple of ", kGroupedGemmDimAlignment, ", got ", value);
+void check_dim(int value, const char* fn, const char* name, int alignment = kGroupedGemmDimAlignment) {
+  CARACAL_CHECK(value > 0 && value % alignment == 0, fn, ": ", name, " must be a positive multiple of ", alignment,
+                ", got ", value);
 }
 
 void check_rows(const ScheduleView& rows, const char* fn) {
@@ -85,10 +85,10 @@ void check_tile_queue(const uint32_t* queue, int num_ctas, const char* fn) {
                 " with a tile_queue, got ", num_ctas);
 }
 
-// Tile indices are 32-bit on the device.
-void check_tile_count(const ScheduleView& rows, int64_t n, const char* fn) {
+// Tile indices are 32-bit on the device (tiles of block_n columns).
+void check_tile_count(const ScheduleView& rows, int64_t n, const char* fn, int64_t block_n = kBlockN) {
   int64_t const tiles =
-      int64_t(rows.row_capacity / kGroupedGemmTileM) * ((n + kBlockN - 1) / kBlockN);
+      int64_t(rows.row_capacity / kGroupedGemmTileM) * ((n + block_n - 1) / block_n);
   CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
                 ": rows.row_capacity x N is too large (", tiles, " tiles, must be < 2^31)");
 }
@@ -102,7 +102,46 @@ void check_weight_tile_count(int num_experts, int64_t m, int64_t n, const char* 
                 ", must be < 2^31)");
 }
 
+// An FP8 operand's codes and scales (`name`.codes, `name`.scales).
+void check_fp8_pointers(const void* codes, const float* scales, bool may_be_null, const char* fn,
+                        const std::string& name) {
+  check_pointer(codes, may_be_null, fn, (name + ".codes").c_str());
+  check_pointer(scales, may_be_null, fn, (name + ".scales").c_str());
+}
+
+// The FP8 GEMMs' tile: 128 x 128 (Fp8BlockScaledGemmPolicy).
+constexpr int64_t kFp8BlockN = 128;
+
 }  // namespace
+
+void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& a) {
+  const char* fn = "grouped_up_gate_swiglu (fp8)";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
+  check_fp8_pointers(a.w_gate_up.codes, a.w_gate_up.scales, false, fn, "w_gate_up");
+  check_pointer(a.activation_out, no_rows, fn, "activation_out");
+  check_pointer(a.gate_up_out, true, fn, "gate_up_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
+  check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn, kFp8BlockN);
+}
+
+void check_down_proj_args(const Fp8DownProjArgs& a) {
+  const char* fn = "grouped_down_proj (fp8)";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_fp8_pointers(a.activation.codes, a.activation.scales, no_rows, fn, "activation");
+  check_fp8_pointers(a.w_down.codes, a.w_down.scales, false, fn, "w_down");
+  check_pointer(a.y_out, no_rows, fn, "y_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
+  check_tile_count(a.rows, int64_t(a.hidden), fn, kFp8BlockN);
+}
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu";

@@ -8,8 +8,12 @@
 namespace caracal::gemm {
 namespace {
 
-constexpr uint64_t kElementBytes = 2;  // bf16
 constexpr uint64_t kF32Bytes = 4;
+
+uint64_t element_bytes(TensorElement element) { return element == TensorElement::kE4m3 ? 1 : 2; }
+CUtensorMapDataType data_type(TensorElement element) {
+  return element == TensorElement::kE4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -27,12 +31,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 
 CUtensorMap encode(const void* base, uint32_t rank, const cuuint64_t* dims,
                    const cuuint64_t* strides, const cuuint32_t* box, const char* what,
-                   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
+                   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map{};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   CUresult const r = encode_function()(
       &map, type, rank, const_cast<void*>(base), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CARACAL_CHECK(r == CUDA_SUCCESS, "grouped GEMM: cuTensorMapEncodeTiled failed for ", what,
                 " (CUresult ", int(r), ")");
@@ -42,11 +47,11 @@ CUtensorMap encode(const void* base, uint32_t rank, const cuuint64_t* dims,
 }  // namespace
 
 CUtensorMap make_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
-                               uint32_t box_cols, const char* what) {
+                               uint32_t box_cols, const char* what, TensorElement element) {
   const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * kElementBytes};
+  const cuuint64_t strides[1] = {cols * element_bytes(element)};
   const cuuint32_t box[2] = {box_cols, box_rows};
-  return encode(base, 2, dims, strides, box, what);
+  return encode(base, 2, dims, strides, box, what, data_type(element));
 }
 
 CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
@@ -58,11 +63,27 @@ CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t col
 }
 
 CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, const char* what) {
+                               uint32_t box_rows, uint32_t box_cols, const char* what, TensorElement element) {
+  const uint64_t bytes = element_bytes(element);
   const cuuint64_t dims[3] = {cols, rows, batch};
-  const cuuint64_t strides[2] = {cols * kElementBytes, rows * cols * kElementBytes};
+  const cuuint64_t strides[2] = {cols * bytes, rows * cols * bytes};
   const cuuint32_t box[3] = {box_cols, box_rows, 1};
-  return encode(base, 3, dims, strides, box, what);
+  return encode(base, 3, dims, strides, box, what, data_type(element));
+}
+
+CUtensorMap make_scale_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_cols, const char* what) {
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * kF32Bytes};
+  const cuuint32_t box[2] = {box_cols, 1};
+  return encode(base, 2, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+CUtensorMap make_scale_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols, uint32_t box_cols,
+                              const char* what) {
+  const cuuint64_t dims[3] = {cols, rows, batch};
+  const cuuint64_t strides[2] = {cols * kF32Bytes, rows * cols * kF32Bytes};
+  const cuuint32_t box[3] = {box_cols, 1, 1};
+  return encode(base, 3, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace caracal::gemm

@@ -1,24 +1,36 @@
 #pragma once
-// Host-side TMA descriptors for row-major bf16 (and fp32) tensors, all with the 128-byte swizzle the
-// grouped-GEMM kernels' shared-memory layouts use. The driver entry point is looked up through
-// the runtime, so nothing links libcuda directly.
+// Host-side TMA descriptors for row-major tensors: operands and outputs (bf16, e4m3, fp32) with the
+// 128-byte swizzle the grouped-GEMM kernels' shared-memory layouts use, and the FP8 operands' fp32
+// scales unswizzled (read as plain arrays). The driver entry point is looked up through the
+// runtime, so nothing links libcuda directly.
 #include <cuda.h>
 
 #include <cstdint>
 
 namespace caracal::gemm {
 
-// [rows][cols] bf16 (cols contiguous), copied in boxes of box_rows x box_cols (box_cols * 2 must
-// be 128 bytes for the swizzle). Coordinates are (col, row). Throws caracal::Error naming `what`.
+// The element of a swizzled map.
+enum class TensorElement { kBf16, kE4m3 };
+
+// [rows][cols] elements (cols contiguous), copied in boxes of box_rows x box_cols (box_cols
+// elements must be 128 bytes for the swizzle). Coordinates are (col, row). Throws caracal::Error
+// naming `what`.
 CUtensorMap make_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
-                               uint32_t box_cols, const char* what);
+                               uint32_t box_cols, const char* what, TensorElement element = TensorElement::kBf16);
 
 // The same for fp32 elements (box_cols * 4 must be 128 bytes).
 CUtensorMap make_f32_tensor_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
                                    uint32_t box_cols, const char* what);
 
-// [batch][rows][cols] bf16, boxes of 1 x box_rows x box_cols; coordinates (col, row, batch).
+// [batch][rows][cols], boxes of 1 x box_rows x box_cols; coordinates (col, row, batch).
 CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, const char* what);
+                               uint32_t box_rows, uint32_t box_cols, const char* what,
+                               TensorElement element = TensorElement::kBf16);
+
+// fp32 scales, unswizzled: [rows][cols] in boxes of 1 x box_cols, and [batch][rows][cols] in boxes
+// of 1 x 1 x box_cols (box_cols * 4 a multiple of 16 bytes, as the rows' strides must be).
+CUtensorMap make_scale_map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_cols, const char* what);
+CUtensorMap make_scale_map_3d(const void* base, uint64_t batch, uint64_t rows, uint64_t cols, uint32_t box_cols,
+                              const char* what);
 
 }  // namespace caracal::gemm

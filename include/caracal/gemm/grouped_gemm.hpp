@@ -53,7 +53,8 @@ inline constexpr int kGroupedGemmTileM = 128;
 // without it). The launcher zeroes it before each launch; two kernels running at the same time must
 // not share one; 16-byte aligned. At most kTileQueueMaxCtas CTAs (num_ctas) use one.
 inline constexpr int kTileQueueMaxCtas = 256;
-inline constexpr int kTileQueueWords = 8 + kTileQueueMaxCtas * 4;  // a counter, a slot per CTA and stage
+inline constexpr int kTileQueueMaxStages = 8;  // of any GEMM's stage ring
+inline constexpr int kTileQueueWords = 8 + kTileQueueMaxCtas * kTileQueueMaxStages;  // a counter, a slot per CTA and stage
 
 // D and I must be positive multiples of this (one 128-byte swizzled K tile of bf16).
 inline constexpr int kGroupedGemmDimAlignment = 64;

@@ -1,5 +1,5 @@
 #pragma once
-// The plain epilogue: a warpgroup's 64 x 256 fp32 accumulator slice rounded once to bf16 and
+// The plain epilogue: a warpgroup's 64 x N fp32 accumulator slice rounded once to bf16 and
 // stored (the down projection's y rows, the backward's dx rows; the SwiGLU kernel's gate_up).
 #include <cute/tensor.hpp>
 
@@ -23,14 +23,14 @@ __device__ void pack_accumulator_chunk(Accum const& acc, int c, ChunkWords& out)
   }
 }
 
-// Stores the slice at rows [row, row + 64), columns [col0, col0 + 256) of `map`'s tensor,
+// Stores the slice at rows [row, row + 64), columns [col0, col0 + N) of `map`'s tensor,
 // skipping chunks that start at or past its `cols` columns (the TMA clips a partial one).
 // An inactive slice (padding rows only, no wgmma ran) is stored as zeros.
 template <class Accum>
 __device__ void store_accumulator_bf16(Accum const& acc, bool active, ChunkStoreRing& ring,
                                        CUtensorMap const* map, int cols, int col0, int row) {
   CUTE_UNROLL
-  for (int c = 0; c < kBlockN / kChunkCols; ++c) {
+  for (int c = 0; c < kTileNOf<Accum> / kChunkCols; ++c) {
     int const col = col0 + c * kChunkCols;
     if (col >= cols) break;
     ChunkWords words{};

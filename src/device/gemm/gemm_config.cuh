@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include <cute/tensor.hpp>  // also brings the GMMA atoms
 
@@ -58,7 +59,9 @@ inline constexpr int kRasterGroupBlocks = 8;
 // The epilogues index the accumulator fragment directly; mma_config.cuh pins the layout they
 // assume (CuTe's SM90 64xN fp32 accumulator): value i = v0 + 2*v1 + 4*t of a thread (warp w,
 // lane l of its warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the
-// warpgroup's 64 x kBlockN slice.
-inline constexpr int kAccumulators = kBlockN / 2;  // per thread: 64 * kBlockN / 128
+// warpgroup's 64 x N slice. Their loops run over the tile's N as the fragment gives it (N / 2
+// values a thread: 64 * N / 128), so one epilogue serves every policy's tile.
+template <class Accum>
+inline constexpr int kTileNOf = 2 * int(decltype(cute::size(std::declval<Accum const&>()))::value);
 
 }  // namespace caracal::gemm

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tCrB = stage_fragment_b<Mma>(tiled_mma, smem.mainloop, thread);
     auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
-    static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
+    static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
 
     ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
     PipelineState<Policy::kStages> st;

@@ -45,7 +45,7 @@ struct HomeSlotsEpilogue {
       }
     }
     CUTE_UNROLL
-    for (int c = 0; c < kBlockN / kChunkCols; ++c) {
+    for (int c = 0; c < kTileNOf<Accum> / kChunkCols; ++c) {
       const int col = tile.n_begin + c * kChunkCols;
       if (col >= p.hidden) break;
       ChunkWords words;

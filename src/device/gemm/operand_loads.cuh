@@ -16,12 +16,14 @@
 // multiple of kMnBox) is loaded from the extent's last kMnBox instead: it only feeds output rows
 // or columns that are never stored, and no copy depends on how the TMA treats a box with no
 // element in bounds. Either way every stage receives its operand tile's bytes. The host maps are
-// of 2-byte elements (tensor_map.hpp).
+// of the tile's element (tensor_map.hpp: bf16, or e4m3 for the K-major kinds of a scaled policy).
 //
 // A scaled operand (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and
-// its kind also loads each k step's fp32 scales (load_scales, ScaleTile): KMajorRows one per row
-// (1 x 128 blocks), KMajorWeights one per 128 x 128 block.
+// its kind also loads each k step's fp32 scales (load_scales, ScaleTile) from the map its
+// make_scale_map makes: KMajorRows one per row (1 x 128 blocks), KMajorWeights one per 128 x 128
+// block (the layouts src/quant/quantize_fp8.hpp writes).
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
@@ -65,6 +67,15 @@ struct ScaleTile {
   static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));
 };
 
+// The element of a tile's swizzled map.
+template <class Tile>
+constexpr TensorElement tensor_element() {
+  using Element = typename Tile::Element;
+  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::float_e4m3_t>,
+                "bf16 or e4m3 operands");
+  return std::is_same_v<Element, cute::float_e4m3_t> ? TensorElement::kE4m3 : TensorElement::kBf16;
+}
+
 // Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
 template <class Tile>
 __device__ int mn_box(int mn, int mn_extent) {
@@ -79,8 +90,14 @@ struct KMajorRows {
   static constexpr Major kMajor = Major::K;
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t k, const char* what) {
-    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
-    return make_tensor_map_2d(base, rows, k, Tile::kRows, Tile::kBlockK, what);
+    return make_tensor_map_2d(base, rows, k, Tile::kRows, Tile::kBlockK, what, tensor_element<Tile>());
+  }
+  // Scales [ceil(K / 128)][rows], rows contiguous (rows a multiple of 4).
+  template <class Tile>
+  static CUtensorMap make_scale_map(const float* scales, uint64_t rows, uint64_t k, const char* what) {
+    static_assert(Tile::kScale == ScaleKind::kPerRowBlock, "rows scaled per 1 x 128 block");
+    return make_scale_map_2d(scales, (k + kScaleBlock - 1) / kScaleBlock, rows, uint32_t(ScaleTile<Tile>::kCount),
+                             what);
   }
   template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
@@ -100,8 +117,16 @@ struct KMajorWeights {
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t n, uint64_t k,
                               const char* what) {
-    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
-    return make_tensor_map_3d(base, experts, n, k, Tile::kRows, Tile::kBlockK, what);
+    return make_tensor_map_3d(base, experts, n, k, Tile::kRows, Tile::kBlockK, what, tensor_element<Tile>());
+  }
+  // Scales [L][ceil(K / 128)][ceil(N / 128) rounded up to kBlockScaleBox].
+  template <class Tile>
+  static CUtensorMap make_scale_map(const float* scales, uint64_t experts, uint64_t n, uint64_t k,
+                                    const char* what) {
+    static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
+    uint64_t const n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
+    return make_scale_map_3d(scales, experts, (k + kScaleBlock - 1) / kScaleBlock,
+                             (n_blocks + kBlockScaleBox - 1) / kBlockScaleBox * kBlockScaleBox, kBlockScaleBox, what);
   }
   template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
@@ -121,7 +146,7 @@ struct MNMajorWeights {
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,
                               const char* what) {
-    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "MN-major: bf16 operands only");
     return make_tensor_map_3d(base, experts, k, n, Tile::kBlockK, Tile::kMnBox, what);
   }
   template <class Tile>
@@ -139,7 +164,7 @@ struct MNMajorRows {
   static constexpr Major kMajor = Major::MN;
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t mn, const char* what) {
-    static_assert(sizeof(typename Tile::Element) == 2, "tensor maps of 2-byte elements");
+    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "MN-major: bf16 operands only");
     return make_tensor_map_2d(base, rows, mn, Tile::kBlockK, Tile::kMnBox, what);
   }
   template <class Tile>

@@ -23,15 +23,19 @@
 
 namespace caracal::gemm {
 
-class RowTileScheduler {
+struct RowTileParams {
+  ScheduleView schedule;  // the rows' grouping by expert, its window and its ring
+  int n_blocks;           // ceil(N / the tile's N)
+  int k_tiles;            // K / the policy's kBlockK
+  uint32_t* tile_queue;   // nullptr: each CTA takes tiles first, first + stride, ...; else they
+                          // are handed out in order from it (tile_queue.cuh)
+};
+
+// `BlockN`: the N of the GEMM's tile (its policy's kBlockN).
+template <int BlockN>
+class RowTileSchedulerOf {
  public:
-  struct Params {
-    ScheduleView schedule;  // the rows' grouping by expert, its window and its ring
-    int n_blocks;           // ceil(N / kBlockN)
-    int k_tiles;            // K / kBlockK
-    uint32_t* tile_queue;   // nullptr: each CTA takes tiles first, first + stride, ...; else they
-                            // are handed out in order from it (tile_queue.cuh)
-  };
+  using Params = RowTileParams;
 
   // The most tiles `p` can hold: every row block of the capacity, N block by N block.
   static int64_t max_tiles(Params const& p) {
@@ -39,12 +43,12 @@ class RowTileScheduler {
   }
 
   // A placeholder to assign a scheduler to before any use (for a cursor that sets it on first use).
-  RowTileScheduler() = default;
+  RowTileSchedulerOf() = default;
 
   // The tiles of the schedule's row blocks in its window [first_row, end_row), or, for the fused
   // kernels' macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
-  __device__ RowTileScheduler(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
-                              int end_block = INT_MAX)
+  __device__ RowTileSchedulerOf(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
+                                int end_block = INT_MAX)
       : offsets_(p.schedule.expert_offset),
         counts_(p.schedule.expert_count),
         num_experts_(p.schedule.num_experts),
@@ -93,7 +97,7 @@ class RowTileScheduler {
     c.expert = expert_;
     c.m_begin = (begin_block_ + pos.m_block) * kBlockM;
     c.m_buffer = c.m_begin;  // over a ring: locate()
-    c.n_begin = pos.n_block * kBlockN;
+    c.n_begin = pos.n_block * BlockN;
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     // The end of the expert's real rows (its padded end when counts are not given).
@@ -117,5 +121,8 @@ class RowTileScheduler {
   int begin_block_;   // the first of them in the window
   int end_block_;     // one past its last
 };
+
+// The bf16 GEMMs' (Bf16GemmPolicy's N).
+using RowTileScheduler = RowTileSchedulerOf<kBlockN>;
 
 }  // namespace caracal::gemm

@@ -4,8 +4,9 @@
 //
 // The weights are interleaved in groups of kGateUpInterleave = 8 rows (gate_up_row), so
 // accumulator column group 2g holds gate columns [8g, 8g + 8) and group 2g + 1 the matching up
-// columns: every thread holds gate_j and up_j of the same j, and a 256-column tile yields 128
-// activation columns in the same per-thread pattern as a plain 128-column accumulator.
+// columns: every thread holds gate_j and up_j of the same j, and an N-column tile yields N / 2
+// activation columns (whole 64-column chunks: N a multiple of 128) in the same per-thread pattern
+// as a plain N / 2-column accumulator.
 #include <cute/tensor.hpp>
 
 #include "device/gemm/bf16_epilogue.cuh"
@@ -17,7 +18,6 @@
 namespace caracal::gemm {
 
 static_assert(kGateUpInterleave == 8, "the SwiGLU epilogue pairs 8-column accumulator groups");
-static_assert(kBlockN % (2 * kChunkCols) == 0);
 
 // Hidden columns [64hc, 64hc + 64) of the tile from accumulator columns [128hc, 128hc + 128).
 template <class Accum>
@@ -50,8 +50,9 @@ struct UpGateSwigluEpilogue {
     if (p.store_gate_up) {
       store_accumulator_bf16(acc, active, ring, &p.gate_up, 2 * p.intermediate, tile.n_begin, row);
     }
+    static_assert(kTileNOf<Accum> % (2 * kChunkCols) == 0, "whole 64-column chunks of the activation");
     CUTE_UNROLL
-    for (int hc = 0; hc < kBlockN / (2 * kChunkCols); ++hc) {
+    for (int hc = 0; hc < kTileNOf<Accum> / (2 * kChunkCols); ++hc) {
       int const col = tile.n_begin / 2 + hc * kChunkCols;
       if (col >= p.intermediate) break;
       ChunkWords words{};  // an inactive slice: SiLU(0) * 0 = 0

@@ -1,8 +1,9 @@
 #pragma once
 // The grouped GEMMs' tile as host code sees it (argument checks, grid sizing) without CuTe: M is
-// the schedule's row block, every GEMM's; N the tile the epilogues, the tile schedulers and the
-// fused task lists are written for. The K depth and the stage ring are a GEMM's policy's
-// (gemm_policy.cuh).
+// the schedule's row block, every GEMM's; N the bf16 policy's tile, which the backward's epilogues,
+// the pair and weight-tile schedulers and the fused task lists are written for (the forward's
+// epilogues and RowTileSchedulerOf take any policy's N). The K depth and the stage ring are a
+// GEMM's policy's (gemm_policy.cuh).
 #include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::gemm {

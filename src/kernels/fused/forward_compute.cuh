@@ -286,7 +286,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
   const auto scales = ForwardMainloop::stage_scales(smem.mainloop, thread);
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
-  static_assert(decltype(size(accum))::value == kAccumulators, "the epilogues' tile (gemm_config.cuh)");
+  static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
   consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }

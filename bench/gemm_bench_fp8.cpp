@@ -1,0 +1,164 @@
+#include "gemm_bench_fp8.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
+#include "quant/quantize_fp8.hpp"
+
+namespace caracal::bench {
+
+namespace {
+
+const __nv_fp8_e4m3* fp8(const DeviceArray<uint8_t>& codes) {
+  return reinterpret_cast<const __nv_fp8_e4m3*>(codes.get());
+}
+
+}  // namespace
+
+Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
+                   const __nv_bfloat16* activation, const ScheduleView& rows, uint32_t* tile_queue)
+    : c_(c), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()) {
+  const int D = c.hidden, I = c.intermediate;
+  const size_t capacity = size_t(offsets.back());
+  for (size_t s = 0; s < sets.size(); ++s) {
+    quantize_rows(sets[s].x.get(), D, sets_[s].x);
+    quantize_weights(sets[s].w_gate_up.get(), 2 * I, D, sets_[s].w_gate_up);
+    quantize_weights(sets[s].w_down.get(), D, I, sets_[s].w_down);
+  }
+  quantize_rows(activation, I, activation_);
+  hidden_.resize(capacity * size_t(I));
+  gate_up_.resize(capacity * 2 * size_t(I));
+  y_.resize(capacity * size_t(D));
+  cutlass_up_out_.resize(capacity * 2 * size_t(I));
+  cutlass_down_out_.resize(capacity * size_t(D));
+
+  cutlass_sfa_.reserve(sets.size() + 1);  // references to its elements are held below
+  CutlassFp8GroupedProblem problem;
+  problem.row_begin.assign(offsets.begin(), offsets.end() - 1);
+  problem.rows.assign(c.counts.begin(), c.counts.end());
+  DeviceArray<float>& activation_sfa = cutlass_sfa_.emplace_back();
+  std::vector<int64_t> activation_offsets;
+  cutlass_row_scales(activation_, I, activation_sfa, activation_offsets);
+  for (const Set& set : sets_) {
+    DeviceArray<float>& x_sfa = cutlass_sfa_.emplace_back();
+    cutlass_row_scales(set.x, D, x_sfa, problem.sfa_offset);
+    problem.n = 2 * I;
+    problem.k = D;
+    problem.a = fp8(set.x.codes);
+    problem.sfa = x_sfa.get();
+    problem.b = fp8(set.w_gate_up.codes);
+    problem.sfb = set.w_gate_up.cutlass_scales.get();
+    problem.d = cutlass_up_out_.get();
+    cutlass_.push_back(make_cutlass_fp8_blockwise(problem));
+    problem.n = D;
+    problem.k = I;
+    problem.a = fp8(activation_.codes);
+    problem.sfa = activation_sfa.get();
+    problem.sfa_offset = activation_offsets;
+    problem.b = fp8(set.w_down.codes);
+    problem.sfb = set.w_down.cutlass_scales.get();
+    problem.d = cutlass_down_out_.get();
+    cutlass_.push_back(make_cutlass_fp8_blockwise(problem));
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+}
+
+void Fp8Gemms::quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) const {
+  const int64_t capacity = offsets_.back();
+  out.codes.resize(size_t(capacity) * size_t(cols));
+  out.scales.resize(size_t((cols + 127) / 128) * size_t(capacity));
+  quant::QuantizeRowsArgs a;
+  a.values = values;
+  a.rows = capacity;
+  a.cols = cols;
+  a.codes = reinterpret_cast<__nv_fp8_e4m3*>(out.codes.get());
+  a.scales = out.scales.get();
+  a.scale_row_stride = 1;  // [K/128][rows]: the GEMMs' layout
+  a.scale_block_stride = capacity;
+  quant::quantize_rows(a, nullptr);
+}
+
+void Fp8Gemms::quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const {
+  const size_t L = size_t(c_.num_experts);
+  const size_t nb = size_t(quant::weight_blocks(n)), kb = size_t(quant::weight_blocks(k));
+  const size_t row = size_t(quant::weight_scale_row(int64_t(nb)));
+  out.codes.resize(L * size_t(n) * size_t(k));
+  out.scales.resize(L * kb * row);
+  out.cutlass_scales.resize(L * kb * nb);
+  quant::QuantizeWeightsArgs a;
+  a.weights = values;
+  a.experts = int64_t(L);
+  a.n = n;
+  a.k = k;
+  a.codes = reinterpret_cast<__nv_fp8_e4m3*>(out.codes.get());
+  a.scales = out.scales.get();
+  quant::quantize_weights(a, nullptr);
+  BENCH_CUDA(cudaMemcpy2D(out.cutlass_scales.get(), nb * 4, out.scales.get(), row * 4, nb * 4, L * kb,
+                          cudaMemcpyDeviceToDevice));
+}
+
+void Fp8Gemms::cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& out,
+                                  std::vector<int64_t>& offsets) const {
+  const size_t kb = size_t((k + 127) / 128), capacity = size_t(offsets_.back());
+  out.resize(std::max<size_t>(1, kb * size_t(c_.rows())));
+  offsets.assign(c_.counts.size(), 0);
+  int64_t next = 0;
+  for (size_t e = 0; e < c_.counts.size(); ++e) {
+    offsets[e] = next;
+    const size_t m = size_t(c_.counts[e]);
+    if (m == 0) continue;
+    BENCH_CUDA(cudaMemcpy2D(out.get() + next, m * 4, rows.scales.get() + offsets_[e], capacity * 4, m * 4, kb,
+                            cudaMemcpyDeviceToDevice));
+    next += int64_t(m * kb);
+  }
+}
+
+void Fp8Gemms::up(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  gemm::Fp8UpGateSwigluArgs a;
+  a.rows = rows_;
+  a.hidden = c_.hidden;
+  a.intermediate = c_.intermediate;
+  a.x = {fp8(s.x.codes), s.x.scales.get()};
+  a.w_gate_up = {fp8(s.w_gate_up.codes), s.w_gate_up.scales.get()};
+  a.activation_out = hidden_.get();
+  a.gate_up_out = gate_up_.get();
+  a.tile_queue = tile_queue_;
+  gemm::grouped_up_gate_swiglu(a, nullptr);
+}
+
+void Fp8Gemms::down(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  gemm::Fp8DownProjArgs a;
+  a.rows = rows_;
+  a.hidden = c_.hidden;
+  a.intermediate = c_.intermediate;
+  a.activation = {fp8(activation_.codes), activation_.scales.get()};
+  a.w_down = {fp8(s.w_down.codes), s.w_down.scales.get()};
+  a.y_out = y_.get();
+  a.tile_queue = tile_queue_;
+  gemm::grouped_down_proj(a, nullptr);
+}
+
+double Fp8Gemms::up_difference() const { return difference(cutlass_up_out_, gate_up_, 2 * c_.intermediate); }
+
+double Fp8Gemms::down_difference() const { return difference(cutlass_down_out_, y_, c_.hidden); }
+
+double Fp8Gemms::difference(const Bf16Array& theirs, const Bf16Array& ours, int cols) const {
+  double diff = 0.0, norm = 0.0;
+  for (size_t e = 0; e < c_.counts.size(); ++e) {
+    for (int r = 0; r < c_.counts[e]; r += 7) {
+      const size_t first = (size_t(offsets_[e]) + size_t(r)) * size_t(cols);
+      const std::vector<double> a = download_bf16(theirs.get() + first, size_t(cols));
+      const std::vector<double> b = download_bf16(ours.get() + first, size_t(cols));
+      for (int j = 0; j < cols; ++j) {
+        diff += (a[size_t(j)] - b[size_t(j)]) * (a[size_t(j)] - b[size_t(j)]);
+        norm += b[size_t(j)] * b[size_t(j)];
+      }
+    }
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+}  // namespace caracal::bench

@@ -1,0 +1,67 @@
+#pragma once
+// caracal_gemm_bench's FP8 half (issue 47): every input set's x and weights, and the activation our
+// bf16 up/gate kernel wrote, quantized by src/quant's kernels (DeepSeek-V3's recipe, bf16 in,
+// e4m3 codes and fp32 block scales out); our FP8 forward GEMMs (caracal/gemm/grouped_gemm_fp8.hpp)
+// and CUTLASS's blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp) on them, CUTLASS's
+// outputs compared with ours. Cases whose D and I are multiples of 128 only.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "caracal/schedule_view.hpp"
+#include "cutlass_fp8_grouped_gemm.hpp"
+#include "gemm_bench_support.hpp"
+
+namespace caracal::bench {
+
+class Fp8Gemms {
+ public:
+  static bool supported(const Case& c) { return c.hidden % 128 == 0 && c.intermediate % 128 == 0; }
+
+  // `activation`: our bf16 up/gate's [capacity][I] output (the down GEMMs' A, quantized once).
+  Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
+           const __nv_bfloat16* activation, const ScheduleView& rows, uint32_t* tile_queue);
+
+  void up(int iter) const;    // ours, storing gate_up and the activation
+  void down(int iter) const;  // ours
+  void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
+  void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
+
+  // Relative Frobenius difference of CUTLASS's last up (down) output from ours, over the case's real
+  // rows (every 7th row of each expert).
+  double up_difference() const;
+  double down_difference() const;
+
+ private:
+  struct Rows {  // e4m3 rows and their scales [K/128][capacity]
+    DeviceArray<uint8_t> codes;
+    DeviceArray<float> scales;
+  };
+  struct Weights {  // e4m3 weights [L][N][K] and their scales, ours and CUTLASS's layout
+    DeviceArray<uint8_t> codes;
+    DeviceArray<float> scales, cutlass_scales;
+  };
+  struct Set {
+    Rows x;
+    Weights w_gate_up, w_down;
+  };
+
+  size_t set_of(int iter) const { return size_t(iter % int(sets_.size())); }
+  void quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) const;
+  void quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const;
+  // CUTLASS's per-expert copy of row scales (cutlass_fp8_grouped_gemm.hpp: [K/128][rows of the expert]).
+  void cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& out, std::vector<int64_t>& offsets) const;
+  double difference(const Bf16Array& theirs, const Bf16Array& ours, int cols) const;
+
+  const Case& c_;
+  std::vector<int32_t> offsets_;
+  ScheduleView rows_;
+  uint32_t* tile_queue_;
+  std::vector<Set> sets_;
+  Rows activation_;
+  Bf16Array hidden_, gate_up_, y_, cutlass_up_out_, cutlass_down_out_;
+  std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's
+  std::vector<std::unique_ptr<CutlassFp8GroupedGemm>> cutlass_;  // [set][up, down]
+};
+
+}  // namespace caracal::bench

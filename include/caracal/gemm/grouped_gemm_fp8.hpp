@@ -1,0 +1,71 @@
+#pragma once
+// The forward's grouped GEMMs in DeepSeek-V3's FP8 recipe (issue 47): e4m3 operands with fp32
+// block scales as caracal/block_fp8.hpp defines them (src/quant's kernels write them), fp32
+// accumulators promoted at every 128-wide K block with the block's scales, outputs in bf16 as the
+// bf16 GEMMs store theirs. Rows, padding, determinism, graphs and argument errors as
+// caracal/gemm/grouped_gemm.hpp says, with these differences: D and I are multiples of 128 (one
+// scaling block), the tiles are 128 x 128, and the CTAs run one tile at a time (no pairs).
+// Each GEMM's result equals the fp64 GEMM of its dequantized operands (code * scale) to within fp32
+// accumulation, before the bf16 rounding of its outputs.
+//
+// This header stays free of CuTe so plain host code (tests, tools) can include it.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/schedule_view.hpp"
+
+namespace caracal::gemm {
+
+// D and I must be positive multiples of this.
+inline constexpr int kFp8GroupedGemmDimAlignment = 128;
+
+// Rows of e4m3 values [buffer rows][K] and their scales, one per row and 128-wide K block, stored
+// K block by K block: scales[kb * buffer rows + r] (quant::QuantizeRowsArgs with scale_row_stride 1,
+// scale_block_stride = buffer rows).
+struct Fp8RowOperand {
+  const __nv_fp8_e4m3* codes = nullptr;
+  const float* scales = nullptr;  // [ceil(K / 128)][buffer rows]
+};
+
+// Expert weights of e4m3 values [L][N][K] and one scale per 128 x 128 block, scales[e][kb][nb]
+// with rows of ceil(N / 128) rounded up to 4 (quant::QuantizeWeightsArgs's codes and scales).
+struct Fp8WeightOperand {
+  const __nv_fp8_e4m3* codes = nullptr;
+  const float* scales = nullptr;  // [L][ceil(K / 128)][round_up(ceil(N / 128), 4)]
+};
+
+// grouped_up_gate_swiglu in FP8: gate_up = bf16(x · W_gate_up^T), the activation from it (F1, F2).
+struct Fp8UpGateSwigluArgs {
+  ScheduleView rows;
+  int hidden = 0;        // D: the K of this GEMM
+  int intermediate = 0;  // I: activation_out has I columns, the GEMM N = 2I
+  Fp8RowOperand x;             // K = D
+  Fp8WeightOperand w_gate_up;  // N = 2I, K = D, interleaved as grouped_gemm.hpp's gate_up_row
+  __nv_bfloat16* activation_out = nullptr;  // [buffer rows][I]
+  __nv_bfloat16* gate_up_out = nullptr;     // [buffer rows][2I], interleaved; nullptr: not stored
+  int num_ctas = 0;                         // persistent CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr
+};
+
+// grouped_down_proj in FP8: y = bf16(activation · W_down^T) (F3).
+struct Fp8DownProjArgs {
+  ScheduleView rows;
+  int hidden = 0;          // D: the N of this GEMM
+  int intermediate = 0;    // I: the K of this GEMM
+  Fp8RowOperand activation;      // K = I
+  Fp8WeightOperand w_down;       // N = D, K = I
+  __nv_bfloat16* y_out = nullptr;  // [buffer rows][D]
+  int num_ctas = 0;
+  uint32_t* tile_queue = nullptr;
+};
+
+// Argument rules: as the bf16 GEMMs', with D and I multiples of 128 and every codes and scales
+// pointer non-null (row codes and scales may be null with row_capacity 0) and 16-byte aligned.
+void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream);
+void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::gemm

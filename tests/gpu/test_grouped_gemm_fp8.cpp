@@ -1,0 +1,324 @@
+// Tests of the forward grouped GEMMs in FP8 (caracal/gemm/grouped_gemm_fp8.hpp).
+//   GPU: fresh random bf16 inputs quantized on the host by the recipe's contract
+//        (caracal/block_fp8.hpp: x per 1 x 128 block, weights per 128 x 128 block of the
+//        interleaved [2I][D] and of [D][I]), against the fp64 GEMMs of the dequantized operands with
+//        the bf16-rounding contract of the outputs (F1-F3); the down GEMM takes the reference's
+//        activation quantized the same way, so each GEMM is checked on its own. Outputs poisoned
+//        first; experts of 0, 1, 63-65, 127-129 rows, partial N tiles, routed counts; bitwise
+//        determinism across runs, grid sizes, counts and a tile queue; a deliberate error caught.
+//   Host: argument validation (no GPU needed).
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "caracal/bf16.hpp"
+#include "caracal/block_fp8.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "gpu/grouped_gemm_test_support.hpp"
+
+namespace {
+
+using namespace caracal::test::gemm;
+using caracal::gemm::Fp8DownProjArgs;
+using caracal::gemm::Fp8UpGateSwigluArgs;
+using caracal::gemm::gate_up_row;
+
+// Bounds against the fp64 GEMMs of the dequantized operands: what is left is fp32 accumulation
+// (inside the tensor cores within a 128-wide K block, promoted in fp32 registers across blocks)
+// and the outputs' bf16 rounding. Provisional, twice the bf16 kernels' (grouped_gemm_test_support.hpp)
+// until measured on an H200; then ~3x the largest error measured.
+constexpr caracal::test::ErrorBound kFp8GateUpBound{1e-3, 1.4e-3};
+constexpr caracal::test::ErrorBound kFp8HiddenBound{1.8e-3, 2.4e-3};
+constexpr caracal::test::ErrorBound kFp8DownBound{2.6e-3, 3.2e-3};
+
+std::vector<float> floats_of(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = caracal::bf16_to_float(bits[i]);
+  return v;
+}
+
+// Rows quantized per 1 x 128 block, in the kernels' layout: codes [rows][K], scales [K/128][rows].
+struct QuantizedRows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<double> values;  // dequantized, [rows][K]
+};
+
+QuantizedRows quantize_rows_for_gemm(const std::vector<float>& rows_values, size_t rows, size_t k) {
+  const caracal::Fp8Rows q = caracal::quantize_rows(rows_values, int64_t(rows), int64_t(k));
+  QuantizedRows out;
+  out.codes = q.codes;
+  out.values = caracal::dequantize(q);
+  const size_t blocks = size_t(q.scale_cols());
+  out.scales.resize(blocks * rows);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t b = 0; b < blocks; ++b) out.scales[b * rows + r] = q.scales[r * blocks + b];
+  }
+  return out;
+}
+
+// Expert weights [L][N][K] quantized per 128 x 128 block: codes [L][N][K], scales
+// [L][K/128][round_up(N/128, 4)] (padding 0).
+struct QuantizedWeights {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<double> values;  // dequantized, [L][N][K]
+};
+
+QuantizedWeights quantize_weights_for_gemm(const std::vector<float>& w, size_t experts, size_t n, size_t k) {
+  const size_t nb = (n + 127) / 128, kb = (k + 127) / 128, row = (nb + 3) / 4 * 4;
+  QuantizedWeights out;
+  out.scales.assign(experts * kb * row, 0.0f);
+  for (size_t e = 0; e < experts; ++e) {
+    const std::vector<float> one(w.begin() + int64_t(e * n * k), w.begin() + int64_t((e + 1) * n * k));
+    const caracal::Fp8Blocks q = caracal::quantize_blocks(one, int64_t(n), int64_t(k));
+    out.codes.insert(out.codes.end(), q.codes.begin(), q.codes.end());
+    const std::vector<double> v = caracal::dequantize(q);
+    out.values.insert(out.values.end(), v.begin(), v.end());
+    for (size_t bn = 0; bn < nb; ++bn) {
+      for (size_t bk = 0; bk < kb; ++bk) out.scales[(e * kb + bk) * row + bn] = q.scales[bn * kb + bk];
+    }
+  }
+  return out;
+}
+
+struct DeviceQuantized {
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  void upload(const std::vector<uint8_t>& c, const std::vector<float>& s) {
+    ASSERT_NO_FATAL_FAILURE(codes.upload(c));
+    ASSERT_NO_FATAL_FAILURE(scales.upload(s));
+  }
+  const __nv_fp8_e4m3* fp8() const { return reinterpret_cast<const __nv_fp8_e4m3*>(codes.get()); }
+};
+
+// One case's quantized operands, the reference and the output buffers.
+struct Problem : ExpertInputs {
+  QuantizedRows xq, activation_q;
+  QuantizedWeights w_gate_up_q, w_down_q;
+  DeviceQuantized d_xq, d_activation_q, d_w_gate_up_q, d_w_down_q;
+  DeviceBuffer<uint16_t> d_activation, d_gate_up, d_y;
+  std::vector<double> gate, up, hidden, y;  // reference, [capacity][I] and [capacity][D]
+};
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+// gate, up, hidden from the dequantized x and W_gate_up; the activation quantized from the
+// reference hidden; y from it and the dequantized W_down.
+void reference_forward(Problem& p) {
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate), cap = size_t(p.rows.capacity);
+  p.gate = p.up = p.hidden = std::vector<double>(cap * I, 0.0);
+  p.y.assign(cap * D, 0.0);
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      const double* xr = &p.xq.values[row * D];
+      for (size_t j = 0; j < I; ++j) {
+        const double* g_row = &p.w_gate_up_q.values[(e * 2 * I + size_t(gate_up_row(int64_t(j), false))) * D];
+        const double* u_row = &p.w_gate_up_q.values[(e * 2 * I + size_t(gate_up_row(int64_t(j), true))) * D];
+        double g = 0.0, u = 0.0;
+        for (size_t d = 0; d < D; ++d) {
+          g += xr[d] * g_row[d];
+          u += xr[d] * u_row[d];
+        }
+        p.gate[row * I + j] = g = caracal::round_to_bf16(g);
+        p.up[row * I + j] = u = caracal::round_to_bf16(u);
+        p.hidden[row * I + j] = caracal::round_to_bf16(silu(g) * u);
+      }
+    }
+  }
+  std::vector<float> hidden(p.hidden.begin(), p.hidden.end());
+  p.activation_q = quantize_rows_for_gemm(hidden, cap, I);
+  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
+    const size_t begin = size_t(p.rows.offset[e]);
+    for (size_t row = begin; row < begin + size_t(p.c.counts[e]); ++row) {
+      for (size_t d = 0; d < D; ++d) {
+        const double* w_row = &p.w_down_q.values[(e * D + d) * I];
+        double acc = 0.0;
+        for (size_t j = 0; j < I; ++j) acc += p.activation_q.values[row * I + j] * w_row[j];
+        p.y[row * D + d] = caracal::round_to_bf16(acc);
+      }
+    }
+  }
+}
+
+void make_problem(Problem& p, const Case& c) {
+  std::mt19937_64 rng(p.seed.value());
+  ASSERT_NO_FATAL_FAILURE(make_inputs(p, c, rng));
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
+  const size_t cap = size_t(p.rows.capacity);
+  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
+  caracal::gemm::interleave_gate_up_weights_host(p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L),
+                                                 int64_t(I), int64_t(D));
+  p.xq = quantize_rows_for_gemm(floats_of(p.x), cap, D);
+  p.w_gate_up_q = quantize_weights_for_gemm(floats_of(w_gate_up), L, 2 * I, D);
+  p.w_down_q = quantize_weights_for_gemm(floats_of(p.w_down), L, D, I);
+  reference_forward(p);
+  ASSERT_NO_FATAL_FAILURE(p.d_xq.upload(p.xq.codes, p.xq.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation_q.upload(p.activation_q.codes, p.activation_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_q.upload(p.w_gate_up_q.codes, p.w_gate_up_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_down_q.upload(p.w_down_q.codes, p.w_down_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_y.allocate(cap * D));
+}
+
+struct RunOptions {
+  int num_ctas = 0;
+  bool pass_counts = true;
+  bool tile_queue = false;
+};
+
+struct Outputs {
+  std::vector<uint16_t> hidden, gate_up, y;
+};
+
+// Poisons the outputs, runs the up/gate GEMM on the quantized x and the down GEMM on the
+// quantized reference activation, downloads everything.
+void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
+  for (auto* b : {&p.d_activation, &p.d_gate_up, &p.d_y}) ASSERT_NO_FATAL_FAILURE(b->poison());
+  const ScheduleView rows = p.schedule(o.pass_counts);
+  DeviceBuffer<uint32_t> queue;
+  if (o.tile_queue) {
+    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
+    ASSERT_NO_FATAL_FAILURE(queue.poison());
+  }
+  auto up = kernel_args<Fp8UpGateSwigluArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
+  up.x = {p.d_xq.fp8(), p.d_xq.scales.get()};
+  up.w_gate_up = {p.d_w_gate_up_q.fp8(), p.d_w_gate_up_q.scales.get()};
+  up.activation_out = as_bf16(p.d_activation.get());
+  up.gate_up_out = as_bf16(p.d_gate_up.get());
+  up.tile_queue = o.tile_queue ? queue.get() : nullptr;
+  ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
+  auto down = kernel_args<Fp8DownProjArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
+  down.activation = {p.d_activation_q.fp8(), p.d_activation_q.scales.get()};
+  down.w_down = {p.d_w_down_q.fp8(), p.d_w_down_q.scales.get()};
+  down.y_out = as_bf16(p.d_y.get());
+  down.tile_queue = up.tile_queue;  // one after the other on one stream
+  ASSERT_NO_THROW(caracal::gemm::grouped_down_proj(down, nullptr));
+  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(p.d_activation.download(out.hidden));
+  ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(out.gate_up));
+  ASSERT_NO_FATAL_FAILURE(p.d_y.download(out.y));
+}
+
+void check_against_reference(const Case& c, const RunOptions& o) {
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, o, out));
+  const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
+  expect_half_close("gate", false, p.rows, c.counts, I, p.gate, out.gate_up, kFp8GateUpBound);
+  expect_half_close("up", true, p.rows, c.counts, I, p.up, out.gate_up, kFp8GateUpBound);
+  expect_close("hidden", p.rows, c.counts, I, p.hidden, out.hidden, kFp8HiddenBound);
+  expect_close("y", p.rows, c.counts, D, p.y, out.y, kFp8DownBound);
+  expect_padding("gate_up", p.rows, c.counts, 2 * I, out.gate_up);
+  expect_padding("hidden", p.rows, c.counts, I, out.hidden);
+  expect_padding("y", p.rows, c.counts, D, out.y);
+}
+
+std::vector<Case> reference_cases() {
+  return {
+      {"edge_counts", 256, 128, kEdgeCounts},
+      // D = 384: three K blocks of the up/gate GEMM, three N tiles of the down GEMM.
+      {"three_blocks", 384, 128, {200, 0, 77, 129}},
+      // D = 640: five blocks (W_down's scale rows padded from 5 to 8); 2I = 768: six N tiles.
+      {"odd_blocks", 640, 384, {130, 60, 1}},
+      {"routed", 512, 256, routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)},
+      {"long_k", 2048, 128, {130, 60}},
+  };
+}
+
+class GroupedGemmFp8Reference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GroupedGemmFp8Reference, MatchesFp64OfTheDequantizedOperands) {
+  CARACAL_REQUIRE_GPU();
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), RunOptions{}));
+}
+
+TEST_P(GroupedGemmFp8Reference, MatchesWithoutCountsAndWithATileQueue) {
+  CARACAL_REQUIRE_GPU();
+  RunOptions o;
+  o.pass_counts = false;
+  o.tile_queue = true;
+  ASSERT_NO_FATAL_FAILURE(check_against_reference(GetParam(), o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmFp8Reference, ::testing::ValuesIn(reference_cases()), case_name);
+
+// The bounds catch an expert's y 0.5% off.
+TEST(GroupedGemmFp8Checks, CatchDeliberateErrors) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase));
+  Outputs out;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("y", p.rows, size_t(p.c.hidden), p.y, out.y, kFp8DownBound));
+}
+
+TEST(GroupedGemmFp8Determinism, BitwiseAcrossRunsGridSizesCountsAndATileQueue) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, {"determinism", 512, 256, {300, 0, 1, 129, 64, 250, 65, 128}}));
+  Outputs first;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, first));
+  for (int num_ctas : {1, 7, 0}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + ", variant " + std::to_string(variant));
+      RunOptions o;
+      o.num_ctas = num_ctas;
+      o.pass_counts = variant != 1;
+      o.tile_queue = variant == 2;
+      Outputs again;
+      ASSERT_NO_FATAL_FAILURE(run_forward(p, o, again));
+      EXPECT_TRUE(same_bits(first.hidden, again.hidden)) << "hidden differs";
+      EXPECT_TRUE(same_bits(first.gate_up, again.gate_up)) << "gate_up differs";
+      EXPECT_TRUE(same_bits(first.y, again.y)) << "y differs";
+    }
+  }
+}
+
+// ---- Host: argument checks ------------------------------------------------------------------------
+
+Fp8UpGateSwigluArgs valid_fp8_up_args() {
+  auto a = kernel_args<Fp8UpGateSwigluArgs>(fake_rows(), 256, 128);
+  a.x = {fake_ptr<const __nv_fp8_e4m3>(), fake_ptr<const float>(1 << 12)};
+  a.w_gate_up = {fake_ptr<const __nv_fp8_e4m3>(1 << 13), fake_ptr<const float>(1 << 14)};
+  a.activation_out = fake_ptr(1 << 15);
+  return a;
+}
+
+TEST(GroupedGemmFp8Args, UpGateRejectsBadArguments) {
+  const auto with = calls_with(valid_fp8_up_args(), &caracal::gemm::grouped_up_gate_swiglu);
+  expect_error(with([](auto& a) { a.hidden = 192; }),
+               {"grouped_up_gate_swiglu (fp8)", "hidden (D)", "multiple of 128", "192"});
+  expect_error(with([](auto& a) { a.intermediate = 64; }), {"intermediate (I)", "multiple of 128", "64"});
+  expect_error(with([](auto& a) { a.x.scales = nullptr; }), {"x.scales", "null"});
+  expect_error(with([](auto& a) { a.x.codes = fake_ptr<const __nv_fp8_e4m3>(8); }), {"x.codes", "16-byte"});
+  expect_error(with([](auto& a) { a.w_gate_up.scales = fake_ptr<const float>(4); }), {"w_gate_up.scales", "16-byte"});
+  expect_error(with([](auto& a) { a.w_gate_up.codes = nullptr; }), {"w_gate_up.codes", "null"});
+  expect_error(with([](auto& a) { a.activation_out = nullptr; }), {"activation_out"});
+  expect_error(with([](auto& a) { a.rows.row_capacity = 100; }), {"rows.row_capacity", "100"});
+  expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
+}
+
+TEST(GroupedGemmFp8Args, DownRejectsBadArguments) {
+  auto valid = kernel_args<Fp8DownProjArgs>(fake_rows(), 256, 128);
+  valid.activation = {fake_ptr<const __nv_fp8_e4m3>(), fake_ptr<const float>(1 << 12)};
+  valid.w_down = {fake_ptr<const __nv_fp8_e4m3>(1 << 13), fake_ptr<const float>(1 << 14)};
+  valid.y_out = fake_ptr(1 << 15);
+  const auto with = calls_with(valid, &caracal::gemm::grouped_down_proj);
+  expect_error(with([](auto& a) { a.hidden = 320; }), {"grouped_down_proj (fp8)", "hidden (D)", "multiple of 128"});
+  expect_error(with([](auto& a) { a.activation.scales = nullptr; }), {"activation.scales", "null"});
+  expect_error(with([](auto& a) { a.w_down.codes = nullptr; }), {"w_down.codes"});
+  expect_error(with([](auto& a) { a.y_out = fake_ptr(2); }), {"y_out", "16-byte"});
+}
+
+}  // namespace
