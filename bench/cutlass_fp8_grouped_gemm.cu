@@ -15,15 +15,16 @@
 #include <memory>
 #include <vector>
 
-#include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/error.hpp"
+#include "cutlass_adapter.cuh"
 #include "cutlass_fp8_grouped_gemm.hpp"
 
 namespace caracal::bench {
 namespace {
 
 using namespace cute;
+using cutlass_baseline::upload;
 
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using ElementAB = cutlass::float_e4m3_t;
@@ -58,14 +59,9 @@ using StrideB = typename Gemm::GemmKernel::InternalStrideB;
 using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 using Shape3 = typename ProblemShape::UnderlyingProblemShape;
 
-template <typename T>
-comm::DeviceMemory<T> upload(const std::vector<T>& host, const char* what) {
-  comm::DeviceMemory<T> device = comm::device_alloc<T>(host.size(), what);
-  check_cuda(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), what);
-  return device;
-}
-
 class Runner final : public CutlassFp8GroupedGemm {
+  using Adapter = cutlass_baseline::CutlassAdapter<Gemm>;
+
  public:
   explicit Runner(const CutlassFp8GroupedProblem& p) {
     const size_t groups = p.rows.size();
@@ -108,41 +104,17 @@ class Runner final : public CutlassFp8GroupedGemm {
     layout_sfa_ = upload(layout_sfa, "CUTLASS FP8 baseline: SFA layouts");
     layout_sfb_ = upload(layout_sfb, "CUTLASS FP8 baseline: SFB layouts");
 
-    int device = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    const cutlass::KernelHardwareInfo hw =
-        cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename Gemm::GemmKernel>(device);
-    typename Gemm::Arguments args;
-    decltype(args.epilogue.thread) fusion;
-    fusion.alpha = 1.0f;
-    fusion.beta = 0.0f;  // C is not read
-    fusion.alpha_ptr = nullptr;
-    fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = nullptr;
-    fusion.beta_ptr_array = nullptr;
-    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
-    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
     const ElementD** c = const_cast<const ElementD**>(d_.get());
-    args = typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                    {static_cast<int>(groups), shapes_device_.get(), shapes_.data()},
-                                    {a_.get(), stride_a_.get(), b_.get(), stride_b_.get(), sfa_.get(),
-                                     layout_sfa_.get(), sfb_.get(), layout_sfb_.get()},
-                                    {fusion, c, stride_d_.get(), d_.get(), stride_d_.get()},
-                                    hw};
-    CARACAL_CHECK(gemm_.can_implement(args) == cutlass::Status::kSuccess,
-                  "CUTLASS FP8 baseline: the grouped GEMM cannot implement N = ", p.n, ", K = ", p.k);
-    const size_t workspace_bytes = Gemm::get_workspace_size(args);
-    workspace_ = comm::device_alloc<uint8_t>(workspace_bytes > 0 ? workspace_bytes : 1, "CUTLASS FP8 workspace");
-    CARACAL_CHECK(gemm_.initialize(args, workspace_.get()) == cutlass::Status::kSuccess,
-                  "CUTLASS FP8 baseline: initialize failed");
+    const Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                               {static_cast<int>(groups), shapes_device_.get(), shapes_.data()},
+                               {a_.get(), stride_a_.get(), b_.get(), stride_b_.get(), sfa_.get(), layout_sfa_.get(),
+                                sfb_.get(), layout_sfb_.get()},
+                               {Adapter::plain_product(), c, stride_d_.get(), d_.get(), stride_d_.get()},
+                               Adapter::hardware()};
+    gemm_.initialize(args, p.n, p.k, "CUTLASS FP8 baseline");
   }
 
-  void run(cudaStream_t stream) override {
-    const cutlass::Status status = gemm_.run(stream);
-    CARACAL_CHECK(status == cutlass::Status::kSuccess, "CUTLASS FP8 baseline: run failed: ",
-                  cutlassGetStatusString(status));
-    check_cuda(cudaGetLastError(), "CUTLASS FP8 baseline launch");
-  }
+  void run(cudaStream_t stream) override { gemm_.run(stream, "CUTLASS FP8 baseline"); }
 
  private:
   std::vector<Shape3> shapes_;  // host copy: CUTLASS reads it when setting up
@@ -155,8 +127,7 @@ class Runner final : public CutlassFp8GroupedGemm {
   comm::DeviceMemory<StrideD> stride_d_;
   comm::DeviceMemory<LayoutSFA> layout_sfa_;
   comm::DeviceMemory<LayoutSFB> layout_sfb_;
-  comm::DeviceMemory<uint8_t> workspace_;
-  Gemm gemm_;
+  Adapter gemm_;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/cuda_memory.hpp"
 #include "caracal/error.hpp"
+#include "cutlass_adapter.cuh"
 #include "cutlass_grouped_gemm.hpp"
 
 namespace caracal::bench::cutlass_baseline {
@@ -51,16 +52,10 @@ struct GroupedGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-template <typename T>
-comm::DeviceMemory<T> upload(const std::vector<T>& host, const char* what) {
-  comm::DeviceMemory<T> device = comm::device_alloc<T>(host.size(), what);
-  check_cuda(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), what);
-  return device;
-}
-
 template <class Schedule>
 class Runner final : public CutlassGroupedGemm {
   using Gemm = typename GroupedGemm<Schedule>::Gemm;
+  using Adapter = CutlassAdapter<Gemm>;
   using StrideA = typename Gemm::GemmKernel::InternalStrideA;
   using StrideB = typename Gemm::GemmKernel::InternalStrideB;
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
@@ -95,40 +90,16 @@ class Runner final : public CutlassGroupedGemm {
     stride_b_ = upload(stride_b, "CUTLASS baseline: B strides");
     stride_d_ = upload(stride_d, "CUTLASS baseline: D strides");
 
-    int device = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    const cutlass::KernelHardwareInfo hw =
-        cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename Gemm::GemmKernel>(device);
-    typename Gemm::Arguments args;
-    decltype(args.epilogue.thread) fusion;
-    fusion.alpha = 1.0f;
-    fusion.beta = 0.0f;  // C is not read
-    fusion.alpha_ptr = nullptr;
-    fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = nullptr;
-    fusion.beta_ptr_array = nullptr;
-    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
-    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
     const Element** c = const_cast<const Element**>(d_.get());
-    args = typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                    {static_cast<int>(groups), shapes_device_.get(), shapes_.data()},
-                                    {a_.get(), stride_a_.get(), b_.get(), stride_b_.get()},
-                                    {fusion, c, stride_d_.get(), d_.get(), stride_d_.get()},
-                                    hw};
-    CARACAL_CHECK(gemm_.can_implement(args) == cutlass::Status::kSuccess,
-                  "CUTLASS baseline: the grouped GEMM cannot implement N = ", p.n, ", K = ", p.k);
-    const size_t workspace_bytes = Gemm::get_workspace_size(args);
-    workspace_ = comm::device_alloc<uint8_t>(workspace_bytes > 0 ? workspace_bytes : 1, "CUTLASS baseline workspace");
-    CARACAL_CHECK(gemm_.initialize(args, workspace_.get()) == cutlass::Status::kSuccess,
-                  "CUTLASS baseline: initialize failed");
+    const typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                        {static_cast<int>(groups), shapes_device_.get(), shapes_.data()},
+                                        {a_.get(), stride_a_.get(), b_.get(), stride_b_.get()},
+                                        {Adapter::plain_product(), c, stride_d_.get(), d_.get(), stride_d_.get()},
+                                        Adapter::hardware()};
+    gemm_.initialize(args, p.n, p.k, "CUTLASS baseline");
   }
 
-  void run(cudaStream_t stream) override {
-    const cutlass::Status status = gemm_.run(stream);
-    CARACAL_CHECK(status == cutlass::Status::kSuccess, "CUTLASS baseline: run failed: ",
-                  cutlassGetStatusString(status));
-    check_cuda(cudaGetLastError(), "CUTLASS baseline launch");
-  }
+  void run(cudaStream_t stream) override { gemm_.run(stream, "CUTLASS baseline"); }
 
  private:
   std::vector<Shape3> shapes_;  // host copy: CUTLASS reads it when setting up
@@ -138,8 +109,7 @@ class Runner final : public CutlassGroupedGemm {
   comm::DeviceMemory<StrideA> stride_a_;
   comm::DeviceMemory<StrideB> stride_b_;
   comm::DeviceMemory<StrideD> stride_d_;
-  comm::DeviceMemory<uint8_t> workspace_;
-  Gemm gemm_;
+  Adapter gemm_;
 };
 
 }  // namespace caracal::bench::cutlass_baseline

@@ -35,40 +35,30 @@ struct BlockScale {
 };
 BlockScale block_scale(float amax, ScaleRounding rounding);
 
-// [rows][cols] values quantized per 1 x 128 block along each row: codes [rows][cols], scales
-// [rows][ceil(cols / 128)].
-struct Fp8Rows {
+// A [rows][cols] matrix quantized in blocks of block_rows x 128: codes [rows][cols], scales
+// [ceil(rows / block_rows)][ceil(cols / 128)].
+struct Fp8Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-
-  int64_t scale_cols() const { return (cols + kFp8Block - 1) / kFp8Block; }
-  float scale(int64_t row, int64_t col) const { return scales[row * scale_cols() + col / kFp8Block]; }
-  double value(int64_t row, int64_t col) const;
-};
-Fp8Rows quantize_rows(const std::vector<float>& values, int64_t rows, int64_t cols,
-                      ScaleRounding rounding = ScaleRounding::kExact);
-
-// A [rows][cols] matrix quantized per 128 x 128 block: codes [rows][cols], scales
-// [ceil(rows / 128)][ceil(cols / 128)].
-struct Fp8Blocks {
-  int64_t rows = 0;
-  int64_t cols = 0;
+  int64_t block_rows = 1;  // 1: per 1 x 128 block along each row; kFp8Block: per 128 x 128 block
   std::vector<uint8_t> codes;
   std::vector<float> scales;
 
   int64_t scale_cols() const { return (cols + kFp8Block - 1) / kFp8Block; }
   float scale(int64_t row, int64_t col) const {
-    return scales[(row / kFp8Block) * scale_cols() + col / kFp8Block];
+    return scales[(row / block_rows) * scale_cols() + col / kFp8Block];
   }
+  // The value the GEMMs see: code * scale.
   double value(int64_t row, int64_t col) const;
 };
-Fp8Blocks quantize_blocks(const std::vector<float>& values, int64_t rows, int64_t cols,
+
+// Per 1 x 128 block along each row (activations, gradients), and per 128 x 128 block (weights).
+Fp8Matrix quantize_rows(const std::vector<float>& values, int64_t rows, int64_t cols,
+                        ScaleRounding rounding = ScaleRounding::kExact);
+Fp8Matrix quantize_blocks(const std::vector<float>& values, int64_t rows, int64_t cols,
                           ScaleRounding rounding = ScaleRounding::kExact);
 
-// Every value as the GEMMs see it (code * scale), [rows][cols] row-major.
-std::vector<double> dequantize(const Fp8Rows& q);
-std::vector<double> dequantize(const Fp8Blocks& q);
+// Every value, [rows][cols] row-major.
+std::vector<double> dequantize(const Fp8Matrix& q);
 
 }  // namespace caracal

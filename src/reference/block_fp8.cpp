@@ -42,44 +42,19 @@ float block_amax(const std::vector<float>& values, int64_t cols, int64_t row_beg
   return amax;
 }
 
-}  // namespace
-
-double Fp8Rows::value(int64_t row, int64_t col) const {
-  return static_cast<double>(e4m3_to_float(codes[row * cols + col])) * static_cast<double>(scale(row, col));
-}
-
-double Fp8Blocks::value(int64_t row, int64_t col) const {
-  return static_cast<double>(e4m3_to_float(codes[row * cols + col])) * static_cast<double>(scale(row, col));
-}
-
-Fp8Rows quantize_rows(const std::vector<float>& values, int64_t rows, int64_t cols, ScaleRounding rounding) {
-  check_shape(values, rows, cols, "quantize_rows");
-  Fp8Rows q;
+// `values` quantized in blocks of block_rows x kFp8Block.
+Fp8Matrix quantize(const std::vector<float>& values, int64_t rows, int64_t cols, int64_t block_rows,
+                   ScaleRounding rounding, const char* what) {
+  check_shape(values, rows, cols, what);
+  Fp8Matrix q;
   q.rows = rows;
   q.cols = cols;
+  q.block_rows = block_rows;
   q.codes.resize(values.size());
-  q.scales.resize(static_cast<size_t>(rows * q.scale_cols()));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < q.scale_cols(); ++b) {
-      const int64_t begin = b * kFp8Block, end = std::min(cols, begin + kFp8Block);
-      const BlockScale s = block_scale(block_amax(values, cols, r, r + 1, begin, end), rounding);
-      q.scales[r * q.scale_cols() + b] = s.scale;
-      for (int64_t c = begin; c < end; ++c) q.codes[r * cols + c] = e4m3_bits(values[r * cols + c] * s.inverse);
-    }
-  }
-  return q;
-}
-
-Fp8Blocks quantize_blocks(const std::vector<float>& values, int64_t rows, int64_t cols, ScaleRounding rounding) {
-  check_shape(values, rows, cols, "quantize_blocks");
-  Fp8Blocks q;
-  q.rows = rows;
-  q.cols = cols;
-  q.codes.resize(values.size());
-  const int64_t block_rows = (rows + kFp8Block - 1) / kFp8Block;
-  q.scales.resize(static_cast<size_t>(block_rows * q.scale_cols()));
-  for (int64_t br = 0; br < block_rows; ++br) {
-    const int64_t row_begin = br * kFp8Block, row_end = std::min(rows, row_begin + kFp8Block);
+  const int64_t scale_rows = (rows + block_rows - 1) / block_rows;
+  q.scales.resize(static_cast<size_t>(scale_rows * q.scale_cols()));
+  for (int64_t br = 0; br < scale_rows; ++br) {
+    const int64_t row_begin = br * block_rows, row_end = std::min(rows, row_begin + block_rows);
     for (int64_t bc = 0; bc < q.scale_cols(); ++bc) {
       const int64_t begin = bc * kFp8Block, end = std::min(cols, begin + kFp8Block);
       const BlockScale s = block_scale(block_amax(values, cols, row_begin, row_end, begin, end), rounding);
@@ -92,15 +67,21 @@ Fp8Blocks quantize_blocks(const std::vector<float>& values, int64_t rows, int64_
   return q;
 }
 
-std::vector<double> dequantize(const Fp8Rows& q) {
-  std::vector<double> out(q.codes.size());
-  for (int64_t r = 0; r < q.rows; ++r) {
-    for (int64_t c = 0; c < q.cols; ++c) out[r * q.cols + c] = q.value(r, c);
-  }
-  return out;
+}  // namespace
+
+double Fp8Matrix::value(int64_t row, int64_t col) const {
+  return static_cast<double>(e4m3_to_float(codes[row * cols + col])) * static_cast<double>(scale(row, col));
 }
 
-std::vector<double> dequantize(const Fp8Blocks& q) {
+Fp8Matrix quantize_rows(const std::vector<float>& values, int64_t rows, int64_t cols, ScaleRounding rounding) {
+  return quantize(values, rows, cols, 1, rounding, "quantize_rows");
+}
+
+Fp8Matrix quantize_blocks(const std::vector<float>& values, int64_t rows, int64_t cols, ScaleRounding rounding) {
+  return quantize(values, rows, cols, kFp8Block, rounding, "quantize_blocks");
+}
+
+std::vector<double> dequantize(const Fp8Matrix& q) {
   std::vector<double> out(q.codes.size());
   for (int64_t r = 0; r < q.rows; ++r) {
     for (int64_t c = 0; c < q.cols; ++c) out[r * q.cols + c] = q.value(r, c);

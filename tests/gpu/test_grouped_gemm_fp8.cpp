@@ -52,7 +52,7 @@ struct QuantizedRows {
 };
 
 QuantizedRows quantize_rows_for_gemm(const std::vector<float>& rows_values, size_t rows, size_t k) {
-  const caracal::Fp8Rows q = caracal::quantize_rows(rows_values, int64_t(rows), int64_t(k));
+  const caracal::Fp8Matrix q = caracal::quantize_rows(rows_values, int64_t(rows), int64_t(k));
   QuantizedRows out;
   out.codes = q.codes;
   out.values = caracal::dequantize(q);
@@ -78,7 +78,7 @@ QuantizedWeights quantize_weights_for_gemm(const std::vector<float>& w, size_t e
   out.scales.assign(experts * kb * row, 0.0f);
   for (size_t e = 0; e < experts; ++e) {
     const std::vector<float> one(w.begin() + int64_t(e * n * k), w.begin() + int64_t((e + 1) * n * k));
-    const caracal::Fp8Blocks q = caracal::quantize_blocks(one, int64_t(n), int64_t(k));
+    const caracal::Fp8Matrix q = caracal::quantize_blocks(one, int64_t(n), int64_t(k));
     out.codes.insert(out.codes.end(), q.codes.begin(), q.codes.end());
     const std::vector<double> v = caracal::dequantize(q);
     out.values.insert(out.values.end(), v.begin(), v.end());

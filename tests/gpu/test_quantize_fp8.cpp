@@ -74,7 +74,7 @@ TEST_P(QuantizeRowsOnGpu, MatchTheHostContractBitForBit) {
   const TracedSeed seed;
   std::mt19937_64 rng(seed.value());
   const std::vector<uint16_t> bits = random_bf16_bits(rng, c.rows, c.cols);
-  const Fp8Rows expected = quantize_rows(to_floats(bits), c.rows, c.cols, c.rounding);
+  const Fp8Matrix expected = quantize_rows(to_floats(bits), c.rows, c.cols, c.rounding);
 
   const int64_t blocks = expected.scale_cols();
   const int64_t padded_rows = (c.rows + 3) / 4 * 4;  // MN-major: a TMA row of scales per K block
@@ -147,7 +147,7 @@ TEST_P(QuantizeColumnsOnGpu, MatchTheRowQuantizationOfTheTransposeBitForBit) {
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t col = 0; col < c.cols; ++col) transposed[col * c.rows + r] = values[r * c.cols + col];
   }
-  const Fp8Rows expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
+  const Fp8Matrix expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
   const int64_t blocks = expected.scale_cols();
 
   DeviceBuffer<uint16_t> d_values;
@@ -250,7 +250,7 @@ TEST_P(QuantizeWeightsOnGpu, BothOrientationsMatchTheHostContractBitForBit) {
   size_t mismatches = 0;
   for (int64_t e = 0; e < c.experts; ++e) {
     const std::vector<float> w(all.begin() + e * c.n * c.k, all.begin() + (e + 1) * c.n * c.k);
-    const Fp8Blocks expected = quantize_blocks(w, c.n, c.k, c.rounding);
+    const Fp8Matrix expected = quantize_blocks(w, c.n, c.k, c.rounding);
     for (int64_t n = 0; n < c.n; ++n) {
       for (int64_t k = 0; k < c.k; ++k) {
         const uint8_t want = expected.codes[n * c.k + k];

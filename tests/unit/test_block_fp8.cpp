@@ -141,7 +141,7 @@ TEST(QuantizeRows, EachRowBlockHasItsScaleAndItsLargestValueAt448) {
   for (int64_t c = 0; c < 128; ++c) x[2 * cols + c] = 0.0f;  // an all-zero block
   x[3 * cols + 150] = std::numeric_limits<float>::quiet_NaN();
   for (ScaleRounding rounding : {ScaleRounding::kExact, ScaleRounding::kPowerOfTwo}) {
-    const Fp8Rows q = quantize_rows(x, rows, cols, rounding);
+    const Fp8Matrix q = quantize_rows(x, rows, cols, rounding);
     ASSERT_EQ(q.scale_cols(), 2);
     ASSERT_EQ(q.scales.size(), size_t(rows * 2));
     for (int64_t r = 0; r < rows; ++r) {
@@ -178,7 +178,7 @@ TEST(QuantizeBlocks, EachWeightBlockHasOneScale) {
   std::mt19937_64 rng(seed);
   const int64_t rows = 130, cols = 260;  // partial blocks along both
   const std::vector<float> w = random_values(rng, rows * cols);
-  const Fp8Blocks q = quantize_blocks(w, rows, cols);
+  const Fp8Matrix q = quantize_blocks(w, rows, cols);
   ASSERT_EQ(q.scale_cols(), 3);
   ASSERT_EQ(q.scales.size(), size_t(2 * 3));
   for (int64_t br = 0; br < 2; ++br) {
