@@ -14,6 +14,31 @@
 
 namespace caracal::fused {
 
+// Spans of device words cut one after another from one allocation (a rank's readiness counters):
+// with a null base only their words are counted (the spans are null).
+class CounterArena {
+ public:
+  explicit CounterArena(uint32_t* base) : base_(base) {}
+  uint32_t* take(size_t words) {
+    uint32_t* const span = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += words;
+    return span;
+  }
+  size_t words() const { return used_; }
+
+ private:
+  uint32_t* base_;
+  size_t used_ = 0;
+};
+
+// A rank's task slots after its `counter_words` counters at `base`, from the first slot boundary
+// (as counters_and_task_slots_words counts them).
+template <class Slot>
+Slot* task_slots_after(uint32_t* base, size_t counter_words) {
+  constexpr size_t kSlotWords = sizeof(Slot) / sizeof(uint32_t);
+  return reinterpret_cast<Slot*>(base + (counter_words + kSlotWords - 1) / kSlotWords * kSlotWords);
+}
+
 // Device words of a rank's ready counters (`counter_words`) followed, from a 32-byte boundary, by
 // the task slots (`slot_bytes` each, one per stage of Policy's ring) of kFusedMaxCtasPerRank CTAs.
 template <class Policy>

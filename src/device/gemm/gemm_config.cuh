@@ -52,10 +52,6 @@ inline constexpr int kChunkCols = 64;
 inline constexpr int kChunkBuffers = 2;
 inline constexpr int kChunkElements = kChunkRows * kChunkCols;
 
-// Tiles of one expert are visited in groups of this many M blocks, N blocks outer, M blocks
-// inner: the CTAs running at one time share a few A blocks and a few weight slabs in L2.
-inline constexpr int kRasterGroupBlocks = 8;
-
 // The epilogues index the accumulator fragment directly; mma_config.cuh pins the layout they
 // assume (CuTe's SM90 64xN fp32 accumulator): value i = v0 + 2*v1 + 4*t of a thread (warp w,
 // lane l of its warpgroup) is element (row 16w + l/4 + 8*v1, column 8t + 2*(l%4) + v0) of the

@@ -12,14 +12,16 @@
 // standalone kernel: first = blockIdx.x, stride = gridDim.x), or, with a tile queue
 // (tile_queue.cuh), whichever tile comes next when it is free. Each role
 // (producer, consumers) runs its own copy and walks the same sequence; tile indices only grow, so
-// the owning expert is found by moving a cursor forward (amortised O(1) per tile).
+// the owning expert is found by moving a cursor forward (amortised O(1) per tile). Host code runs
+// it too, over a schedule in host memory (the fused kernels' task orders, tests/unit).
 #include <climits>
 #include <cstdint>
 
 #include "caracal/schedule_view.hpp"
-#include "device/gemm/gemm_config.cuh"
+#include "device/common/host_device.hpp"
 #include "device/gemm/raster_order.hpp"
 #include "device/gemm/tile_coord.cuh"
+#include "device/gemm/tile_shape.hpp"
 
 namespace caracal::gemm {
 
@@ -47,8 +49,8 @@ class RowTileSchedulerOf {
 
   // The tiles of the schedule's row blocks in its window [first_row, end_row), or, for the fused
   // kernels' macrobatches, of blocks [begin_block, end_block) only (clipped to the schedule's rows).
-  __device__ RowTileSchedulerOf(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
-                                int end_block = INT_MAX)
+  CARACAL_HOST_DEVICE RowTileSchedulerOf(Params const& p, int first_tile, int tile_stride, int begin_block = 0,
+                                         int end_block = INT_MAX)
       : offsets_(p.schedule.expert_offset),
         counts_(p.schedule.expert_count),
         num_experts_(p.schedule.num_experts),
@@ -57,38 +59,38 @@ class RowTileSchedulerOf {
         tile_(first_tile),
         stride_(tile_stride) {
     // Never past the row buffers, whatever the offsets say.
-    int const total_blocks = min(__ldg(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
+    int const total_blocks = min(load_read_only(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
     window_begin_ = max(begin_block, p.schedule.first_row / kBlockM);
     window_end_ = min(min(end_block, total_blocks), p.schedule.end_row > 0 ? p.schedule.end_row / kBlockM : INT_MAX);
     num_tiles_ = max(window_end_ - window_begin_, 0) * n_blocks_;
     // The expert holding the window's first block (experts before it may be empty).
-    expert_begin_ = __ldg(offsets_) / kBlockM;
-    end_block_ = __ldg(offsets_ + 1) / kBlockM;
+    expert_begin_ = load_read_only(offsets_) / kBlockM;
+    end_block_ = load_read_only(offsets_ + 1) / kBlockM;
     while (end_block_ <= window_begin_ && expert_ + 1 < num_experts_) {
       ++expert_;
       expert_begin_ = end_block_;
-      end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
+      end_block_ = load_read_only(offsets_ + expert_ + 1) / kBlockM;
     }
     begin_block_ = max(expert_begin_, window_begin_);
   }
 
-  __device__ bool has_tile() const { return tile_ < num_tiles_; }
-  __device__ void advance() { tile_ += stride_; }
-  __device__ int tile() const { return tile_; }            // the current tile's index
-  __device__ void seek(int tile) { tile_ = tile; }         // any tile at or past the current one
-  __device__ int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
+  CARACAL_HOST_DEVICE bool has_tile() const { return tile_ < num_tiles_; }
+  CARACAL_HOST_DEVICE void advance() { tile_ += stride_; }
+  CARACAL_HOST_DEVICE int tile() const { return tile_; }            // the current tile's index
+  CARACAL_HOST_DEVICE void seek(int tile) { tile_ = tile; }         // any tile at or past the current one
+  CARACAL_HOST_DEVICE int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
 
   // Sets c.m_buffer, where c's rows lie in the row buffers (ScheduleView::buffer_row): read from
   // the parameters, not kept in the scheduler (in the fused kernel's producer every register counts).
-  __device__ static void locate(Params const& p, TileCoord& c) { c.m_buffer = p.schedule.buffer_row(c.m_begin); }
+  CARACAL_HOST_DEVICE static void locate(Params const& p, TileCoord& c) { c.m_buffer = p.schedule.buffer_row(c.m_begin); }
 
   // The current tile (has_tile() must hold); its m_buffer is m_begin until locate().
-  __device__ TileCoord coord() {
+  CARACAL_HOST_DEVICE TileCoord coord() {
     int const t = tile_ + window_begin_ * n_blocks_;  // numbered from block 0
     while (t >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
       ++expert_;
       expert_begin_ = begin_block_ = end_block_;
-      end_block_ = __ldg(offsets_ + expert_ + 1) / kBlockM;
+      end_block_ = load_read_only(offsets_ + expert_ + 1) / kBlockM;
     }
     int const local = t - begin_block_ * n_blocks_;
     int const blocks = min(end_block_, window_end_) - begin_block_;
@@ -101,7 +103,7 @@ class RowTileSchedulerOf {
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     // The end of the expert's real rows (its padded end when counts are not given).
-    c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + __ldg(counts_ + expert_)
+    c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + load_read_only(counts_ + expert_)
                                       : end_block_ * kBlockM;
     return c;
   }

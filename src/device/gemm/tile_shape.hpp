@@ -11,4 +11,9 @@ namespace caracal::gemm {
 inline constexpr int kBlockM = kGroupedGemmTileM;  // 128: one expert per M block
 inline constexpr int kBlockN = 256;
 
+// Tiles of one expert are visited in groups of this many M blocks, N blocks outer, M blocks
+// inner (raster_order.hpp): the CTAs running at one time share a few A blocks and a few weight
+// slabs in L2.
+inline constexpr int kRasterGroupBlocks = 8;
+
 }  // namespace caracal::gemm

@@ -48,13 +48,6 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
 
 constexpr const char* kName = "fused backward";
 
-// The counters ahead of the task slots, in words: dy_ready, dgrad_done and dx_done per block of the
-// window's buffer rows, the task counter, the dx sums' counter, and shared_dgrad_done per block of
-// the shared expert's rows.
-size_t counter_words(int buffer_rows, int shared_rows) {
-  return 3 * size_t(std::max(buffer_rows, 0)) / gemm::kBlockM + 2 + size_t(std::max(shared_rows, 0)) / gemm::kBlockM;
-}
-
 // The shared expert's rows of a rank (0 without).
 int shared_rows_of(const FusedBackwardRank& rank) { return rank.has_shared ? rank.shared.rows.buffer_rows() : 0; }
 
@@ -123,23 +116,21 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
     r.tiles.shared_dgrad = sd.tiles;
     r.tiles.shared_dx = sx.tiles;
   }
-  const size_t blocks = size_t(rows.buffer_rows()) / kBlockM;
-  r.dy_ready = rank.ready_counters;
-  r.dgrad_done = rank.ready_counters + blocks;
-  r.dx_done = rank.ready_counters + 2 * blocks;
-  const size_t counters = counter_words(rows.buffer_rows(), shared_rows_of(rank));
-  r.task_counter = rank.ready_counters + 3 * blocks;
-  r.sums_counter = rank.ready_counters + 3 * blocks + 1;
-  r.shared_dgrad_done = rank.ready_counters + 3 * blocks + 2;
-  // 32-byte slots after the counters, on a 32-byte boundary.
-  r.task_slots = reinterpret_cast<BackwardTaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
+  const BackwardCounters counters(rank.ready_counters, rows.buffer_rows(), shared_rows_of(rank));
+  r.dy_ready = counters.dy_ready;
+  r.dgrad_done = counters.dgrad_done;
+  r.dx_done = counters.dx_done;
+  r.task_counter = counters.task_counter;
+  r.sums_counter = counters.sums_counter;
+  r.shared_dgrad_done = counters.shared_dgrad_done;
+  r.task_slots = task_slots_after<BackwardTaskSlot>(rank.ready_counters, counters.words);
   return r;
 }
 
 }  // namespace
 
 size_t backward_ready_counter_words(int buffer_rows, int shared_rows) {
-  return counters_and_task_slots_words<BackwardGemmPolicy>(counter_words(buffer_rows, shared_rows),
+  return counters_and_task_slots_words<BackwardGemmPolicy>(BackwardCounters(nullptr, buffer_rows, shared_rows).words,
                                                            sizeof(BackwardTaskSlot));
 }
 
@@ -185,8 +176,8 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
                   ": every rank's pass.rows must name the same window, got [", window.first_row, ", ", window.end_row,
                   ") for ranks[0] and [", rank.pass.rows.first_row, ", ", rank.pass.rows.end_row, ") for ranks[", l, "]");
     p.ranks[l] = rank_params(world, exchange, l, rank);
-    const size_t counters = counter_words(rank.pass.rows.buffer_rows(), shared_rows_of(rank));  // not the task slots
-    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
+    const BackwardCounters counters(rank.ready_counters, rank.pass.rows.buffer_rows(), shared_rows_of(rank));
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters.words * sizeof(uint32_t), stream),
                "fused backward: cudaMemsetAsync(ready counters)");
   }
   p.schedule = ex.schedule;

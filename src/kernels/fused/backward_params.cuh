@@ -13,6 +13,7 @@
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
 #include "fused/fused_forward.hpp"
+#include "fused/fused_launch.hpp"
 #include "kernels/fused/backward_tasks.cuh"
 
 namespace caracal::fused {
@@ -48,6 +49,32 @@ struct FusedBackwardRankParams {
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
   uint32_t* sums_counter;        // with tiles.group_dx: the next rows to sum (dx_group_sums.cuh)
   BackwardTaskSlot* task_slots;  // [CTAs of the rank][BackwardGemmPolicy::kStages]
+};
+
+// A rank's readiness counters, named spans of its ready_counters (FusedBackwardRank), zeroed before
+// each launch: per 128-row block of the window's buffer rows dy_ready, dgrad_done and dx_done; the
+// task counter; the dx sums' counter; the shared expert's dgrad_done per block of its rows. The
+// rank's task slots follow them (task_slots_after). Host code: with a null base only `words` is set.
+struct BackwardCounters {
+  uint32_t* dy_ready;
+  uint32_t* dgrad_done;
+  uint32_t* dx_done;
+  uint32_t* task_counter;
+  uint32_t* sums_counter;
+  uint32_t* shared_dgrad_done;
+  size_t words;  // all of the above
+
+  BackwardCounters(uint32_t* base, int buffer_rows, int shared_rows) {
+    CounterArena arena(base);
+    const size_t blocks = size_t(buffer_rows > 0 ? buffer_rows : 0) / gemm::kBlockM;
+    dy_ready = arena.take(blocks);
+    dgrad_done = arena.take(blocks);
+    dx_done = arena.take(blocks);
+    task_counter = arena.take(1);
+    sums_counter = arena.take(1);
+    shared_dgrad_done = arena.take(size_t(shared_rows > 0 ? shared_rows : 0) / gemm::kBlockM);
+    words = arena.words();
+  }
 };
 
 struct BackwardKernelParams {

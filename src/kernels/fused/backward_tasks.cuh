@@ -10,6 +10,8 @@
 // nothing; tasks are taken in increasing order, only by running CTAs, and every CTA of the
 // (cooperative) launch is resident, so the smallest unfinished task can always run: no deadlock.
 // Which CTA runs a tile changes nothing in its result (one CTA per tile, K in a fixed order).
+// Host code walks the same cursor (tests/unit/test_task_order.cpp checks the order and that rule).
+#include "device/common/host_device.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/tile_coord.cuh"
 
@@ -23,9 +25,13 @@ struct BackwardTask {
   gemm::TileCoord tile;
   // The tile's 128-row block among its rows' (the window's buffer rows, or the shared expert's):
   // the counters' index.
-  __device__ int buffer_block() const { return tile.m_buffer / gemm::kBlockM; }
-  __device__ bool dgrad() const { return phase == BackwardPhase::dgrad || phase == BackwardPhase::shared_dgrad; }
-  __device__ bool shared() const { return phase == BackwardPhase::shared_dgrad || phase == BackwardPhase::shared_dx; }
+  CARACAL_HOST_DEVICE int buffer_block() const { return tile.m_buffer / gemm::kBlockM; }
+  CARACAL_HOST_DEVICE bool dgrad() const {
+    return phase == BackwardPhase::dgrad || phase == BackwardPhase::shared_dgrad;
+  }
+  CARACAL_HOST_DEVICE bool shared() const {
+    return phase == BackwardPhase::shared_dgrad || phase == BackwardPhase::shared_dx;
+  }
 };
 
 // As the forward's TaskSlot: one per pipeline stage of a CTA, in global memory.
@@ -46,7 +52,7 @@ struct BackwardTiles {
   bool group_dx;
 
   // A phase's tiles (not BackwardPhase::end).
-  __device__ const gemm::RowTileScheduler::Params& of(BackwardPhase phase) const {
+  CARACAL_HOST_DEVICE const gemm::RowTileScheduler::Params& of(BackwardPhase phase) const {
     switch (phase) {
       case BackwardPhase::shared_dgrad: return shared_dgrad;
       case BackwardPhase::shared_dx: return shared_dx;
@@ -60,17 +66,17 @@ struct BackwardTiles {
 class BackwardTaskCursor {
  public:
   // `tiles` must outlive the cursor (kernel parameters do).
-  __device__ explicit BackwardTaskCursor(const BackwardTiles& tiles) : tiles_(&tiles) {
+  CARACAL_HOST_DEVICE explicit BackwardTaskCursor(const BackwardTiles& tiles) : tiles_(&tiles) {
     shared_dgrad_end_ = tiles.has_shared ? tiles_in(BackwardPhase::shared_dgrad) : 0;
     shared_dx_end_ = shared_dgrad_end_ + (tiles.has_shared ? tiles_in(BackwardPhase::shared_dx) : 0);
     dgrad_end_ = shared_dx_end_ + tiles_in(BackwardPhase::dgrad);
     dx_end_ = dgrad_end_ + tiles_in(BackwardPhase::dx);
   }
 
-  __device__ int num_tasks() const { return dx_end_; }
+  CARACAL_HOST_DEVICE int num_tasks() const { return dx_end_; }
 
   // Task `task` (in [0, num_tasks()), at or past the last one asked for).
-  __device__ BackwardTask at(int task) {
+  CARACAL_HOST_DEVICE BackwardTask at(int task) {
     // Named ends, not an array: an array indexed at run time would live in local memory.
     const BackwardPhase phase = task < shared_dgrad_end_ ? BackwardPhase::shared_dgrad
                                 : task < shared_dx_end_  ? BackwardPhase::shared_dx
@@ -92,7 +98,9 @@ class BackwardTaskCursor {
   }
 
  private:
-  __device__ int tiles_in(BackwardPhase phase) const { return gemm::RowTileScheduler(tiles_->of(phase), 0, 1).num_tiles(); }
+  CARACAL_HOST_DEVICE int tiles_in(BackwardPhase phase) const {
+    return gemm::RowTileScheduler(tiles_->of(phase), 0, 1).num_tiles();
+  }
 
   const BackwardTiles* tiles_;
   gemm::RowTileScheduler current_;  // the current phase's tiles

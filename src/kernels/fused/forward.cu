@@ -94,48 +94,39 @@ GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeig
   return g;
 }
 
-// The counters ahead of the task slots, in words: x_ready, the routed activation_ready, down_done
-// and out_stored per block of the schedule, sums_done per macrobatch (at most one per block), the
-// shared expert's activation_ready per block of its rows, the task counter.
-size_t counter_words(int row_capacity, int shared_rows) {
-  return 5 * size_t(std::max(row_capacity, 0)) / gemm::kBlockM + size_t(std::max(shared_rows, 0)) / gemm::kBlockM + 1;
-}
-
 // Rank l's parameters: its GEMMs and where its counters and task slots are.
 FusedForwardRankParams rank_params(const FusedForwardRank& rank) {
   CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
-  const size_t blocks = size_t(rank.pass.rows.row_capacity) / gemm::kBlockM;
+  const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
+  const ForwardCounters counters(rank.ready_counters, rank.pass.rows.row_capacity, shared_rows);
   FusedForwardRankParams r{};
-  r.x_ready = rank.ready_counters;
-  const GroupGemms routed = expert_gemms(rank.pass, rank.weights, rank.ready_counters + blocks);
+  r.x_ready = counters.x_ready;
+  const GroupGemms routed = expert_gemms(rank.pass, rank.weights, counters.activation_ready);
   r.routed = routed.gemms;
   r.routed_out = routed.out;
   r.out_rows = rank.pass.out;
-  r.down_done = rank.ready_counters + 2 * blocks;
-  r.out_stored = rank.ready_counters + 3 * blocks;
-  r.sums_done = rank.ready_counters + 4 * blocks;
+  r.down_done = counters.down_done;
+  r.out_stored = counters.out_stored;
+  r.sums_done = counters.sums_done;
   r.has_shared = rank.has_shared;
-  const int shared_rows = rank.has_shared ? rank.shared.rows.row_capacity : 0;
   if (rank.has_shared) {
     CARACAL_CHECK(rank.shared.rows.num_experts == 1, kName, ": the shared pass must hold one expert, got ",
                   rank.shared.rows.num_experts);
     CARACAL_CHECK(rank.shared.rows.ring_rows == 0, kName, ": the shared pass has no ring, got ring_rows ",
                   rank.shared.rows.ring_rows);
-    const GroupGemms shared = expert_gemms(rank.shared, rank.shared_weights, rank.ready_counters + 5 * blocks);
+    const GroupGemms shared = expert_gemms(rank.shared, rank.shared_weights, counters.shared_activation_ready);
     r.shared = shared.gemms;
     r.shared_out = shared.out;
   }
-  const size_t counters = counter_words(rank.pass.rows.row_capacity, shared_rows);
-  r.task_counter = rank.ready_counters + counters - 1;
-  // 32-byte slots after the counters, on a 32-byte boundary.
-  r.task_slots = reinterpret_cast<TaskSlot*>(rank.ready_counters + (counters + 7) / 8 * 8);
+  r.task_counter = counters.task_counter;
+  r.task_slots = task_slots_after<TaskSlot>(rank.ready_counters, counters.words);
   return r;
 }
 
 }  // namespace
 
 size_t ready_counter_words(int row_capacity, int shared_rows) {
-  return counters_and_task_slots_words<ForwardGemmPolicy>(counter_words(row_capacity, shared_rows),
+  return counters_and_task_slots_words<ForwardGemmPolicy>(ForwardCounters(nullptr, row_capacity, shared_rows).words,
                                                           sizeof(TaskSlot));
 }
 
@@ -148,9 +139,9 @@ int default_comm_ctas(const comm::World& world) { return std::max(1, fused_ctas_
 void zero_ready_counters(const FusedForwardArgs& args, cudaStream_t stream) {
   for (const FusedForwardRank& rank : args.ranks) {
     CARACAL_CHECK(rank.ready_counters != nullptr, kName, ": ready_counters must not be null");
-    const size_t counters =  // not the task slots
-        counter_words(rank.pass.rows.row_capacity, rank.has_shared ? rank.shared.rows.row_capacity : 0);
-    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters * sizeof(uint32_t), stream),
+    const ForwardCounters counters(rank.ready_counters, rank.pass.rows.row_capacity,
+                                   rank.has_shared ? rank.shared.rows.row_capacity : 0);
+    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters.words * sizeof(uint32_t), stream),
                "fused forward: cudaMemsetAsync(ready counters)");
   }
 }

@@ -15,6 +15,7 @@
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
+#include "fused/fused_launch.hpp"
 #include "kernels/fused/forward_tasks.cuh"
 
 namespace caracal::fused {
@@ -60,6 +61,35 @@ struct FusedForwardRankParams {
   uint32_t* x_ready;
   uint32_t* task_counter;  // the rank's next task (forward_tasks.cuh)
   TaskSlot* task_slots;    // [CTAs of the rank][ForwardGemmPolicy::kStages] (forward_tasks.cuh)
+};
+
+// A rank's readiness counters, named spans of its ready_counters (FusedForwardRank), zeroed before
+// each launch: per 128-row block of the schedule x_ready, the routed activation_ready, down_done
+// and out_stored; sums_done per macrobatch (at most one a block); the shared expert's
+// activation_ready per block of its rows; the task counter. The rank's task slots follow them
+// (task_slots_after). Host code: with a null base only `words` is set.
+struct ForwardCounters {
+  uint32_t* x_ready;
+  uint32_t* activation_ready;
+  uint32_t* down_done;
+  uint32_t* out_stored;
+  uint32_t* sums_done;
+  uint32_t* shared_activation_ready;
+  uint32_t* task_counter;
+  size_t words;  // all of the above
+
+  ForwardCounters(uint32_t* base, int row_capacity, int shared_rows) {
+    CounterArena arena(base);
+    const size_t blocks = size_t(row_capacity > 0 ? row_capacity : 0) / gemm::kBlockM;
+    x_ready = arena.take(blocks);
+    activation_ready = arena.take(blocks);
+    down_done = arena.take(blocks);
+    out_stored = arena.take(blocks);
+    sums_done = arena.take(blocks);
+    shared_activation_ready = arena.take(size_t(shared_rows > 0 ? shared_rows : 0) / gemm::kBlockM);
+    task_counter = arena.take(1);
+    words = arena.words();
+  }
 };
 
 // Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.

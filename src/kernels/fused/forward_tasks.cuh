@@ -16,9 +16,11 @@
 // the schedule's CTAs, and its last CTAs land as those exit, which wait on nothing of this
 // launch), so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
 // changes nothing in its result (one CTA per tile, K in a fixed order; one warp per group sum).
+// Host code walks the same cursor (tests/unit/test_task_order.cpp checks the order and that rule).
 #include <climits>
 
 #include "caracal/schedule_view.hpp"
+#include "device/common/host_device.hpp"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/gemm/tile_coord.cuh"
 
@@ -30,9 +32,13 @@ enum class ForwardPhase : int { shared_up_gate, shared_down, up_gate, down, grou
 struct ForwardTask {
   ForwardPhase phase;
   gemm::TileCoord tile;
-  __device__ int m_block() const { return tile.m_begin / gemm::kBlockM; }
-  __device__ bool up_gate() const { return phase == ForwardPhase::up_gate || phase == ForwardPhase::shared_up_gate; }
-  __device__ bool shared() const { return phase == ForwardPhase::shared_up_gate || phase == ForwardPhase::shared_down; }
+  CARACAL_HOST_DEVICE int m_block() const { return tile.m_begin / gemm::kBlockM; }
+  CARACAL_HOST_DEVICE bool up_gate() const {
+    return phase == ForwardPhase::up_gate || phase == ForwardPhase::shared_up_gate;
+  }
+  CARACAL_HOST_DEVICE bool shared() const {
+    return phase == ForwardPhase::shared_up_gate || phase == ForwardPhase::shared_down;
+  }
 };
 
 // One group of experts' two GEMMs' tiles: both over the same row blocks.
@@ -61,22 +67,24 @@ struct Macrobatches {
   int ring_blocks = 1;   // row blocks of a macrobatch (the last may hold fewer)
 
   Macrobatches() = default;
-  __device__ explicit Macrobatches(const ScheduleView& rows)
+  CARACAL_HOST_DEVICE explicit Macrobatches(const ScheduleView& rows)
       : total_blocks(min(rows.expert_offset[rows.num_experts], rows.row_capacity) / gemm::kBlockM),
         ring_blocks(rows.ring_rows > 0 ? rows.ring_rows / gemm::kBlockM : max(total_blocks, 1)) {}
 
-  __device__ int count() const { return (total_blocks + ring_blocks - 1) / ring_blocks; }
-  __device__ int of_block(int block) const { return block / ring_blocks; }
+  CARACAL_HOST_DEVICE int count() const { return (total_blocks + ring_blocks - 1) / ring_blocks; }
+  CARACAL_HOST_DEVICE int of_block(int block) const { return block / ring_blocks; }
   // The row blocks of macrobatch `batch`.
-  __device__ int blocks_in(int batch) const { return min(total_blocks, (batch + 1) * ring_blocks) - batch * ring_blocks; }
+  CARACAL_HOST_DEVICE int blocks_in(int batch) const {
+    return min(total_blocks, (batch + 1) * ring_blocks) - batch * ring_blocks;
+  }
   // The block whose ring rows block `block` takes over (walked before it), or -1 for none.
-  __device__ int previous_in_ring(int block) const {
+  CARACAL_HOST_DEVICE int previous_in_ring(int block) const {
     return block + ring_blocks < total_blocks ? block + ring_blocks : -1;
   }
   // Whether block `block`'s output rows are summed inside the launch (a group_sums task reads them
   // once out_stored says so): those of every macrobatch but 0, which the combine launch after the
   // kernel sums. Static: it needs only the ring's size.
-  __device__ static bool summed_in_launch(const ScheduleView& rows, int block) {
+  CARACAL_HOST_DEVICE static bool summed_in_launch(const ScheduleView& rows, int block) {
     return rows.ring_rows > 0 && block >= rows.ring_rows / gemm::kBlockM;
   }
 };
@@ -96,7 +104,7 @@ class ForwardTaskCursor {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
   // parameters do).
-  __device__ ForwardTaskCursor(const ExpertTiles* shared, const ExpertTiles& routed)
+  CARACAL_HOST_DEVICE ForwardTaskCursor(const ExpertTiles* shared, const ExpertTiles& routed)
       : shared_(shared), routed_(&routed) {
     const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
@@ -104,21 +112,21 @@ class ForwardTaskCursor {
   }
 
   // The shared expert's tasks, the first ones.
-  __device__ int shared_tasks() const { return end_shared_down_; }
-  __device__ bool routed_counted() const { return end_ != kUncounted; }
+  CARACAL_HOST_DEVICE int shared_tasks() const { return end_shared_down_; }
+  CARACAL_HOST_DEVICE bool routed_counted() const { return end_ != kUncounted; }
   // Reads the routed experts' schedule (built by now) and counts their tasks.
-  __device__ void count_routed_tasks() {
+  CARACAL_HOST_DEVICE void count_routed_tasks() {
     batches_ = Macrobatches(routed_->up.schedule);
     const int batches = batches_.count();
     end_ = end_shared_down_ + batches_.total_blocks * per_block() - (batches > 0 ? batches_.blocks_in(0) : 0);
   }
 
   // Every task, once counted (count_routed_tasks); until then more than any task index.
-  __device__ int num_tasks() const { return end_; }
-  __device__ const Macrobatches& macrobatches() const { return batches_; }
+  CARACAL_HOST_DEVICE int num_tasks() const { return end_; }
+  CARACAL_HOST_DEVICE const Macrobatches& macrobatches() const { return batches_; }
 
   // Task `task` (in [0, num_tasks()), at or past the last one asked for).
-  __device__ ForwardTask at(int task) {
+  CARACAL_HOST_DEVICE ForwardTask at(int task) {
     ForwardPhase phase;
     int first;  // the phase's first task
     int batch = 0;
@@ -173,9 +181,9 @@ class ForwardTaskCursor {
  private:
   // A routed block's tasks: its tiles and, but in macrobatch 0 (walked last: combine sums it), its
   // group sums. From the kernel parameters: no register held.
-  __device__ int per_block() const { return routed_->up.n_blocks + routed_->down.n_blocks + 1; }
+  CARACAL_HOST_DEVICE int per_block() const { return routed_->up.n_blocks + routed_->down.n_blocks + 1; }
   // A group's down tiles over `blocks` row blocks.
-  __device__ static int down_tasks(const ExpertTiles& t, int blocks) { return blocks * t.down.n_blocks; }
+  CARACAL_HOST_DEVICE static int down_tasks(const ExpertTiles& t, int blocks) { return blocks * t.down.n_blocks; }
 
   static constexpr int kUncounted = INT_MAX;
 
