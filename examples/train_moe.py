@@ -2,7 +2,7 @@
 """Trains a small DeepSeek-V3-style MoE transformer on synthetic data with caracal.MoE, twice, and
 checks that the two loss curves are bitwise identical; reports tokens/s, memory against the
 planner's prediction and (optionally) the same model with the NCCL + PyTorch expert layer of
-bench/torch_ep_bench.py; writes a PNG of the losses.
+bench/python/torch_ep_bench.py; writes a PNG of the losses.
 
 The model: a frozen random token embedding, `--blocks` residual blocks of RMSNorm -> causal
 self-attention -> RMSNorm -> router -> caracal.MoE (routed experts + one shared expert), a final
@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "python"))
-sys.path.insert(0, os.path.join(here, "..", "bench"))
+sys.path.insert(0, os.path.join(here, "..", "bench", "python"))
 import caracal  # noqa: E402
 
 
@@ -82,7 +82,7 @@ class Router(torch.nn.Module):
 
 
 class TorchEPExperts(torch.nn.Module):
-    """The NCCL + PyTorch expert layer of bench/torch_ep_bench.py (all_to_all, torch._grouped_mm),
+    """The NCCL + PyTorch expert layer of bench/python/torch_ep_bench.py (all_to_all, torch._grouped_mm),
     with the same parameters as caracal.MoE in its layout (gate rows, then up rows)."""
 
     def __init__(self, args, world):

@@ -5,9 +5,9 @@
 #      case; --experts 32 overrides the preset's 256), with the NCCL-exchange (+ the same grouped GEMMs) and cuBLAS baselines;
 #   2. caracal bench, DeepSeek-V3 at EP 8 in the loopback world (8 virtual ranks on the GPU, 32
 #      experts each), T = 1024 per rank (T = 4096 would need ~230 GiB: v1's worst-case buffers);
-#   3. bench/torch_moe_layer.py: the plain PyTorch layer on case 1's shape (the issue's target:
+#   3. bench/python/torch_moe_layer.py: the plain PyTorch layer on case 1's shape (the issue's target:
 #      our forward+backward >= 1.3x faster);
-#   4. a sweep over tokens per rank of case 1's shape, and bench/plot_sweep.py's PNG of it;
+#   4. a sweep over tokens per rank of case 1's shape, and bench/python/plot_sweep.py's PNG of it;
 # then a summary table last. Usage: scripts/bench-layer.sh [build-dir]
 # Files (6) go to $OUT if set, else /tmp/caracal-bench-layer: bench_w1.json, bench_w8.json,
 # torch.json, sweep.json, sweep.png, bench-layer.log (every command's output). The last line is
@@ -44,11 +44,11 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.m
 ds="--model deepseek-v3"
 step "caracal bench W=1" 90 "$build/caracal" bench $ds --experts 32 --ep 1 --tokens 4096 --json "$out/bench_w1.json"
 step "caracal bench W=8" 120 "$build/caracal" bench $ds --ep 8 --tokens 1024 --json "$out/bench_w8.json"
-step "torch plain layer" 45 python3 bench/torch_moe_layer.py --model deepseek-v3 --experts 32 --tokens 4096 \
+step "torch plain layer" 45 python3 bench/python/torch_moe_layer.py --model deepseek-v3 --experts 32 --tokens 4096 \
   --json "$out/torch.json"
 step "caracal bench sweep" 150 "$build/caracal" bench $ds --experts 32 --ep 1 --sweep 512,1024,2048,4096,8192 \
   --reps 10 --no-validate --quiet --json "$out/sweep.json"
-step "plot sweep" 15 python3 bench/plot_sweep.py "$out/sweep.json" -o "$out/sweep.png"
+step "plot sweep" 15 python3 bench/python/plot_sweep.py "$out/sweep.json" -o "$out/sweep.png"
 
 # Errors first, the tables, then the summary last.
 grep -E 'error|Error|FAILED' "$log" | head -n 20

@@ -5,7 +5,7 @@
 #   2. compute-sanitizer memcheck and racecheck on their small cases;
 #   3. the SASS: HGMMA present, no local memory (LDL/STL); registers, stack, spills per kernel;
 #   4. caracal_gemm_bench (our forward and backward vs cuBLAS dense GEMM of the same FLOPs) and
-#      bench/torch_grouped_mm.py (torch._grouped_mm on the same rows, forward and autograd backward);
+#      bench/python/torch_grouped_mm.py (torch._grouped_mm on the same rows, forward and autograd backward);
 # then a short summary table last, and "FAILED: <steps>" or "all passed" on the last line (exit
 # status 1 when a step failed). Usage: scripts/gemm-check.sh [build-dir]
 # Logs go to $OUT if set (at most 8 files: the device tool returns no more), else /tmp. Each step
@@ -128,7 +128,7 @@ if [ "$hung" -eq 0 ]; then
   cat "$logs/gemm_bench.log"
 fi
 if [ "$hung" -eq 0 ] && [ -f "$logs/gemm_bench.json" ]; then
-  if PYTHONUNBUFFERED=1 timeout 240 python3 bench/torch_grouped_mm.py "$logs/gemm_bench.json" \
+  if PYTHONUNBUFFERED=1 timeout 240 python3 bench/python/torch_grouped_mm.py "$logs/gemm_bench.json" \
        --json "$logs/torch_grouped_mm.json" >"$logs/torch_grouped_mm.log" 2>&1; then
     record "torch_grouped_mm.py" "ok"
   else

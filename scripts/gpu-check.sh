@@ -83,7 +83,7 @@ for t in "$build"/tests/test_gpu_*; do
   done
 done
 
-lib="$build/libcaracal_kernels.a"
+lib="$build/libcaracal_gemm.a"
 if [ -f "$lib" ]; then
   cuobjdump --dump-sass "$lib" >"$logs/kernels.sass" 2>&1
   hgmma=$(grep -c HGMMA "$logs/kernels.sass")

@@ -7,7 +7,7 @@
 #   4. `caracal bench` over NCCL at W = all GPUs (DeepSeek-V3, 32 experts per rank, T = 4096), and
 #      the backward's dx home per (token, rank) (the default) against a row per route
 #      (--dx-rows-per-route), 2 rounds alternated: the trade measured only in loopback so far;
-#   5. bench/torch_ep_bench.py: caracal.MoE against NCCL + PyTorch (all_to_all_single + grouped_mm);
+#   5. bench/python/torch_ep_bench.py: caracal.MoE against NCCL + PyTorch (all_to_all_single + grouped_mm);
 #   6. reliability at W = 2 (issue 11): NcclWorld.ThreadPerGpuExchange 50 times, a rank stalled on the
 #      host past the timeout and recovered (examples/stall_recovery.py), 20 steps beside a 256 MiB
 #      all_reduce on a side stream (examples/concurrent_allreduce.py), the 1,000-step soak twice;
@@ -61,7 +61,7 @@ if [ "${#worlds[@]}" -gt 0 ]; then
       record "  backward ms, dx $dx, round $round" "$(grep -E '^ +4096 +backward ' "$logs/dx_${dx}_round$round.log" | awk '{print $3}')"
     done
   done
-  run torch_ep_bench 900 torchrun --nproc_per_node="$gpus" "$root/bench/torch_ep_bench.py" \
+  run torch_ep_bench 900 torchrun --nproc_per_node="$gpus" "$root/bench/python/torch_ep_bench.py" \
     --models deepseek-v3,kimi-k2 --json "$logs/torch_ep_bench.json"
 fi
 

@@ -4,7 +4,7 @@
 # (token, rank)), run on the device machine over a build made elsewhere:
 #   1. caracal_transfer_bench in the loopback world: dispatch, combine and reverse combine, both
 #      designs, DeepSeek-V3 and Kimi K2 (uniform), W = 8, 2 and 1, T = 4096; bytes are the design's
-#      own (bench/transfer_bytes.hpp);
+#      own (bench/transfer/transfer_bytes.hpp);
 #   2. caracal bench's fused forward with every row pulled (--fused-pull-all-rows, so that one GPU
 #      runs the pull role), both designs, DeepSeek-V3 with 32 local experts, W = 1 and loopback W = 2;
 # then a table: per case the per-route and per-token times and the ratio.

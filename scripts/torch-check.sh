@@ -32,7 +32,7 @@ else
   record_failed "train_moe.py" "FAILED (see train_moe.log)"
 fi
 
-if "$python" "$root/bench/torch_layer_bench.py" --json "$logs/torch_layer_bench.json" 2>&1 \
+if "$python" "$root/bench/python/torch_layer_bench.py" --json "$logs/torch_layer_bench.json" 2>&1 \
     | tee "$logs/torch_layer_bench.log"; then
   record "torch_layer_bench.py" "ok"
 else

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where caracal.MoE's fused path spends a PyTorch step against v1's: ncu over one
-# forward+backward step of each (bench/torch_profile_step.py; --profile-from-start off), the kernels
+# forward+backward step of each (bench/python/torch_profile_step.py; --profile-from-start off), the kernels
 # side by side in launch order (scripts/lib/kernel_table.py: fused as NEW, v1 as OLD), and each
 # step's median ms without the profiler, so that the kernels' sum can be set against it. Run on the
 # device machine:  scripts/torch-kernel-times.sh [path/to/libcaracal_torch.so]
@@ -22,7 +22,7 @@ profile() {  # profile VARIANT [FLAG]: 0 when its CSV is there
   local variant=$1
   shift
   ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    --log-file "$out/kernels_$variant.csv" "$python" "$root/bench/torch_profile_step.py" --model "$model" \
+    --log-file "$out/kernels_$variant.csv" "$python" "$root/bench/python/torch_profile_step.py" --model "$model" \
     --tokens "${TOKENS:-4096}" "$@" >"$out/step_$variant.log" 2>&1 && return 0
   echo "FAILED: ncu on the $variant step (see $out/step_$variant.log)"
   failed=1

@@ -289,7 +289,7 @@ class MoELayer {
   int ring_rows() const;
   // Whether the backward sums a token's dx rows on each other rank once per macrobatch of
   // ring_rows() before one row goes home (the fused backward at W > 1; one bf16 rounding per group
-  // of several rows, src/kernels/fused/dx_group_sums.cuh), rather than sending a row per route.
+  // of several rows, src/fused/dx_group_sums.cuh), rather than sending a row per route.
   bool groups_dx_rows() const;
 
   // y = MoE(x) for every local rank (ranks.size() == world.local_ranks()). Enqueues on `stream`;

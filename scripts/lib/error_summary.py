@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The largest numeric errors the GPU test logs report, per output: where the tests' bounds come
-from (about 3x these; bench/output_error.hpp, bench/layer_bounds.hpp).
+from (about 3x these; bench/baselines/output_error.hpp, bench/baselines/layer_bounds.hpp).
 
 Reads lines "  error <name>: frobenius X, worst row Y" (the layer suites), "  <name>: relative
 Frobenius error X" (the grouped-GEMM suites) and "  error d_topk_scores: frobenius X, worst |error|

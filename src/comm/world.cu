@@ -9,7 +9,7 @@
 #include "caracal/error.hpp"
 #include "device/comm/barrier_layout.hpp"
 #include "device/comm/device_world.cuh"
-#include "device/comm/launch.cuh"
+#include "comm/launch.cuh"
 #include "device/comm/world_control.hpp"
 
 namespace caracal::comm {

@@ -26,7 +26,7 @@
 // world of several ranks, the dx tiles leave the rows of tokens on other ranks in that ring, and
 // the warps each compute CTA's producer leaves idle sum each token's rows on this rank in the
 // window, led by the highest row, and push one row into the leader route's home slot under the
-// remaining tiles (src/kernels/fused/dx_group_sums.cuh);
+// remaining tiles (src/fused/dx_group_sums.cuh);
 // the rows of the rank's own tokens go home from the epilogue. The reverse dispatch after the
 // last window then takes DxSlots::kPerTokenRank.
 //
@@ -81,7 +81,7 @@ struct FusedBackwardArgs {
   // every CTA but the comm CTAs: the first blocks' dy by all warps before the tiles, the rest by
   // the idle warps under them, instead of dy before the launch and x on the comm CTAs (the reverse
   // combine before it then leaves every real row: RowsInPlace::kAll; the same bits;
-  // src/kernels/fused/backward_local_rows.cuh). Not with pull_all_rows, which pulls them.
+  // src/fused/backward_local_rows.cuh). Not with pull_all_rows, which pulls them.
   bool local_rows_in_launch = false;
 };
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "caracal/error.hpp"
-#include "device/comm/launch.cuh"
+#include "comm/launch.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "fused/fused_forward.hpp"
 

@@ -1,9 +1,9 @@
 #pragma once
 // The backward's row-tile GEMMs' descriptors from their arguments: the dgrad+SwiGLU GEMM's for its
-// standalone launcher (src/kernels/backward/down_dgrad_swiglu.cu) and the fused backward
-// (src/kernels/fused/backward.cu); the dx GEMM's for its standalone launcher
-// (src/kernels/backward/gate_up_dgrad.cu), the one that stores the rows home
-// (src/kernels/fused/dx_to_home.cu) and the fused backward.
+// standalone launcher (src/gemm/down_dgrad_swiglu.cu) and the fused backward
+// (src/fused/backward.cu); the dx GEMM's for its standalone launcher
+// (src/gemm/gate_up_dgrad.cu), the one that stores the rows home
+// (src/fused/dx_to_home.cu) and the fused backward.
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm_backward.hpp"

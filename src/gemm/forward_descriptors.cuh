@@ -1,6 +1,6 @@
 #pragma once
 // The forward GEMMs' descriptors (TMA maps, tiles, epilogue parameters) from their arguments, for
-// the standalone launchers (src/kernels/forward) and the fused forward (src/kernels/fused), whose
+// the standalone launchers (src/gemm/*.cu) and the fused forward (src/fused), whose
 // row buffers may be a ring: every row buffer's map spans `buffer_rows` rows.
 #include <cstdint>
 

@@ -1,7 +1,7 @@
 #pragma once
 // The weight-gradient kernels: the GEMMs of device/gemm/expert_gemms/weight_grad.cuh (fp32) and
 // weight_grad_bf16.cuh as weight_grad.cu and weight_grad_bf16.cu schedule them; a fused unit runs
-// the same tiles with IdleWarps work of its own (src/kernels/fused/weight_grad_dx_sums.cuh).
+// the same tiles with IdleWarps work of its own (src/fused/weight_grad_dx_sums.cuh).
 #include <type_traits>
 
 #include "device/gemm/expert_gemms/weight_grad.cuh"

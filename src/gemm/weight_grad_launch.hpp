@@ -1,7 +1,7 @@
 #pragma once
 // The weight-gradient launches of grouped_weight_grads (weight_grad.cu: the fp32 kernel,
 // weight_grad_bf16.cu: the bf16 one), built apart from their kernels so that a fused unit may run
-// the same tiles with work of its own on the idle warps (src/kernels/fused/weight_grad_dx_sums.cuh).
+// the same tiles with work of its own on the idle warps (src/fused/weight_grad_dx_sums.cuh).
 #include <cuda_runtime.h>
 
 #include <array>

@@ -1,7 +1,7 @@
 #pragma once
-// The standalone exchange kernels behind TokenExchange, one per .cu file under src/kernels/forward
-// and src/kernels/backward, each with its launch shape (fixed at setup) and its launcher. CUDA
-// code only (device/comm/launch.cuh).
+// The standalone exchange kernels behind TokenExchange, one per .cu file beside it in src/transfer,
+// each with its launch shape (fixed at setup) and its launcher. CUDA code only
+// (comm/launch.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,33 +11,12 @@
 #include "caracal/comm/world.hpp"
 #include "caracal/transfer/exchange_buffers.hpp"
 #include "caracal/transfer/exchange_shape.hpp"
-#include "device/comm/launch.cuh"
+#include "comm/launch.cuh"
 #include "device/transfer/device_params.hpp"
+#include "device/transfer/exchange_args.hpp"
 #include "device/transfer/row_copy.cuh"  // kWarpSize
 
 namespace caracal::transfer::detail {
-
-// Everything an exchange kernel reads, for every rank (buffers resolved per rank on the device).
-struct ExchangeArgs {
-  int tokens = 0;
-  int top_k = 0;
-  int hidden = 0;
-  int num_experts = 0;
-  ScheduleParams schedule;
-  RouterBuffers router;
-  ForwardBuffers forward;
-  BackwardBuffers backward;
-  RouterScaling scaling;    // build_schedule (the gates), combine and reverse_dispatch (per call)
-  bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
-  bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
-  bool rows_per_route = false;          // ExchangeOptions::rows_per_route
-  CombinePush combine;                  // combine's push (per call)
-  PullWindow window;                    // the rows dispatch and reverse combine pull (per call)
-  // Reverse dispatch (per call): the dx slots of tokens on other ranks hold a sum per (token, rank,
-  // window of this many rows), led by the group's highest row (DxSlots::kPerTokenRank); -1: a row
-  // per route.
-  int dx_group_rows = -1;
-};
 
 // The SMs all exchange launches of `world` may occupy (ExchangeOptions::max_sms, 0 = all but
 // kExchangeFreeSms), at least one per local rank.

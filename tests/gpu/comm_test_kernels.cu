@@ -2,7 +2,7 @@
 
 #include "device/comm/device_sync.cuh"
 #include "device/comm/grid_dependency.cuh"
-#include "device/comm/launch.cuh"
+#include "comm/launch.cuh"
 #include "device/comm/ready_flags.cuh"
 
 namespace caracal::test {

@@ -107,7 +107,7 @@ class Stream {
 };
 
 // What `enqueue(stream)` enqueues on `stream`, captured into a CUDA graph and instantiated, to be
-// launched any number of times (bench/cuda_graph.hpp, over the tests' Stream).
+// launched any number of times (bench/baselines/cuda_graph.hpp, over the tests' Stream).
 class CapturedGraph : public bench::CapturedGraph {
  public:
   template <typename Enqueue>

@@ -1,6 +1,6 @@
 #pragma once
-// The tests' side of bench/output_error.hpp (outputs against the fp64 reference, per output and
-// per row; the bounds themselves come from there and from bench/layer_bounds.hpp): the same checks,
+// The tests' side of bench/baselines/output_error.hpp (outputs against the fp64 reference, per output and
+// per row; the bounds themselves come from there and from bench/baselines/layer_bounds.hpp): the same checks,
 // each printing the error it measured ("  error <name>: ...", with the running test's name),
 // which is where the bounds come from (scripts/lib/error_summary.py collects them).
 //

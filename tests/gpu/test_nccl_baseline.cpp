@@ -1,4 +1,4 @@
-// The NCCL baseline exchange (bench/nccl_baseline_exchange.hpp) against TokenExchange at W = 1
+// The NCCL baseline exchange (bench/baselines/nccl_baseline_exchange.hpp) against TokenExchange at W = 1
 // (NCCL takes one rank per GPU): on the same inputs, each expert's dispatched rows equal
 // TokenExchange's row for row (the documented mapping: at W = 1 both keep (token, slot) order
 // inside an expert; TokenExchange's padding rows aside), and combine's y is bit-identical. Two

@@ -1,6 +1,6 @@
 // GPU tests of the CuTe/wgmma smoke GEMM: accuracy against an fp64 host product of the same
 // bf16 inputs, run-to-run bitwise determinism, and argument validation.
-#include "caracal/gemm/wgmma_smoke.hpp"
+#include "gpu/wgmma_smoke_kernel.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@
 
 namespace {
 
-using caracal::gemm::wgmma_smoke_gemm;
+using caracal::test::wgmma_smoke_gemm;
 using caracal::test::DeviceBuffer;
 using caracal::test::TracedSeed;
 

@@ -17,13 +17,13 @@ exit "${STUB_BENCH_RC:-0}"
 STUB
 chmod +x "$work/build/caracal"
 # bench-layer.sh runs bench/*.py from the current folder: stubs there.
-mkdir -p "$work/cwd/bench"
-cat >"$work/cwd/bench/torch_moe_layer.py" <<'STUB'
+mkdir -p "$work/cwd/bench/python"
+cat >"$work/cwd/bench/python/torch_moe_layer.py" <<'STUB'
 import json, sys
 p = {"ms": 3.0, "tflops": 333.3}
 json.dump({"forward": p, "backward_derived": p, "fwd_bwd": p}, open(sys.argv[sys.argv.index("--json") + 1], "w"))
 STUB
-echo 'print("plot")' >"$work/cwd/bench/plot_sweep.py"
+echo 'print("plot")' >"$work/cwd/bench/python/plot_sweep.py"
 
 check() {  # check NAME WANT_RC LAST_LINE [PATTERN] -- ENV...: runs bench-layer with ENV
   local name=$1 want_rc=$2 last=$3 pattern=$4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gemm-check.sh's exit status and verdict, with a stub build, device tools and
-# bench/torch_grouped_mm.py (no GPU): a failing test binary, local memory in the SASS, a failed spot
+# bench/python/torch_grouped_mm.py (no GPU): a failing test binary, local memory in the SASS, a failed spot
 # check of the bench or a failing torch_grouped_mm.py make it exit 1 with the failed steps named in
 # the table and on the last line; a passing run exits 0 and says "all passed" (OUT unset).
 source "$(dirname "$0")/script_test_lib.sh"
@@ -23,9 +23,9 @@ STUB
 }
 make_build "$work/ok" 0
 make_build "$work/bad" 1
-# gemm-check runs bench/torch_grouped_mm.py from the current folder: a stub there (exits STUB_TORCH_RC).
-mkdir -p "$work/cwd/bench"
-cat >"$work/cwd/bench/torch_grouped_mm.py" <<'STUB'
+# gemm-check runs bench/python/torch_grouped_mm.py from the current folder: a stub there (exits STUB_TORCH_RC).
+mkdir -p "$work/cwd/bench/python"
+cat >"$work/cwd/bench/python/torch_grouped_mm.py" <<'STUB'
 import json, os, sys
 json.dump({"cases": []}, open(sys.argv[sys.argv.index("--json") + 1], "w"))
 sys.exit(int(os.environ.get("STUB_TORCH_RC", "0")))

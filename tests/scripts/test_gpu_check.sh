@@ -12,7 +12,7 @@ make_build() {  # make_build DIR TEST:RC[:SECONDS]...: a build holding these tes
   mkdir -p "$dir/tests"
   echo "stub-$(basename "$dir")" >"$dir/COMMIT"
   echo 2.28.9 >"$dir/NCCL_VERSION"
-  : >"$dir/libcaracal_kernels.a"
+  : >"$dir/libcaracal_gemm.a"
   for spec in "$@"; do
     IFS=: read -r name code seconds <<<"$spec"
     stub_gtest "$dir/tests/$name" "$code" "${seconds:-0}"

@@ -1,5 +1,5 @@
 // The bound logic the layer's GPU tests and `caracal bench`'s validation share (bench/
-// output_error.hpp, bench/layer_bounds.hpp, bench/layer_reference_options.hpp), on the host: what
+// output_error.hpp, bench/baselines/layer_bounds.hpp, bench/baselines/layer_reference_options.hpp), on the host: what
 // passes, and that deliberately wrong values fail.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The fused kernels' task orders (src/kernels/fused/forward_tasks.cuh, backward_tasks.cuh), walked
+// The fused kernels' task orders (src/fused/forward_tasks.cuh, backward_tasks.cuh), walked
 // on the host as the producers walk them: every tile once, and the rule that keeps a launch of
 // resident CTAs free of deadlock — a task waits only on counters raised by the comm role or by
 // tasks earlier in the order (and the comm role's pulls only on tasks earlier than those that read
@@ -21,8 +21,8 @@
 // matching none), which GCC's -Wmaybe-uninitialized does not follow once the cursor is inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include "kernels/fused/backward_tasks.cuh"
-#include "kernels/fused/forward_tasks.cuh"
+#include "fused/backward_tasks.cuh"
+#include "fused/forward_tasks.cuh"
 
 namespace caracal::fused {
 namespace {

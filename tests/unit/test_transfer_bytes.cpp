@@ -1,4 +1,4 @@
-// caracal_transfer_bench's byte counts (bench/transfer_bytes.hpp) on a routing small enough to
+// caracal_transfer_bench's byte counts (bench/transfer/transfer_bytes.hpp) on a routing small enough to
 // count by hand: two ranks of two experts, two tokens per rank, three slots.
 #include <gtest/gtest.h>
 

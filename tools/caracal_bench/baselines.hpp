@@ -1,7 +1,7 @@
 #pragma once
 // caracal bench's baselines, timed in the same run as the layer:
 //   cuBLAS dense bf16 GEMMs of the layer's shapes and FLOPs (the practical roofline);
-//   at W = 1, the NCCL host-synchronized exchange (bench/nccl_baseline_exchange.hpp) plus the
+//   at W = 1, the NCCL host-synchronized exchange (bench/baselines/nccl_baseline_exchange.hpp) plus the
 //   layer's own grouped GEMMs on the rows it delivered.
 #include <cstdint>
 #include <string>

@@ -9,7 +9,7 @@
 // 2. For each tokens-per-rank value: times forward, backward and forward+backward of the layer
 //    (layer_timing.hpp: random weights and inputs, warm-up, the median of CUDA-event-bracketed
 //    runs), and the baselines in the same run (baselines.hpp):
-//      (a) at W = 1: the NCCL host-synchronized exchange (bench/nccl_baseline_exchange.hpp,
+//      (a) at W = 1: the NCCL host-synchronized exchange (bench/baselines/nccl_baseline_exchange.hpp,
 //          dispatch + combine, once per forward and once per backward) + the same grouped GEMMs as
 //          the layer (its expert_forward / expert_backward) on the rows the exchange delivered,
 //          padded per expert once outside the timed region; timed separately and summed;

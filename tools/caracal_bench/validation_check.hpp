@@ -1,8 +1,8 @@
 #pragma once
 // `caracal bench`'s validation, on the host: one step of a layer as it ran (every rank's inputs,
 // weights and outputs) against the fp64 reference (caracal/reference.hpp, bf16-rounding mode,
-// rounding as that layer does: bench/layer_reference_options.hpp), each output within the bounds
-// the layer's GPU tests hold it to (bench/layer_bounds.hpp), per output and per row.
+// rounding as that layer does: bench/baselines/layer_reference_options.hpp), each output within the bounds
+// the layer's GPU tests hold it to (bench/baselines/layer_bounds.hpp), per output and per row.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -25,7 +25,7 @@
 // In a world of one rank (W = 1) no launch but build_schedule needs a barrier (stream order
 // publishes everything): dispatch, combine, reverse combine and reverse dispatch run by token,
 // every pass in one (single_rank_pull.cuh, single_rank_combine.cuh,
-// src/kernels/backward/reverse_dispatch_single_rank.cu), with the same bits.
+// src/transfer/reverse_dispatch_single_rank.cu), with the same bits.
 // Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
 // visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
 // an earlier launch. A buffer that peers read (topk_idx, topk_scores — combine's expert side
@@ -53,7 +53,7 @@
 namespace caracal::transfer {
 
 namespace detail {
-struct ExchangeArgs;  // src/transfer/exchange_launch.hpp
+struct ExchangeArgs;  // src/device/transfer/exchange_args.hpp
 }  // namespace detail
 
 // Which buffer groups to allocate (the expert-side buffers are R x D each: a benchmark of one
@@ -69,7 +69,7 @@ struct ExchangeOptions {
   // reverse_dispatch_filled_dx_slots runs (the dx GEMM stores the rows home itself). Over a ring
   // (ring_rows > 0) it is a ring of that many rows instead: where the fused backward's dx tiles
   // leave the rows of tokens on other ranks, whose groups it sums before one row goes home
-  // (src/kernels/fused/dx_group_sums.cuh; fused::FusedBackwardArgs).
+  // (src/fused/dx_group_sums.cuh; fused::FusedBackwardArgs).
   bool expert_dx = true;
   // expert_x and expert_dy as a ring of this many rows (a multiple of tile_m, caracal/
   // schedule_view.hpp: schedule row r in buffer row r % ring_rows) instead of R: dispatch and
@@ -181,20 +181,18 @@ class TokenExchange {
   // in the slot of the group's highest row.
   void reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
                                         DxSlots slots = DxSlots::kPerRoute);
-  // Its kernels' arguments (checked), for a fused kernel that runs those sums itself (in a world of
-  // one rank: src/kernels/fused/weight_grad_dx_sums.cuh).
-  detail::ExchangeArgs filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const;
-
-  // What the exchange kernels read, for the fused kernels that run the exchange's device blocks
-  // beside the GEMMs' (src/kernels/fused).
-  const detail::ExchangeArgs& kernel_args() const;
 
   // Throws caracal::Error for the first device failure since the last check: a timed-out wait
   // (World::check) or an out-of-range expert id. Reads pinned memory only: no synchronization.
   void check();
 
  private:
-  struct Kernels;  // launch shapes, fixed at setup
+  friend struct ExchangeInternals;  // the fused kernels' access (src/transfer/exchange_internals.hpp)
+  struct Kernels;                   // launch shapes, fixed at setup
+  // Its kernels' arguments (checked) for reverse_dispatch_filled_dx_slots, for a fused kernel that
+  // runs those sums itself; and what the exchange kernels read.
+  detail::ExchangeArgs filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const;
+  const detail::ExchangeArgs& kernel_args() const;
   // The kernels' arguments for a pull of `range` (checked; `name` for errors).
   detail::ExchangeArgs pull_args(const char* name, const PullRange& range) const;
   // combine's and reverse dispatch's launches, in two passes or in one (a world of one rank).

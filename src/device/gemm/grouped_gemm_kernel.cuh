@@ -44,7 +44,7 @@ struct Scheduled : ExpertGemm {
 // `static __device__ void run(W::Params const&, int worker, int workers, int lane)`, run by each of
 // those warps with its place `worker` among the launch's `workers` of them. It shares the SM with
 // the tiles, so it suits work that no tile waits on (a fused kernel's side job, e.g.
-// src/kernels/fused/weight_grad_dx_sums.cuh), within the producer's register budget.
+// src/fused/weight_grad_dx_sums.cuh), within the producer's register budget.
 struct NoIdleWarps {
   struct Params {};
 };

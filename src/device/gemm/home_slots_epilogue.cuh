@@ -4,7 +4,7 @@
 // dx rows done by the dx GEMM (DESIGN §2), so no row waits in a buffer of the worst-case size and
 // the home rank only sums slots. Padding rows are not stored; a slice of padding rows only stores
 // nothing. With group_rows (the fused backward's push per (token, rank)), the rows of tokens on
-// other ranks go to their ring rows there instead, for src/kernels/fused/dx_group_sums.cuh to sum.
+// other ranks go to their ring rows there instead, for src/fused/dx_group_sums.cuh to sum.
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"

@@ -8,13 +8,13 @@
 // the warps of `workers` take equal runs of consecutive chunks (warp_work.cuh); no warp waits on
 // another, so any set of warps may run it: every warp of reverse_dispatch_single_rank.cu's launch,
 // or the idle producer warps of a weight-gradient kernel that runs after the dx rows are stored
-// (src/kernels/fused/weight_grad_dx_sums.cuh).
+// (src/fused/weight_grad_dx_sums.cuh).
 #include "device/comm/device_world.cuh"
+#include "device/transfer/exchange_args.hpp"
 #include "device/transfer/router_math.cuh"
 #include "device/transfer/routing_fault.cuh"
 #include "device/transfer/slot_reduce.cuh"
 #include "device/transfer/warp_work.cuh"
-#include "transfer/exchange_launch.hpp"
 
 namespace caracal::transfer::detail {
 

@@ -3,7 +3,7 @@
 // K-major, B W_down [L][D][I] as stored (K = D rows of N = I columns: MN-major); the SwiGLU
 // backward + router-score epilogue stores d_gate_up over gate_up, g · activation and the dL/dg
 // partials (swiglu_backward_epilogue.cuh). The standalone kernel
-// (src/kernels/backward/down_dgrad_swiglu.cu) and the fused backward run this one definition.
+// (src/gemm/down_dgrad_swiglu.cu) and the fused backward run this one definition.
 #include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/swiglu_backward_epilogue.cuh"

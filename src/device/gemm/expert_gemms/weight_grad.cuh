@@ -3,8 +3,8 @@
 // buffers whose rows are this GEMM's K, so both MN-major (TMA loads 64 x 64 boxes as they lie,
 // wgmma reads them transposed from shared memory: no transpose anywhere); dW stored in fp32, an
 // expert cut by a window continued from and stored to its fp32 partial (weight_grad_epilogue.cuh).
-// Run by src/kernels/backward/weight_grad.cu and, with the dx sums on its idle warps,
-// src/kernels/fused/weight_grad_dx_sums.cu (src/gemm/weight_grad_kernels.cuh schedules both).
+// Run by src/gemm/weight_grad.cu and, with the dx sums on its idle warps,
+// src/fused/weight_grad_dx_sums.cu (src/gemm/weight_grad_kernels.cuh schedules both).
 #include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/operand_loads.cuh"
 #include "device/gemm/weight_grad_epilogue.cuh"

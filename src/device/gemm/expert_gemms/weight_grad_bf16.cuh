@@ -1,7 +1,7 @@
 #pragma once
 // The weight gradients of weight_grad.cuh (the same operands), dW rounded once to bf16 as it is
-// stored (weight_grad_epilogue.cuh). Run by src/kernels/backward/weight_grad_bf16.cu and, with
-// the dx sums on its idle warps, src/kernels/fused/weight_grad_bf16_dx_sums.cu
+// stored (weight_grad_epilogue.cuh). Run by src/gemm/weight_grad_bf16.cu and, with
+// the dx sums on its idle warps, src/fused/weight_grad_bf16_dx_sums.cu
 // (src/gemm/weight_grad_kernels.cuh schedules both).
 #include "device/gemm/expert_gemms/weight_grad.cuh"
 #include "device/gemm/weight_grad_epilogue.cuh"

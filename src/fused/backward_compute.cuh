@@ -1,0 +1,208 @@
+#pragma once
+// The fused backward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
+// produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
+// copy rows or sum dx groups under the tiles, backward.cu) running the rank's tasks
+// (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
+// operands by TMA: a dgrad tile's dy rows from the ring once all of its block's rows are there
+// (dy_ready: the comm role's count, backward_pull.cuh), a dx tile's d_gate_up once its block's dgrad
+// tiles have stored it (dgrad_done, raised below by their epilogues after the TMA stores completed).
+// The dgrad's rows are not gathered where they are, as the fused forward's up/gate rows are: that
+// gather is slower than TMA loads of the same rows by more than the copy of dy into the ring costs.
+// The producer thread
+// hands each tile's task to the consumers through the CTA's task slot of the tile's first stage, as
+// the fused forward's (forward_compute.cuh); BackwardPhase::end there ends the consumers' walk: when
+// the tasks run out, and when a wait fails (timeout or aborted world, recorded for World::check; the
+// layer poisons the outputs of such a pass).
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/comm/ready_flags.cuh"
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
+#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/grouped_gemm_kernel.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/mma_config.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+#include "fused/backward_params.cuh"
+#include "fused/backward_tasks.cuh"
+#include "fused/task_slots.cuh"
+
+namespace caracal::fused {
+
+// setmaxnreg budgets: the producer thread takes tasks, waits on counters and prefetches the dgrad
+// epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48),
+// its warpgroup's other warps copy rows and sum dx groups;
+// 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
+inline constexpr uint32_t kBackwardProducerRegisters = 72;
+inline constexpr uint32_t kBackwardConsumerRegisters = 216;
+
+// The policy of the backward's GEMMs, which share the CTA's stage ring and storage.
+using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;
+static_assert(std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradGemm::Policy> &&
+              std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradToHomeGemm::Policy>);
+using BackwardMainloop = gemm::Mainloop<BackwardGemmPolicy>;
+using BackwardPipeline = gemm::TmaPipeline<BackwardGemmPolicy::kStages>;
+
+// The producer thread: takes tasks, waits for each one's A rows, streams its operands by TMA.
+__device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                              const FusedBackwardRankParams& p,
+                                              BackwardMainloop::Storage& smem,
+                                              const BackwardPipeline& pipe) {
+  constexpr int kStages = BackwardGemmPolicy::kStages;
+  BackwardTaskCursor tasks(p.tiles);
+  BackwardPipeline::State st;
+  for (;;) {
+    // The task is taken once its first stage is free, so the tiles in flight stay consecutive.
+    pipe.producer_acquire(st);
+    const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    if (t >= tasks.num_tasks()) break;
+    const BackwardTask task = tasks.at(t);
+    const int block = task.buffer_block();
+    // A routed dgrad tile waits for its block's dy rows, a dx tile for its block's d_gate_up; the
+    // shared expert's dgrad tiles for nothing (its dy and gate/up were there before the launch).
+    bool ready = true;
+    switch (task.phase) {
+      case BackwardPhase::dgrad:
+        ready = comm::wait_ready_thread(world, place, p.dy_ready + block, gemm::kBlockM, block);
+        break;
+      case BackwardPhase::dx:
+        ready = comm::wait_ready_thread(world, place, p.dgrad_done + block,
+                                        2u * static_cast<uint32_t>(p.tiles.dgrad.n_blocks), block);
+        break;
+      case BackwardPhase::shared_dx:
+        ready = comm::wait_ready_thread(world, place, p.shared_dgrad_done + block,
+                                        2u * static_cast<uint32_t>(p.tiles.shared_dgrad.n_blocks), block);
+        break;
+      default:
+        break;
+    }
+    if (!ready) break;
+    comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
+    p.task_slots[first_task_slot<kStages>(world) + st.stage].task = task;
+    switch (task.phase) {
+      case BackwardPhase::shared_dgrad:
+        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st,
+                                                   task.tile);
+        break;
+      case BackwardPhase::shared_dx:
+        gemm::load_tile<gemm::GateUpDgradGemm>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st, task.tile);
+        break;
+      case BackwardPhase::dgrad:
+        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
+        break;
+      default:
+        gemm::load_tile<gemm::GateUpDgradToHomeGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+        break;
+    }
+  }
+  pipe.producer_acquire(st);
+  p.task_slots[first_task_slot<kStages>(world) + st.stage].task.phase = BackwardPhase::end;
+  pipe.producer_arrive(st);
+}
+
+// A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After a dgrad
+// tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
+// complete and raises the block's dgrad_done; after a dx tile whose rows the dx sums read
+// (dx_group_sums.cuh), the warpgroup's leader raises the block's dx_done once the warpgroup's
+// threads issued their stores.
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
+__device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
+                                       TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                       const StageScales& scales, Accum& accum,
+                                       const BackwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                       int wg_thread) {
+  const int lane = wg_thread % 32;
+  BackwardPipeline::State st;
+  for (;;) {
+    pipe.consumer_wait(st);  // the tile's first stage, and with it its task
+    const BackwardTask task = p.task_slots[first_task_slot<BackwardGemmPolicy::kStages>(world) + st.stage].task;
+    if (task.phase == BackwardPhase::end) break;
+    const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane);
+    if (task.dgrad()) {
+      const bool shared = task.shared();
+      gemm::DownDgradSwigluGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum,
+                                                 active, ring, consumer);
+      ring.drain();  // this warpgroup's stores of the slice have completed
+      if (wg_thread == 0) {
+        comm::async_proxy_fence();
+        comm::signal_ready_thread((shared ? p.shared_dgrad_done : p.dgrad_done) + task.buffer_block());
+      }
+    } else if (task.phase == BackwardPhase::shared_dx) {
+      gemm::GateUpDgradGemm::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
+    } else {
+      gemm::GateUpDgradToHomeGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
+      if (p.tiles.group_dx) {
+        ring.scatters_issued();  // one release per warpgroup publishes its threads' row stores
+        if (wg_thread == 0) comm::signal_ready_thread(p.dx_done + task.buffer_block());
+      }
+    }
+  }
+  ring.drain();
+}
+
+// One compute CTA (all kThreads threads). Warpgroup 0's warps 1-3, idle in the GEMMs, call
+// idle_work(w) with w = 0, 1, 2 (the copies of backward_local_rows.cuh, the dx sums).
+template <class IdleWork>
+__device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                   const FusedBackwardRankParams& p, gemm::KernelStorage<BackwardGemmPolicy>& smem,
+                                   IdleWork&& idle_work) {
+  using namespace cute;
+  using namespace gemm;
+  using Policy = BackwardGemmPolicy;
+  using Mma = MmaConfigOf<DownDgradSwigluGemm>;
+  static_assert(std::is_same_v<Mma, MmaConfigOf<GateUpDgradGemm>> &&
+                std::is_same_v<Mma, MmaConfigOf<GateUpDgradToHomeGemm>>);
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+
+  const BackwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  if (threadIdx.x == 0) {
+    pipe.init();
+    prefetch_tma_descriptor(&p.dgrad_mainloop.a);
+    prefetch_tma_descriptor(&p.dgrad_mainloop.b);
+    prefetch_tma_descriptor(&p.dx_mainloop.a);
+    prefetch_tma_descriptor(&p.dx_mainloop.b);
+    if (p.tiles.has_shared) {
+      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.a);
+      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.b);
+      prefetch_tma_descriptor(&p.shared_dx_mainloop.a);
+      prefetch_tma_descriptor(&p.shared_dx_mainloop.b);
+    }
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kBackwardProducerRegisters>();
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x == 0) {
+      produce_backward_tiles(world, place, p, smem.mainloop, pipe);
+    } else if (warp > 0) {
+      idle_work(warp - 1);
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<kBackwardConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;
+  const int wg_thread = thread % kWarpgroupThreads;
+  typename Mma::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+  Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
+  Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  const auto scales = BackwardMainloop::stage_scales(smem.mainloop, thread);
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+  static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
+  ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
+}
+
+}  // namespace caracal::fused

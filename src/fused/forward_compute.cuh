@@ -1,0 +1,294 @@
+#pragma once
+// The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
+// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// (forward_tasks.cuh: the shared expert's tiles, then the routed experts') as it takes them from
+// the rank's task counter. A routed up/gate tile's A rows are gathered where they are
+// (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other GPUs from expert_x once
+// the comm role has pulled them (x_ready counts a block's pulled rows); the shared expert's
+// up/gate A is the rank's x (the exchange's rows, or a zero-padded copy staged before the
+// launch where T is not a multiple of 128), loaded by TMA; a down
+// tile's A waits for its block's activation (its group's activation_ready, raised below by the
+// up/gate tiles' epilogues once their TMA stores have completed); a routed down tile's output rows
+// go to their ring rows of out_rows; a group_sums task is handed to the consumers through a stage
+// without bytes, and their eight warps push the block's group sums home (forward_group_sums.cuh)
+// while the producer streams the next tiles' operands.
+//
+// The producer hands each tile's task (phase and coordinates) to the consumers through the CTA's
+// task slots (forward_tasks.cuh), the slot of the tile's first stage; ForwardPhase::end there,
+// with a bare arrival, ends the consumers' walk: when the tasks run out, and when a wait fails
+// (timeout or aborted world, recorded for World::check; the layer poisons the outputs of such a
+// pass).
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/comm/grid_dependency.cuh"
+#include "device/comm/ready_flags.cuh"
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gathered_rows.cuh"
+#include "device/gemm/expert_gemms/down_proj.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/grouped_gemm_kernel.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/mma_config.cuh"
+#include "device/gemm/tma_pipeline.cuh"
+#include "fused/forward_group_sums.cuh"
+#include "fused/forward_params.cuh"
+#include "fused/forward_tasks.cuh"
+#include "fused/task_slots.cuh"
+
+namespace caracal::fused {
+
+// setmaxnreg budgets: the producer warpgroup also takes tasks over macrobatches, waits on counters
+// and gathers rows (ptxas spills it at 80 registers; the standalone GEMM's producer has 40);
+// 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
+inline constexpr uint32_t kFusedProducerRegisters = 88;
+inline constexpr uint32_t kFusedConsumerRegisters = 208;
+
+// The policy of the forward's two GEMMs, which share the CTA's stage ring and storage.
+using ForwardGemmPolicy = gemm::UpGateSwigluGemm::Policy;
+static_assert(std::is_same_v<ForwardGemmPolicy, gemm::DownProjGemm::Policy>);
+using ForwardMainloop = gemm::Mainloop<ForwardGemmPolicy>;
+using ForwardPipeline = gemm::TmaPipeline<ForwardGemmPolicy::kStages>;
+
+// Where the rows of an up/gate tile are read from, as the producer sees them.
+struct GatherSources {
+  const comm::DeviceWorld& world;
+  const transfer::PullRows& pull;  // home x rows (any rank) and this rank's expert_x rows
+  int rank;
+  bool pull_all_rows;  // every row is pulled, those of tokens on this GPU too
+};
+
+// Where row `i` of an up/gate tile comes from: a token row on this GPU where it is (its home x), a
+// row from another GPU where the comm role pulls it (expert_x's ring row; `pulled` set), a padding
+// row nowhere (nullptr: zero-filled).
+__device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, const ScheduleView& schedule,
+                                                     const gemm::TileCoord& tile, int i, bool& pulled) {
+  const int row = tile.m_begin + i;
+  const int2 entry = schedule.rows[row];
+  pulled = false;
+  if (entry.x < 0) return nullptr;
+  if (!from.pull_all_rows &&
+      static_cast<unsigned>(entry.x - from.world.first_local_rank) < static_cast<unsigned>(from.world.local_ranks)) {
+    return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
+  }
+  pulled = true;
+  return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
+}
+
+// The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
+// rows (the first routed task also for the schedule's launch, which the shared expert's tiles need
+// not wait for); then all stream its operands: a routed up/gate tile's A gathered by every thread
+// (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
+// Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
+// arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
+// (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
+__device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                             const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                             ForwardMainloop::Storage& smem, int& shared_task,
+                                             const ForwardPipeline& pipe, int thread) {
+  using Policy = ForwardGemmPolicy;
+  const GatherSources sources{world, kp.pull, place.rank, kp.pull_all_rows};
+  ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
+  ForwardPipeline::State st;
+  for (;;) {
+    if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    gemm::gather_threads_sync();
+    const int t = shared_task;
+    if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {  // every producer thread alike
+      comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
+      tasks.count_routed_tasks();
+    }
+    // Meets every thread before thread 0 writes the next task.
+    if (gemm::gather_threads_count(t >= tasks.num_tasks()) > 0) break;
+    const ForwardTask task = tasks.at(t);
+    const int block = task.m_block();
+    if (task.phase == ForwardPhase::group_sums) {  // for the consumers: a stage with the task and no bytes
+      pipe.producer_acquire(st);
+      if (thread == 0) {
+        p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      }
+      cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      st.advance();
+      continue;
+    }
+    const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
+    const bool gathered = task.phase == ForwardPhase::up_gate;  // the shared expert's A is by TMA
+    gemm::GatherRows rows;
+    bool pulled = false;
+    if (gathered) {
+      const ScheduleView& schedule = gemms.tiles.up.schedule;
+      (void)gather_source(sources, schedule, task.tile, thread, pulled);  // row `thread`: counted
+      for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+        bool unused;
+        rows.src[j] = gather_source(sources, schedule, task.tile, gemm::gather_row(thread, j), unused);
+      }
+    }
+    // What the tile waits for: a routed up/gate tile for the ring rows it takes over (the down
+    // tiles of the block that held them have read them) and its block's pulled rows (if any), a
+    // down tile for its block's activation and, routed, for the group sums of the macrobatch whose
+    // output rows it takes over; the shared expert's up/gate tiles for nothing.
+    const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
+    const int previous = task.shared() ? -1 : tasks.macrobatches().previous_in_ring(block);
+    if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
+      bool ready = true;
+      if (thread == 0) {
+        if (gathered) {
+          const uint32_t ring_released = 2u * static_cast<uint32_t>(gemms.tiles.down.n_blocks);
+          if (previous >= 0) ready = comm::wait_ready_thread(world, place, p.down_done + previous, ring_released, previous);
+          if (ready && pulled_rows > 0) ready = comm::wait_ready_thread(world, place, p.x_ready + block, pulled_rows, block);
+        } else {
+          const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
+          ready = comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete, block);
+          if (ready && previous >= 0) {
+            const Macrobatches& batches = tasks.macrobatches();
+            const int batch = batches.of_block(previous);
+            ready = comm::wait_ready_thread(world, place, p.sums_done + batch,
+                                            kGroupSumWarps * static_cast<uint32_t>(batches.blocks_in(batch)), batch);
+          }
+        }
+        comm::async_proxy_fence();  // what the counter guards was published through the generic proxy
+      }
+      if (!gemm::gather_threads_all(ready)) break;  // after thread 0's acquire
+    }
+    const gemm::MainloopParams& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
+    for (int k = 0; k < task.tile.k_tiles; ++k) {
+      pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
+      if (thread == 0 && k == 0) p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
+      const int k_index = task.tile.k_begin + k * Policy::kBlockK;
+      if (gathered) {
+        // Zero-filling copies name the schedule (any valid address: they read nothing).
+        gemm::gather_k_tile<Policy::A>(rows, reinterpret_cast<const __nv_bfloat16*>(gemms.tiles.up.schedule.rows),
+                                       k_index, smem.a[st.stage], &smem.full[st.stage], thread);
+        if (thread == 0) {
+          static_assert(!Policy::kBlockScaled, "a gathered stage's TMA bytes: B's values alone");
+          uint64_t* full = pipe.producer_expect(st, Policy::B::kBytes);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
+        }
+      } else {
+        if (thread == 0) {
+          uint64_t* full = pipe.producer_expect(st, ForwardMainloop::kStageBytes);
+          ForwardMainloop::load_a<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.m_buffer, k_index,
+                                                          task.tile.expert);
+          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                          task.tile.expert);
+        }
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+      }
+      st.advance();
+    }
+  }
+  pipe.producer_acquire(st);
+  if (thread == 0) {
+    p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task.phase = ForwardPhase::end;
+    cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+  }
+  cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+}
+
+// A consumer warpgroup: wgmma over each task's stages, then the task's epilogue. After an up/gate
+// tile the warpgroup's leader (the thread that issued its TMA stores) waits for the stores to
+// complete and raises the block's activation_ready; after a routed down tile's wgmmas it raises
+// the block's down_done (its ring rows have been read), after its stores the block's out_stored
+// where a group_sums task of the launch reads them (not in macrobatch 0).
+// A group_sums task takes one stage (no bytes) and each warp's share of the block's groups; each
+// warp then raises its macrobatch's sums_done (kGroupSumWarps per block). A wait that fails there
+// (recorded: the layer poisons the pass's outputs) still counts, so that nothing waits on it.
+template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
+__device__ void consume_forward_tiles(const comm::DeviceWorld& world, const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                      TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
+                                      const StageScales& scales, Accum& accum,
+                                      const ForwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                      int wg_thread) {
+  const int lane = wg_thread % 32;
+  ForwardPipeline::State st;
+  for (;;) {
+    pipe.consumer_wait(st);  // the tile's first stage, and with it its task
+    const ForwardTask task = p.task_slots[first_task_slot<ForwardGemmPolicy::kStages>(world) + st.stage].task;
+    if (task.phase == ForwardPhase::end) break;
+    const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
+    const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
+    const ExpertGemms& gemms = task.shared() ? p.shared : p.routed;
+    gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane,
+                   /*gathered=*/task.phase == ForwardPhase::up_gate);
+    if (sums) {
+      const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
+      (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
+                             kp.rows_per_route, task.tile, warp, kGroupSumWarps, lane);
+      __syncwarp();  // every lane's reads of the output rows before the count
+      if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
+    } else if (task.up_gate()) {
+      // Into the ring.
+      gemm::UpGateSwigluGemm::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);
+      ring.drain();  // this warpgroup's stores of the slice have completed
+      if (wg_thread == 0) {
+        comm::async_proxy_fence();
+        comm::signal_ready_thread(gemms.activation_ready + task.m_block());
+      }
+    } else if (task.shared()) {
+      gemm::DownProjGemm::Epilogue::apply(p.shared_out, task.tile, accum, active, ring, consumer);
+    } else {
+      if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
+      gemm::DownProjGemm::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
+      // Macrobatch 0's rows wait for the combine launch: their stores need no drain here.
+      if (Macrobatches::summed_in_launch(p.routed.tiles.up.schedule, task.m_block())) {
+        ring.drain();  // this warpgroup's stores of the slice have completed
+        if (wg_thread == 0) {
+          comm::async_proxy_fence();
+          comm::signal_ready_thread(p.out_stored + task.m_block());
+        }
+      }
+    }
+  }
+  ring.drain();
+}
+
+// One compute CTA (all kThreads threads).
+__device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                         const FusedForwardRankParams& p, const ForwardKernelParams& kp,
+                                         gemm::KernelStorage<ForwardGemmPolicy>& smem, int& producer_task) {
+  using namespace cute;
+  using namespace gemm;
+  using Policy = ForwardGemmPolicy;
+  using Mma = MmaConfigOf<UpGateSwigluGemm>;
+  static_assert(std::is_same_v<Mma, MmaConfigOf<DownProjGemm>>);
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+
+  const ForwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  if (threadIdx.x == 0) {
+    pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
+    prefetch_tma_descriptor(&p.routed.up_mainloop.b);
+    prefetch_tma_descriptor(&p.routed.down_mainloop.a);
+    prefetch_tma_descriptor(&p.routed.down_mainloop.b);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
+    produce_forward_tiles(world, place, p, kp, smem.mainloop, producer_task, pipe, static_cast<int>(threadIdx.x));
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;
+  const int wg_thread = thread % kWarpgroupThreads;
+  typename Mma::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+  Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
+  Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  const auto scales = ForwardMainloop::stage_scales(smem.mainloop, thread);
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+  static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
+  ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
+}
+
+}  // namespace caracal::fused

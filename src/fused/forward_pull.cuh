@@ -1,0 +1,88 @@
+#pragma once
+// The fused forward's communication role: pull the rank's schedule rows whose tokens live on other
+// GPUs (x of each such route's token, from its home rank) into expert_x's ring rows, macrobatch by
+// macrobatch in the tasks' order (forward_tasks.cuh), and count each 128-row block's pulled rows as
+// they land. A block's pulls into the ring wait until the block that held those ring rows has been
+// read by its up/gate tiles. Rows of tokens on this GPU (all of them in a loopback world, the
+// rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
+// are (forward_compute.cuh); with pull_all_rows (tests) every row but padding is pulled.
+//
+// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn, so the
+// blocks fill in order. A token is read once per macrobatch for all its rows there
+// (token_group.cuh, as v1's dispatch), by the warp that meets its first row; that warp then raises
+// the counter of each block the token's rows fell in, by the rows it stored there. Warp copies,
+// not bulk asynchronous copies through shared memory from one thread: those hold a stage per row
+// until its store completes, and move fewer rows a CTA.
+#include <cstdint>
+
+#include "device/comm/cta_place.cuh"
+#include "device/comm/device_world.cuh"
+#include "device/comm/ready_flags.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/transfer/token_group.cuh"
+#include "device/transfer/pull_rows.cuh"
+#include "device/transfer/schedule_rows.cuh"
+#include "device/transfer/warp_work.cuh"
+#include "fused/forward_params.cuh"
+
+namespace caracal::fused {
+
+// All threads of a comm CTA. Returns false when a wait failed (timeout or aborted world, recorded).
+__device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+                                         const transfer::ScheduleParams& schedule, const transfer::PullRows& pull,
+                                         const FusedForwardRankParams& rank, bool pull_all_rows, bool per_route) {
+  const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
+  const transfer::WarpWorkers warps = transfer::rank_warps(place);
+  const ScheduleView& view = rank.routed.tiles.up.schedule;  // the ring's rows
+  const Macrobatches batches(view);
+  const int rows = batches.total_blocks * gemm::kBlockM;
+  const int batch_rows = batches.ring_blocks * gemm::kBlockM;
+  const int last_batch_begin = (batches.count() - 1) * batch_rows;  // walked first
+  const uint32_t activation_complete = 2u * static_cast<uint32_t>(rank.routed.tiles.up.n_blocks);
+  __nv_bfloat16* expert_rows = world.at(pull.expert_rows, place.rank);
+  const int32_t* route_rows = per_route ? nullptr : world.at(schedule.buffers.route_rows, place.rank);
+  const auto ring_row = [&](int row) { return transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden); };
+  // Rows in the macrobatches' order: the last macrobatch, then the others from the top down.
+  for (int i = warps.index; i < rows; i += warps.count) {
+    const int first_rows = rows - last_batch_begin;
+    const int row = i < first_rows ? last_batch_begin + i
+                                   : last_batch_begin - (1 + (i - first_rows) / batch_rows) * batch_rows +
+                                         (i - first_rows) % batch_rows;
+    const int2 entry = view.rows[row];
+    const bool on_this_gpu =
+        static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
+    if (entry.x < 0 || (on_this_gpu && !pull_all_rows)) continue;  // gathered in place
+    // The token's rows in this row's macrobatch, pulled together by the warp that meets the first.
+    const int batch_begin = row / batch_rows * batch_rows;
+    const transfer::TokenGroup group(route_rows, schedule.routes, pull.top_k, entry, row, batch_begin,
+                                     min(batch_begin + batch_rows, rows));
+    if (!group.led_by_own_row(lane)) continue;
+    // Each row's ring row is free once the up/gate tiles of the block that held it have read it.
+    bool ready = true;
+    transfer::for_each_member(group, lane, [&](int, int member) {
+      const int previous = batches.previous_in_ring(member / gemm::kBlockM);
+      if (previous >= 0 && ready) {
+        ready = comm::wait_ready_thread(world, place, rank.routed.activation_ready + previous, activation_complete,
+                                        previous);
+      }
+    });
+    if (!__all_sync(0xffffffffu, ready)) return false;
+    __syncwarp();  // every lane's stores after the lanes' acquires
+    transfer::warp_fan_out_row<true>(group,
+                                     transfer::row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k,
+                                                           pull.hidden),
+                                     pull.hidden / transfer::kBf16PerVector, ring_row, lane);
+    // Count the rows into their blocks, one release per block: every lane's stores before it.
+    __syncwarp();
+    transfer::for_each_slot_round(group, lane, [&](int, int member) {
+      const int block = member >= 0 ? member / gemm::kBlockM : -1;
+      const unsigned same_block = __match_any_sync(0xffffffffu, block);
+      if (block >= 0 && lane == __ffs(same_block) - 1) {
+        comm::signal_ready_thread(rank.x_ready + block, static_cast<uint32_t>(__popc(same_block)));
+      }
+    });
+  }
+  return true;
+}
+
+}  // namespace caracal::fused
