@@ -28,7 +28,6 @@ namespace {
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams const p) {
   extern __shared__ uint8_t smem_raw[];
-  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const bool comm_cta = comm::cta_of_rank(world) < p.comm_ctas;
   if (comm_cta) pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);

@@ -1,6 +1,6 @@
 #pragma once
-// The fused backward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
-// produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
+// The fused backward's compute role: the persistent task kernel's CTA (persistent_task_kernel.cuh:
+// warpgroup 0 produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
 // copy rows or sum dx groups under the tiles, backward.cu) running the rank's tasks
 // (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
 // operands by TMA: a dgrad tile's dy rows from the ring once all of its block's rows are there
@@ -29,6 +29,7 @@
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
+#include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/tma_pipeline.cuh"
 #include "fused/backward_params.cuh"
 #include "fused/backward_tasks.cuh"
@@ -40,8 +41,7 @@ namespace caracal::fused {
 // epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48),
 // its warpgroup's other warps copy rows and sum dx groups;
 // 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
-inline constexpr uint32_t kBackwardProducerRegisters = 72;
-inline constexpr uint32_t kBackwardConsumerRegisters = 216;
+inline constexpr gemm::RegisterSplit kBackwardRegisterSplit{72, 216};
 
 // The policy of the backward's GEMMs, which share the CTA's stage ring and storage.
 using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;
@@ -145,64 +145,55 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
       }
     }
   }
-  ring.drain();
 }
 
-// One compute CTA (all kThreads threads). Warpgroup 0's warps 1-3, idle in the GEMMs, call
-// idle_work(w) with w = 0, 1, 2 (the copies of backward_local_rows.cuh, the dx sums).
+// One compute CTA (all kThreads threads) on the persistent task kernel's skeleton. Warpgroup 0's
+// warps 1-3, idle in the GEMMs, call idle_work(w) with w = 0, 1, 2 (the copies of
+// backward_local_rows.cuh, the dx sums).
 template <class IdleWork>
 __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                    const FusedBackwardRankParams& p, gemm::KernelStorage<BackwardGemmPolicy>& smem,
                                    IdleWork&& idle_work) {
-  using namespace cute;
   using namespace gemm;
-  using Policy = BackwardGemmPolicy;
   using Mma = MmaConfigOf<DownDgradSwigluGemm>;
   static_assert(std::is_same_v<Mma, MmaConfigOf<GateUpDgradGemm>> &&
                 std::is_same_v<Mma, MmaConfigOf<GateUpDgradToHomeGemm>>);
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+  const int warpgroup = warpgroup_role();
 
   const BackwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
-  if (threadIdx.x == 0) {
-    pipe.init();
-    prefetch_tma_descriptor(&p.dgrad_mainloop.a);
-    prefetch_tma_descriptor(&p.dgrad_mainloop.b);
-    prefetch_tma_descriptor(&p.dx_mainloop.a);
-    prefetch_tma_descriptor(&p.dx_mainloop.b);
-    if (p.tiles.has_shared) {
-      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.a);
-      prefetch_tma_descriptor(&p.shared_dgrad_mainloop.b);
-      prefetch_tma_descriptor(&p.shared_dx_mainloop.a);
-      prefetch_tma_descriptor(&p.shared_dx_mainloop.b);
-    }
-  }
-  __syncthreads();
+  start_persistent_cta(
+      [&] {
+        pipe.init();
+        cute::prefetch_tma_descriptor(&p.dgrad_mainloop.a);
+        cute::prefetch_tma_descriptor(&p.dgrad_mainloop.b);
+        cute::prefetch_tma_descriptor(&p.dx_mainloop.a);
+        cute::prefetch_tma_descriptor(&p.dx_mainloop.b);
+        if (p.tiles.has_shared) {
+          cute::prefetch_tma_descriptor(&p.shared_dgrad_mainloop.a);
+          cute::prefetch_tma_descriptor(&p.shared_dgrad_mainloop.b);
+          cute::prefetch_tma_descriptor(&p.shared_dx_mainloop.a);
+          cute::prefetch_tma_descriptor(&p.shared_dx_mainloop.b);
+        }
+      },
+      [] { __syncthreads(); });
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kBackwardProducerRegisters>();
-    const int warp = static_cast<int>(threadIdx.x) / 32;
-    if (threadIdx.x == 0) {
-      produce_backward_tiles(world, place, p, smem.mainloop, pipe);
-    } else if (warp > 0) {
-      idle_work(warp - 1);
-    }
-    return;
+    run_producer_warpgroup<kBackwardRegisterSplit.producer>([&] {
+      const int warp = static_cast<int>(threadIdx.x) / 32;
+      if (threadIdx.x == 0) {
+        produce_backward_tiles(world, place, p, smem.mainloop, pipe);
+      } else if (warp > 0) {
+        idle_work(warp - 1);
+      }
+    });
+  } else {
+    run_consumer_warpgroup<BackwardGemmPolicy, Mma, kBackwardRegisterSplit.consumer>(
+        smem, warpgroup,
+        [&](auto& tiled_mma, const auto& tCrA, const auto& tCrB, const auto& scales, auto& accum,
+            ChunkStoreRing& ring, int consumer, int wg_thread) {
+          consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
+        });
   }
-  cutlass::arch::warpgroup_reg_alloc<kBackwardConsumerRegisters>();
-  const int consumer = warpgroup - 1;
-  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;
-  const int wg_thread = thread % kWarpgroupThreads;
-  typename Mma::TiledMma tiled_mma;
-  auto thr_mma = tiled_mma.get_thread_slice(thread);
-  Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
-  Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
-  Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
-  Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
-  const auto scales = BackwardMainloop::stage_scales(smem.mainloop, thread);
-  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
-  static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
-  ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_backward_tiles(world, p, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
 }
 
 }  // namespace caracal::fused

@@ -26,8 +26,6 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_forward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT ForwardKernelParams const p) {
   __shared__ int producer_task;  // the producer warpgroup's (forward_compute.cuh)
   extern __shared__ uint8_t smem_raw[];
-  // Round the base up to the 1024-byte swizzle period (kSmemBytes holds the slack).
-  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (comm::cta_of_rank(world) < p.comm_ctas) {
     comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
@@ -38,7 +36,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const FusedForwardRankParams& rank = p.ranks[place.local_rank];
-  run_forward_tasks(world, place, rank, p, *reinterpret_cast<gemm::KernelStorage<ForwardGemmPolicy>*>(smem),
+  run_forward_tasks(world, place, rank, p, gemm::kernel_storage<ForwardGemmPolicy>(smem_raw),
                     producer_task);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The fused forward's compute role: the grouped-GEMM CTA of grouped_gemm_kernel.cuh (warpgroup 0
-// produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
+// The fused forward's compute role: the persistent task kernel's CTA (persistent_task_kernel.cuh:
+// warpgroup 0 produces, warpgroups 1 and 2 run wgmma and the epilogue) running the rank's tasks
 // (forward_tasks.cuh: the shared expert's tiles, then the routed experts') as it takes them from
 // the rank's task counter. A routed up/gate tile's A rows are gathered where they are
 // (gathered_rows.cuh): tokens on this GPU from their home x, tokens of other GPUs from expert_x once
@@ -35,6 +35,7 @@
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
+#include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/tma_pipeline.cuh"
 #include "fused/forward_group_sums.cuh"
 #include "fused/forward_params.cuh"
@@ -246,10 +247,11 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       }
     }
   }
-  ring.drain();
 }
 
-// One compute CTA (all kThreads threads).
+// One compute CTA (all kThreads threads) on the persistent task kernel's prologue and producer
+// role; the consumer warpgroups' setup is written out here as in persistent_task_kernel.cuh's
+// run_consumer_warpgroup, through which ptxas allocates this kernel's registers differently.
 __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                          const FusedForwardRankParams& p, const ForwardKernelParams& kp,
                                          gemm::KernelStorage<ForwardGemmPolicy>& smem, int& producer_task) {
@@ -258,20 +260,22 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   using Policy = ForwardGemmPolicy;
   using Mma = MmaConfigOf<UpGateSwigluGemm>;
   static_assert(std::is_same_v<Mma, MmaConfigOf<DownProjGemm>>);
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+  const int warpgroup = warpgroup_role();
 
   const ForwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
-  if (threadIdx.x == 0) {
-    pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
-    prefetch_tma_descriptor(&p.routed.up_mainloop.b);
-    prefetch_tma_descriptor(&p.routed.down_mainloop.a);
-    prefetch_tma_descriptor(&p.routed.down_mainloop.b);
-  }
-  __syncthreads();
+  start_persistent_cta(
+      [&] {
+        pipe.init(1 + gemm::kGatherArrivals);  // every producer thread arrives too (produce_forward_tiles)
+        prefetch_tma_descriptor(&p.routed.up_mainloop.b);
+        prefetch_tma_descriptor(&p.routed.down_mainloop.a);
+        prefetch_tma_descriptor(&p.routed.down_mainloop.b);
+      },
+      [] { __syncthreads(); });
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kFusedProducerRegisters>();
-    produce_forward_tiles(world, place, p, kp, smem.mainloop, producer_task, pipe, static_cast<int>(threadIdx.x));
+    run_producer_warpgroup<kFusedProducerRegisters>([&] {
+      produce_forward_tiles(world, place, p, kp, smem.mainloop, producer_task, pipe, static_cast<int>(threadIdx.x));
+    });
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<kFusedConsumerRegisters>();
@@ -289,6 +293,7 @@ __device__ inline void run_forward_tasks(const comm::DeviceWorld& world, const c
   static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
   consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
+  ring.drain();
 }
 
 }  // namespace caracal::fused

@@ -1,8 +1,8 @@
 #pragma once
-// The persistent, warp-specialized grouped-GEMM kernel: warpgroup 0 produces (TMA), warpgroups
-// 1 and 2 consume (wgmma + epilogue). Each CTA walks its tiles from the Gemm's scheduler;
-// producer and consumers meet only through the stage ring, so the producer loads the next tile
-// while the consumers run the epilogue of the last.
+// The persistent, warp-specialized grouped-GEMM kernel on persistent_task_kernel.cuh's skeleton:
+// warpgroup 0 produces (TMA), warpgroups 1 and 2 consume (wgmma + epilogue). Each CTA walks its
+// tiles from the Gemm's scheduler; producer and consumers meet only through the stage ring, so the
+// producer loads the next tile while the consumers run the epilogue of the last.
 //
 // `Gemm` describes one kernel: a GEMM of src/device/gemm/expert_gemms/ (what it computes)
 //   Policy              precision, tile and stages (gemm_policy.cuh): the mainloop's and the storage's
@@ -26,6 +26,7 @@
 #include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
+#include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/tile_coord.cuh"
 #include "device/gemm/tile_queue.cuh"
 #include "device/gemm/tma_pipeline.cuh"
@@ -94,15 +95,6 @@ __device__ __forceinline__ void run_idle_warps(GemmParams<Gemm> const& p, int la
   }
 }
 
-template <class Policy>
-struct KernelStorage {
-  typename Mainloop<Policy>::Storage mainloop;
-  ChunkStoreStorage epilogue;
-};
-// The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
-template <class Policy>
-inline constexpr int kSmemBytes = int(sizeof(KernelStorage<Policy>)) + 1024;
-
 // A Gemm's setmaxnreg budgets, checked against the registers of the launch.
 template <class Gemm>
 constexpr RegisterSplit checked_register_split() {
@@ -111,14 +103,6 @@ constexpr RegisterSplit checked_register_split() {
                     r.producer % 8 == 0 && r.consumer % 8 == 0,
                 "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
   return r;
-}
-
-// The kernel's storage in the dynamic shared memory, whose base is rounded up to the 1024-byte
-// swizzle period (kSmemBytes holds the slack).
-template <class Policy>
-__device__ KernelStorage<Policy>& kernel_storage(uint8_t* smem_raw) {
-  static_assert(kSmemBytes<Policy> <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
-  return *reinterpret_cast<KernelStorage<Policy>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
 // A consumer warpgroup's share of one tile: the wgmma mainloop, then the epilogue (`stores`: the
@@ -163,16 +147,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   KernelStorage<Policy>& smem = kernel_storage<Policy>(smem_raw);
 
-  // Warp-uniform role indices (the shuffle tells the compiler they are uniform).
-  int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+  int const warpgroup = warpgroup_role();
   int const lane = int(threadIdx.x) % 32;
 
   TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
-  if (threadIdx.x == 0) {
-    pipe.init();
-    Mainloop<Policy>::prefetch_descriptors(p.mainloop);
-  }
-  __syncthreads();
+  start_persistent_cta(
+      [&] {
+        pipe.init();
+        Mainloop<Policy>::prefetch_descriptors(p.mainloop);
+      },
+      [] { __syncthreads(); });
 
   // Standalone, the CTAs of the launch share the tiles; a fused kernel would pass its GEMM role's.
   // Row tiles may come from a queue instead (tile_queue.cuh): in order, whichever CTA is free.
@@ -180,24 +164,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t* const queue = tile_queue<Gemm>(p.scheduler);
 
   if (warpgroup == 0) {
-    // Producer: one thread issues every TMA load; the rest of the warpgroup retires, or runs the
-    // Gemm's IdleWarps work.
-    cutlass::arch::warpgroup_reg_dealloc<kRegisters.producer>();
-    if (threadIdx.x == 0) {
-      PipelineState<Policy::kStages> st;
-      for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
-        if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
-          if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
-        } else if (!scheduler.has_tile()) {
-          break;
+    run_producer_warpgroup<kRegisters.producer>([&] {
+      // One thread issues every TMA load; the rest of the warpgroup retires, or runs the Gemm's
+      // IdleWarps work.
+      if (threadIdx.x == 0) {
+        PipelineState<Policy::kStages> st;
+        for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
+          if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
+            if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
+          } else if (!scheduler.has_tile()) {
+            break;
+          }
+          TileCoord tile = scheduler.coord();
+          Gemm::Scheduler::locate(p.scheduler, tile);
+          load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
         }
-        TileCoord tile = scheduler.coord();
-        Gemm::Scheduler::locate(p.scheduler, tile);
-        load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
       }
-    }
-    run_idle_warps<Gemm>(p, lane);
+      run_idle_warps<Gemm>(p, lane);
+    });
   } else {
+    // run_consumer_warpgroup's setup, written out (persistent_task_kernel.cuh).
     cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
     int const consumer = warpgroup - 1;                       // 0 or 1
     int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
@@ -221,8 +207,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       TileCoord tile = scheduler.coord();
       Gemm::Scheduler::locate(p.scheduler, tile);
       bool const active = tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, scales, accum,
-                         pipe, st, ring, consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, /*stores=*/true, tiled_mma, tCrA, tCrB, scales,
+                         accum, pipe, st, ring, consumer, lane);
     }
     ring.drain();
   }

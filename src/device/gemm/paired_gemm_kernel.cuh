@@ -1,11 +1,13 @@
 #pragma once
 // The grouped-GEMM kernel over row tiles with CTAs in clusters of two: grouped_gemm_kernel.cuh's
-// warp roles and collectives, but the two CTAs of a cluster take a pair of tiles at a time
-// (row_tile_pair_scheduler.cuh) and the leader's producer thread fills both CTAs' stages
-// (tma_pair_pipeline.cuh): each CTA's own operand with a load to that CTA, the shared one with one
-// TMA multicast to both. The follower's producer thread has nothing to do; warps 1-3 of both CTAs
-// run the Gemm's IdleWarps work, if any. Each CTA's consumers compute and store their own tile
-// exactly as the one-CTA kernel does.
+// warp roles and collectives (the prologue and storage of persistent_task_kernel.cuh), but the two
+// CTAs of a cluster take a pair of tiles at a time (row_tile_pair_scheduler.cuh) and the leader's
+// producer thread fills both CTAs' stages (tma_pair_pipeline.cuh): each CTA's own operand with a
+// load to that CTA, the shared one with one TMA multicast to both. The follower's producer thread
+// has nothing to do; warps 1-3 of both CTAs run the Gemm's IdleWarps work, if any. Each CTA's
+// consumers compute and store their own tile exactly as the one-CTA kernel does. The roles are
+// written out here: through persistent_task_kernel.cuh's role functions ptxas allocates the row-tile
+// pair kernels' uniform registers differently.
 //
 // `Gemm` as for grouped_gemm_kernel, with a pair scheduler (RowTilePairScheduler for row tiles,
 // WeightTilePairScheduler for the weight gradients).
@@ -21,6 +23,7 @@
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
+#include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/row_tile_pair_scheduler.cuh"
 #include "device/gemm/tile_queue.cuh"
 #include "device/gemm/tma_pair_pipeline.cuh"
@@ -92,16 +95,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   KernelStorage<Policy>& smem = kernel_storage<Policy>(smem_raw);
 
-  int const warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+  int const warpgroup = warpgroup_role();
   int const lane = int(threadIdx.x) % 32;
 
   TmaPairPipeline const pipe(smem.mainloop.full, smem.mainloop.empty, block_rank_in_cluster());
-  if (threadIdx.x == 0) {
-    pipe.init();
-    if (pipe.leader()) Mainloop<Policy>::prefetch_descriptors(p.mainloop);
-  }
-  // Both CTAs' barriers exist before either CTA's threads touch the other's.
-  cluster_sync();
+  start_persistent_cta(
+      [&] {
+        pipe.init();
+        if (pipe.leader()) Mainloop<Policy>::prefetch_descriptors(p.mainloop);
+      },
+      // Both CTAs' barriers exist before either CTA's threads touch the other's.
+      [] { cluster_sync(); });
 
   int const cluster = int(blockIdx.x) / kPairCtas;
   using Scheduler = typename Gemm::Scheduler;
@@ -132,8 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_idle_warps<Gemm>(p, lane);
   } else {
     cutlass::arch::warpgroup_reg_alloc<kRegisters.consumer>();
-    int const consumer = warpgroup - 1;
-    int const thread = int(threadIdx.x) - kWarpgroupThreads;
+    int const consumer = warpgroup - 1;                       // 0 or 1
+    int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
     int const wg_thread = thread % kWarpgroupThreads;
 
     typename Mma::TiledMma tiled_mma;
@@ -157,8 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       Scheduler::locate(p.scheduler, tile);
       bool const active = exists && tile.m_begin + consumer * kWarpgroupRows < tile.active_end;
       // The weight gradients' window: the pair's expert's (both tiles share it).
-      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, scales, accum, pipe, st,
-                         ring, consumer, lane);
+      consume_tile<Gemm>(p.epilogue, scheduler, tile, active, exists, tiled_mma, tCrA, tCrB, scales, accum, pipe,
+                         st, ring, consumer, lane);
     }
     ring.drain();
   }

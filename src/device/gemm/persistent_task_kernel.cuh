@@ -1,0 +1,105 @@
+#pragma once
+// The skeleton of every persistent warp-specialized kernel of the library: the standalone grouped
+// GEMM (grouped_gemm_kernel.cuh), its CTA pairs (paired_gemm_kernel.cuh) and the fused forward and
+// backward (src/fused/forward_compute.cuh, backward_compute.cuh). A CTA of kThreads threads:
+//
+//   prologue      thread 0 initializes the stage ring's barriers and prefetches the TMA
+//                 descriptors (the kernel's `init`), then the CTA (or the cluster) meets (`sync`):
+//                 no thread waits on a barrier before it exists.
+//   warpgroup 0   the producer: gives registers back (setmaxnreg dealloc to ProducerRegisters),
+//                 then runs the kernel's `produce` on all its 128 threads: the thread(s) that take
+//                 tasks, wait for what they read and stream their operands, and the warps idle in
+//                 the GEMM, which may take other work (idle-warp work: copies, sums). A task reaches
+//                 the consumers through the stage ring (and, in the fused kernels, a task slot per
+//                 stage); when the tasks run out the producer says so through the ring.
+//   warpgroups    the consumers: take registers (setmaxnreg alloc to ConsumerRegisters), build
+//   1, 2          the wgmma fragments over the stage ring, the accumulators and the epilogue's chunk
+//                 store ring, run the kernel's `consume` (per task: wait for its stages, wgmma, the
+//                 epilogue, publish what it raised), then drain their chunk stores before exiting.
+//
+// The hooks are inlined functors: the kernel's task source (a tile scheduler, a tile queue, a task
+// counter with its cursor) and its per-task waits, loads, epilogues and counters live in them. A
+// kernel dispatches the roles itself (`if (warpgroup_role() == 0) run_producer_warpgroup(...);
+// else run_consumer_warpgroup(...);`): both roles in one function change how ptxas allocates the
+// registers of the kernels that give their idle warps work. Where going through a role function
+// changes a kernel's machine code (the pipeline state's registers swapped), the kernel writes
+// that role out in the same statements (grouped_gemm_kernel.cuh and forward_compute.cuh: the
+// consumers; paired_gemm_kernel.cuh: both roles).
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/mainloop.cuh"
+
+namespace caracal::gemm {
+
+// The CTA's shared storage: the policy's stage ring and the epilogues' chunk buffers.
+template <class Policy>
+struct KernelStorage {
+  typename Mainloop<Policy>::Storage mainloop;
+  ChunkStoreStorage epilogue;
+};
+// The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
+template <class Policy>
+inline constexpr int kSmemBytes = int(sizeof(KernelStorage<Policy>)) + 1024;
+
+// The kernel's storage in the dynamic shared memory, whose base is rounded up to the 1024-byte
+// swizzle period (kSmemBytes holds the slack).
+template <class Policy>
+__device__ KernelStorage<Policy>& kernel_storage(uint8_t* smem_raw) {
+  static_assert(kSmemBytes<Policy> <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
+  return *reinterpret_cast<KernelStorage<Policy>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+}
+
+// This thread's warpgroup: 0 produces, 1 and 2 consume. Warp-uniform (the shuffle tells the
+// compiler so).
+__device__ __forceinline__ int warpgroup_role() {
+  return __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+}
+
+// The prologue: thread 0 runs `init()` (the barriers of the stage ring, the descriptors' prefetch),
+// then every thread runs `sync()` (__syncthreads, or the cluster's barrier where CTAs share stages).
+template <class Init, class Sync>
+__device__ __forceinline__ void start_persistent_cta(Init&& init, Sync&& sync) {
+  if (threadIdx.x == 0) init();
+  sync();
+}
+
+// The producer warpgroup (warpgroup 0) after the prologue: gives registers back, then runs
+// `produce()` on its 128 threads.
+template <uint32_t ProducerRegisters, class Produce>
+__device__ __forceinline__ void run_producer_warpgroup(Produce&& produce) {
+  cutlass::arch::warpgroup_reg_dealloc<ProducerRegisters>();
+  produce();
+}
+
+// A consumer warpgroup (`warpgroup` 1 or 2) after the prologue: takes registers, then runs
+// `consume(tiled_mma, tCrA, tCrB, scales, accum, ring, consumer, wg_thread)` (`consumer` 0 or 1,
+// `wg_thread` its thread in [0, 128)) and drains its chunk stores.
+template <class Policy, class Mma, uint32_t ConsumerRegisters, class Consume>
+__device__ __forceinline__ void run_consumer_warpgroup(KernelStorage<Policy>& smem, int warpgroup, Consume&& consume) {
+  using namespace cute;
+  cutlass::arch::warpgroup_reg_alloc<ConsumerRegisters>();
+  int const consumer = warpgroup - 1;                       // 0 or 1
+  int const thread = int(threadIdx.x) - kWarpgroupThreads;  // 0..255
+  int const wg_thread = thread % kWarpgroupThreads;
+
+  typename Mma::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(thread);
+  Tensor sA = make_tensor(make_smem_ptr(&smem.mainloop.a[0][0]), typename Mma::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(&smem.mainloop.b[0][0]), typename Mma::SmemLayoutB{});
+  Tensor tCrA = thr_mma.make_fragment_A(thr_mma.partition_A(sA));
+  Tensor tCrB = thr_mma.make_fragment_B(thr_mma.partition_B(sB));
+  auto const scales = Mainloop<Policy>::stage_scales(smem.mainloop, thread);
+  Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
+  static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
+
+  ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+  consume(tiled_mma, tCrA, tCrB, scales, accum, ring, consumer, wg_thread);
+  ring.drain();
+}
+
+}  // namespace caracal::gemm
