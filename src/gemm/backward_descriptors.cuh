@@ -11,6 +11,7 @@
 #include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "gemm/operand_maps.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -26,13 +27,15 @@ struct DownDgradSwigluDescriptors {
 inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradSwigluArgs& args) {
   using Gemm = DownDgradSwigluGemm;
   using Policy = Gemm::Policy;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   const int n_blocks = (args.intermediate + Policy::kBlockN - 1) / Policy::kBlockN;
   DownDgradSwigluDescriptors g{};
-  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.dy, rows, d, "dy");
-  g.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
+  g.mainloop.a = MapsA::make_map<Policy::A>(args.dy, rows, d, "dy");
+  g.mainloop.b = MapsB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   g.mainloop.b_mn_extent = args.intermediate;
   g.tiles = {args.rows, n_blocks, args.hidden / Policy::kBlockK, args.tile_queue};
   SwigluBackwardEpilogue::Params& e = g.epilogue;
@@ -58,13 +61,15 @@ struct GateUpDgradDescriptors {
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
   using Gemm = GateUpDgradGemm;  // GateUpDgradToHomeGemm's operands too
   using Policy = Gemm::Policy;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   GateUpDgradDescriptors g{};
-  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.d_gate_up, rows, 2 * i, "d_gate_up");
+  g.mainloop.a = MapsA::make_map<Policy::A>(args.d_gate_up, rows, 2 * i, "d_gate_up");
   g.mainloop.b =
-      Gemm::OperandB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
+      MapsB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
   g.mainloop.b_mn_extent = args.hidden;
   g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), 2 * args.intermediate / Policy::kBlockK,
              args.tile_queue};

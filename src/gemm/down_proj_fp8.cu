@@ -7,6 +7,7 @@
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
+#include "gemm/operand_maps.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -19,6 +20,8 @@ using Fp8DownProjKernel = Scheduled<Fp8DownProjGemm, RowTileSchedulerOf<Policy::
 
 void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream) {
   using Gemm = Fp8DownProjKernel;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
 
@@ -26,10 +29,10 @@ void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream) {
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
   const uint64_t experts = uint64_t(args.rows.num_experts);
   GemmParams<Gemm> p{};
-  p.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.activation.codes, rows, i, "activation.codes");
-  p.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_down.codes, experts, d, i, "w_down.codes");
-  p.mainloop.scales_a = Gemm::OperandA::make_scale_map<Policy::A>(args.activation.scales, rows, i, "activation.scales");
-  p.mainloop.scales_b = Gemm::OperandB::make_scale_map<Policy::B>(args.w_down.scales, experts, d, i, "w_down.scales");
+  p.mainloop.a = MapsA::make_map<Policy::A>(args.activation.codes, rows, i, "activation.codes");
+  p.mainloop.b = MapsB::make_map<Policy::B>(args.w_down.codes, experts, d, i, "w_down.codes");
+  p.mainloop.scales_a = MapsA::make_scale_map<Policy::A>(args.activation.scales, rows, i, "activation.scales");
+  p.mainloop.scales_b = MapsB::make_scale_map<Policy::B>(args.w_down.scales, experts, d, i, "w_down.scales");
   p.scheduler = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), args.intermediate / Policy::kBlockK,
                  args.tile_queue};
   p.epilogue.out = make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out");

@@ -9,6 +9,7 @@
 #include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
+#include "gemm/operand_maps.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -24,12 +25,14 @@ struct UpGateSwigluDescriptors {
 inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
   using Gemm = UpGateSwigluGemm;
   using Policy = Gemm::Policy;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   UpGateSwigluDescriptors g{};
-  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.x, buffer_rows, d, "x");
+  g.mainloop.a = MapsA::make_map<Policy::A>(args.x, buffer_rows, d, "x");
   g.mainloop.b =
-      Gemm::OperandB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
+      MapsB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
   g.tiles = {args.rows, int((2 * i + Policy::kBlockN - 1) / Policy::kBlockN), args.hidden / Policy::kBlockK,
              args.tile_queue};
   g.epilogue.activation =
@@ -53,11 +56,13 @@ struct DownProjDescriptors {
 inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
   using Gemm = DownProjGemm;
   using Policy = Gemm::Policy;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   DownProjDescriptors g{};
-  g.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.activation, buffer_rows, i, "activation");
-  g.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
+  g.mainloop.a = MapsA::make_map<Policy::A>(args.activation, buffer_rows, i, "activation");
+  g.mainloop.b = MapsB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), args.intermediate / Policy::kBlockK,
              args.tile_queue};
   if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");

@@ -7,6 +7,7 @@
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
+#include "gemm/operand_maps.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -19,6 +20,8 @@ using Fp8UpGateSwigluKernel = Scheduled<Fp8UpGateSwigluGemm, RowTileSchedulerOf<
 
 void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream) {
   using Gemm = Fp8UpGateSwigluKernel;
+  using MapsA = OperandMaps<Gemm::OperandA>;
+  using MapsB = OperandMaps<Gemm::OperandB>;
   check_up_gate_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
@@ -26,11 +29,11 @@ void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
   const uint64_t experts = uint64_t(args.rows.num_experts);
   GemmParams<Gemm> p{};
-  p.mainloop.a = Gemm::OperandA::make_map<Policy::A>(args.x.codes, rows, d, "x.codes");
-  p.mainloop.b = Gemm::OperandB::make_map<Policy::B>(args.w_gate_up.codes, experts, 2 * i, d, "w_gate_up.codes");
-  p.mainloop.scales_a = Gemm::OperandA::make_scale_map<Policy::A>(args.x.scales, rows, d, "x.scales");
+  p.mainloop.a = MapsA::make_map<Policy::A>(args.x.codes, rows, d, "x.codes");
+  p.mainloop.b = MapsB::make_map<Policy::B>(args.w_gate_up.codes, experts, 2 * i, d, "w_gate_up.codes");
+  p.mainloop.scales_a = MapsA::make_scale_map<Policy::A>(args.x.scales, rows, d, "x.scales");
   p.mainloop.scales_b =
-      Gemm::OperandB::make_scale_map<Policy::B>(args.w_gate_up.scales, experts, 2 * i, d, "w_gate_up.scales");
+      MapsB::make_scale_map<Policy::B>(args.w_gate_up.scales, experts, 2 * i, d, "w_gate_up.scales");
   p.scheduler = {args.rows, int((2 * i + Policy::kBlockN - 1) / Policy::kBlockN), args.hidden / Policy::kBlockK,
                  args.tile_queue};
   p.epilogue.activation = make_tensor_map_2d(args.activation_out, rows, i, kChunkRows, kChunkCols, "activation_out");

@@ -12,6 +12,7 @@
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
+#include "gemm/operand_maps.hpp"
 #include "gemm/tensor_map.hpp"
 #include "gemm/weight_grad_kernels.cuh"
 #include "gemm/weight_grad_launch.hpp"
@@ -33,8 +34,8 @@ WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bf
   WeightGradLaunch launch;
   launch.num_ctas = num_ctas;
   WeightGradParams& p = launch.params;
-  p.mainloop.a = WeightGradGemm::OperandA::make_map<Policy::A>(lhs, buffer_rows, uint64_t(m), lhs_name);
-  p.mainloop.b = WeightGradGemm::OperandB::make_map<Policy::B>(rhs, buffer_rows, uint64_t(n), rhs_name);
+  p.mainloop.a = OperandMaps<WeightGradGemm::OperandA>::make_map<Policy::A>(lhs, buffer_rows, uint64_t(m), lhs_name);
+  p.mainloop.b = OperandMaps<WeightGradGemm::OperandB>::make_map<Policy::B>(rhs, buffer_rows, uint64_t(n), rhs_name);
   p.mainloop.a_mn_extent = m;
   p.mainloop.b_mn_extent = n;
   p.scheduler = {rows, (m + Policy::kBlockM - 1) / Policy::kBlockM, (n + Policy::kBlockN - 1) / Policy::kBlockN, m};

@@ -15,21 +15,20 @@
 // still delivers its full byte count. An MN-major box lying wholly past the operand's MN extent (a
 // multiple of kMnBox) is loaded from the extent's last kMnBox instead: it only feeds output rows
 // or columns that are never stored, and no copy depends on how the TMA treats a box with no
-// element in bounds. Either way every stage receives its operand tile's bytes. The host maps are
-// of the tile's element (tensor_map.hpp: bf16, or e4m3 for the K-major kinds of a scaled policy).
+// element in bounds. Either way every stage receives its operand tile's bytes. The host maps, of the
+// tile's element (bf16, or e4m3 for the K-major kinds of a scaled policy), are each kind's
+// OperandMaps (src/gemm/operand_maps.hpp).
 //
 // A scaled operand (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and
-// its kind also loads each k step's fp32 scales (load_scales, ScaleTile) from the map its
-// make_scale_map makes: KMajorRows one per row (1 x 128 blocks), KMajorWeights one per 128 x 128
+// its kind also loads each k step's fp32 scales (load_scales, ScaleTile) from its OperandMaps'
+// make_scale_map: KMajorRows one per row (1 x 128 blocks), KMajorWeights one per 128 x 128
 // block (the layouts src/quant/quantize_fp8.hpp writes).
 #include <cstdint>
-#include <type_traits>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/gemm_policy.cuh"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 
@@ -67,38 +66,17 @@ struct ScaleTile {
   static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));
 };
 
-// The element of a tile's swizzled map.
-template <class Tile>
-constexpr TensorElement tensor_element() {
-  using Element = typename Tile::Element;
-  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::float_e4m3_t>,
-                "bf16 or e4m3 operands");
-  return std::is_same_v<Element, cute::float_e4m3_t> ? TensorElement::kE4m3 : TensorElement::kBf16;
-}
-
 // Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
 template <class Tile>
 __device__ int mn_box(int mn, int mn_extent) {
   return min(mn, mn_extent - Tile::kMnBox);
 }
 
-// Each kind: make_map<Tile>(base, extents..., what) on the host; load<Tile>(map, full, stage, mn,
-// mn_extent, k, expert, to) on the device, the tile's k step at K index `k` into `stage`; a kind a
-// scaled operand may have, load_scales<Tile>(map, full, scales, mn, k, expert, to): that k step's
-// scales (ScaleTile) into `scales`.
+// Each kind: load<Tile>(map, full, stage, mn, mn_extent, k, expert, to), the tile's k step at K
+// index `k` into `stage`; a kind a scaled operand may have, load_scales<Tile>(map, full, scales, mn,
+// k, expert, to): that k step's scales (ScaleTile) into `scales`.
 struct KMajorRows {
   static constexpr Major kMajor = Major::K;
-  template <class Tile>
-  static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t k, const char* what) {
-    return make_tensor_map_2d(base, rows, k, Tile::kRows, Tile::kBlockK, what, tensor_element<Tile>());
-  }
-  // Scales [ceil(K / 128)][rows], rows contiguous (rows a multiple of 4).
-  template <class Tile>
-  static CUtensorMap make_scale_map(const float* scales, uint64_t rows, uint64_t k, const char* what) {
-    static_assert(Tile::kScale == ScaleKind::kPerRowBlock, "rows scaled per 1 x 128 block");
-    return make_scale_map_2d(scales, (k + kScaleBlock - 1) / kScaleBlock, rows, uint32_t(ScaleTile<Tile>::kCount),
-                             what);
-  }
   template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int /*expert*/, uint16_t to = 0) {
@@ -115,20 +93,6 @@ struct KMajorRows {
 struct KMajorWeights {
   static constexpr Major kMajor = Major::K;
   template <class Tile>
-  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t n, uint64_t k,
-                              const char* what) {
-    return make_tensor_map_3d(base, experts, n, k, Tile::kRows, Tile::kBlockK, what, tensor_element<Tile>());
-  }
-  // Scales [L][ceil(K / 128)][ceil(N / 128) rounded up to kBlockScaleBox].
-  template <class Tile>
-  static CUtensorMap make_scale_map(const float* scales, uint64_t experts, uint64_t n, uint64_t k,
-                                    const char* what) {
-    static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
-    uint64_t const n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
-    return make_scale_map_3d(scales, experts, (k + kScaleBlock - 1) / kScaleBlock,
-                             (n_blocks + kBlockScaleBox - 1) / kBlockScaleBox * kBlockScaleBox, kBlockScaleBox, what);
-  }
-  template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int /*mn_extent*/, int k, int expert, uint16_t to = 0) {
     load_3d(map, full, to, smem, k, mn, expert);
@@ -144,12 +108,6 @@ struct KMajorWeights {
 struct MNMajorWeights {
   static constexpr Major kMajor = Major::MN;
   template <class Tile>
-  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,
-                              const char* what) {
-    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "MN-major: bf16 operands only");
-    return make_tensor_map_3d(base, experts, k, n, Tile::kBlockK, Tile::kMnBox, what);
-  }
-  template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int mn_extent, int k, int expert, uint16_t to = 0) {
     CUTE_UNROLL
@@ -162,11 +120,6 @@ struct MNMajorWeights {
 
 struct MNMajorRows {
   static constexpr Major kMajor = Major::MN;
-  template <class Tile>
-  static CUtensorMap make_map(const void* base, uint64_t rows, uint64_t mn, const char* what) {
-    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "MN-major: bf16 operands only");
-    return make_tensor_map_2d(base, rows, mn, Tile::kBlockK, Tile::kMnBox, what);
-  }
   template <class Tile>
   __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
                               int mn_extent, int k, int /*expert*/, uint16_t to = 0) {
