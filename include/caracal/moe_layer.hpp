@@ -1,71 +1,11 @@
 #pragma once
-// MoELayer: the complete expert-parallel MoE layer (DESIGN §1-§2, issue 5), forward and backward,
-// composed from the token exchange (caracal/transfer/token_exchange.hpp) and the grouped-GEMM
-// engine (caracal/gemm/grouped_gemm*.hpp). v1 runs them as separate launches; the fused
-// megakernel will keep this API.
-//
-// One layer object serves the local ranks of its World: all W virtual ranks of a LoopbackWorld,
-// or the one rank of an NcclWorld. forward/backward take one argument struct per local rank
-// (index = local rank), so the same calling code serves both backends. They are collective:
-// every rank of the world makes the same calls in the same order (the exchange's launches meet in
-// world barriers).
-//
-// Construction is collective too, and checks that every rank was built with the same
-// configuration and the same options where they lay out the symmetric heap or change what ranks
-// send each other, as resolved on each rank (ranks built differently would read and write each
-// other's heaps at the wrong offsets). The default ring follows the device's SM count: give
-// MoELayerOptions::ring_rows on GPUs of different counts.
-//
-// No host synchronization after construction: forward, backward and check only enqueue work on
-// `stream` or read pinned memory; the host never learns token counts, so a forward+backward
-// pair can be captured into one CUDA graph and replayed with new routing and inputs (pointers
-// are baked into the graph; the data behind them is read at replay time). Every buffer is
-// allocated at construction from (T, k, D, I, W) and the options: the fused path's routed rows in
-// a ring of MoELayerOptions::ring_rows rows that both passes walk in macrobatches, v1's for the
-// worst case (all W*T*k routes of all ranks on one rank); either way no route is ever dropped.
-//
-// Shapes (per rank): T = tokens_per_rank, k = top_k, D = hidden, I = intermediate,
-// Is = shared_intermediate, L = num_experts / ep_size local experts. Expert e lives on rank e / L.
-//
-// Zero-copy inputs and outputs: buffers(local_rank) names where the layer itself reads x,
-// topk_idx, topk_scores, dy and writes y, dx, d_topk_scores (the world's symmetric heap). Passing
-// exactly those pointers skips the corresponding device-to-device copy; any other device pointer
-// is copied in (inputs) or out (outputs) on `stream`, but y, which combine writes straight into
-// the caller's buffer (worlds of up to transfer::kMaxCombineOutputs local ranks). Inputs written
-// there are part of the saved context: leave x, topk_idx and topk_scores unchanged until backward
-// has been enqueued.
-//
-// Saved context: the layer's buffers hold the activations of one forward (the schedule, the
-// dispatched rows, gate/up, the gates, the shared expert's rows and scale), shared by every
-// forward the layer runs. backward takes the context of any forward of this layer since its last
-// reset(): if a later forward has run since, or a backward (which works in place over the
-// activations it reads: gemm::expert_backward), backward first replays the part of the forward it
-// needs (the schedule and gates, dispatch, the up/gate GEMMs; not down or combine) from that
-// forward's arguments, bitwise the same as the first time. So several forwards may be pending
-// (gradient accumulation, pipeline schedules, an eval forward in between), and one MoELayer can
-// serve many model layers of one configuration, each with its own weights: the memory is the
-// layer's, whatever the number of layers and pending forwards; the cost is the replay. A forward
-// whose backward may come after another forward must be given inputs (x, topk_idx, topk_scores,
-// shared_scale) outside the layer's own buffers, unchanged until that backward (the zero-copy
-// inputs of buffers() are rewritten by the next forward: their replay is refused). The weights
-// passed to a forward must be unchanged until its backward has run. Copied inputs (x, topk_idx,
-// topk_scores, shared_scale, dy) may otherwise be overwritten by work enqueued on `stream` after
-// the call that read them.
-//
-// Numerics: the bf16-rounding contract F1-F4 / B1-B5 of caracal/reference.hpp, which includes the
-// two roundings v1 adds over the plain math (~2^-9 relative each): dW_down is taken from bf16(g *
-// hidden) (grouped_gemm_backward.hpp), and with a per-token shared-output scale c_t the shared
-// expert's row enters combine as bf16(c_t * E_shared(x_t)) (TokenExchange::combine adds the
-// shared row unscaled). bf16 weight gradients, when asked for, are rounded once more at the end.
-// Results are bitwise identical across runs and across MoELayerOptions::gemm_ctas / exchange_sms.
-//
-// Failures between ranks: every cross-rank wait is bounded by the world's wait timeout (World::
-// set_wait_timeout; 10 minutes by default). When one expires the world is aborted: the pass's
-// outputs are poisoned (every element NaN), every rank's later passes stop at once and poison
-// theirs, World::fault_flag reads 1.0 on the device (gate the optimizer step on it), and check(),
-// forward and backward throw on every rank until reset() has been called on every rank; the next
-// step after that is exact. Passes captured into a CUDA graph behave the same when replayed,
-// before and after a reset().
+// MoELayer: the expert-parallel MoE layer (DESIGN §1-§2), forward and backward, over the token
+// exchange (caracal/transfer/token_exchange.hpp) and the grouped GEMMs (caracal/gemm/). One object
+// serves its World's local ranks; every call is collective (every rank, the same calls in order),
+// enqueues on `stream` without host synchronization (CUDA-graph capturable) and never drops a
+// route. Shapes per rank: T = tokens_per_rank, k = top_k, D = hidden, I = intermediate, Is =
+// shared_intermediate, L = num_experts / ep_size (expert e on rank e / L). Numerics: the rounding
+// contract of caracal/reference.hpp, bitwise the same across runs, gemm_ctas and exchange_sms.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -272,10 +212,15 @@ class MoELayer {
     return memory(config, options).heap;
   }
 
-  // Allocates every buffer (setup: synchronizes). Throws caracal::Error, naming the field and the
-  // value expected, for an invalid config (LayerConfig::validate), precision other than bf16 (v1),
-  // ep_size != world.world_size(), or a world heap smaller than heap_bytes(config, options). `world` must
-  // outlive the layer; its current device must be world.device() in every call.
+  // Allocates every buffer from (T, k, D, I, W) and the options (setup: synchronizes): the fused
+  // path's routed rows in a ring of MoELayerOptions::ring_rows rows both passes walk in macrobatches,
+  // v1's for the worst case (all W*T*k routes on one rank). Collective: checks that every rank has
+  // the same configuration and the options that lay out the heap or change what ranks send, as
+  // resolved on each (the default ring follows the SM count: give ring_rows on mixed GPUs). Throws
+  // caracal::Error, naming the field and the value expected, for an invalid config
+  // (LayerConfig::validate), precision other than bf16, ep_size != world.world_size(), or a world
+  // heap smaller than heap_bytes(config, options). `world` must outlive the layer; its current
+  // device must be world.device() in every call.
   MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options = {});
   ~MoELayer();
   MoELayer(const MoELayer&) = delete;
@@ -283,6 +228,12 @@ class MoELayer {
 
   const LayerConfig& config() const { return config_; }
   comm::World& world() const { return world_; }
+  // Zero-copy inputs and outputs: where the layer itself reads x, topk_idx, topk_scores, dy and
+  // writes y, dx, d_topk_scores (the world's symmetric heap). Passing exactly those pointers skips
+  // a device-to-device copy; any other pointer is copied in or out on `stream`, but y, which combine
+  // writes straight into the caller's buffer (up to transfer::kMaxCombineOutputs local ranks).
+  // Inputs written there are saved context: unchanged until backward has been enqueued, and
+  // rewritten by the next forward (a replay of their forward is refused).
   MoELayerBuffers buffers(int local_rank) const;
   // The fused path's ring (MoELayerOptions::ring_rows, or the default it chose), 0 for v1. y sums a
   // token's rows on a rank once per macrobatch of this many rows (src/device/transfer/group_sum.cuh).
@@ -299,8 +250,16 @@ class MoELayer {
   MoEContext forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream);
   MoEContext forward(const MoEForwardArgs& rank, cudaStream_t stream);  // one local rank
 
-  // Gradients for every local rank of the forward of `context` (any forward of this layer since its
-  // last reset(); an earlier one than the latest is replayed first, see "Saved context").
+  // Gradients for every local rank of the forward of `context`: any forward of this layer since its
+  // last reset(). The buffers hold one forward's activations (schedule, dispatched rows, gate/up,
+  // gates, the shared expert's rows), shared by every forward; backward works in place over them,
+  // so for an earlier forward than the latest (or after another backward) it first replays what it
+  // needs (schedule, gates, dispatch, up/gate GEMMs) from that forward's arguments, bitwise as the
+  // first time. So several forwards may be pending and one layer may serve many model layers of one
+  // configuration; their inputs (x, topk_idx, topk_scores, shared_scale) must then be outside the
+  // layer's buffers and, with the weights, unchanged until the backward. The two roundings v1 adds
+  // to the plain math (dW_down from bf16(g * hidden); bf16(c_t * E_shared(x_t)) into combine) are
+  // the reference's contract; bf16 weight gradients are rounded once more at the end.
   void backward(const std::vector<MoEBackwardArgs>& ranks, const MoEContext& context, cudaStream_t stream);
   void backward(const MoEBackwardArgs& rank, const MoEContext& context, cudaStream_t stream);
 
@@ -313,6 +272,11 @@ class MoELayer {
   // Throws caracal::Error for the first device failure since the last check: an expert id outside
   // [-1, E) in some rank's topk_idx (the layer treated it as an empty slot; raised once) or a
   // failed cross-rank wait (raised until reset()). Reads pinned memory only: no synchronization.
+  // Every cross-rank wait is bounded (World::set_wait_timeout; 10 minutes by default); when one
+  // expires the world is aborted: the pass's outputs are poisoned (NaN), every rank's later passes
+  // stop at once and poison theirs, World::fault_flag reads 1.0 on the device (gate the optimizer
+  // step on it), and check(), forward and backward throw on every rank until reset() on every
+  // rank; graph replays behave the same, before and after a reset().
   void check();
 
   // Brings the layer's world back after a failed wait (collective: every rank calls it, on the

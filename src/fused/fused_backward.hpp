@@ -1,38 +1,13 @@
 #pragma once
-// The fused backward over one window of the ring (DESIGN §3; issue 15, first stage): one
-// persistent launch per window per GPU (one for all ranks of a loopback world) that pulls the
-// window's dy rows of tokens on other GPUs and their g, runs the shared expert's dgrad+SwiGLU and
-// dx tiles (window 0, where asked) and the routed experts' dgrad+SwiGLU tiles and their dx tiles,
-// whose epilogue stores each row into its home slot (reverse dispatch's
-// push, dx_to_home.hpp), and, where asked, copies the window's x rows for the weight gradients —
-// the dgrad tiles of a 128-row block starting as soon as all its dy rows are in the ring, the dx
-// tiles as soon as the block's d_gate_up is stored (readiness counters, never a host
-// synchronization). Comm CTAs (the first comm_ctas of each rank) pull, then join the others, which
-// take the rank's tasks from one counter (backward_tasks.cuh). After the launch, on the same
-// stream: the router-score gradient's fixed-order reduction; the caller then runs the window's
-// weight gradients (gemm::expert_weight_grads), which read x, dy, d_gate_up and g·activation from
-// the ring.
-//
-// Before the launch, on the same stream, TokenExchange::reverse_combine over the window must have
-// zeroed the padding rows (in_place = RowsInPlace::kAll with local_rows_in_launch or
-// pull_all_rows) or also copied the rows of tokens on this GPU with their g (kOtherGpus). Those
-// copies are HBM to HBM: the comm CTAs alone would keep the dgrad tiles waiting on them, so
-// local_rows_in_launch spreads them over every CTA, before and under its tiles. It also had the
-// pass's world barrier, if any: the launch needs none (its pulls read dy and gates every rank
-// published before that barrier; it writes this rank's ring and the home slots, which
-// dx_to_home.hpp says when each peer last read).
-//
-// The dx push per (token, rank) (groups_dx_rows): over an exchange whose expert_dx is a ring, in a
-// world of several ranks, the dx tiles leave the rows of tokens on other ranks in that ring, and
-// the warps each compute CTA's producer leaves idle sum each token's rows on this rank in the
-// window, led by the highest row, and push one row into the leader route's home slot under the
-// remaining tiles (src/fused/dx_group_sums.cuh);
-// the rows of the rank's own tokens go home from the epilogue. The reverse dispatch after the
-// last window then takes DxSlots::kPerTokenRank.
-//
-// Output: the same bits as TokenExchange::dispatch (x rows, when copied) and reverse_combine of the
-// window, gemm::grouped_down_dgrad_swiglu and fused::gate_up_dgrad_to_home over it (dx rows grouped:
-// one more bf16 rounding per group of several rows), whatever comm_ctas.
+// The fused backward over one window of the ring (DESIGN §3; docs/ARCHITECTURE.md "The fused
+// backward"): one persistent launch a window per GPU that pulls the window's dy rows of other GPUs'
+// tokens with their g, runs the shared expert's (window 0) and the routed experts' dgrad+SwiGLU and
+// dx tiles from one task counter (dx rows into their home slots, or summed per (token, rank) on the
+// idle warps where groups_dx_rows), a block's tiles starting once its rows are in (readiness
+// counters); the router-score reduction follows, the weight gradients are the caller's. Before it:
+// reverse_combine over the window (padding zeroed or local rows copied). Output: the same bits as
+// reverse_combine, grouped_down_dgrad_swiglu and gate_up_dgrad_to_home (dx grouped: one more bf16
+// rounding a group), whatever comm_ctas.
 #include <cuda_runtime.h>
 
 #include <cstddef>

@@ -1,38 +1,12 @@
 #pragma once
-// The fused forward (DESIGN §3): one persistent launch per forward pass per GPU (one for all ranks
-// of a loopback world) that pulls the dispatch rows, runs the shared expert's and the routed
-// experts' grouped GEMMs and pushes the routed outputs home as one g-weighted sum per (token, rank,
-// macrobatch) (combine's expert side, src/device/transfer/group_sum.cuh), the GEMM tiles of a
-// 128-row block starting as soon as its rows have landed (readiness counters, never a host
-// synchronization). Communication CTAs (the first comm_ctas of each rank) pull; the others take the
-// rank's tasks from one counter (the shared expert's up/gate+SwiGLU tiles, its down tiles, then the
-// routed experts' likewise and the group sums, macrobatch by macrobatch), and the comm CTAs join
-// them once their pulls are done. The schedule, the gates and the combine stay their own launches
-// around it: the last macrobatch walked, macrobatch 0 (all of a balanced step), leaves its output
-// rows in pass.out's ring rows, and TokenExchange::combine_after_fused_forward pushes their sums on
-// every SM, then sums the home slots.
-//
-// The ring (DESIGN §2): with pass.rows.ring_rows > 0 the routed rows' buffers (expert_x, gate_up,
-// activation, out) hold ring_rows rows, schedule row r in buffer row r % ring_rows; the launch walks the
-// schedule in macrobatches of ring_rows rows from the last one down, and a block's rows take over
-// the ring rows of the block ring_rows further on only once that block's tiles have read them. At
-// the end the ring holds macrobatch 0 (schedule rows [0, ring_rows)). ring_rows = 0: one
-// macrobatch, buffers of row_capacity rows.
-//
-// It needs no world barrier: the rows it pulls (every rank's x) were published before
-// build_schedule's last barrier, the home slots it writes were last read by each peer's previous
-// combine, which that barrier follows, and no peer reads what else it writes (expert_x, gate_up,
-// activation of its own rank) before the next launch's entry barrier.
-//
-// The up/gate GEMM reads each row's x where it is (a token on this GPU: its home x; a token of
-// another GPU: the row the comm CTAs pulled into expert_x), so rows of tokens on this GPU are never
-// copied; expert_x holds only the pulled rows afterwards (the backward's weight gradients need all
-// of them: MoELayer's backward pulls each macrobatch's rows with TokenExchange::dispatch).
-//
-// Output: the same bits as gemm::expert_forward of the shared expert, then TokenExchange::dispatch,
-// gemm::expert_forward of the routed experts and TokenExchange::combine's push with group_rows =
-// ring_rows (the same tiles, K order, epilogues and group sums), whatever comm_ctas; with ring_rows
-// = 0 or a ring that holds the step, the same as combine's groups per (token, rank).
+// The fused forward (DESIGN §3; docs/ARCHITECTURE.md "The fused forward"): one persistent launch a
+// pass per GPU that pulls the dispatch rows (comm CTAs), runs the shared and the routed experts'
+// GEMMs from one task counter, a block's tiles starting once its rows have landed (readiness
+// counters, no host synchronization), and pushes the routed outputs home as g-weighted sums per
+// (token, rank, macrobatch), over a ring of pass.rows.ring_rows rows walked from the last
+// macrobatch down (0: one macrobatch). The schedule, the gates and macrobatch 0's combine are launches
+// around it; it needs no world barrier. Output: the same bits as the separate launches (shared expert,
+// dispatch, routed experts, combine with group_rows = ring_rows), whatever comm_ctas.
 #include <cuda_runtime.h>
 
 #include <cstddef>
