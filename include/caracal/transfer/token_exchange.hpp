@@ -1,41 +1,11 @@
 #pragma once
 // The token exchange of an expert-parallel world (DESIGN §2) as standalone launches: the schedule
-// table built on the GPU and the four transfers, over any comm::World (loopback: all ranks in one
-// launch; NCCL: one rank per process or thread). The kernels are thin wrappers around the device
-// blocks in schedule_build.cuh, pull_rows.cuh, push_rows.cuh, group_sum.cuh, slot_reduce.cuh and
-// router_math.cuh, which the fused layer kernel calls directly.
-//
-// Every call only enqueues work on `stream`: no host synchronization, outputs stay on the device,
-// the sequence can be captured into a CUDA graph and replayed (inputs are read from the buffers at
-// run time). All buffers live in the world's symmetric heap (exchange_buffers.hpp); write inputs
-// through world.local_pointer(buffers().xxx, local_rank) and read outputs the same way.
-//
-// Protocol (cross-rank ordering comes only from world barriers inside each launch):
-//   build_schedule    reset route_location | barrier | pull topk_idx, count; g from topk_scores
-//                     (local) | barrier | scan the counts | barrier | place rows, push route
-//                     locations | barrier
-//   dispatch          barrier | pull x rows (the barrier may be skipped: PullRange)
-//   combine           barrier | push a g-weighted sum of expert_out rows per (token, rank) to
-//                     home slots | barrier | y = shared + sum of the filled slots (group_sum.cuh)
-//   combine_after_fused_forward   the same, pushing the rows of macrobatch 0 from expert_dy
-//   reverse_combine   barrier | pull dy rows and g (likewise)
-//   reverse_dispatch  barrier | push expert_dx rows and dg | barrier | dx = shared + sum slot, d scores
-//   reverse_dispatch_filled_dx_slots             push dg | barrier | dx = shared + sum slot, d scores
-//                     (the slots filled a row per route, or per (token, rank) for other ranks: DxSlots)
-// In a world of one rank (W = 1) no launch but build_schedule needs a barrier (stream order
-// publishes everything): dispatch, combine, reverse combine and reverse dispatch run by token,
-// every pass in one (single_rank_pull.cuh, single_rank_combine.cuh,
-// src/transfer/reverse_dispatch_single_rank.cu), with the same bits.
-// Each launch's entry barrier makes what every rank wrote before it (inputs, earlier launches)
-// visible to all, and keeps a rank from overwriting a buffer that a slower peer still reads in
-// an earlier launch. A buffer that peers read (topk_idx, topk_scores — combine's expert side
-// computes g from them —, x, dy, gates) must therefore only be rewritten after a later launch's
-// barrier, as the forward-backward sequence above does (a forward after a forward too: combine's
-// second barrier follows every peer's reads). The
-// combine and dx slots are one buffer (exchange_buffers.hpp): a launch that fills peers' slots
-// (combine, reverse_dispatch and the fused kernels that store rows home) must come after a world
-// barrier that follows the peers' last sums of them, combine's or reverse dispatch's, as that
-// sequence does.
+// table built on the GPU and the four transfers, over any comm::World, thin wrappers around the
+// device blocks of src/device/transfer that the fused kernels call directly. Every call only
+// enqueues on `stream` (graph-capturable); all buffers live in the world's symmetric heap
+// (exchange_buffers.hpp: write inputs and read outputs through world.local_pointer). Cross-rank
+// order comes only from the world barriers inside each launch; which launch may rewrite what, and
+// the W = 1 path without barriers: docs/ARCHITECTURE.md, "The exchange's protocol".
 #include <cuda_runtime.h>
 
 #include <cstddef>
