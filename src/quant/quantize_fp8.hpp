@@ -30,7 +30,7 @@ struct QuantizeRowsArgs {
 
 // Floats per row of a weight scale matrix of `blocks` blocks: padded to 16 bytes, as a TMA
 // tensor map's row stride must be.
-inline constexpr int64_t weight_scale_row(int64_t blocks) { return (blocks + 3) / 4 * 4; }
+inline constexpr int64_t weight_scale_row(int64_t blocks) { return (blocks + 31) / 32 * 32; }
 inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Block - 1) / kFp8Block; }
 
 // experts x [n][k] bf16 weights (the GEMMs' K-major B: n output columns, k the reduction) into

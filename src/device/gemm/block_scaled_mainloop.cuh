@@ -36,7 +36,7 @@ struct BlockScaledAccumulation {
 
   Accum& accum;
   PartialSums partial;
-  float const* scales_a;  // stage 0's ScaleTile of A; stage s at s * ScaleTile<A>::kCount
+  float const* scales_a;  // stage 0's ScaleTile of A; stage s at s * ScaleTile<A>::kSlot
   float const* scales_b;
   int row;     // the thread's first accumulator row in the tile (its second: row + 8)
   int column;  // its first accumulator column (gemm_config.cuh's pattern)
@@ -54,8 +54,8 @@ struct BlockScaledAccumulation {
     using B = typename Policy::B;
     cute::warpgroup_wait<0>();
     cute::warpgroup_fence_operand(partial);
-    float const* const sa = scales_a + stage * ScaleTile<A>::kCount;
-    float const* const sb = scales_b + stage * ScaleTile<B>::kCount;
+    float const* const sa = scales_a + stage * ScaleTile<A>::kSlot;
+    float const* const sb = scales_b + stage * ScaleTile<B>::kSlot;
     float const row_scale[2] = {scale_at<A>(sa, row), scale_at<A>(sa, row + 8)};
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(accum)); ++i) {
@@ -97,8 +97,8 @@ struct Mainloop<Policy, std::enable_if_t<Policy::kBlockScaled>> {
   struct Storage {
     alignas(1024) typename A::Element a[Policy::kStages][A::kRows * A::kBlockK];
     alignas(1024) typename B::Element b[Policy::kStages][B::kRows * B::kBlockK];
-    alignas(128) float scales_a[Policy::kStages][ScaleTile<A>::kCount];
-    alignas(128) float scales_b[Policy::kStages][ScaleTile<B>::kCount];
+    alignas(128) float scales_a[Policy::kStages][ScaleTile<A>::kSlot];
+    alignas(128) float scales_b[Policy::kStages][ScaleTile<B>::kSlot];
     alignas(8) uint64_t full[Policy::kStages];   // TMA bytes of the stage landed, scales too
     alignas(8) uint64_t empty[Policy::kStages];  // every consumer warp is done reading the stage
   };

@@ -57,13 +57,15 @@ __device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t 
 // the tile, a box of kRows from a [K/128][MN] map (MN contiguous); per 128 x 128 block one per 128
 // MN rows, the tile's first kRows / 128 of a box of kBlockScaleBox from a [L][K/128][MN/128
 // rounded up to kBlockScaleBox] map (a TMA box holds at least 16 bytes).
-inline constexpr int kBlockScaleBox = 4;
+inline constexpr int kBlockScaleBox = 32;
 template <class Tile>
 struct ScaleTile {
   static_assert(Tile::kScale != ScaleKind::kNone, "the scales of a scaled operand");
   static_assert(Tile::kScale != ScaleKind::kPerBlock || Tile::kRows / kScaleBlock <= kBlockScaleBox);
   static constexpr int kCount = Tile::kScale == ScaleKind::kPerRowBlock ? Tile::kRows : kBlockScaleBox;
-  static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));
+  static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));  // what the TMA box delivers
+  // Floats a stage's slot takes: a TMA destination in shared memory is 128-byte aligned.
+  static constexpr int kSlot = (kCount + 31) / 32 * 32;
 };
 
 // Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
