@@ -28,8 +28,8 @@ struct QuantizeRowsArgs {
   ScaleRounding rounding = ScaleRounding::kExact;
 };
 
-// Floats per row of a weight scale matrix of `blocks` blocks: padded to 16 bytes, as a TMA
-// tensor map's row stride must be.
+// Floats per row of a weight scale matrix of `blocks` blocks: padded to 32 (128 bytes), the box the
+// GEMMs' TMA loads of a k step's weight scales copy (gemm::kBlockScaleBox).
 inline constexpr int64_t weight_scale_row(int64_t blocks) { return (blocks + 31) / 32 * 32; }
 inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Block - 1) / kFp8Block; }
 

@@ -56,7 +56,7 @@ __device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t 
 // An operand tile's scales in a stage, as its kind loads them: per row block one fp32 per MN row of
 // the tile, a box of kRows from a [K/128][MN] map (MN contiguous); per 128 x 128 block one per 128
 // MN rows, the tile's first kRows / 128 of a box of kBlockScaleBox from a [L][K/128][MN/128
-// rounded up to kBlockScaleBox] map (a TMA box holds at least 16 bytes).
+// rounded up to kBlockScaleBox] map (128-byte boxes into 128-byte aligned slots, ScaleTile::kSlot).
 inline constexpr int kBlockScaleBox = 32;
 template <class Tile>
 struct ScaleTile {
