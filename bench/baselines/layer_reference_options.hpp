@@ -17,7 +17,7 @@ namespace caracal::checks {
 // How a layer groups the rows it sums before rounding them to bf16.
 struct LayerRounding {
   int64_t ring_rows = 0;        // MoELayer::ring_rows(): y per macrobatch of this many rows; 0: per (token, rank)
-  bool rows_per_route = false;  // MoELayerOptions::rows_per_route: y rounds each route's row
+  bool rows_per_route = false;  // layer::LayerExperiments::rows_per_route: y rounds each route's row
   bool dx_groups = false;       // MoELayer::groups_dx_rows()
 };
 

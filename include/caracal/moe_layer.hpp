@@ -118,46 +118,17 @@ struct MoELayerOptions {
   // stream, always progresses. 0 = all but transfer::kExchangeFreeSms (16).
   int exchange_sms = 0;
   DeviceAllocator local_allocator;  // both set, or neither
-  // The fused path: the forward's shared expert, dispatch and routed GEMMs as one persistent launch
-  // (src/fused/fused_forward.hpp: GEMM tiles start as their rows land) and both passes over a ring
-  // of rows (ring_rows), or v1's separate launches over buffers of every row. The same gradient
-  // bits either way, and the same y where the ring holds each rank's rows in one macrobatch (else
-  // y sums a token's rows on a rank per macrobatch: other bits, as close to the reference).
-  // The fused path needs a world of at most 8 ranks (for now; with more it runs v1).
-  // Its launch occupies every SM but never waits on another rank (only on its own CTAs), so
-  // exchange_sms does not apply to it.
+  // The fused path: each pass as one persistent launch (per macrobatch) over a ring of rows
+  // (ring_rows): the forward's shared expert, dispatch and routed GEMMs (src/fused/fused_forward.hpp:
+  // GEMM tiles start as their rows land), the backward's pulls, dgrad+SwiGLU and dx GEMMs
+  // (src/fused/fused_backward.hpp), the weight gradients after it. false: v1's separate launches
+  // over buffers of every row. The same weight-gradient bits either way; y (and, at W > 1, dx) sum
+  // a token's rows on a rank once per macrobatch (ring_rows(), groups_dx_rows()): the same bits as
+  // v1 where the ring holds each rank's rows in one macrobatch. Needs a world of at most 8 ranks
+  // (with more it runs v1). Its launches occupy every SM but never wait on another rank, so
+  // exchange_sms does not apply to them.
   bool fused_forward = true;
   int fused_comm_ctas = 0;  // pulling CTAs per rank in the fused launches; 0 = fused::default_comm_ctas
-  // On the fused path, the backward's dy pull, dgrad+SwiGLU and dx GEMMs (and, for the macrobatch
-  // the forward left in the ring, its x pull) as one persistent launch per macrobatch
-  // (src/fused/fused_backward.hpp: tiles start as their rows land), the weight gradients after it;
-  // false: a launch each. The same bits either way, but at W > 1 (below).
-  bool fused_backward = true;
-  // With fused_backward in a world of one rank: the reverse dispatch's sums (each token's dx and
-  // d topk_scores) run on the idle warps of the last macrobatch's dW_gate_up kernel, after the
-  // shared expert's backward, instead of in a launch of their own after everything
-  // (src/fused/weight_grads_dx_sums.hpp). The same bits either way.
-  bool dx_sums_in_weight_grads = true;
-  // The fused backward's copies of the dy and x rows of tokens on this GPU inside its launch, by the
-  // warps its GEMM producers leave idle, under the tiles (all warps copy the first blocks' dy rows
-  // before the tiles start); false: dy's before the launch, x's on its comm CTAs
-  // (fused::FusedBackwardArgs::local_rows_in_launch). The same bits either way.
-  bool fused_backward_local_rows_in_launch = true;
-  // At W > 1 the fused backward sums each token's dx rows on a rank per macrobatch before one row
-  // goes home (one per (token, rank) over the links, DESIGN §2; one more bf16 rounding per group of
-  // several rows: dx depends on where macrobatches cut a token's rows, as y does;
-  // groups_dx_rows()). true: it sends a row per route, as the separate launches do (those bits),
-  // to compare both over NVLink.
-  bool dx_rows_per_route = false;
-  // For tests and benchmarks: the fused forward pulls the rows of tokens on this GPU too, as those
-  // of other GPUs (same bits), so that a loopback world runs its pull role.
-  bool fused_pull_all_rows = false;
-  // For benchmarks: a row per route both ways, as v1 moved rows, instead of one per (token, rank)
-  // (DESIGN §2; transfer::ExchangeOptions::rows_per_route): every pull (the fused forward's,
-  // dispatch, reverse combine) reads a token's home row once per route, and combine pushes each
-  // route's g-weighted row home alone; the backward's dx goes home a row per route. The same gradient
-  // bits as dx_rows_per_route; y rounds each route's row.
-  bool rows_per_route = false;
   // The fused path's ring (DESIGN §2): the routed experts' rows (x, gate/up, hidden, dy) live in
   // ring_rows rows, walked in macrobatches of that many rows: by the forward from the last one
   // down, so that the ring holds macrobatch 0 when it ends, by the backward from the first one up,
@@ -182,6 +153,10 @@ struct MoELayerMemory {
 };
 
 class MoELayer;
+namespace layer {
+struct LayerExperiments;   // switches for tests and benchmarks (src/layer/layer_experiments.hpp)
+struct ExperimentalLayer;  // builds a layer with them
+}  // namespace layer
 
 // What backward needs from its forward: which forward it was and its arguments (the activations
 // themselves stay in the layer; a forward whose activations were overwritten is replayed from its
@@ -285,7 +260,11 @@ class MoELayer {
   void reset(cudaStream_t stream);
 
  private:
-  struct Impl;  // sizes, the token exchange, per-rank buffers (src/layer/moe_layer.cpp)
+  friend struct layer::ExperimentalLayer;
+  MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options,
+           const layer::LayerExperiments& experiments);
+
+  struct Impl;  // the layer's state and its plan, v1's or the fused one (src/layer/layer_plan.hpp)
 
   LayerConfig config_;
   comm::World& world_;

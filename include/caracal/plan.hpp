@@ -62,9 +62,8 @@ struct RooflinePlan {
   // Busiest direction of the busiest rank, cross-rank only: the fused kernels' design, one row per
   // (token, rank) and macrobatch of the ring both ways (the schedule's token rows); today's
   // kernels, the same (pulls, combine's pushes and the fused backward's dx pushes per (token,
-  // rank) and macrobatch; the separate backward, MoELayerOptions::fused_backward = false, still
-  // pushes a dx row per route); MoELayer v1 before its transfers moved tokens once per rank, one
-  // row per route.
+  // rank) and macrobatch); MoELayer v1 before its transfers moved tokens once per rank, one row
+  // per route.
   int64_t forward_nvlink_bytes = 0;
   int64_t backward_nvlink_bytes = 0;
   int64_t today_forward_nvlink_bytes = 0;

@@ -163,8 +163,9 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
                 ex.schedule.tile_m);
   const comm::LaunchShape shape =
       fused_launch_shape<BackwardGemmPolicy>(fused_backward_ctas_per_rank(world), kName);
-  // pull_all_rows (tests) gives every real row to the pull role.
-  const bool local_rows_in_launch = args.local_rows_in_launch && !args.pull_all_rows;
+  // The idle warps copy the rows of tokens on this GPU, but with pull_all_rows (tests), which gives
+  // every real row to the pull role.
+  const bool local_rows_in_launch = !args.pull_all_rows;
   const int comm_ctas = checked_comm_ctas(
       args.comm_ctas == 0 ? default_backward_comm_ctas(world, local_rows_in_launch) : args.comm_ctas, shape, kName);
 

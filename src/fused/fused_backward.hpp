@@ -49,15 +49,12 @@ struct FusedBackwardArgs {
   bool pull_x = false;
   transfer::RowsInPlace x_in_place = transfer::RowsInPlace::kNone;
   int comm_ctas = 0;  // CTAs per rank that pull first; 0 = default_backward_comm_ctas
-  // Pull every real dy row, those of tokens on this GPU too (the reverse combine before it left them
-  // all: RowsInPlace::kAll; the same bits): for tests, so that one GPU runs the pull role.
+  // The reverse combine before the launch leaves it every real dy row (RowsInPlace::kAll). Those
+  // of tokens on this GPU (and with pull_x their x rows) are copied by every CTA but the comm CTAs:
+  // the first blocks' dy by all warps before the tiles, the rest by the idle warps under them
+  // (src/fused/backward_local_rows.cuh); with pull_all_rows the comm CTAs pull them as other GPUs'
+  // (the same bits): for tests, so that one GPU runs the pull role.
   bool pull_all_rows = false;
-  // The dy rows of tokens on this GPU (and with pull_x their x rows) copied inside the launch by
-  // every CTA but the comm CTAs: the first blocks' dy by all warps before the tiles, the rest by
-  // the idle warps under them, instead of dy before the launch and x on the comm CTAs (the reverse
-  // combine before it then leaves every real row: RowsInPlace::kAll; the same bits;
-  // src/fused/backward_local_rows.cuh). Not with pull_all_rows, which pulls them.
-  bool local_rows_in_launch = false;
 };
 
 // Device words a rank needs for a window of `buffer_rows` rows (and `shared_rows` rows of the

@@ -56,9 +56,10 @@ bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
   return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
 }
 
-bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options) {
-  return runs_fused(config, options) && options.fused_backward && config.ep_size > 1 && !options.rows_per_route &&
-         !options.dx_rows_per_route;
+bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options,
+                            const LayerExperiments& experiments) {
+  return runs_fused(config, options) && config.ep_size > 1 && !experiments.rows_per_route &&
+         !experiments.dx_rows_per_route;
 }
 
 LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
@@ -72,34 +73,34 @@ LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options
   return layer_sizes(config, static_cast<int>(std::min(ring, kMostRows)), options.bf16_weight_gradients);
 }
 
-MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
+MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options,
+                            const LayerExperiments& experiments, int multiprocessors) {
   const LayerSizes sizes = layer_sizes(config, options, multiprocessors);
   MoELayerMemory m;
-  m.heap = transfer::TokenExchange::heap_bytes(
-      exchange_shape(config), sizes.world_size,
-      exchange_options(config, sizes, runs_fused(config, options), sums_dx_per_token_rank(config, options)));
+  m.heap = transfer::TokenExchange::heap_bytes(exchange_shape(config), sizes.world_size,
+                                               exchange_options(config, options, experiments, sizes));
   m.local = local_bytes(sizes);
   return m;
 }
 
 std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const MoELayerOptions& options,
-                                               int multiprocessors) {
-  // Every field of MoELayerOptions is either below or named here as rank-local: gemm_ctas,
-  // exchange_sms, fused_comm_ctas (launch shapes), local_allocator, bf16_weight_gradients (local
-  // buffers only), dx_sums_in_weight_grads (a world of one rank), fused_pull_all_rows and
-  // fused_backward_local_rows_in_launch (how a rank copies rows of its own tokens). A new field must
-  // be sorted into one or the other before this compiles.
-  static_assert(field_count<MoELayerOptions>() == 13, "a new MoELayerOptions field: does it change the heap "
+                                               const LayerExperiments& experiments, int multiprocessors) {
+  // Every field of MoELayerOptions and LayerExperiments is either below or named here as
+  // rank-local: gemm_ctas, exchange_sms, fused_comm_ctas (launch shapes), local_allocator,
+  // bf16_weight_gradients (local buffers only), pull_all_rows (how a rank copies rows of its own
+  // tokens). A new field must be sorted into one or the other before this compiles.
+  static_assert(field_count<MoELayerOptions>() == 7, "a new MoELayerOptions field: does it change the heap "
+                                                     "or what crosses between ranks? (values_ranks_agree_on)");
+  static_assert(field_count<LayerExperiments>() == 3, "a new LayerExperiments field: does it change the heap "
                                                       "or what crosses between ranks? (values_ranks_agree_on)");
   int64_t scale_bits = 0;
   static_assert(sizeof(scale_bits) == sizeof(config.router.scale));
   std::memcpy(&scale_bits, &config.router.scale, sizeof(scale_bits));
   const bool fused = runs_fused(config, options);
-  const bool fused_backward = fused && options.fused_backward;
   int64_t ring_rows = -1, heap_bytes = -1;
   try {
     ring_rows = fused ? layer_sizes(config, options, multiprocessors).ring_rows : 0;
-    heap_bytes = static_cast<int64_t>(layer_memory(config, options, multiprocessors).heap);
+    heap_bytes = static_cast<int64_t>(layer_memory(config, options, experiments, multiprocessors).heap);
   } catch (const Error&) {
     // Refused after the values are compared, on every rank that holds the same ones.
   }
@@ -116,9 +117,8 @@ std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const 
       {"router.normalize", config.router.normalize ? 1 : 0},
       {"router.scale (bits)", scale_bits},
       {"fused_forward (as run: false past 8 ranks)", fused ? 1 : 0},
-      {"fused_backward (as run: false without the fused forward)", fused_backward ? 1 : 0},
-      {"dx_rows_per_route (as run: false without the fused backward)", fused_backward && options.dx_rows_per_route ? 1 : 0},
-      {"rows_per_route", options.rows_per_route ? 1 : 0},
+      {"dx_rows_per_route (as run: false without the fused path)", fused && experiments.dx_rows_per_route ? 1 : 0},
+      {"rows_per_route", experiments.rows_per_route ? 1 : 0},
       {"ring_rows (as run: the default follows the device's SMs; 0 without the fused forward)", ring_rows},
       {"symmetric heap bytes", heap_bytes},
   };
@@ -135,18 +135,21 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   return shape;
 }
 
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward,
-                                           bool dx_group_ring) {
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoELayerOptions& layer_options,
+                                           const LayerExperiments& experiments, const LayerSizes& sizes) {
+  const bool fused = runs_fused(config, layer_options);
   transfer::ExchangeOptions options;
   options.forward = true;
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
-  options.expert_out = !fused_forward;
+  options.expert_out = !fused;
   // The dx GEMM stores the rows home (fused::gate_up_dgrad_to_home, fused::fused_backward); the
   // fused backward leaves those of tokens on other ranks in a ring of expert_dx rows to sum them
   // per (token, rank) first.
-  options.ring_rows = fused_forward ? sizes.ring_rows : 0;
-  options.expert_dx = fused_forward && dx_group_ring;
+  options.ring_rows = fused ? sizes.ring_rows : 0;
+  options.expert_dx = fused && sums_dx_per_token_rank(config, layer_options, experiments);
+  options.max_sms = layer_options.exchange_sms;
+  options.rows_per_route = experiments.rows_per_route;
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include "caracal/moe_layer.hpp"
 #include "caracal/row_format.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "layer/layer_experiments.hpp"
 
 namespace caracal::layer {
 
@@ -55,14 +56,15 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows = 0, bool bf16_w
 // now any world of more ranks), it keeps v1's.
 bool runs_fused(const LayerConfig& config, const MoELayerOptions& options);
 // Whether the backward sums a token's dx rows per (token, rank) before they go home
-// (fused::groups_dx_rows): the fused backward in a world of several ranks, moving a row per
-// (token, rank). Its exchange then holds a ring of expert_dx rows.
-bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options);
+// (fused::groups_dx_rows): the fused path at W > 1, a row per (token, rank) both ways.
+bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options,
+                            const LayerExperiments& experiments);
 // A layer's sizes (validating `config` first): a fused layer's over its ring (options.ring_rows, or
 // caracal::default_ring_rows for `multiprocessors` SMs), v1's over the whole schedule.
 LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors);
 // MoELayer::memory on a device of `multiprocessors` SMs (>= 1).
-MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors);
+MoELayerMemory layer_memory(const LayerConfig& config, const MoELayerOptions& options,
+                            const LayerExperiments& experiments, int multiprocessors);
 
 // A value every rank of a world must hold the same.
 struct AgreedValue {
@@ -77,13 +79,12 @@ struct AgreedValue {
 // out. Never throws: a value that follows from an invalid configuration or option is -1 (the layer
 // then refuses it, on every rank alike).
 std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const MoELayerOptions& options,
-                                               int multiprocessors);
+                                               const LayerExperiments& experiments, int multiprocessors);
 
 transfer::ExchangeShape exchange_shape(const LayerConfig& config);
-// The exchange a layer of `sizes` runs on: expert_out only for v1's forward (fused_forward false),
-// the fused layer's ring.
-// `dx_group_ring`: the fused backward's ring of expert_dx rows (fused::groups_dx_rows).
-transfer::ExchangeOptions exchange_options(const LayerConfig& config, const LayerSizes& sizes, bool fused_forward,
-                                           bool dx_group_ring);
+// The exchange a layer of `sizes` runs on: expert_out only for v1's forward, the fused layer's ring
+// (and its ring of expert_dx rows where it sums dx per (token, rank)).
+transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoELayerOptions& layer_options,
+                                           const LayerExperiments& experiments, const LayerSizes& sizes);
 
 }  // namespace caracal::layer

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "caracal/routing.hpp"
 #include "caracal/schedule.hpp"
 #include "exchange_test_support.hpp"
+#include "layer/layer_experiments.hpp"  // src/
 #include "layer_bounds.hpp"             // bench/
 #include "layer_reference_options.hpp"  // bench/
 #include "output_checks.hpp"
@@ -329,12 +331,23 @@ struct WorldBuffers {
 
 // A layer of case `c` on a loopback world of its own, with every local rank's buffers (weights
 // uploaded).
+// A layer's options and the fused path's test switches (src/layer/layer_experiments.hpp).
+struct LayerSetup {
+  MoELayerOptions options;
+  layer::LayerExperiments experiments;
+};
+
 struct LoopbackLayer {
   LoopbackLayer(const LayerCase& c, const HostWeights& weights, const MoELayerOptions& options = {})
-      : world(c.world, MoELayer::heap_bytes(config_of(c), options)), layer(config_of(c), world, options),
+      : LoopbackLayer(c, weights, LayerSetup{options, {}}) {}
+  LoopbackLayer(const LayerCase& c, const HostWeights& weights, const LayerSetup& setup)
+      : world(c.world, layer::ExperimentalLayer::memory(config_of(c), setup.options, setup.experiments).heap),
+        owned_layer(layer::ExperimentalLayer::make(config_of(c), world, setup.options, setup.experiments)),
+        layer(*owned_layer),
         buffers(c, weights, world) {}
   comm::LoopbackWorld world;
-  MoELayer layer;
+  std::unique_ptr<MoELayer> owned_layer;
+  MoELayer& layer;
   WorldBuffers buffers;
 };
 
@@ -349,16 +362,23 @@ inline void run_step(MoELayer& layer, const WorldBuffers& buffers, const exchang
 // One step of `step` on a loopback layer of its own (weights `weights`, `options`), checked; every
 // rank's outputs.
 inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& weights, const HostStep& step,
-                                         const MoELayerOptions& options = {}) {
-  LoopbackLayer l(c, weights, options);
+                                         const LayerSetup& setup) {
+  LoopbackLayer l(c, weights, setup);
   l.buffers.prepare(step, l.world);
   const Stream stream;
   run_step(l.layer, l.buffers, stream);
   return l.buffers.download();
 }
 // The same for a seeded step (its weights and step).
+inline std::vector<RankOutputs> run_once(const LayerCase& c, const HostWeights& weights, const HostStep& step,
+                                         const MoELayerOptions& options = {}) {
+  return run_once(c, weights, step, LayerSetup{options, {}});
+}
+inline std::vector<RankOutputs> run_once(const LayerCase& c, const SeededStep& s, const LayerSetup& setup) {
+  return run_once(c, s.weights, s.step, setup);
+}
 inline std::vector<RankOutputs> run_once(const LayerCase& c, const SeededStep& s, const MoELayerOptions& options = {}) {
-  return run_once(c, s.weights, s.step, options);
+  return run_once(c, s.weights, s.step, LayerSetup{options, {}});
 }
 
 // Parameterized layer tests are named by their case.
@@ -403,7 +423,7 @@ struct StepExpected {
 // The reference of every rank (in parallel: they are independent), and the routed experts'
 // weight gradients summed over the ranks whose tokens they served. `ring_rows` > 0: y as a fused
 // layer with that ring sums it (one bf16 row per token, rank and macrobatch); 0: per (token, rank);
-// `per_route`: a row per route (MoELayerOptions::rows_per_route). `dx_groups`: dx as a layer that
+// `per_route`: a row per route (layer::LayerExperiments::rows_per_route). `dx_groups`: dx as a layer that
 // groups its dx rows sums it (MoELayer::groups_dx_rows: one bf16 row per token, other rank and
 // macrobatch of ring_rows; 0: a ring that holds the step).
 inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
@@ -528,10 +548,14 @@ inline void expect_step_matches(const LayerCase& c, const HostStep& s, const Ste
 // The reference of step `s` as a loopback layer built with `options` computes it: y's groups per
 // macrobatch of its ring, dx's per (token, other rank, macrobatch) where it groups them.
 inline StepExpected reference_for(const LayerCase& c, const HostWeights& weights, const HostStep& s,
-                                  const MoELayerOptions& options = {}) {
-  const LoopbackLayer l(c, weights, options);
-  return reference_step(c, reference_layer(c, weights), s, l.layer.ring_rows(), options.rows_per_route,
+                                  const LayerSetup& setup) {
+  const LoopbackLayer l(c, weights, setup);
+  return reference_step(c, reference_layer(c, weights), s, l.layer.ring_rows(), setup.experiments.rows_per_route,
                         l.layer.groups_dx_rows());
+}
+inline StepExpected reference_for(const LayerCase& c, const HostWeights& weights, const HostStep& s,
+                                  const MoELayerOptions& options = {}) {
+  return reference_for(c, weights, s, LayerSetup{options, {}});
 }
 
 // One step on `layer` (fresh routing and inputs for `routing`) on `stream`, checked against the

@@ -1,18 +1,15 @@
-// The fused backward (src/fused/fused_backward.hpp) through MoELayer: the same bits as the
-// backward's separate launches on the fused path (MoELayerOptions::fused_backward = false) for
-// every output and gradient (the shared expert's too: its dgrad and dx tiles run in macrobatch
-// 0's launch, its dx stored straight into the exchange's slot, for token counts of one, odd, not a
+// The fused backward (src/fused/fused_backward.hpp) through MoELayer: every gradient the same bits
+// as v1's separate launches (the shared expert's too: its dgrad and dx tiles run in macrobatch 0's
+// launch, its dx stored straight into the exchange's slot, for token counts of one, odd, not a
 // multiple of 128 and a multiple of 128, where the shared rows are read in place) — but dx at
 // W > 1, which it sums per (token, rank) and macrobatch before one row goes home
-// (dx_group_sums.cuh), checked against the reference that rounds there too — whatever the
-// number of pulling CTAs and the ring (macrobatch 0's launch copies its x rows, the later ones
-// follow an up/gate replay), with the dy rows of tokens on this GPU copied in the
-// launch (the default), before it, or every row pulled in it, and within the fp64 reference's
-// bounds; on loopback W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty
-// experts and ranks, -1 slots, one token, k > 32). Every output is the same bits whatever the comm
-// CTAs. At W = 1 the fused backward's reverse-dispatch sums ride on the weight gradients' idle
-// warps (MoELayerOptions::dx_sums_in_weight_grads), so the comparison with the separate launches
-// holds them to reverse dispatch's own launch too; DxSumsOnWeightGrads does so for bf16 gradients.
+// (dx_group_sums.cuh), checked against the reference that rounds there too, and v1's bits with a
+// dx row per route — whatever the number of pulling CTAs and the ring (macrobatch 0's launch
+// copies its x rows, the later ones follow an up/gate replay), with the rows of tokens on this GPU
+// copied by idle warps or every row pulled, and within the fp64 reference's bounds; on loopback
+// W = 1, 2, 4, 8 and adversarial routings (all routes to one expert, empty experts and ranks, -1
+// slots, one token, k > 32). At W = 1 the reverse dispatch's sums ride on the last weight-gradient
+// launch's idle warps; DxSumsOnWeightGrads holds them, with bf16 gradients, to v1's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,12 +24,17 @@
 namespace caracal::layer_test {
 namespace {
 
-MoELayerOptions options(bool fused_backward, int comm_ctas = 0, int ring_rows = 0, bool pull_all_rows = false) {
+LayerSetup fused_setup(int comm_ctas = 0, int ring_rows = 0, bool pull_all_rows = false) {
+  LayerSetup o;
+  o.options.fused_comm_ctas = comm_ctas;
+  o.options.ring_rows = ring_rows;
+  o.experiments.pull_all_rows = pull_all_rows;
+  return o;
+}
+
+MoELayerOptions v1_options() {
   MoELayerOptions o;
-  o.fused_backward = fused_backward;
-  o.fused_comm_ctas = comm_ctas;
-  o.ring_rows = ring_rows;
-  o.fused_pull_all_rows = pull_all_rows;
+  o.fused_forward = false;
   return o;
 }
 
@@ -58,42 +60,35 @@ std::vector<LayerCase> backward_cases() {
 
 class GpuFusedBackward : public testing::TestWithParam<LayerCase> {};
 
-TEST_P(GpuFusedBackward, SameBitsAsSeparateLaunchesAcrossCommCtasAndRings) {
+TEST_P(GpuFusedBackward, SameGradientBitsAsV1AcrossCommCtasAndRings) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
   const ReferenceLayer reference = reference_layer(c, s.weights);
-  const auto expect_pair = [&](int ring_rows, bool pull_all_rows) {
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
+  expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0), v1);
+  const auto expect_ring = [&](int ring_rows, bool pull_all_rows) {
     const std::string ring = "ring " + std::to_string(ring_rows) + (pull_all_rows ? ", every row pulled" : "");
     SCOPED_TRACE(ring);
-    const std::vector<RankOutputs> separate = run_once(c, s, options(false, 0, ring_rows, pull_all_rows));
-    const std::vector<RankOutputs> fused = run_once(c, s, options(true, 0, ring_rows, pull_all_rows));
-    const LoopbackLayer layer(c, s.weights, options(true, 0, ring_rows));
+    const std::vector<RankOutputs> fused = run_once(c, s, fused_setup(0, ring_rows, pull_all_rows));
+    const LoopbackLayer layer(c, s.weights, fused_setup(0, ring_rows));
     const bool grouped = layer.layer.groups_dx_rows();
     EXPECT_EQ(grouped, c.world > 1) << "the fused backward groups dx rows at W > 1 only";
     expect_step_matches(c, s.step, reference_step(c, reference, s.step, layer.layer.ring_rows(), false, grouped), fused);
+    // y sums a token's rows per macrobatch (the forward's tests compare it with v1's).
+    expect_same_bits_but_y(v1, fused, "fused backward against v1, " + ring, grouped);
     if (grouped) {
-      expect_same_bits_but_dx(separate, fused, "fused backward against its separate launches, " + ring);
-      expect_step_matches(c, s.step, reference_step(c, reference, s.step, layer.layer.ring_rows()), separate);
-      // A row per route (MoELayerOptions::dx_rows_per_route): the separate launches' bits.
-      MoELayerOptions per_route = options(true, 0, ring_rows, pull_all_rows);
-      per_route.dx_rows_per_route = true;
-      expect_same_bits(separate, run_once(c, s, per_route), "fused backward, dx a row per route, " + ring);
-    } else {
-      expect_same_bits(separate, fused, "fused backward against its separate launches, " + ring);
+      LayerSetup per_route = fused_setup(0, ring_rows, pull_all_rows);
+      per_route.experiments.dx_rows_per_route = true;
+      expect_same_bits_but_y(v1, run_once(c, s, per_route), "fused backward, dx a row per route, against v1, " + ring);
     }
-    expect_same_bits(fused, run_once(c, s, options(true, 1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
-    expect_same_bits(fused, run_once(c, s, options(true, 7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
-    for (const int comm_ctas : {0, 3}) {
-      MoELayerOptions before = options(true, comm_ctas, ring_rows, pull_all_rows);
-      before.fused_backward_local_rows_in_launch = false;
-      expect_same_bits(fused, run_once(c, s, before),
-                       "local rows copied before the launch, " + std::to_string(comm_ctas) + " comm CTAs, " + ring);
-    }
+    expect_same_bits(fused, run_once(c, s, fused_setup(1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
+    expect_same_bits(fused, run_once(c, s, fused_setup(7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
+    expect_same_bits(fused, run_once(c, s, fused_setup(3, ring_rows, pull_all_rows)), "3 comm CTAs per rank, " + ring);
   };
-  expect_pair(0, false);    // the default ring: a balanced step in one macrobatch
-  expect_pair(128, false);  // one block a macrobatch: replays, and a launch per block
-  expect_pair(384, true);
+  expect_ring(0, false);    // the default ring: a balanced step in one macrobatch
+  expect_ring(128, false);  // one block a macrobatch: replays, and a launch per block
+  expect_ring(384, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedBackward, testing::ValuesIn(backward_cases()), case_name);
@@ -103,7 +98,7 @@ TEST(GpuFusedBackward, RepeatsBitwiseOnOneLayer) {
   CARACAL_REQUIRE_GPU();
   const LayerCase c{"repeat_W2", 2, 300, 8, 4, true, false, kNormalized, RoutingCase::kZipf};
   const SeededStep s(c, c.routing);
-  LoopbackLayer l(c, s.weights, options(true, 0, 256));
+  LoopbackLayer l(c, s.weights, fused_setup(0, 256));
   const Stream stream;
   l.buffers.prepare(s.step, l.world);
   run_step(l.layer, l.buffers, stream);
@@ -125,8 +120,8 @@ size_t unwritten(const std::vector<T>& out) {
 }
 
 // W = 1, routed weight gradients in bf16 (the bf16 kernel in CTA pairs carries the sums): dx,
-// d topk_scores and every gradient written and the same bits with the sums on the weight
-// gradients' idle warps as in their own launch, over a ring of one macrobatch and one of several
+// d topk_scores and every gradient written, with the sums on the last weight-gradient launch's
+// idle warps, and the same bits as v1's launches, over a ring of one macrobatch and one of several
 // (the sums ride on the last macrobatch's launch).
 TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
   CARACAL_REQUIRE_GPU();
@@ -137,9 +132,7 @@ TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
     RankOutputs rank;
     std::vector<uint16_t> d_w_gate_up, d_w_down;
   };
-  const auto run = [&](bool on_weight_grads, int ring_rows) {
-    MoELayerOptions o = options(true, 0, ring_rows);
-    o.dx_sums_in_weight_grads = on_weight_grads;
+  const auto run = [&](const MoELayerOptions& o) {
     LoopbackLayer l(c, s.weights, o);
     l.buffers.prepare(s.step, l.world);
     const DeviceArray<uint16_t> d_w_gate_up(L * 2 * I * D), d_w_down(L * D * I);
@@ -157,10 +150,10 @@ TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
     l.layer.check();
     return Outputs{l.buffers.download()[0], d_w_gate_up.download(), d_w_down.download()};
   };
+  const Outputs apart = run(v1_options());
   for (const int ring_rows : {0, 128}) {
     SCOPED_TRACE("ring " + std::to_string(ring_rows));
-    const Outputs apart = run(false, ring_rows);
-    const Outputs riding = run(true, ring_rows);
+    const Outputs riding = run(fused_setup(0, ring_rows).options);
     // Every output poisoned before the step: equal bits must also be written ones.
     EXPECT_EQ(unwritten(riding.rank.dx), 0u) << "dx";
     EXPECT_EQ(unwritten(riding.rank.d_scores), 0u) << "d_topk_scores";

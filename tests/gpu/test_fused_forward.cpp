@@ -22,20 +22,19 @@
 namespace caracal::layer_test {
 namespace {
 
-MoELayerOptions v1_options(bool rows_per_route = false) {
-  MoELayerOptions o;
-  o.fused_forward = false;
-  o.rows_per_route = rows_per_route;
+LayerSetup v1_options(bool rows_per_route = false) {
+  LayerSetup o;
+  o.options.fused_forward = false;
+  o.experiments.rows_per_route = rows_per_route;
   return o;
 }
 
-MoELayerOptions fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false,
-                              bool rows_per_route = false) {
-  MoELayerOptions o;
-  o.fused_comm_ctas = comm_ctas;
-  o.ring_rows = ring_rows;
-  o.fused_pull_all_rows = pull_all_rows;
-  o.rows_per_route = rows_per_route;
+LayerSetup fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false, bool rows_per_route = false) {
+  LayerSetup o;
+  o.options.fused_comm_ctas = comm_ctas;
+  o.options.ring_rows = ring_rows;
+  o.experiments.pull_all_rows = pull_all_rows;
+  o.experiments.rows_per_route = rows_per_route;
   return o;
 }
 
@@ -203,8 +202,8 @@ TEST(GpuFusedForward, CommCtasOutOfRangeAreRefused) {
     test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(0, bad)); },
                        {"options.ring_rows", "multiple of 128"});
   }
-  MoELayerOptions off = fused_options(100000);  // not read when the fused forward is off
-  off.fused_forward = false;
+  LayerSetup off = fused_options(100000);  // not read when the fused forward is off
+  off.options.fused_forward = false;
   EXPECT_NO_THROW({ LoopbackLayer l(c, weights, off); });
 }
 

@@ -185,13 +185,13 @@ TEST(GpuMoELayerNccl, MismatchedRanksAreRefusedOnEveryRank) {
   }
 }
 
-// ... and so would ranks built with options that lay out the heap differently: here one rank's
-// backward without the fused launch, so without its ring of dx rows.
+// ... and so would ranks built with options that lay out the heap differently: here one rank on
+// v1's path, so with buffers of every row and without the fused path's ring of dx rows.
 TEST(GpuMoELayerNccl, RanksWithDifferentHeapOptionsAreRefusedOnEveryRank) {
   CARACAL_REQUIRE_GPUS(2);
   const LayerConfig config = config_of(kMismatchCase);
   MoELayerOptions options[2];
-  options[1].fused_backward = false;
+  options[1].fused_forward = false;
   const size_t heap = std::max(MoELayer::heap_bytes(config, options[0]), MoELayer::heap_bytes(config, options[1]));
   std::vector<comm::NcclComm> comms = comm::init_all({0, 1});
   const std::vector<std::string> messages = test::on_each_gpu(2, [&](int r) {
@@ -200,7 +200,7 @@ TEST(GpuMoELayerNccl, RanksWithDifferentHeapOptionsAreRefusedOnEveryRank) {
   });
   for (const std::string& m : messages) {
     EXPECT_NE(m.find("MoELayer: the ranks of this world were built differently"), std::string::npos) << m;
-    EXPECT_NE(m.find("fused_backward (as run: false without the fused forward) differs (rank 0: 1, rank 1: 0)"),
+    EXPECT_NE(m.find("fused_forward (as run: false past 8 ranks) differs (rank 0: 1, rank 1: 0)"),
               std::string::npos)
         << m;
   }
@@ -430,7 +430,7 @@ TEST(GpuMoELayerApi, ForwardAndBackwardRejectBadArguments) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = kApiCase;
   const auto l = prepared_layer(c, 1);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
   const cudaStream_t s = stream.get();
 
@@ -510,7 +510,7 @@ TEST(GpuMoELayerApi, Bf16WeightGradientsNeedTheOption) {
 TEST(GpuMoELayerApi, ContextsOfThisLayerSinceItsLastResetOnly) {
   CARACAL_REQUIRE_GPU();
   const auto l = prepared_layer(kApiCase, 2);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
   const MoEContext first = layer.forward(buffers.forward_args(), stream.get());
   EXPECT_EQ(first.forward_id(), 1u);
@@ -620,7 +620,7 @@ TEST(GpuMoELayerPending, SecondBackwardOfOneForwardReplaysItBitwise) {
 TEST(GpuMoELayerPending, ZeroCopyInputsAreNotReplayed) {
   CARACAL_REQUIRE_GPU();
   const auto l = prepared_layer(kApiCase, 2);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
   std::vector<MoEForwardArgs> zero_copy = buffers.forward_args();
   for (size_t r = 0; r < zero_copy.size(); ++r) {
@@ -642,7 +642,7 @@ TEST(GpuMoELayerApi, SharedScaleNeedsItsGradient) {
   LayerCase c = kApiCase;
   c.shared_scale = true;
   const auto l = prepared_layer(c, 3);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   std::vector<MoEBackwardArgs> backward = buffers.backward_args();
@@ -708,7 +708,7 @@ TEST(GpuMoELayerApi, OutOfRangeExpertIdIsRaisedAtCheck) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = kApiCase;
   LoopbackLayer l(c, random_weights(c, 4));
-  auto& [world, layer, buffers] = l;
+  auto& [world, owned_layer, layer, buffers] = l;
   HostStep step = random_step(c, RoutingCase::kUniform, 5);
   step.routing.topk_idx[static_cast<size_t>((1 * c.tokens + 5) * c.top_k)] = c.experts;  // rank 1, token 5, slot 0
   buffers.prepare(step, world);

@@ -113,7 +113,7 @@ TEST_P(GpuMoELayerStall, PoisonsThePassRefusesWorkUntilResetThenIsExact) {
   const LayerCase c{"stall", world_size, 61, 4 * world_size, 3, true, true, kNormalized, RoutingCase::kUniform};
   const SeededStep s(c, RoutingCase::kUniform);
   const auto l = layer_to_stall(c, s);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
 
   // The last rank's CTAs arrive 30 s late at the forward's first barrier; the others give up after
@@ -161,7 +161,7 @@ TEST_P(GpuMoELayerStall, InBackwardPoisonsBackwardsOutputs) {
                     RoutingCase::kUniform};
   const SeededStep s(c, RoutingCase::kUniform);
   const auto l = layer_to_stall(c, s);
-  auto& [world, layer, buffers] = *l;
+  auto& [world, owned_layer, layer, buffers] = *l;
   Stream stream;
   const MoEContext context = layer.forward(buffers.forward_args(), stream.get());
   // Backward's first launch: after the fused forward with the fused backward (the defaults), the
@@ -184,7 +184,7 @@ TEST_P(GpuMoELayerStall, BelowTheTimeoutIsNoError) {
                     RoutingCase::kUniform};
   const HostWeights weights = random_weights(c, fresh_seed());
   LoopbackLayer l(c, weights);
-  auto& [world, layer, buffers] = l;
+  auto& [world, owned_layer, layer, buffers] = l;
   Stream stream;
   world.set_wait_timeout(std::chrono::seconds(10), stream.get());
   world.stall_next_barrier(world_size - 1, std::chrono::milliseconds(500), stream.get());
@@ -202,7 +202,7 @@ TEST_P(GpuMoELayerStall, GraphReplaysRecoverAfterResetAndReportTheNextStall) {
   const LayerCase c{"stall_graph", world_size, 53, 4 * world_size, 3, true, true, kNormalized, RoutingCase::kUniform};
   const SeededStep s(c, RoutingCase::kZipf);
   LoopbackLayer l(c, s.weights);
-  auto& [world, layer, buffers] = l;
+  auto& [world, owned_layer, layer, buffers] = l;
   Stream stream;
   buffers.prepare(s.step, world);
   run_step(layer, buffers, stream);  // an eager step first: every kernel's module is loaded before the capture

@@ -1,5 +1,5 @@
 // `caracal bench`'s host side without a GPU: the one mapping of its command line to the layers'
-// MoELayerOptions, what its validation runs (the timed options, the ring scaled to its step, what
+// options and experiments, what its validation runs (the timed options, the ring scaled to its step, what
 // it says it does not validate), and the check of a step against the fp64 reference, which passes
 // the reference's own values and fails deliberately wrong ones.
 #include <gtest/gtest.h>
@@ -28,41 +28,35 @@ constexpr int kSms = 132;
 
 // ---- The layers' options -----------------------------------------------------------------------
 
-TEST(BenchLayerOptions, EveryFlagReachesItsOption) {
+TEST(BenchLayerOptions, EveryFlagReachesItsOptionOrExperiment) {
   BenchOptions a;
   a.exchange_sms = 20;
   a.fused_comm_ctas = 3;
   a.fused_pull_all_rows = true;
-  a.separate_backward = true;
-  a.separate_dx_sums = true;
-  a.local_rows_before_backward = true;
   a.rows_per_route = true;
   a.dx_rows_per_route = true;
   a.ring_rows = 256;
   a.bf16_weight_grads = true;
-  const MoELayerOptions o = layer_options(a, true);
-  EXPECT_EQ(o.exchange_sms, 20);
-  EXPECT_TRUE(o.fused_forward);
-  EXPECT_EQ(o.fused_comm_ctas, 3);
-  EXPECT_TRUE(o.fused_pull_all_rows);
-  EXPECT_FALSE(o.fused_backward);
-  EXPECT_FALSE(o.dx_sums_in_weight_grads);
-  EXPECT_FALSE(o.fused_backward_local_rows_in_launch);
-  EXPECT_TRUE(o.rows_per_route);
-  EXPECT_TRUE(o.dx_rows_per_route);
-  EXPECT_EQ(o.ring_rows, 256);
-  EXPECT_TRUE(o.bf16_weight_gradients);
-  EXPECT_FALSE(layer_options(a, false).fused_forward);
+  const LayerSetup s = layer_setup(a, true);
+  EXPECT_EQ(s.options.exchange_sms, 20);
+  EXPECT_TRUE(s.options.fused_forward);
+  EXPECT_EQ(s.options.fused_comm_ctas, 3);
+  EXPECT_EQ(s.options.ring_rows, 256);
+  EXPECT_TRUE(s.options.bf16_weight_gradients);
+  EXPECT_TRUE(s.experiments.pull_all_rows);
+  EXPECT_TRUE(s.experiments.rows_per_route);
+  EXPECT_TRUE(s.experiments.dx_rows_per_route);
+  EXPECT_FALSE(layer_setup(a, false).options.fused_forward);
 }
 
 TEST(BenchLayerOptions, DefaultsAreTheLayersButTheGradientPrecision) {
   const BenchOptions a;
-  nlohmann::json got = options_json(layer_options(a, true));
-  MoELayerOptions layer;
-  layer.bf16_weight_gradients = false;  // fp32 weight gradients unless --bf16-weight-grads
-  EXPECT_EQ(got, options_json(layer));
+  nlohmann::json got = setup_json(layer_setup(a, true));
+  LayerSetup layer;
+  layer.options.bf16_weight_gradients = false;  // fp32 weight gradients unless --bf16-weight-grads
+  EXPECT_EQ(got, setup_json(layer));
   // v1's options differ from the fused layer's in fused_forward alone.
-  nlohmann::json v1 = options_json(layer_options(a, false));
+  nlohmann::json v1 = setup_json(layer_setup(a, false));
   EXPECT_FALSE(v1.at("fused_forward").get<bool>());
   v1["fused_forward"] = true;
   EXPECT_EQ(v1, got);
@@ -150,10 +144,10 @@ TEST(BenchValidationPlan, ValidatesTheTimedLayersWithTheirOptions) {
   EXPECT_TRUE(p.graph);
   ASSERT_EQ(p.layers.size(), 2u);
   EXPECT_EQ(p.layers[0].name, "fused");
-  EXPECT_EQ(options_json(p.layers[0].options), options_json(layer_options(a, true)));
-  EXPECT_EQ(options_json(p.layers[0].timed_options), options_json(layer_options(a, true)));
+  EXPECT_EQ(setup_json(p.layers[0].setup), setup_json(layer_setup(a, true)));
+  EXPECT_EQ(setup_json(p.layers[0].timed_setup), setup_json(layer_setup(a, true)));
   EXPECT_EQ(p.layers[1].name, "v1");
-  EXPECT_EQ(options_json(p.layers[1].options), options_json(layer_options(a, false)));
+  EXPECT_EQ(setup_json(p.layers[1].setup), setup_json(layer_setup(a, false)));
   ASSERT_GE(p.not_validated.size(), 2u);
   EXPECT_NE(p.not_validated[0].find("the timed size"), std::string::npos) << p.not_validated[0];
   EXPECT_NE(p.not_validated.back().find("graphs"), std::string::npos) << p.not_validated.back();
@@ -164,7 +158,7 @@ TEST(BenchValidationPlan, SaysWhereTheValidatedStepHasFewerMacrobatches) {
   a.ring_rows = 128;
   const ValidationPlan p = plan_validation(a, {tiny(256)}, RoutingSpec{}, kSms);
   const ValidatedLayer& fused = p.layers.at(0);
-  EXPECT_EQ(fused.options.ring_rows, 128);
+  EXPECT_EQ(fused.setup.options.ring_rows, 128);
   ASSERT_EQ(fused.timed.size(), 1u);
   EXPECT_GT(fused.timed[0].macrobatches, fused.ring.macrobatches);  // 512 routes vs 74 on 4 experts
   const std::string timed = std::to_string(fused.timed[0].macrobatches) + " macrobatches";
@@ -188,7 +182,7 @@ TEST(BenchValidationPlan, ScalesARingThatHoldsTheSmallStepInOne) {
   const ValidatedLayer& fused = p.layers.at(0);
   EXPECT_GE(fused.timed.at(0).macrobatches, 2);
   EXPECT_GE(fused.ring.macrobatches, 2);
-  EXPECT_LT(fused.options.ring_rows, 1024);
+  EXPECT_LT(fused.setup.options.ring_rows, 1024);
   EXPECT_EQ(fused.ring.how, "scaled");
 }
 
@@ -202,7 +196,7 @@ TEST(BenchValidationPlan, OneFusedLayerPerRingASweepAsksFor) {
   EXPECT_GT(p.layers[1].ring.macrobatches, 1);
   for (const ValidatedLayer& l : p.layers) {
     EXPECT_EQ(l.name, "fused");
-    nlohmann::json options = options_json(l.options), timed = options_json(l.timed_options);
+    nlohmann::json options = setup_json(l.setup), timed = setup_json(l.timed_setup);
     options.erase("ring_rows");
     timed.erase("ring_rows");
     EXPECT_EQ(options, timed);
@@ -435,8 +429,8 @@ TEST(BenchValidationReport, GivesEachOutputsErrorAndBound) {
   ASSERT_EQ(v.at("layers").size(), 2u);
   const nlohmann::json& fused = v.at("layers")[0];
   EXPECT_EQ(fused.at("layer"), "fused");
-  EXPECT_EQ(fused.at("options"), options_json(layer_options(a, true)));
-  EXPECT_EQ(fused.at("timed_options"), options_json(layer_options(a, true)));
+  EXPECT_EQ(fused.at("options"), setup_json(layer_setup(a, true)));
+  EXPECT_EQ(fused.at("timed_options"), setup_json(layer_setup(a, true)));
   EXPECT_EQ(fused.at("ring").at("how"), "the timed ring");
   EXPECT_EQ(fused.at("ring").at("rows"), 128);
   EXPECT_GE(fused.at("ring").at("timed")[0].at("macrobatches").get<int64_t>(), 2);

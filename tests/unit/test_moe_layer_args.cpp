@@ -101,17 +101,17 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
     const MoELayerMemory m = MoELayer::memory(c);
     const layer::LayerSizes sizes = layer::layer_sizes(c, 4480);
     EXPECT_EQ(m.heap, transfer::TokenExchange::heap_bytes(layer::exchange_shape(c), 8,
-                                                         layer::exchange_options(c, sizes, true, true)));
+                                                         layer::exchange_options(c, {}, {}, sizes)));
     EXPECT_EQ(MoELayer::heap_bytes(c), m.heap);
     // The fused backward's ring of dx rows (summed per (token, rank) before they go home): one row
-    // per ring row; without the fused backward, or a row per route, none.
+    // per ring row; with a dx row per route, or a row per route both ways, none.
     const size_t dx_ring = aligned_bytes(4480 * 256, 2);
-    MoELayerOptions separate_backward;
-    separate_backward.fused_backward = false;
-    EXPECT_EQ(MoELayer::heap_bytes(c, separate_backward), m.heap - dx_ring);
-    MoELayerOptions per_route;
+    layer::LayerExperiments dx_per_route;
+    dx_per_route.dx_rows_per_route = true;
+    EXPECT_EQ(layer::ExperimentalLayer::memory(c, {}, dx_per_route).heap, m.heap - dx_ring);
+    layer::LayerExperiments per_route;
     per_route.rows_per_route = true;
-    EXPECT_EQ(MoELayer::heap_bytes(c, per_route), m.heap - dx_ring);
+    EXPECT_EQ(layer::ExperimentalLayer::memory(c, {}, per_route).heap, m.heap - dx_ring);
     // v1 (and a world of more ranks than the fused path runs on) keeps an output row per schedule
     // row and pulls rows into buffers of the exchange's whole capacity: 4,510 rows x 256 x 2 bytes,
     // against the ring's 4,480 for expert_x and expert_dy.
@@ -165,9 +165,9 @@ TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
 
 // "" where two ranks holding these would agree, else the message the constructor gives.
 std::string disagreement(const LayerConfig& a, const MoELayerOptions& options_a, int sms_a, const LayerConfig& b,
-                         const MoELayerOptions& options_b, int sms_b) {
-  const std::vector<layer::AgreedValue> rank0 = layer::values_ranks_agree_on(a, options_a, sms_a);
-  const std::vector<layer::AgreedValue> rank1 = layer::values_ranks_agree_on(b, options_b, sms_b);
+                         const MoELayerOptions& options_b, int sms_b, const layer::LayerExperiments& experiments_b = {}) {
+  const std::vector<layer::AgreedValue> rank0 = layer::values_ranks_agree_on(a, options_a, {}, sms_a);
+  const std::vector<layer::AgreedValue> rank1 = layer::values_ranks_agree_on(b, options_b, experiments_b, sms_b);
   EXPECT_EQ(rank0.size(), rank1.size());
   std::vector<const char*> names;
   std::vector<int64_t> values;
@@ -178,8 +178,9 @@ std::string disagreement(const LayerConfig& a, const MoELayerOptions& options_a,
   return comm::detail::first_mismatch(names, values, 2);
 }
 
-std::string disagreement(const LayerConfig& c, const MoELayerOptions& b, int sms = 132) {
-  return disagreement(c, MoELayerOptions{}, 132, c, b, sms);
+std::string disagreement(const LayerConfig& c, const MoELayerOptions& b, int sms = 132,
+                         const layer::LayerExperiments& experiments_b = {}) {
+  return disagreement(c, MoELayerOptions{}, 132, c, b, sms, experiments_b);
 }
 
 TEST(MoELayerAgreement, EveryOptionThatShapesTheHeapOrTheTrafficIsCompared) {
@@ -189,24 +190,23 @@ TEST(MoELayerAgreement, EveryOptionThatShapesTheHeapOrTheTrafficIsCompared) {
   struct Case {
     const char* field;
     MoELayerOptions options;
+    layer::LayerExperiments experiments;
   };
-  std::vector<Case> cases(5);
-  cases[0] = {"fused_forward (as run", {}};
+  std::vector<Case> cases(4);
+  cases[0] = {"fused_forward (as run", {}, {}};
   cases[0].options.fused_forward = false;
-  cases[1] = {"fused_backward (as run", {}};
-  cases[1].options.fused_backward = false;
-  cases[2] = {"dx_rows_per_route (as run", {}};
-  cases[2].options.dx_rows_per_route = true;
-  cases[3] = {"rows_per_route differs", {}};
-  cases[3].options.rows_per_route = true;
-  cases[4] = {"ring_rows (as run", {}};
-  cases[4].options.ring_rows = 1024;
+  cases[1] = {"dx_rows_per_route (as run", {}, {}};
+  cases[1].experiments.dx_rows_per_route = true;
+  cases[2] = {"rows_per_route differs", {}, {}};
+  cases[2].experiments.rows_per_route = true;
+  cases[3] = {"ring_rows (as run", {}, {}};
+  cases[3].options.ring_rows = 1024;
   for (const Case& k : cases) {
     SCOPED_TRACE(k.field);
-    const std::string message = disagreement(c, k.options);
+    const std::string message = disagreement(c, k.options, 132, k.experiments);
     EXPECT_EQ(message.rfind(k.field, 0), 0u) << message;
     // Each moves the heap's offsets: the catch-all differs too.
-    EXPECT_NE(MoELayer::memory(c, k.options, 132).heap, defaults.heap);
+    EXPECT_NE(layer::ExperimentalLayer::memory(c, k.options, k.experiments, 132).heap, defaults.heap);
   }
   // Any field of the configuration.
   LayerConfig other = c;
@@ -240,33 +240,32 @@ TEST(MoELayerAgreement, RankLocalOptionsAndOptionsNotRunAreNotCompared) {
   local.exchange_sms = 32;
   local.fused_comm_ctas = 3;
   local.bf16_weight_gradients = false;
-  local.dx_sums_in_weight_grads = false;
-  local.fused_pull_all_rows = true;
-  local.fused_backward_local_rows_in_launch = false;
   local.local_allocator = {[](size_t) -> void* { return nullptr; }, [](void*) {}};
-  EXPECT_EQ(disagreement(c, local), "");
+  layer::LayerExperiments pull_all_rows;
+  pull_all_rows.pull_all_rows = true;
+  EXPECT_EQ(disagreement(c, local, 132, pull_all_rows), "");
   // Past 8 ranks both run v1: the fused path's options do not apply.
   LayerConfig wide = c;
   wide.shape.num_experts = 32;
   wide.ep_size = 16;
   MoELayerOptions v1;
   v1.fused_forward = false;
-  v1.fused_backward = false;
-  v1.dx_rows_per_route = true;
   v1.ring_rows = 1024;
-  EXPECT_EQ(disagreement(wide, {}, 132, wide, v1, 114), "");
+  layer::LayerExperiments dx_per_route;
+  dx_per_route.dx_rows_per_route = true;
+  EXPECT_EQ(disagreement(wide, {}, 132, wide, v1, 114, dx_per_route), "");
 }
 
 TEST(MoELayerAgreement, InvalidConfigurationsAreComparedWithoutThrowing) {
   LayerConfig bad = small_config(false);
   bad.ep_size = 0;
   std::vector<layer::AgreedValue> values;
-  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(bad, {}, 132));
+  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(bad, {}, {}, 132));
   ASSERT_GE(values.size(), 2u);
   EXPECT_EQ(values.back().value, -1);  // the heap's bytes: none, refused after the comparison
   MoELayerOptions odd_ring;
   odd_ring.ring_rows = 1000;
-  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(small_config(false), odd_ring, 132));
+  EXPECT_NO_THROW(values = layer::values_ranks_agree_on(small_config(false), odd_ring, {}, 132));
   // Two ranks invalid in different ways still learn that they differ.
   EXPECT_EQ(disagreement(small_config(false), odd_ring, 132, bad, {}, 132).rfind("ep_size differs", 0), 0u);
 }

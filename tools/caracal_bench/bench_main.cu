@@ -85,7 +85,8 @@ std::vector<LayerConfig> layer_configs(const BenchOptions& a, const LayerConfig&
     LayerConfig c = base;
     c.tokens_per_rank = t;
     c.validate();
-    (void)MoELayer::memory(c, layer_options(a, true));  // throws for a configuration the layer cannot run
+    const LayerSetup fused = layer_setup(a, true);  // memory() throws for a configuration the layer cannot run
+    (void)layer::ExperimentalLayer::memory(c, fused.options, fused.experiments);
     configs.push_back(c);
   }
   return configs;
@@ -167,7 +168,8 @@ nlohmann::json validate(const std::vector<LayerConfig>& configs, const RoutingSp
 LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                                   bool fused_forward) {
   const int W = int(c.ep_size);
-  const size_t heap = MoELayer::heap_bytes(c, layer_options(a, fused_forward));
+  const LayerSetup setup = layer_setup(a, fused_forward);
+  const size_t heap = layer::ExperimentalLayer::memory(c, setup.options, setup.experiments).heap;
   const auto on_world = [&](comm::World& world) {
     if (!a.profile_step) return time_layer(world, c, routing, a, fused_forward);
     profile_layer(world, c, routing, a, fused_forward);
@@ -321,22 +323,17 @@ void add_options(CLI::App& app, BenchOptions& a) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--fused-pull-all-rows", a.fused_pull_all_rows,
-               "The fused forward pulls the rows of tokens on this GPU into its ring too (the backward then copies none)");
+               "Experiment: the fused passes pull the rows of tokens on this GPU too (one GPU then runs their pull "
+               "roles)");
   app.add_flag("--bf16-weight-grads", a.bf16_weight_grads,
                "Weight gradients in bf16 (as the PyTorch module gives bf16 weights), the layer's and the GEMMs-alone "
                "baseline's (and the fp64-reference check's); default fp32");
-  app.add_flag("--separate-backward", a.separate_backward,
-               "The fused layer's backward as a launch per step (pull, dgrad, dx) instead of one fused launch per macrobatch");
-  app.add_flag("--separate-dx-sums", a.separate_dx_sums,
-               "At W = 1 the reverse dispatch's sums as a launch of their own after the backward, not on the weight "
-               "gradients' idle warps");
-  app.add_flag("--local-rows-before-backward", a.local_rows_before_backward,
-               "The fused backward's dy rows of tokens on this GPU copied before its launch (x's on its comm CTAs), "
-               "not inside it on idle warps");
   app.add_flag("--rows-per-route", a.rows_per_route,
-               "Move a row per route both ways (as v1 did), not one per (token, rank): pulls read a token per route, combine pushes each route's row");
+               "Experiment: move a row per route both ways, not one per (token, rank): pulls read a token per route, "
+               "combine pushes each route's row");
   app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,
-               "At W > 1 the fused backward sends a dx row home per route instead of one sum per (token, rank)");
+               "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
+               "(token, rank)");
   app.add_flag("--profile-step", a.profile_step,
                "No timing: after two warm-up steps, one forward and backward of the fused layer between "
                "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");

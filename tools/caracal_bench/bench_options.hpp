@@ -26,12 +26,9 @@ struct BenchOptions {
   bool quiet = false;
   int exchange_sms = 0;     // MoELayerOptions::exchange_sms
   int fused_comm_ctas = 0;  // MoELayerOptions::fused_comm_ctas
-  bool fused_pull_all_rows = false;  // MoELayerOptions::fused_pull_all_rows
-  bool separate_backward = false;    // MoELayerOptions::fused_backward = false
-  bool separate_dx_sums = false;     // MoELayerOptions::dx_sums_in_weight_grads = false
-  bool local_rows_before_backward = false;  // MoELayerOptions::fused_backward_local_rows_in_launch = false
-  bool rows_per_route = false;       // MoELayerOptions::rows_per_route
-  bool dx_rows_per_route = false;    // MoELayerOptions::dx_rows_per_route
+  bool fused_pull_all_rows = false;  // layer::LayerExperiments::pull_all_rows
+  bool rows_per_route = false;       // layer::LayerExperiments::rows_per_route
+  bool dx_rows_per_route = false;    // layer::LayerExperiments::dx_rows_per_route
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)

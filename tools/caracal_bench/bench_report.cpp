@@ -83,16 +83,13 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["exchange_sms"] = a.exchange_sms;  // 0: the default (all but 16)
   out["fused_comm_ctas"] = a.fused_comm_ctas;  // 0: the default
   out["fused_pull_all_rows"] = a.fused_pull_all_rows;
-  out["local_rows_before_backward"] = a.local_rows_before_backward;  // the local dy rows copied before the fused backward
-  out["separate_backward"] = a.separate_backward;  // the fused layer's backward without its fused launch
-  out["separate_dx_sums"] = a.separate_dx_sums;    // W = 1: reverse dispatch's sums in their own launch
   out["weight_grads"] = a.bf16_weight_grads ? "bf16" : "fp32";
   out["rows_per_route"] = a.rows_per_route;
   out["dx_rows_per_route"] = a.dx_rows_per_route;
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["profile_step"] = a.profile_step;  // no timing: one step for a profiler
-  out["layer_options"] = {{"fused", options_json(layer_options(a, true))}, {"v1", options_json(layer_options(a, false))}};
+  out["layer_options"] = {{"fused", setup_json(layer_setup(a, true))}, {"v1", setup_json(layer_setup(a, false))}};
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";
   return out;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 
 #include "caracal/bf16.hpp"
 #include "caracal/comm/cuda_check.hpp"
@@ -116,7 +117,9 @@ RankStep download_rank(const MoELayer& layer, const LayerInputs& in, const Sizes
 // The step on `world`'s local ranks, into out.ranks. Collective for NCCL worlds.
 void run_on(comm::World& world, const ValidationPlan& p, const ValidatedLayer& v, uint64_t seed, ValidationRun& out) {
   const Sizes s(p.small);
-  MoELayer layer(p.small, world, v.options);
+  const std::unique_ptr<MoELayer> built =
+      layer::ExperimentalLayer::make(p.small, world, v.setup.options, v.setup.experiments);
+  MoELayer& layer = *built;
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, p.small, p.routing, seed, p.bf16_weight_grads, stream.get());
   const std::function<void(cudaStream_t)> step = [&](cudaStream_t st) {
@@ -134,7 +137,7 @@ void run_on(comm::World& world, const ValidationPlan& p, const ValidatedLayer& v
   }
   stream.sync();
   layer.check();
-  if (world.first_local_rank() == 0) out.rounding = {layer.ring_rows(), v.options.rows_per_route, layer.groups_dx_rows()};
+  if (world.first_local_rank() == 0) out.rounding = {layer.ring_rows(), v.setup.experiments.rows_per_route, layer.groups_dx_rows()};
   for (int l = 0; l < world.local_ranks(); ++l) {
     out.ranks[size_t(world.first_local_rank() + l)] = download_rank(layer, in, s, size_t(l), p.bf16_weight_grads);
   }
@@ -144,7 +147,7 @@ void run_on(comm::World& world, const ValidationPlan& p, const ValidatedLayer& v
 
 ValidationRun run_validation_step(const ValidationPlan& p, const ValidatedLayer& v, uint64_t seed) {
   const int W = int(p.small.ep_size);
-  const size_t heap = MoELayer::heap_bytes(p.small, v.options);
+  const size_t heap = layer::ExperimentalLayer::memory(p.small, v.setup.options, v.setup.experiments).heap;
   ValidationRun out;
   out.ranks.resize(size_t(W));
   if (p.backend != "nccl") {

@@ -25,9 +25,9 @@ namespace {
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
 // Bytes of one local rank's weights + gradients (fp32, or bf16) + the memory of a layer built with
-// `options`.
-double rank_bytes(const LayerConfig& c, const MoELayerOptions& options, bool bf16_gradients) {
-  const MoELayerMemory m = MoELayer::memory(c, options);
+// `setup`.
+double rank_bytes(const LayerConfig& c, const LayerSetup& setup, bool bf16_gradients) {
+  const MoELayerMemory m = layer::ExperimentalLayer::memory(c, setup.options, setup.experiments);
   const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
@@ -45,7 +45,7 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const double need = rank_bytes(c, layer_options(a, fused_forward), a.bf16_weight_grads) * local_ranks;
+  const double need = rank_bytes(c, layer_setup(a, fused_forward), a.bf16_weight_grads) * local_ranks;
   if (need < 0.94 * double(free_bytes)) return "";
   return "T=" + std::to_string(c.tokens_per_rank) + ", EP=" + std::to_string(c.ep_size) + " needs about " +
          std::to_string(gib(need)) + " GiB on GPU " + std::to_string(device) + " (weights, " +
@@ -56,7 +56,9 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
 
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward) {
-  MoELayer layer(c, world, layer_options(a, fused_forward));
+  const LayerSetup setup = layer_setup(a, fused_forward);
+  const std::unique_ptr<MoELayer> built = layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
+  MoELayer& layer = *built;
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
 
@@ -106,7 +108,9 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
 
 void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                    bool fused_forward) {
-  MoELayer layer(c, world, layer_options(a, fused_forward));
+  const LayerSetup setup = layer_setup(a, fused_forward);
+  const std::unique_ptr<MoELayer> built = layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
+  MoELayer& layer = *built;
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
   const auto step = [&] {

@@ -34,15 +34,15 @@ std::string tokens_text(const std::vector<LayerConfig>& timed) {
 // The fused layers: one per distinct ring choice, each with the timed steps it stands for.
 std::vector<ValidatedLayer> fused_layers(const BenchOptions& a, const std::vector<LayerConfig>& timed,
                                          const RoutingSpec& spec, const ValidationPlan& p, int sms) {
-  const MoELayerOptions options = layer_options(a, true);
+  const LayerSetup setup = layer_setup(a, true);
   std::vector<ValidatedLayer> out;
   for (const LayerConfig& c : timed) {
     const Routing routing = make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
     TimedRing t;
     t.tokens = c.tokens_per_rank;
-    t.rows = resolved_ring(c, options.ring_rows, sms);
+    t.rows = resolved_ring(c, setup.options.ring_rows, sms);
     t.macrobatches = macrobatches(routing, c.shape.num_experts, t.rows);
-    const RingChoice ring = choose_ring(options.ring_rows, t.macrobatches, p.small, p.routing, sms);
+    const RingChoice ring = choose_ring(setup.options.ring_rows, t.macrobatches, p.small, p.routing, sms);
     const auto same = std::find_if(out.begin(), out.end(), [&](const ValidatedLayer& l) { return l.ring.option == ring.option; });
     if (same != out.end()) {
       same->timed.push_back(t);
@@ -50,9 +50,9 @@ std::vector<ValidatedLayer> fused_layers(const BenchOptions& a, const std::vecto
     }
     ValidatedLayer l;
     l.name = "fused";
-    l.timed_options = options;
-    l.options = options;
-    l.options.ring_rows = ring.option;
+    l.timed_setup = setup;
+    l.setup = setup;
+    l.setup.options.ring_rows = ring.option;
     l.ring = ring;
     l.timed.push_back(t);
     out.push_back(l);
@@ -96,7 +96,7 @@ ValidationPlan plan_validation(const BenchOptions& a, const std::vector<LayerCon
   if (!a.profile_step) {  // --profile-step runs the fused layer only
     ValidatedLayer v1;
     v1.name = "v1";
-    v1.options = v1.timed_options = layer_options(a, false);
+    v1.setup = v1.timed_setup = layer_setup(a, false);
     p.layers.push_back(v1);
   }
 

@@ -1,7 +1,7 @@
 #pragma once
 // What `caracal bench` validates before it times (step 1), and what it says it does not: the
-// layers it times (the fused one, and v1 where v1 is timed) with their timed options
-// (layer_options.hpp), the timed weight-gradient precision, CUDA graphs where the timing replays
+// layers it times (the fused one, and v1 where v1 is timed) with their timed options and
+// experiments (layer_options.hpp), the timed weight-gradient precision, CUDA graphs where the timing replays
 // them, on the timed backend and W, at a small size of the same shape family. Host only.
 #include <string>
 #include <vector>
@@ -10,6 +10,7 @@
 #include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/routing.hpp"
+#include "layer_options.hpp"
 #include "validation_ring.hpp"
 
 namespace caracal::bench_tool {
@@ -32,8 +33,8 @@ struct TimedRing {
 // One layer the validation runs.
 struct ValidatedLayer {
   std::string name;               // "fused" or "v1"
-  MoELayerOptions options;        // timed_options, but the fused layer's ring_rows from `ring`
-  MoELayerOptions timed_options;  // layer_options(a, fused): what is timed
+  LayerSetup setup;        // timed_setup, but the fused layer's ring_rows from `ring`
+  LayerSetup timed_setup;  // layer_setup(a, fused): what is timed
   RingChoice ring;                // the fused layer's
   std::vector<TimedRing> timed;   // the fused layer's: the timed steps this ring stands for
 };

@@ -99,8 +99,8 @@ nlohmann::json validation_json(const ValidationPlan& plan, const std::vector<Lay
     for (const OutputCheck& o : r.check.outputs) outputs.push_back(output_json(o));
     nlohmann::json layer = {{"layer", r.layer.name},
                             {"passed", r.check.passed()},
-                            {"options", options_json(r.layer.options)},
-                            {"timed_options", options_json(r.layer.timed_options)},
+                            {"options", setup_json(r.layer.setup)},
+                            {"timed_options", setup_json(r.layer.timed_setup)},
                             {"outputs", outputs}};
     if (r.layer.name == "fused") layer["ring"] = ring_json(r);
     layers.push_back(layer);

@@ -10,7 +10,7 @@
 
 namespace caracal::soak {
 
-// Which of the layer's paths a step runs (MoELayerOptions::fused_forward / fused_backward).
+// Which of the layer's paths a step runs (MoELayerOptions::fused_forward).
 enum class Path { fused, v1 };
 const char* name_of(Path p);
 

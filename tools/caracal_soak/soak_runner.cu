@@ -50,10 +50,7 @@ std::vector<float> widen(const std::vector<uint16_t>& bits) {
 
 MoELayerOptions layer_options(Path path) {
   MoELayerOptions o;
-  if (path == Path::v1) {
-    o.fused_forward = false;
-    o.fused_backward = false;
-  }
+  o.fused_forward = path == Path::fused;
   return o;
 }
 

@@ -1,0 +1,69 @@
+#pragma once
+// What a MoELayer's two plans share: its sizes, its token exchange, and each local rank's buffers
+// with the expert passes wired to them and to the rank's heap.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "caracal/comm/cuda_check.hpp"
+#include "caracal/comm/world.hpp"
+#include "caracal/gemm/expert_pass.hpp"
+#include "caracal/layer_config.hpp"
+#include "caracal/moe_layer.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+#include "layer/layer_experiments.hpp"
+#include "layer/layer_sizes.hpp"
+#include "layer/local_buffers.hpp"
+
+namespace caracal::layer {
+
+// One local rank: its own buffers and the two expert passes wired to them and to its heap.
+struct RankState {
+  LocalMemory local;
+  MoELayerBuffers io;             // the exchange's input/output buffers (zero-copy path)
+  gemm::ExpertPass routed;        // L experts over the schedule's rows
+  gemm::ExpertPass shared;        // the shared expert over the rank's tokens (unused without one)
+  __nv_bfloat16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
+  __nv_bfloat16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch
+
+  std::vector<const void*> owned() const {
+    return {io.x, io.topk_idx, io.topk_scores, io.y, io.dy, io.dx, io.d_topk_scores};
+  }
+};
+
+struct LayerState {
+  LayerConfig config;
+  LayerSizes sizes;
+  LayerExperiments experiments;
+  std::unique_ptr<transfer::TokenExchange> exchange;
+  std::vector<RankState> ranks;
+};
+
+// Rank l's buffers on the layer's exchange (gemm_ctas and the allocator from `options`).
+RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange& exchange, const comm::World& world,
+                          int l, const MoELayerOptions& options);
+
+// Copies `count` elements on `stream` unless both name the same buffer (the zero-copy path).
+template <typename T>
+void copy_unless_same(T* dst, const T* src, int64_t count, cudaStream_t stream, const char* what) {
+  if (dst == src) return;
+  check_cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+             what);
+}
+
+// Copies every rank's x, topk_idx, topk_scores into the exchange's buffers, and x and the shared
+// expert's scales into its rows.
+void stage_inputs(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
+// The forward's inputs staged again, the shared expert's up/gate and the schedule (and the gates):
+// what every plan's backward reads of forward `args`, bitwise as the first time.
+void replay_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
+// The shared expert's backward in launches of its own, its dx copied into the exchange's slot.
+void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,
+                     cudaStream_t stream);
+// d_shared_scale out, where the forward was given a shared_scale.
+void copy_shared_scale_grad(LayerState& state, size_t l, const MoEBackwardArgs& grads, cudaStream_t stream);
+
+}  // namespace caracal::layer
