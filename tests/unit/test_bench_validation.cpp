@@ -203,6 +203,16 @@ TEST(BenchValidationPlan, OneFusedLayerPerRingASweepAsksFor) {
   }
 }
 
+TEST(BenchValidationPlan, ProfilingV1ValidatesV1Alone) {
+  BenchOptions a;
+  a.profile_step = true;
+  a.profile_path = "v1";
+  const ValidationPlan p = plan_validation(a, {tiny(256)}, RoutingSpec{}, kSms);
+  ASSERT_EQ(p.layers.size(), 1u);
+  EXPECT_EQ(p.layers[0].name, "v1");
+  EXPECT_FALSE(p.layers[0].setup.options.fused_forward);
+}
+
 // ---- The check against the reference -------------------------------------------------------------
 
 // A step of a small layer (D=64 I=32 E=4 k=2 W=2 T=13, a shared expert of I=48) whose outputs are

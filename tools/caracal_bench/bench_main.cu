@@ -247,13 +247,14 @@ int run(const BenchOptions& a) {
   print_config(gpus.first, preset, base, spec, a);
   out["validation"] = validate(configs, spec, a, gpus, out);
 
-  if (a.profile_step) {  // no timing: one step of the fused layer per token count, for a profiler
+  if (a.profile_step) {  // no timing: one step of the layer per token count, for a profiler
+    const bool fused = a.profile_path == "fused";
     for (const LayerConfig& c : configs) {
       const Routing routing =
           make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
-      (void)time_layer_on_backend(c, routing, a, true);
-      std::cout << "  profiled T=" << c.tokens_per_rank
-                << ": one forward and backward of the fused layer between cudaProfilerStart and cudaProfilerStop\n";
+      (void)time_layer_on_backend(c, routing, a, fused);
+      std::cout << "  profiled T=" << c.tokens_per_rank << ": one forward and backward of the "
+                << (fused ? "fused layer" : "v1 layer") << " between cudaProfilerStart and cudaProfilerStop\n";
     }
     out["profiled"] = true;
     write_json(a, out);
@@ -335,8 +336,11 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
                "(token, rank)");
   app.add_flag("--profile-step", a.profile_step,
-               "No timing: after two warm-up steps, one forward and backward of the fused layer between "
+               "No timing: after two warm-up steps, one forward and backward of the layer between "
                "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");
+  app.add_option("--profile-path", a.profile_path, "The layer --profile-step runs: the fused path or v1's launches")
+      ->check(CLI::IsMember({"fused", "v1"}))
+      ->capture_default_str();
   app.add_flag("--graph", a.graph,
                "Time replays of CUDA graphs captured from the layer's calls (no host work in the timed runs)");
   app.add_option("--ring-rows", a.ring_rows,

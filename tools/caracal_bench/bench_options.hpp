@@ -32,6 +32,7 @@ struct BenchOptions {
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)
+  std::string profile_path = "fused";  // the layer --profile-step runs: "fused" or "v1"
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (the PyTorch module's for bf16 weights)
 
   bool nccl() const { return backend == "nccl"; }

@@ -89,6 +89,7 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["profile_step"] = a.profile_step;  // no timing: one step for a profiler
+  out["profile_path"] = a.profile_path;
   out["layer_options"] = {{"fused", setup_json(layer_setup(a, true))}, {"v1", setup_json(layer_setup(a, false))}};
   out["flops_note"] =
       "forward 6*T*k*D*I + 6*T*D*Is per rank, backward 2x; a loopback GPU runs all W ranks (W*T tokens)";

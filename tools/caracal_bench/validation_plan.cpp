@@ -92,8 +92,9 @@ ValidationPlan plan_validation(const BenchOptions& a, const std::vector<LayerCon
   p.backend = a.backend;
   p.bf16_weight_grads = a.bf16_weight_grads;
   p.graph = a.graph;
-  p.layers = fused_layers(a, timed, spec, p, sms);
-  if (!a.profile_step) {  // --profile-step runs the fused layer only
+  // --profile-step runs one layer: the one it profiles.
+  if (!a.profile_step || a.profile_path == "fused") p.layers = fused_layers(a, timed, spec, p, sms);
+  if (!a.profile_step || a.profile_path == "v1") {
     ValidatedLayer v1;
     v1.name = "v1";
     v1.setup = v1.timed_setup = layer_setup(a, false);
