@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/operand_loads.cuh"
 #include "gemm/tensor_map.hpp"
 
@@ -44,14 +45,16 @@ struct OperandMaps<KMajorWeights> {
                               const char* what) {
     return make_tensor_map_3d(base, experts, n, k, Tile::kRows, Tile::kBlockK, what, tensor_element<Tile>());
   }
-  // Scales [L][ceil(K / 128)][ceil(N / 128) rounded up to kBlockScaleBox].
+  // Scales [L][ceil(K / 128)][fp8_weight_scale_row(ceil(N / 128))], read in boxes of a row's
+  // kBlockScaleBox floats.
   template <class Tile>
   static CUtensorMap make_scale_map(const float* scales, uint64_t experts, uint64_t n, uint64_t k,
                                     const char* what) {
     static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
+    static_assert(fp8_weight_scale_row(1) == kBlockScaleBox, "a scale row holds whole boxes");
     uint64_t const n_blocks = (n + kScaleBlock - 1) / kScaleBlock;
     return make_scale_map_3d(scales, experts, (k + kScaleBlock - 1) / kScaleBlock,
-                             (n_blocks + kBlockScaleBox - 1) / kBlockScaleBox * kBlockScaleBox, kBlockScaleBox, what);
+                             uint64_t(fp8_weight_scale_row(int64_t(n_blocks))), kBlockScaleBox, what);
   }
 };
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "caracal/block_fp8.hpp"
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
 
 namespace caracal::quant {
 
@@ -28,9 +29,9 @@ struct QuantizeRowsArgs {
   ScaleRounding rounding = ScaleRounding::kExact;
 };
 
-// Floats per row of a weight scale matrix of `blocks` blocks: padded to 32 (128 bytes), the box the
-// GEMMs' TMA loads of a k step's weight scales copy (gemm::kBlockScaleBox).
-inline constexpr int64_t weight_scale_row(int64_t blocks) { return (blocks + 31) / 32 * 32; }
+// Floats per row of a weight scale matrix of `blocks` blocks: the GEMMs' layout
+// (gemm::Fp8WeightOperand).
+inline constexpr int64_t weight_scale_row(int64_t blocks) { return gemm::fp8_weight_scale_row(blocks); }
 inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Block - 1) / kFp8Block; }
 
 // experts x [n][k] bf16 weights (the GEMMs' K-major B: n output columns, k the reduction) into

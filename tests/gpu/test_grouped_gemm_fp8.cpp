@@ -65,7 +65,7 @@ QuantizedRows quantize_rows_for_gemm(const std::vector<float>& rows_values, size
 }
 
 // Expert weights [L][N][K] quantized per 128 x 128 block: codes [L][N][K], scales
-// [L][K/128][round_up(N/128, 4)] (padding 0).
+// [L][K/128][fp8_weight_scale_row(N/128)] (padding 0).
 struct QuantizedWeights {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
@@ -73,7 +73,8 @@ struct QuantizedWeights {
 };
 
 QuantizedWeights quantize_weights_for_gemm(const std::vector<float>& w, size_t experts, size_t n, size_t k) {
-  const size_t nb = (n + 127) / 128, kb = (k + 127) / 128, row = (nb + 3) / 4 * 4;
+  const size_t nb = (n + 127) / 128, kb = (k + 127) / 128;
+  const size_t row = size_t(caracal::gemm::fp8_weight_scale_row(int64_t(nb)));
   QuantizedWeights out;
   out.scales.assign(experts * kb * row, 0.0f);
   for (size_t e = 0; e < experts; ++e) {
@@ -229,7 +230,7 @@ std::vector<Case> reference_cases() {
       {"edge_counts", 256, 128, kEdgeCounts},
       // D = 384: three K blocks of the up/gate GEMM, three N tiles of the down GEMM.
       {"three_blocks", 384, 128, {200, 0, 77, 129}},
-      // D = 640: five blocks (W_down's scale rows padded from 5 to 8); 2I = 768: six N tiles.
+      // D = 640: five blocks (W_down's scale rows padded from 5 to 32); 2I = 768: six N tiles.
       {"odd_blocks", 640, 384, {130, 60, 1}},
       {"routed", 512, 256, routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)},
       {"long_k", 2048, 128, {130, 60}},

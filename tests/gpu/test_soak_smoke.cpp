@@ -65,11 +65,12 @@ SoakRun run_soak(const std::string& args) {
   return r;
 }
 
-// T·k = 37·3 = 111 (odd); steps 0, 4, 8 and 9 are reference steps (one in every 3), and 7, which
+// T·k = 37·3 = 111 (odd). With kEveryThird, steps 0, 4, 8 and 9 are reference steps, and 7, which
 // stalls.
 const char* kSmall =
     "--ep 2 --steps 12 --hidden 256 --intermediate 128 --experts-per-rank 4 --top-k 3 --tokens 37 "
-    "--shared-intermediate 192 --seed 5 --reference-every 3";
+    "--shared-intermediate 192 --seed 5";
+const char* kEveryThird = " --reference-every 3";
 
 // The lines of `checksums` without a path tag (the fused path's).
 std::string fused_lines(const std::string& checksums) {
@@ -93,7 +94,7 @@ void expect_passed(const SoakRun& r) {
 
 TEST(SoakSmoke, EveryCheckOnLoopback) {
   CARACAL_REQUIRE_GPU();
-  const SoakRun all = run_soak(std::string(kSmall) + " --graph --path both --stall-at 7");
+  const SoakRun all = run_soak(std::string(kSmall) + kEveryThird + " --graph --path both --stall-at 7");
   expect_passed(all);
   const nlohmann::json& j = all.json;
   EXPECT_EQ(j.at("reference").at("checked_steps").get<int64_t>(), 5) << "steps 0, 4, 8, 9 and the stalled 7";
@@ -118,7 +119,7 @@ TEST(SoakSmoke, EveryCheckOnLoopback) {
   EXPECT_TRUE(stall.at("passed").get<bool>());
 
   // The same steps eagerly and without the stall: the same checksums, line for line.
-  const SoakRun eager = run_soak(std::string(kSmall) + " --path both");
+  const SoakRun eager = run_soak(std::string(kSmall) + kEveryThird + " --path both");
   expect_passed(eager);
   EXPECT_EQ(all.checksums, eager.checksums) << "--graph and --stall-at changed a checksum";
   EXPECT_EQ(all.json.at("digest"), eager.json.at("digest"));
@@ -127,15 +128,15 @@ TEST(SoakSmoke, EveryCheckOnLoopback) {
   expect_passed(fused);
   EXPECT_EQ(fused.checksums, fused_lines(eager.checksums));
   // And v1 alone checks out against the reference.
-  expect_passed(run_soak(std::string(kSmall) + " --path v1 --graph"));
+  expect_passed(run_soak(std::string(kSmall) + kEveryThird + " --path v1 --graph"));
 }
 
 TEST(SoakSmoke, NcclTwoGpusWriteTheLoopbackChecksums) {
   CARACAL_REQUIRE_GPUS(2);
-  const SoakRun nccl = run_soak(std::string(kSmall) + " --backend nccl --graph --path both");
+  const SoakRun nccl = run_soak(std::string(kSmall) + kEveryThird + " --backend nccl --graph --path both");
   expect_passed(nccl);
   EXPECT_GT(nccl.json.at("reference").at("checked_steps").get<int64_t>(), 0);
-  const SoakRun loopback = run_soak(std::string(kSmall) + " --path both");
+  const SoakRun loopback = run_soak(std::string(kSmall) + kEveryThird + " --path both");
   expect_passed(loopback);
   EXPECT_EQ(nccl.checksums, loopback.checksums);
 }

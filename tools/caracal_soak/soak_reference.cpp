@@ -106,10 +106,29 @@ RouteGroups route_groups(const LayerConfig& c, const Routing& routing, const Sch
   return g;
 }
 
-// The reference of one token of rank r: y, dx, d_topk_scores.
+// The reference of one token of rank r: y, dx, d_topk_scores, and the scale B_t its d_topk_scores
+// are bounded in (ReferenceBounds).
 struct TokenReference {
   std::vector<double> y, dx, d_topk_scores;
+  double score_scale = 0.0;
 };
+
+// B_t = (scale / S_t) |dy_t| max_j |E_j(x_t)| of a one-token reference step.
+double score_scale(const LayerConfig& c, const ReferenceInputs& in, const ReferenceForwardResult& f,
+                   const std::vector<double>& dy) {
+  const size_t k = static_cast<size_t>(in.top_k), d = dy.size();
+  double sum = 0.0, largest = 0.0, dy2 = 0.0;
+  for (size_t j = 0; j < k; ++j) {
+    if (in.topk_idx[j] < 0) continue;
+    sum += in.topk_scores[j];
+    double e2 = 0.0;
+    for (size_t i = 0; i < d; ++i) e2 += f.routed.output[j * d + i] * f.routed.output[j * d + i];
+    largest = std::max(largest, std::sqrt(e2));
+  }
+  for (const double v : dy) dy2 += v * v;
+  const double factor = c.router.normalize ? (sum != 0.0 ? c.router.scale / sum : 0.0) : c.router.scale;
+  return factor * std::sqrt(dy2) * largest;
+}
 
 // The routed experts' gates of token t of rank r: the layer's normalization (reference.hpp).
 std::vector<double> token_gates(const LayerConfig& c, const int32_t* ids, const float* scores) {
@@ -265,9 +284,9 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
                                        g.dx.begin() + static_cast<int64_t>(first + k));
       }
       const ReferenceForwardResult f = reference_forward(layer, in, options);
-      ReferenceGradients grads =
-          reference_backward(layer, in, f, widen(rs.dy.data() + static_cast<size_t>(tt.token) * d, d));
-      token_refs[task] = {f.y, std::move(grads.dx), std::move(grads.d_topk_scores)};
+      const std::vector<double> dy = widen(rs.dy.data() + static_cast<size_t>(tt.token) * d, d);
+      ReferenceGradients grads = reference_backward(layer, in, f, dy);
+      token_refs[task] = {f.y, std::move(grads.dx), std::move(grads.d_topk_scores), score_scale(c_, in, f, dy)};
       return;
     }
     const ChunkTask& ct = chunks[task - token_tasks.size()];
@@ -343,8 +362,9 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
       int rank = 0;
       int64_t token = 0;
     };
-    Frobenius y, dx, scores;
+    Frobenius y, dx;
     Worst worst_y, worst_dx;
+    double scores = 0.0;  // max |got - want| / B_t; empty slots and B_t = 0 exact
     for (size_t i = 0; i < token_tasks.size(); ++i) {
       const TokenTask& tt = token_tasks[i];
       if (tt.path != p) continue;
@@ -365,7 +385,10 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
       row_error(y, worst_y, o.y, token_refs[i].y);
       row_error(dx, worst_dx, o.dx, token_refs[i].dx);
       for (size_t j = 0; j < k; ++j) {
-        scores.add(static_cast<double>(o.d_topk_scores[slots + j]), token_refs[i].d_topk_scores[j]);
+        const double got = o.d_topk_scores[slots + j], want = token_refs[i].d_topk_scores[j];
+        const double scale = token_refs[i].score_scale;
+        const double e = scale > 0.0 ? std::abs(got - want) / scale : (got == want ? 0.0 : INFINITY);
+        scores = std::isnan(e) ? INFINITY : std::max(scores, e);
       }
     }
     const std::string sample =
@@ -379,7 +402,7 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
     const std::string& name = paths[p].name;
     out.push_back({name, "y", y.relative(), bounds.y, sample + worst_text(worst_y)});
     out.push_back({name, "dx", dx.relative(), bounds.dx, sample + worst_text(worst_dx)});
-    out.push_back({name, "d_scores", scores.relative(), bounds.d_topk_scores, sample});
+    out.push_back({name, "d_scores", scores, bounds.d_topk_scores, sample + ", per element in units of B_t"});
     if (plan.expert >= 0) {
       const PathOutputs& o = ranks[static_cast<size_t>(plan.expert / L)].paths[p];
       const std::string what = "expert " + std::to_string(plan.expert) + " (rank " + std::to_string(plan.expert / L) +

@@ -61,7 +61,7 @@ void print_summary(const SoakOptions& a, const LayerConfig& c, const Summary& s,
       bitwise += (bitwise.empty() ? "" : ", ") + name + " " + std::to_string(n);
     std::cout << "  v1 against fused, (step, rank) pairs bitwise equal: " << bitwise;
     if (!s.path_errors.empty()) {
-      std::cout << "; elsewhere (ring macrobatches, grouped dx rows) within the reference bounds, nearest: "
+      std::cout << "; elsewhere (ring macrobatches, grouped dx rows) within twice the reference bounds and a bf16 rounding, nearest: "
                 << largest_list(s.path_errors);
     }
     std::cout << "\n";

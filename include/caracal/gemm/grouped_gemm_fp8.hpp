@@ -31,11 +31,15 @@ struct Fp8RowOperand {
   const float* scales = nullptr;  // [ceil(K / 128)][buffer rows]
 };
 
+// Floats in a row of Fp8WeightOperand's scales: ceil(N / 128) rounded up to 32 (the kernels load
+// each row in 128-byte boxes).
+inline constexpr int64_t fp8_weight_scale_row(int64_t n_blocks) { return (n_blocks + 31) / 32 * 32; }
+
 // Expert weights of e4m3 values [L][N][K] and one scale per 128 x 128 block, scales[e][kb][nb]
-// with rows of ceil(N / 128) rounded up to 4 (quant::QuantizeWeightsArgs's codes and scales).
+// in rows of fp8_weight_scale_row(ceil(N / 128)) (quant::QuantizeWeightsArgs's codes and scales).
 struct Fp8WeightOperand {
   const __nv_fp8_e4m3* codes = nullptr;
-  const float* scales = nullptr;  // [L][ceil(K / 128)][round_up(ceil(N / 128), 4)]
+  const float* scales = nullptr;  // [L][ceil(K / 128)][fp8_weight_scale_row(ceil(N / 128))]
 };
 
 // grouped_up_gate_swiglu in FP8: gate_up = bf16(x · W_gate_up^T), the activation from it (F1, F2).
