@@ -112,7 +112,7 @@ std::vector<uint16_t> random_bits(size_t n, double bound, std::mt19937_64& rng) 
 
 // W = 2, D = I = Is = 64, E = 4, k = 3, T = 5 (T·k odd); the "GPU" outputs are the full fp64
 // reference of every rank, summed per (token, rank) as v1 does, rounded as the layer stores them.
-SmallCase small_case() {
+SmallCase small_case(RoutingKind kind = RoutingKind::kUniform) {
   SmallCase sc;
   LayerConfig& c = sc.c;
   c.shape = {64, 64, 4, 3, 1, 64};
@@ -136,6 +136,7 @@ SmallCase small_case() {
                                                               down.begin() + int64_t((l + 1) * D * I)))};
   };
   RoutingSpec spec;
+  spec.kind = kind;
   spec.seed = 3;
   spec.empty_slot_fraction = 0.2;
   sc.routing = make_routing(spec, int64_t(W), int64_t(T), int64_t(k), int64_t(E));
@@ -268,6 +269,31 @@ TEST(SoakReference, FullReferenceOutputsPassAndWrongOnesFailNamingTheOutput) {
     for (float& v : r.paths[0].expert_down) v = bf16_to_float(bf16_bits(v));
   }
   EXPECT_TRUE(find(model.check(s.routing, plan, v1, s.ranks, true, 2), "d_w_down").passed());
+}
+
+// All of a token's slots on one expert: its d_topk_scores cancel to 0 in exact math, so the
+// layer's float rounding there must pass (no relative measure would), and an error the size of
+// the token's scale B_t must not.
+TEST(SoakReference, ScoreGradientsThatCancelAreBoundedByTheTokensScale) {
+  SmallCase sc = small_case(RoutingKind::kAllToOne);
+  const ReferenceModel model(sc.c, sc.weights);
+  const std::vector<PathLayout> v1 = {{"v1", 0, false}};
+  const CheckPlan plan = plan_check(sc.c, sc.routing, 0);
+  set_expert_gradients(sc, plan.expert);
+  SmallCase noisy = sc;
+  for (size_t r = 0; r < noisy.ranks.size(); ++r) {
+    const int32_t* ids = noisy.routing.rank_topk(int64_t(r));
+    std::vector<float>& d = noisy.ranks[r].paths[0].d_topk_scores;
+    for (size_t i = 0; i < d.size(); ++i) d[i] += ids[i] < 0 ? 0.0f : 1e-6f;  // empty slots stay exact
+  }
+  const OutputCheck& ok = find(model.check(noisy.routing, plan, v1, noisy.ranks, false, 2), "d_scores");
+  EXPECT_TRUE(ok.passed()) << ok.error << " > " << ok.bound;
+  SmallCase wrong = sc;
+  for (RankStep& r : wrong.ranks) {
+    for (float& v : r.paths[0].d_topk_scores) v += 0.5f;
+  }
+  const OutputCheck& bad = find(model.check(wrong.routing, plan, v1, wrong.ranks, false, 2), "d_scores");
+  EXPECT_FALSE(bad.passed()) << bad.error << " <= " << bad.bound;
 }
 
 }  // namespace

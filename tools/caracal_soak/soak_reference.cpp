@@ -364,7 +364,7 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
     };
     Frobenius y, dx;
     Worst worst_y, worst_dx;
-    double scores = 0.0;  // max |got - want| / B_t; empty slots and B_t = 0 exact
+    double scores = 0.0;  // max |got - want| / B_t; empty slots and tokens of B_t = 0 exact
     for (size_t i = 0; i < token_tasks.size(); ++i) {
       const TokenTask& tt = token_tasks[i];
       if (tt.path != p) continue;
@@ -384,10 +384,12 @@ std::vector<OutputCheck> ReferenceModel::check(const Routing& routing, const Che
       };
       row_error(y, worst_y, o.y, token_refs[i].y);
       row_error(dx, worst_dx, o.dx, token_refs[i].dx);
+      const int32_t* ids = routing.rank_topk(tt.rank) + slots;
       for (size_t j = 0; j < k; ++j) {
         const double got = o.d_topk_scores[slots + j], want = token_refs[i].d_topk_scores[j];
         const double scale = token_refs[i].score_scale;
-        const double e = scale > 0.0 ? std::abs(got - want) / scale : (got == want ? 0.0 : INFINITY);
+        const bool exact = ids[j] < 0 || scale == 0.0;  // empty slots, and tokens of no scale: 0 exactly
+        const double e = exact ? (got == want ? 0.0 : INFINITY) : std::abs(got - want) / scale;
         scores = std::isnan(e) ? INFINITY : std::max(scores, e);
       }
     }
