@@ -1,0 +1,190 @@
+"""caracal.integrations.transformers: "caracal" as a Hugging Face transformers experts
+implementation. Without a GPU: the registration, the module's own forward (bit for bit the eager
+one) with one warning naming why wherever Caracal does not run, every unsupported variant named,
+the [gate; up] halves gathered into Caracal's layout and their gradient back, the capacity rule.
+On the GPU: tiny random-init DeepSeek-V3 and Qwen3-MoE models against the eager experts in fp32 and
+against "grouped_mm" in bf16 (logits, loss, every expert weight's gradient), two runs bitwise, and
+token counts that change between calls. The GPU bounds are provisional until measured on an H200
+(then ~3x the largest error measured)."""
+import types
+import warnings
+
+import pytest
+
+from gpu_requirements import SKIP_MARKER
+
+torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
+pytest.importorskip("transformers", reason=SKIP_MARKER + "transformers not installed (an optional dependency)")
+from torch import nn  # noqa: E402
+from transformers import AutoModelForCausalLM, DeepseekV3Config, Qwen3MoeConfig  # noqa: E402
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, use_experts_implementation  # noqa: E402
+
+import caracal.integrations.transformers as integration  # noqa: E402
+from caracal.reference import join_gate_up, split_gate_up  # noqa: E402
+
+VOCAB = 512
+
+
+def deepseek_config():
+    return DeepseekV3Config(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                            num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2,
+                            n_shared_experts=1, n_group=1, topk_group=1, num_attention_heads=4, num_key_value_heads=4,
+                            q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+                            max_position_embeddings=256)
+
+
+def qwen_config():
+    return Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                          num_hidden_layers=2, num_experts=8, num_experts_per_tok=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=64, max_position_embeddings=256)
+
+
+CONFIGS = pytest.mark.parametrize("config", [deepseek_config, qwen_config], ids=["deepseek_v3", "qwen3_moe"])
+
+
+def caracal_warnings(caught):
+    return [str(w.message) for w in caught if str(w.message).startswith("caracal:")]
+
+
+def test_registered_and_accepted_by_from_config():
+    assert "caracal" in ALL_EXPERTS_FUNCTIONS
+    model = AutoModelForCausalLM.from_config(deepseek_config(), experts_implementation="caracal")
+    assert model.config._experts_implementation == "caracal"
+
+
+@CONFIGS
+def test_off_gpu_the_module_runs_its_own_forward_and_says_why_once(config, seed):
+    model = AutoModelForCausalLM.from_config(config(), experts_implementation="caracal")
+    eager = AutoModelForCausalLM.from_config(config(), experts_implementation="eager")
+    eager.load_state_dict(model.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 16))
+    integration._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = model(ids).logits
+        model(ids)
+    said = caracal_warnings(caught)
+    assert len(said) == 1, said
+    assert "not all on one CUDA device" in said[0]
+    assert torch.equal(got, eager(ids).logits)
+
+
+def _experts_class(**variant):
+    """A transformers-style experts module, decorated as the models' are, with `variant`'s flags."""
+    apply_gate = variant.pop("apply_gate", None)
+    act = variant.pop("act", nn.SiLU)
+
+    @use_experts_implementation(**variant)
+    class Experts(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.gate_up_proj = nn.Parameter(torch.zeros(4, 256, 128))
+            self.down_proj = nn.Parameter(torch.zeros(4, 128, 128))
+            self.act_fn = act()
+
+        def forward(self, hidden_states, top_k_index, top_k_weights):
+            return hidden_states
+
+    if apply_gate is not None:
+        Experts._apply_gate = apply_gate
+    return Experts(types.SimpleNamespace(_experts_implementation="caracal"))
+
+
+@pytest.mark.parametrize("variant, reason", [
+    ({"has_gate": False}, "no gate"),
+    ({"has_bias": True}, "biases"),
+    ({"is_transposed": True}, "transposed"),
+    ({"is_concatenated": False}, "not concatenated"),
+    ({"act": nn.GELU}, "GELU, not SiLU"),
+    ({"apply_gate": lambda self, gate_up: gate_up}, "its own _apply_gate"),
+    ({}, "not all on one CUDA device"),  # supported, but these tensors are on the CPU
+])
+def test_every_unsupported_variant_is_named(variant, reason):
+    module = _experts_class(**variant)
+    why = integration.unsupported(module, torch.zeros(3, 128))
+    assert reason in why, why
+
+
+def test_gate_up_halves_gather_into_caracals_layout_and_their_gradient_back(seed):
+    experts, inter, hidden = 3, 48, 5
+    gate, up = torch.randn(experts, inter, hidden), torch.randn(experts, inter, hidden)
+    halves = torch.cat([gate, up], dim=1).requires_grad_()
+    interleaved = integration.interleave_gate_up(halves)
+    assert torch.equal(interleaved, join_gate_up(gate, up))
+    grad = torch.randn_like(interleaved)
+    interleaved.backward(grad)
+    d_gate, d_up = split_gate_up(grad)
+    assert torch.equal(halves.grad, torch.cat([d_gate, d_up], dim=1))
+
+
+def test_capacity_is_the_next_power_of_two_from_128():
+    assert [integration._capacity(n) for n in (1, 128, 129, 1000, 4096, 4097)] == [128, 128, 256, 1024, 4096, 8192]
+
+
+# ---- On the GPU ----------------------------------------------------------------------------------
+
+
+def rel(got, want):
+    return ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-30)).item()
+
+
+def expert_grads(model):
+    return {name: p.grad for name, p in model.named_parameters()
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj"))}
+
+
+def step(model, ids):
+    model.zero_grad(set_to_none=True)
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    return out.logits.detach(), out.loss.detach(), expert_grads(model)
+
+
+@pytest.mark.gpu
+@CONFIGS
+def test_matches_eager_fp32_and_grouped_mm_bf16(config, seed):
+    reference = AutoModelForCausalLM.from_config(config(), experts_implementation="eager").cuda()
+    ours = AutoModelForCausalLM.from_config(config(), experts_implementation="caracal").cuda().bfloat16()
+    ours.load_state_dict(reference.state_dict())
+    grouped = AutoModelForCausalLM.from_config(config(), experts_implementation="grouped_mm").cuda().bfloat16()
+    grouped.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 48), device="cuda")
+    integration._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logits, loss, grads = step(ours, ids)
+    assert not caracal_warnings(caught), caracal_warnings(caught)
+    assert integration._engines, "no experts module ran on Caracal"
+    ref_logits, ref_loss, ref_grads = step(reference, ids)
+    bf_logits, bf_loss, bf_grads = step(grouped, ids)
+    assert rel(logits, ref_logits) < 3e-2
+    assert abs(loss.item() - ref_loss.item()) < 2e-2 * abs(ref_loss.item())
+    assert rel(logits, bf_logits) < 3e-2
+    assert grads.keys() == ref_grads.keys() and grads
+    for name, g in grads.items():
+        assert g is not None and g.dtype == torch.bfloat16, name
+        assert rel(g, ref_grads[name]) < 5e-2, name
+        assert rel(g, bf_grads[name]) < 5e-2, name
+
+
+@pytest.mark.gpu
+def test_two_runs_are_bitwise_equal(seed):
+    model = AutoModelForCausalLM.from_config(deepseek_config(), experts_implementation="caracal").cuda().bfloat16()
+    ids = torch.randint(0, VOCAB, (2, 40), device="cuda")
+    first, second = step(model, ids), step(model, ids)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    for name in first[2]:
+        assert torch.equal(first[2][name], second[2][name]), name
+
+
+@pytest.mark.gpu
+def test_token_counts_that_change_between_calls(seed):
+    model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
+    eager = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="eager").cuda().bfloat16()
+    eager.load_state_dict(model.state_dict())
+    for tokens in (16, 100, 7, 300, 16):
+        ids = torch.randint(0, VOCAB, (1, tokens), device="cuda")
+        with torch.no_grad():
+            assert rel(model(ids).logits, eager(ids).logits) < 3e-2, tokens
+    capacities = {c for engines in integration._engines.values() for c in engines}
+    assert capacities <= {128, 256, 512}, capacities
