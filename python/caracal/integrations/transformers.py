@@ -15,8 +15,8 @@ so `save_pretrained` and `from_pretrained` round-trip unchanged.
 A module Caracal does not run falls back to the module's own forward, with one warning per module
 class naming why: weights with a bias, transposed or not concatenated, experts without a gate, a
 gate other than SiLU(gate) * up, tensors not on a CUDA device, hidden_states that are not bf16
-(Caracal computes in bf16: run the model in bf16, or under autocast), or shapes the layer refuses
-(its error is the warning). Expert ids at or past E (transformers' sentinels of expert parallelism)
+(Caracal computes in bf16: run the model in bf16, or under autocast), no built extension, or shapes
+the layer refuses (its error is the warning). Expert ids at or past E (transformers' sentinels of expert parallelism)
 are empty slots.
 
 Each call may hold any number of tokens (transformers packs sequences): the engine's capacity is
@@ -58,7 +58,7 @@ def experts_forward(module, hidden_states, top_k_index, top_k_weights):
     num_experts, top_k = module.gate_up_proj.shape[0], top_k_index.shape[1]
     try:
         engine = _engine_for(module, tokens, top_k)
-    except (RuntimeError, ValueError) as e:  # a shape the layer refuses: its message says which
+    except (ImportError, RuntimeError, ValueError) as e:  # no extension, or a shape the layer refuses
         return _fall_back(module, str(e), hidden_states, top_k_index, top_k_weights)
     capacity = engine.tokens_per_rank
     ids = torch.where(top_k_index < num_experts, top_k_index, -1).to(torch.int32)
