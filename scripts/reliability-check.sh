@@ -7,7 +7,7 @@
 #      path compared every step (--path both), eagerly and again as CUDA-graph replays with a stall
 #      and reset() mid-soak (--graph --stall-at): both runs pass and write the same checksums;
 #   2. what the exchange's SM cap costs: caracal_transfer_bench with the default cap (all but 16
-#      SMs) and with every SM, and pulls with ld.global.nc instead of the default ld.global;
+#      SMs) and with every SM;
 #   3. the same for the whole layer: caracal bench, DeepSeek-V3 with 32 experts, T = 4096, both caps;
 # then a summary, and last "FAILED: <steps>" or "all passed" (exit status 1 when a run failed, the
 # soak's two runs differ, or the logs could not be written). Logs and JSON:
@@ -62,7 +62,7 @@ fi
 sms=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)' 2>/dev/null)
 [[ "$sms" =~ ^[0-9]+$ ]] || sms=132
 # default twice, first and last: the spread between them is the noise of the comparison.
-for variant in "default:" "noncoherent_loads:--noncoherent-loads" "all_sms:--exchange-sms $sms" "default_again:"; do
+for variant in "default:" "all_sms:--exchange-sms $sms" "default_again:"; do
   name=${variant%%:*}
   run "transfers_$name" 400 "$build/caracal_transfer_bench" --model deepseek-v3 --routing uniform --world 8,1 \
     --tokens 4096 --no-baseline --seed 7 --json "$logs/transfers_$name.json" ${variant#*:}
@@ -71,7 +71,7 @@ python3 - "$logs" <<'PY'
 import json, sys, os
 logs = sys.argv[1]
 rows = {}
-names = ("default", "noncoherent_loads", "all_sms", "default_again")
+names = ("default", "all_sms", "default_again")
 for name in names:
     path = os.path.join(logs, f"transfers_{name}.json")
     if not os.path.exists(path):

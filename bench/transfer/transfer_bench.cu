@@ -265,7 +265,6 @@ int main(int argc, char** argv) {
   app.add_option("--exchange-sms", o.exchange_sms, "SMs the exchange kernels may occupy (0: all but 16)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_flag("--noncoherent-loads", o.noncoherent_loads, "pull with ld.global.nc instead of ld.global");
   app.add_flag("--rows-per-route", o.rows_per_route,
                "a row per route both ways (as v1 did) instead of one per (token, rank): pulls and combine's pushes");
   app.add_option("--json", o.json_path, "also write every figure to this JSON file");

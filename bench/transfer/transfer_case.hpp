@@ -25,14 +25,12 @@ struct Options {
   bool fixed_seed = false;  // --seed given
   bool no_baseline = false;
   int exchange_sms = 0;              // ExchangeOptions::max_sms (0: the default)
-  bool noncoherent_loads = false;    // ExchangeOptions::noncoherent_pull_loads
   bool rows_per_route = false;       // ExchangeOptions::rows_per_route
   std::string json_path;
 
   transfer::ExchangeOptions exchange_options(bool forward) const {
     transfer::ExchangeOptions options{forward, !forward, false};
     options.max_sms = exchange_sms;
-    options.noncoherent_pull_loads = noncoherent_loads;
     options.rows_per_route = rows_per_route;
     return options;
   }

@@ -7,16 +7,14 @@ namespace caracal::transfer::detail {
 namespace {
 
 // One CTA of 32 warps per SM (64 registers), each warp with kCopyUnroll vectors per lane in flight.
-// Below 64 registers ptxas spills around the row loop. kCoherent: ExchangeOptions::
-// noncoherent_pull_loads off (the default).
-template <bool kCoherent>
+// Below 64 registers ptxas spills around the row loop.
 __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   // The home rows of every rank are in place, and no rank is still in an earlier launch that
   // reads what this one overwrites (unless an earlier launch of the pass saw to both:
   // PullRange::after_barrier).
   if (args.window.barrier && !comm::world_barrier(world, place)) return;
-  pull_schedule_rows<false, kCoherent>(world, args.schedule, args.window, role_warps(world, place),
+  pull_schedule_rows<false, kCoherentPulls>(world, args.schedule, args.window, role_warps(world, place),
                                        PullRows{args.forward.x, args.forward.expert_x, {}, {}, args.top_k, args.hidden},
                                        args.rows_per_route);
 }
@@ -24,13 +22,12 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceW
 }  // namespace
 
 comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  return pull_launch_shape(world, sm_budget, sizes, dispatch_kernel<true>, dispatch_kernel<false>);
+  return pull_launch_shape(world, sm_budget, sizes, dispatch_kernel);
 }
 
 void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                      cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::dispatch", shape, stream,
-               args.noncoherent_pull_loads ? dispatch_kernel<false> : dispatch_kernel<true>, args);
+  comm::launch(world, "TokenExchange::dispatch", shape, stream, dispatch_kernel, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -43,14 +43,12 @@ inline int ctas_for_items(const comm::World& world, int sm_budget, int max_ctas,
 }
 
 // The shape of a pull (dispatch, reverse combine): a warp per row of the capacity, as many CTAs as
-// both instantiations (ld.global and ld.global.nc) can keep co-resident.
+// can be co-resident.
 template <typename Kernel>
-comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes, Kernel coherent,
-                                    Kernel noncoherent) {
+comm::LaunchShape pull_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes, Kernel kernel) {
   comm::LaunchShape shape;
   shape.threads_per_cta = kPullThreads;
-  const int max_ctas = std::min(comm::max_ctas_per_rank(world, coherent, shape.threads_per_cta),
-                                comm::max_ctas_per_rank(world, noncoherent, shape.threads_per_cta));
+  const int max_ctas = comm::max_ctas_per_rank(world, kernel, shape.threads_per_cta);
   shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.row_capacity, kPullThreads / kWarpSize);
   return shape;
 }

@@ -8,14 +8,13 @@ namespace caracal::transfer::detail {
 namespace {
 
 // The shape of dispatch_kernel (dispatch.cu): one CTA of 32 warps per SM, 64 registers.
-template <bool kCoherent>
 __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   const comm::CtaPlace place = comm::whole_launch_place(world);
   // The home dy rows and gates of every rank are in place, and no rank is still in an earlier
   // launch that reads what this one overwrites (unless an earlier launch of the pass saw to both:
   // PullRange::after_barrier).
   if (args.window.barrier && !comm::world_barrier(world, place)) return;
-  pull_schedule_rows<true, kCoherent>(
+  pull_schedule_rows<true, kCoherentPulls>(
       world, args.schedule, args.window, role_warps(world, place),
       PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates, args.backward.expert_gates, args.top_k,
                args.hidden},
@@ -25,13 +24,12 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
 }  // namespace
 
 comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  return pull_launch_shape(world, sm_budget, sizes, reverse_combine_kernel<true>, reverse_combine_kernel<false>);
+  return pull_launch_shape(world, sm_budget, sizes, reverse_combine_kernel);
 }
 
 void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                             cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_combine", shape, stream,
-               args.noncoherent_pull_loads ? reverse_combine_kernel<false> : reverse_combine_kernel<true>, args);
+  comm::launch(world, "TokenExchange::reverse_combine", shape, stream, reverse_combine_kernel, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -6,10 +6,9 @@
 namespace caracal::transfer::detail {
 namespace {
 
-template <bool kCoherent>
 __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_single_rank_kernel(comm::DeviceWorld world,
                                                                                        ExchangeArgs args) {
-  pull_rows_single_rank<true, kCoherent>(world, args.schedule, args.window,
+  pull_rows_single_rank<true, kCoherentPulls>(world, args.schedule, args.window,
                                          PullRows{args.backward.dy, args.backward.expert_dy, args.router.gates,
                                                   args.backward.expert_gates, args.top_k, args.hidden},
                                          args.tokens);
@@ -18,16 +17,12 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_single_rank_k
 }  // namespace
 
 comm::LaunchShape reverse_combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange) {
-  return single_rank_launch_shape(world, exchange, kPullThreads, 0, reverse_combine_single_rank_kernel<true>,
-                                       reverse_combine_single_rank_kernel<false>);
+  return single_rank_launch_shape(world, exchange, kPullThreads, 0, reverse_combine_single_rank_kernel);
 }
 
 void launch_reverse_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
                                         cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_combine", shape, stream,
-               args.noncoherent_pull_loads ? reverse_combine_single_rank_kernel<false>
-                                           : reverse_combine_single_rank_kernel<true>,
-               args);
+  comm::launch(world, "TokenExchange::reverse_combine", shape, stream, reverse_combine_single_rank_kernel, args);
 }
 
 }  // namespace caracal::transfer::detail

@@ -209,7 +209,6 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.forward = forward_;
   a.backward = backward_;
   a.has_shared = options_.shared_expert;
-  a.noncoherent_pull_loads = options_.noncoherent_pull_loads;
   a.rows_per_route = options_.rows_per_route;
   a.window = {0, a.schedule.row_capacity, 0};
 }

@@ -51,10 +51,6 @@ struct ExchangeOptions {
   // always progresses). 0 = all but kExchangeFreeSms. In a world of one rank the four transfers
   // wait on nothing (see above) and take every SM.
   int max_sms = 0;
-  // Pulls (dispatch, reverse combine) load home rows with ld.global.nc instead of ld.global. Both
-  // are correct (row_copy.cuh says why); ld.global is the default (faster), this repeats the
-  // comparison.
-  bool noncoherent_pull_loads = false;
   // One row per route over the links instead of one per (token, rank) (DESIGN §2): what v1 moved,
   // kept to measure both designs side by side. The pulls (dispatch, reverse combine, the fused
   // forward's) read a token's home row once per route instead of once per (token, rank) and pull

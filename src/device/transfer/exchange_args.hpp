@@ -19,7 +19,6 @@ struct ExchangeArgs {
   BackwardBuffers backward;
   RouterScaling scaling;    // build_schedule (the gates), combine and reverse_dispatch (per call)
   bool has_shared = false;  // shared_out (combine) and shared_dx (reverse dispatch) are inputs
-  bool noncoherent_pull_loads = false;  // ExchangeOptions::noncoherent_pull_loads
   bool rows_per_route = false;          // ExchangeOptions::rows_per_route
   CombinePush combine;                  // combine's push (per call)
   PullWindow window;                    // the rows dispatch and reverse combine pull (per call)

@@ -11,8 +11,8 @@
 //                     without L1 allocation as every row is read once by this SM;
 //   load_coherent16   data stored earlier in this launch by another CTA or rank and ordered by a
 //                     world barrier (the home side of combine and reverse dispatch): ld.global.
-// The pulls use load_coherent16 by default (ld.global runs faster than ld.global.nc.L1::no_allocate
-// for them); both are correct.
+// The pulls use load_coherent16 (kCoherentPulls: ld.global ran faster than
+// ld.global.nc.L1::no_allocate for them, docs/journal/2026-12-01.md); both are correct.
 // Why ld.global.nc is correct for rows another GPU wrote: the non-coherent (texture) path caches
 // lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
 // for data written while the kernel runs. A pulled home row is written by its home rank before
@@ -21,7 +21,6 @@
 // acquire orders this kernel's loads after those writes, and no line of those rows can be in this
 // SM's L1 from before: nothing reads them before the barrier, and the driver invalidates global L1
 // lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served.
-// ExchangeOptions::noncoherent_pull_loads switches the pulls back to it, to repeat the measurement.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -33,6 +32,7 @@ namespace caracal::transfer {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kBf16PerVector = 8;
 inline constexpr int kCopyUnroll = 4;  // 16-byte vectors in flight per lane
+inline constexpr bool kCoherentPulls = true;  // the pulls' loads (above)
 
 __device__ __forceinline__ uint4 load_immutable16(const void* p) {
   uint4 v;
