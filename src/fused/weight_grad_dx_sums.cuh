@@ -15,7 +15,7 @@ namespace caracal::fused {
 struct SingleRankDxSums {
   struct Params {
     comm::DeviceWorld world;
-    transfer::detail::ExchangeArgs args;  // TokenExchange::filled_dx_slots_args
+    transfer::detail::ExchangeArgs args;  // ExchangeInternals::filled_dx_slots_args
   };
   // Slot rows a lane loads at a time: the most within the producer warpgroup's 56 registers
   // (ptxas spills at 6).

@@ -7,12 +7,11 @@
 namespace caracal::transfer {
 
 struct ExchangeInternals {
-  static const detail::ExchangeArgs& kernel_args(const TokenExchange& exchange) { return exchange.kernel_args(); }
+  // What the exchange's kernels read (scaling and windows filled in per call).
+  static const detail::ExchangeArgs& kernel_args(const TokenExchange& exchange);
   // reverse_dispatch_filled_dx_slots's arguments (checked), for a kernel that runs those sums itself.
   static detail::ExchangeArgs filled_dx_slots_args(const TokenExchange& exchange, const RouterNormalization& router,
-                                                   DxSlots slots) {
-    return exchange.filled_dx_slots_args(router, slots);
-  }
+                                                   DxSlots slots);
 };
 
 }  // namespace caracal::transfer

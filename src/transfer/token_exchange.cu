@@ -4,6 +4,7 @@
 #include "caracal/comm/heap_allocator.hpp"
 #include "caracal/error.hpp"
 #include "caracal/transfer/token_exchange.hpp"
+#include "transfer/exchange_internals.hpp"
 #include "transfer/exchange_launch.hpp"
 
 namespace caracal::transfer {
@@ -138,7 +139,7 @@ bool runs_single_rank_pulls(const comm::World& world) { return world.world_size(
 
 }  // namespace detail
 
-struct TokenExchange::Kernels {
+struct detail::ExchangeKernels {
   comm::LaunchShape schedule;
   bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
                                    // (detail::runs_single_rank_pulls)
@@ -175,7 +176,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   CARACAL_CHECK(options.max_sms >= 0, "TokenExchange: options.max_sms must be >= 0 (0: all but ",
                 kExchangeFreeSms, " SMs), got ", options.max_sms);
   const int sm_budget = detail::exchange_sm_budget(world, options.max_sms);
-  kernels_ = std::make_unique<Kernels>();
+  kernels_ = std::make_unique<detail::ExchangeKernels>();
   kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
   kernels_->single_rank_pulls = detail::runs_single_rank_pulls(world);
   kernels_->dispatch = kernels_->single_rank_pulls ? detail::dispatch_single_rank_launch_shape(world, shape_)
@@ -221,7 +222,43 @@ ScheduleView TokenExchange::schedule_view(int local_rank) const {
                       most_schedule_rows(shape_, sizes_), options_.ring_rows, at(schedule_.rows)};
 }
 
-const detail::ExchangeArgs& TokenExchange::kernel_args() const { return kernels_->args; }
+const detail::ExchangeArgs& ExchangeInternals::kernel_args(const TokenExchange& exchange) {
+  return exchange.kernels_->args;
+}
+
+namespace {
+
+// The kernels' arguments for a pull of `range` (checked; `name` for errors).
+detail::ExchangeArgs pull_args(const TokenExchange& exchange, const detail::ExchangeKernels& kernels,
+                               const char* name, const PullRange& range) {
+  const int schedule_rows = most_schedule_rows(exchange.shape(), exchange.sizes());
+  check_window(name, range.first_row, range.end_row, exchange.options().ring_rows, schedule_rows,
+               static_cast<int>(exchange.shape().tile_m));
+  detail::ExchangeArgs args = kernels.args;
+  args.window = {range.first_row, range.end_row > 0 ? range.end_row : schedule_rows, exchange.options().ring_rows,
+                 range.in_place, !range.after_barrier};
+  return args;
+}
+
+// combine's and reverse dispatch's launches, in two passes or in one (a world of one rank).
+void launch_combine(comm::World& world, const detail::ExchangeKernels& kernels, const detail::ExchangeArgs& args,
+                    cudaStream_t stream) {
+  if (kernels.single_rank_combine) {
+    detail::launch_combine_single_rank(world, kernels.combine, args, stream);
+  } else {
+    detail::launch_combine(world, kernels.combine, args, stream);
+  }
+}
+void launch_reverse_dispatch(comm::World& world, const detail::ExchangeKernels& kernels,
+                             const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx) {
+  if (kernels.single_rank_pulls) {
+    detail::launch_reverse_dispatch_single_rank(world, kernels.reverse_dispatch, args, stream, push_dx);
+  } else {
+    detail::launch_reverse_dispatch(world, kernels.reverse_dispatch, args, stream, push_dx);
+  }
+}
+
+}  // namespace
 
 void TokenExchange::build_schedule(const RouterNormalization& router, cudaStream_t stream) {
   detail::ExchangeArgs args = kernels_->args;
@@ -231,22 +268,12 @@ void TokenExchange::build_schedule(const RouterNormalization& router, cudaStream
 
 void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  const detail::ExchangeArgs args = pull_args("TokenExchange::dispatch", range);
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, "TokenExchange::dispatch", range);
   if (kernels_->single_rank_pulls) {
     detail::launch_dispatch_single_rank(world_, kernels_->dispatch, args, stream);
   } else {
     detail::launch_dispatch(world_, kernels_->dispatch, args, stream);
   }
-}
-
-detail::ExchangeArgs TokenExchange::pull_args(const char* name, const PullRange& range) const {
-  const int schedule_rows = most_schedule_rows(shape_, sizes_);
-  check_window(name, range.first_row, range.end_row, options_.ring_rows, schedule_rows,
-               static_cast<int>(shape_.tile_m));
-  detail::ExchangeArgs args = kernels_->args;
-  args.window = {range.first_row, range.end_row > 0 ? range.end_row : schedule_rows, options_.ring_rows,
-                 range.in_place, !range.after_barrier};
-  return args;
 }
 
 namespace {
@@ -277,7 +304,7 @@ void TokenExchange::combine(const RouterNormalization& router, cudaStream_t stre
   args.scaling = scaling_of(router);
   args.combine = {forward_.expert_out, 0, group_rows};
   set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine");
-  launch_combine(args, stream);
+  launch_combine(world_, *kernels_, args, stream);
 }
 
 void TokenExchange::combine_after_fused_forward(const RouterNormalization& router, int ring_rows, cudaStream_t stream,
@@ -292,20 +319,12 @@ void TokenExchange::combine_after_fused_forward(const RouterNormalization& route
   args.scaling = scaling_of(router);
   args.combine = {backward_.expert_dy, ring_rows, ring_rows};
   set_y_outputs(args.combine, y, world_.local_ranks(), "TokenExchange::combine_after_fused_forward");
-  launch_combine(args, stream);
-}
-
-void TokenExchange::launch_combine(const detail::ExchangeArgs& args, cudaStream_t stream) {
-  if (kernels_->single_rank_combine) {
-    detail::launch_combine_single_rank(world_, kernels_->combine, args, stream);
-  } else {
-    detail::launch_combine(world_, kernels_->combine, args, stream);
-  }
+  launch_combine(world_, *kernels_, args, stream);
 }
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  const detail::ExchangeArgs args = pull_args("TokenExchange::reverse_combine", range);
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, "TokenExchange::reverse_combine", range);
   if (kernels_->single_rank_pulls) {
     detail::launch_reverse_combine_single_rank(world_, kernels_->reverse_combine, args, stream);
   } else {
@@ -319,32 +338,27 @@ void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStre
                 "(it pushes expert_dx rows of the whole schedule)");
   detail::ExchangeArgs args = kernels_->args;
   args.scaling = scaling_of(router);
-  launch_reverse_dispatch(args, stream, /*push_dx=*/true);
+  launch_reverse_dispatch(world_, *kernels_, args, stream, /*push_dx=*/true);
 }
 
 void TokenExchange::reverse_dispatch_filled_dx_slots(const RouterNormalization& router, cudaStream_t stream,
                                                      DxSlots slots) {
-  launch_reverse_dispatch(filled_dx_slots_args(router, slots), stream, /*push_dx=*/false);
+  launch_reverse_dispatch(world_, *kernels_, ExchangeInternals::filled_dx_slots_args(*this, router, slots), stream,
+                          /*push_dx=*/false);
 }
 
-detail::ExchangeArgs TokenExchange::filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const {
-  CARACAL_CHECK(options_.backward,
+detail::ExchangeArgs ExchangeInternals::filled_dx_slots_args(const TokenExchange& exchange,
+                                                            const RouterNormalization& router, DxSlots slots) {
+  const ExchangeOptions& options = exchange.options();
+  CARACAL_CHECK(options.backward,
                 "TokenExchange::reverse_dispatch_filled_dx_slots needs ExchangeOptions::backward = true");
-  CARACAL_CHECK(slots == DxSlots::kPerRoute || (options_.expert_dx && options_.ring_rows > 0),
+  CARACAL_CHECK(slots == DxSlots::kPerRoute || (options.expert_dx && options.ring_rows > 0),
                 "TokenExchange::reverse_dispatch_filled_dx_slots: slots = DxSlots::kPerTokenRank needs a ring "
                 "(ExchangeOptions::ring_rows > 0) with expert_dx = true (the fused backward's groups)");
-  detail::ExchangeArgs args = kernels_->args;
+  detail::ExchangeArgs args = exchange.kernels_->args;
   args.scaling = scaling_of(router);
-  args.dx_group_rows = slots == DxSlots::kPerTokenRank && !options_.rows_per_route ? options_.ring_rows : -1;
+  args.dx_group_rows = slots == DxSlots::kPerTokenRank && !options.rows_per_route ? options.ring_rows : -1;
   return args;
-}
-
-void TokenExchange::launch_reverse_dispatch(const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx) {
-  if (kernels_->single_rank_pulls) {
-    detail::launch_reverse_dispatch_single_rank(world_, kernels_->reverse_dispatch, args, stream, push_dx);
-  } else {
-    detail::launch_reverse_dispatch(world_, kernels_->reverse_dispatch, args, stream, push_dx);
-  }
 }
 
 void TokenExchange::check() {

@@ -23,7 +23,7 @@
 namespace caracal::transfer {
 
 namespace detail {
-struct ExchangeArgs;  // src/device/transfer/exchange_args.hpp
+struct ExchangeKernels;  // launch shapes and the kernels' arguments (src/transfer/token_exchange.cu)
 }  // namespace detail
 
 // Which buffer groups to allocate (the expert-side buffers are R x D each: a benchmark of one
@@ -154,16 +154,6 @@ class TokenExchange {
 
  private:
   friend struct ExchangeInternals;  // the fused kernels' access (src/transfer/exchange_internals.hpp)
-  struct Kernels;                   // launch shapes, fixed at setup
-  // Its kernels' arguments (checked) for reverse_dispatch_filled_dx_slots, for a fused kernel that
-  // runs those sums itself; and what the exchange kernels read.
-  detail::ExchangeArgs filled_dx_slots_args(const RouterNormalization& router, DxSlots slots) const;
-  const detail::ExchangeArgs& kernel_args() const;
-  // The kernels' arguments for a pull of `range` (checked; `name` for errors).
-  detail::ExchangeArgs pull_args(const char* name, const PullRange& range) const;
-  // combine's and reverse dispatch's launches, in two passes or in one (a world of one rank).
-  void launch_combine(const detail::ExchangeArgs& args, cudaStream_t stream);
-  void launch_reverse_dispatch(const detail::ExchangeArgs& args, cudaStream_t stream, bool push_dx);
 
   comm::World& world_;
   ExchangeShape shape_;
@@ -174,7 +164,7 @@ class TokenExchange {
   ForwardBuffers forward_;
   BackwardBuffers backward_;
   RoutingFaultFlag fault_;
-  std::unique_ptr<Kernels> kernels_;
+  std::unique_ptr<detail::ExchangeKernels> kernels_;  // fixed at setup
 };
 
 }  // namespace caracal::transfer
