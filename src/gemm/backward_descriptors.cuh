@@ -3,7 +3,7 @@
 // standalone launcher (src/gemm/down_dgrad_swiglu.cu) and the fused backward
 // (src/fused/backward.cu); the dx GEMM's for its standalone launcher
 // (src/gemm/gate_up_dgrad.cu), the one that stores the rows home
-// (src/fused/dx_to_home.cu) and the fused backward.
+// (src/gemm/gate_up_dgrad_to_home.cu) and the fused backward.
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm_backward.hpp"

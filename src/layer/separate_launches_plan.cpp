@@ -7,7 +7,7 @@
 //           home | shared expert's backward | reverse_dispatch_filled_dx_slots
 // Cross-rank ordering comes only from the exchange launches' world barriers.
 #include "caracal/gemm/expert_pass.hpp"
-#include "fused/dx_to_home.hpp"
+#include "gemm/gate_up_dgrad_to_home.hpp"
 #include "layer/layer_plan.hpp"
 
 namespace caracal::layer {
@@ -52,8 +52,11 @@ class SeparateLaunchesPlan final : public LayerPlan {
       const gemm::ExpertPass& pass = state_.ranks[l].routed;
       gemm::expert_backward_before_dx(pass, weights, {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16},
                                       stream);
-      // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue).
-      fused::gate_up_dgrad_to_home(world_, *state_.exchange, static_cast<int>(l), pass, weights, stream);
+      // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue),
+      // after reverse_combine's barrier; published by the reverse dispatch's.
+      const gemm::HomeSlots home{world_.device_heap_table(), state_.exchange->backward_buffers().dx_slots,
+                                 world_.first_local_rank() + static_cast<int>(l)};
+      gemm::gate_up_dgrad_to_home(pass, weights, home, stream);
     }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
       shared_backward(state_, l, ranks[l], forward[l].weights, stream);
