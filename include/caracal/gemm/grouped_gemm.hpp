@@ -1,39 +1,14 @@
 #pragma once
 // The Hopper grouped-GEMM engine, forward half: the routed experts' SwiGLU feed-forward over the
-// expert-contiguous rows of one rank (DESIGN §2, §3). The backward half, over the same rows, is in
-// caracal/gemm/grouped_gemm_backward.hpp.
-//
-// Rows. The kernels read the rank's schedule view (caracal/schedule_view.hpp, the same view the
-// transfers read): local expert e owns schedule rows [expert_offset[e], expert_offset[e+1]); the
-// first expert_count[e] of them are real routes, the rest padding up to a multiple of
-// kGroupedGemmTileM (128) rows. Both arrays live in DEVICE memory and are read by the kernels
-// only: the host never learns the counts, so every call can be captured in a CUDA graph. Rows
-// past row_capacity are never touched whatever the offsets say. The kernels work on the view's
-// window of rows [first_row, end_row) (the whole schedule by default). Row buffers ("[buffer
-// rows]") have rows.buffer_rows() rows: one per schedule row, or over a ring (ring_rows > 0) the
-// ring's, the window then being (part of) one macrobatch in buffer rows [0, end_row - first_row)
-// (caracal/schedule_view.hpp); arrays of one value per row ("[row_capacity]") stay one per
-// schedule row.
-//
-// Padding rows. The row buffers' padding rows must hold zeros on input (dispatch zeroes them).
-// Every row of every 128-row block of an expert is then written, padding rows with zeros (+-0):
-// the outputs are a pure function of the real inputs, bitwise. When expert_count is given, the
-// kernels skip the tensor-core work of 64-row halves that hold no real row and store zeros
-// there; the outputs are the same as without it. Rows at or past expert_offset[L] are untouched.
-//
-// Determinism. Each output tile is computed by one CTA with a fixed K order and rounded once, so
-// results are bitwise identical across runs and across grid sizes (num_ctas).
-//
-// CTA pairs. The row-tile kernels (these two, and the backward's dgrad and dx) run their CTAs as
-// clusters of two that take two tiles at a time and read the operand the tiles share once, by TMA
-// multicast: num_ctas is rounded up to an even count, and 0 means as many pairs as the GPU runs at
-// once.
-//
-// Both functions validate their arguments on the host first and throw caracal::Error naming the
-// argument and the value expected, before any CUDA call; then they enqueue one kernel on
-// `stream` (no synchronisation) and throw caracal::Error if the launch fails. Hopper (sm_90a) only.
-//
-// This header stays free of CuTe so plain host code (tests, tools) can include it.
+// expert-contiguous rows of one rank (DESIGN §2, §3); the backward half is grouped_gemm_backward.hpp.
+// Rows: the rank's ScheduleView (caracal/schedule_view.hpp), its offsets and counts in device memory
+// only (graph-capturable); the kernels work on its window [first_row, end_row) and never touch rows
+// past row_capacity or expert_offset[L]. Padding rows must hold zeros on input; every row of an
+// expert's 128-row blocks is written, padding with zeros, so outputs are a pure function of the
+// real inputs. Bitwise deterministic across runs and num_ctas (one CTA a tile, a fixed K order).
+// Row-tile kernels run CTAs in pairs (num_ctas rounded up to even; 0: as many pairs as fit).
+// Arguments are checked on the host first (caracal::Error naming the argument and the value
+// expected), then one kernel is enqueued on `stream`. sm_90a only; no CuTe in this header.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -1,37 +1,17 @@
 #pragma once
-// The Hopper grouped-GEMM engine, backward half: gradients of the routed experts' SwiGLU
-// feed-forward over the expert-contiguous rows of one rank (DESIGN §1, §3; contract B1-B5 of
-// caracal/reference.hpp). Rows, padding and the device-side offsets/counts follow
-// caracal/gemm/grouped_gemm.hpp (the rows: a ScheduleView). Per row r of local expert e, with g = g_r:
-//
-//   1. grouped_down_dgrad_swiglu   d_h = dy · W_down[e]                (fp32, never stored)
-//                                  dg  = <d_h, act>                    (fp32, before g: exact at g = 0)
-//                                  d_gate, d_up = SwiGLU backward of g·d_h (bf16, interleaved)
+// The Hopper grouped-GEMM engine, backward half (DESIGN §1, §3; contract B1-B5 of
+// caracal/reference.hpp), over the rows and padding rules of grouped_gemm.hpp. Per row r of local
+// expert e, with g = g_r:
+//   1. grouped_down_dgrad_swiglu   d_h = dy · W_down[e] (fp32), dg = <d_h, act> (before g),
+//                                  d_gate_up = SwiGLU backward of g·d_h (bf16, interleaved),
 //                                  scaled_activation = bf16(g · act)
-//   2. grouped_gate_up_dgrad       dx = d_gate · W_gate[e] + d_up · W_up[e]   (bf16, one GEMM
-//                                  over K = 2I with the interleaved weights)
-//   3. grouped_weight_grads        dW_gate_up[e] = sum_r d_gate_up[r]^T x[r]      (fp32)
-//                                  dW_down[e]    = sum_r dy[r]^T scaled_activation[r] (fp32)
-//
-// hidden = bf16(SiLU(gate) · up) is recomputed from the saved gate/up exactly as the forward
-// computed it. g enters the down weight gradient through scaled_activation, rounded to bf16 once
-// (the contract's dW_down = g·dy·act^T leaves g·dy unrounded; a tensor-core operand must be
-// bf16, so one of the two factors is rounded: ~2^-9 relative per term, well inside the tests'
-// 1e-2). Weight gradients are fp32: one CTA owns each 128 x 256 output tile and reduces over all
-// of its expert's rows in schedule order, so they are deterministic without split-K; an expert
-// without rows gets exact zeros. Over consecutive windows of the rows (ScheduleView::first_row,
-// end_row; the first starting at 0) they are bitwise those of one pass over all rows.
-//
-// Inputs' padding rows (dy, x, gate_up) must hold zeros and g must be 0 there (the transfers and
-// the forward leave them so); then every padding row of the row outputs is written with zeros
-// (+-0) and nothing depends on whether expert_count is given. Rows at or past expert_offset[L]
-// are untouched. Results are bitwise identical across runs and grid sizes (num_ctas). The dgrad
-// and dx kernels run their CTAs in pairs (grouped_gemm.hpp, "CTA pairs"): num_ctas is rounded up
-// to even.
-//
-// Each function validates its arguments on the host first (caracal::Error naming the argument
-// and the value expected, before any CUDA call), then enqueues its kernels on `stream` without
-// synchronising. Hopper (sm_90a) only. This header stays free of CuTe.
+//   2. grouped_gate_up_dgrad       dx = d_gate_up · W_gate_up[e] (bf16, K = 2I)
+//   3. grouped_weight_grads        dW_gate_up[e] = Σ_r d_gate_up[r]^T x[r], dW_down[e] = Σ_r
+//                                  dy[r]^T scaled_activation[r] (fp32, or bf16 rounded once)
+// Weight gradients: one CTA a tile over all of its expert's rows in schedule order (no split-K),
+// zeros for an expert without rows; over consecutive windows bitwise one pass. Everything else as
+// grouped_gemm.hpp: padding rows in (g = 0 there) give zeros out, bitwise across runs and
+// num_ctas, host checks first, enqueued without synchronising; sm_90a only; no CuTe here.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -1,37 +1,16 @@
 #pragma once
 // Bounded waits and the world barrier (DESIGN §3: cross-rank ordering comes only from barriers;
-// spin waits are bounded — a hang is a bug).
-//
+// every spin is bounded):
 //   wait_until(world, place, flag, done, site)        one thread spins until done(*flag); acquire
 //   world_barrier(world, place)                       every CTA of a role of every rank, all threads
 //   fail_wait(world, rank, site, seen, timeout_ns)    what a timed-out wait does
 //   global_time_ns()                                   %globaltimer, the clock of every timeout
-//
-// The timeout and the generation stamped on error records are read from the world's WorldControl
-// when a wait runs, so a replay of a CUDA graph captured before World::set_wait_timeout() or
-// World::reset() follows them.
-//
-// wait_until and world_barrier return false after a timeout (recorded for World::check()); the
-// kernel must then return. Every thread of a CTA gets the same world_barrier result, so that
-// return is uniform per CTA.
-//
-// Aborting: the wait that times out first records its error and then aborts the world: it
-// stores 1 + its rank into the `abort` word of every rank's barrier state. Every wait polls its own
-// rank's abort word and every barrier checks it on entry, so once one wait has expired every other
-// wait of every rank ends at once (recording "world aborted by rank r") instead of expiring one
-// after another, and every later launch stops at its first barrier. The word stays set until
-// World::reset() zeroes the barrier state on every rank, so a world that lost a rank refuses work
-// until it is brought back collectively; the layer poisons the outputs of such passes (NaN).
-// The barrier state is per rank, not per launch: one launch at a time per world may use it
-// (launches in stream order, as graphs replay them, are fine).
-//
-// Why not ncclLsaBarrierSession for the NCCL backend: its wait() (nccl_device/impl/
-// lsa_barrier__funcs.h, NCCL 2.28) spins in `while (true)` on the peers' inbox words with no exit
-// and no error path, so a rank that never arrives would hang every other rank forever; bounding it
-// would mean re-implementing wait() against ncclLsaBarrierSession_internal's fields (the inbox
-// layout in NCCL's resource buffer), which are not a stable API. The barrier here runs the same kind of epoch/inbox exchange over the
-// symmetric heap, bounded by %globaltimer, and serves both backends unchanged (in NCCL the heap is
-// the LSA window, so the inbox stores go straight over NVLink).
+// Both return false after a timeout or an abort (uniformly per CTA): the kernel must then return.
+// The first wait to expire records its error and aborts the world (every rank's abort word), so
+// every other wait ends at once and every later launch stops at its first barrier until
+// World::reset(). Timeout and generation are read from WorldControl when a wait runs (graph
+// replays follow set_wait_timeout and reset). One launch at a time per world uses the barrier
+// state (stream order). docs/ARCHITECTURE.md, "Communication blocks", says why not NCCL's barrier.
 #include <cstdint>
 
 #include <cuda/atomic>
