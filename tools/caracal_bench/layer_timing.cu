@@ -34,6 +34,13 @@ double rank_bytes(const LayerConfig& c, const LayerSetup& setup, bool bf16_gradi
   return double(m.heap) + double(m.local) + weights * (2.0 + (bf16_gradients ? 2.0 : 4.0));
 }
 
+// The timed layer of `a`'s command line: the fused one, or v1's.
+std::unique_ptr<MoELayer> build_layer(comm::World& world, const LayerConfig& c, const BenchOptions& a,
+                                      bool fused_forward) {
+  const LayerSetup setup = layer_setup(a, fused_forward);
+  return layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
+}
+
 // Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
 // the layer's sizes (milliseconds a run) to reach the 200 ms the single-GPU timer asks for.
 constexpr int kLockstepWarmupRuns = 20;
@@ -56,8 +63,7 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
 
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward) {
-  const LayerSetup setup = layer_setup(a, fused_forward);
-  const std::unique_ptr<MoELayer> built = layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
+  const std::unique_ptr<MoELayer> built = build_layer(world, c, a, fused_forward);
   MoELayer& layer = *built;
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
@@ -108,8 +114,7 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
 
 void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                    bool fused_forward) {
-  const LayerSetup setup = layer_setup(a, fused_forward);
-  const std::unique_ptr<MoELayer> built = layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
+  const std::unique_ptr<MoELayer> built = build_layer(world, c, a, fused_forward);
   MoELayer& layer = *built;
   const bench::Stream stream;
   const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
