@@ -112,56 +112,57 @@ void check_fp8_pointers(const void* codes, const float* scales, bool may_be_null
 // The FP8 GEMMs' tile: 128 x 128 (Fp8BlockScaledGemmPolicy).
 constexpr int64_t kFp8BlockN = 128;
 
+// What every row-tile GEMM checks beside its pointers: its rows, D and I (multiples of
+// `alignment`), the CTA count and tile queue, and that its tiles over N = `n` columns (in tiles of
+// `block_n`) fit the device's 32-bit indices.
+template <class Args>
+void check_row_gemm(const Args& a, int64_t n, const char* fn, int alignment = kGroupedGemmDimAlignment,
+                    int64_t block_n = kBlockN) {
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)", alignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", alignment);
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
+  check_tile_count(a.rows, n, fn, block_n);
+}
+template <class Args>
+void check_fp8_row_gemm(const Args& a, int64_t n, const char* fn) {
+  check_row_gemm(a, n, fn, kFp8GroupedGemmDimAlignment, kFp8BlockN);
+}
+
 }  // namespace
 
 void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu (fp8)";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
-  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  check_fp8_row_gemm(a, 2 * int64_t(a.intermediate), fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
   check_fp8_pointers(a.w_gate_up.codes, a.w_gate_up.scales, false, fn, "w_gate_up");
   check_pointer(a.activation_out, no_rows, fn, "activation_out");
   check_pointer(a.gate_up_out, true, fn, "gate_up_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn, kFp8BlockN);
 }
 
 void check_down_proj_args(const Fp8DownProjArgs& a) {
   const char* fn = "grouped_down_proj (fp8)";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
-  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  check_fp8_row_gemm(a, int64_t(a.hidden), fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.activation.codes, a.activation.scales, no_rows, fn, "activation");
   check_fp8_pointers(a.w_down.codes, a.w_down.scales, false, fn, "w_down");
   check_pointer(a.y_out, no_rows, fn, "y_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, int64_t(a.hidden), fn, kFp8BlockN);
 }
 
 void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
   const char* fn = "grouped_gate_up_dgrad (fp8)";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
-  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  check_fp8_row_gemm(a, int64_t(a.hidden), fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.d_gate_up.codes, a.d_gate_up.scales, no_rows, fn, "d_gate_up");
   check_fp8_pointers(a.w_gate_up_t.codes, a.w_gate_up_t.scales, false, fn, "w_gate_up_t");
   check_pointer(a.dx_out, no_rows, fn, "dx_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, int64_t(a.hidden), fn, kFp8BlockN);
 }
 
 void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& a) {
   const char* fn = "grouped_down_dgrad_swiglu (fp8)";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
-  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  check_fp8_row_gemm(a, int64_t(a.intermediate), fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.dy.codes, a.dy.scales, no_rows, fn, "dy");
   check_fp8_pointers(a.w_down_t.codes, a.w_down_t.scales, false, fn, "w_down_t");
@@ -171,45 +172,30 @@ void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& a) {
   check_pointer(a.scaled_activation_out, no_rows, fn, "scaled_activation_out");
   check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
   check_pointer(a.workspace, no_rows, fn, "workspace");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, int64_t(a.intermediate), fn, kFp8BlockN);
 }
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)");
-  check_dim(a.intermediate, fn, "intermediate (I)");
+  check_row_gemm(a, 2 * int64_t(a.intermediate), fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.x, no_rows, fn, "x");
   check_pointer(a.w_gate_up, false, fn, "w_gate_up");
   check_pointer(a.activation_out, no_rows, fn, "activation_out");
   check_pointer(a.gate_up_out, true, fn, "gate_up_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, 2 * int64_t(a.intermediate), fn);
 }
 
 void check_down_proj_args(const DownProjArgs& a) {
   const char* fn = "grouped_down_proj";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)");
-  check_dim(a.intermediate, fn, "intermediate (I)");
+  check_row_gemm(a, a.hidden, fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.activation, no_rows, fn, "activation");
   check_pointer(a.w_down, false, fn, "w_down");
   check_pointer(a.y_out, no_rows, fn, "y_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.hidden, fn);
 }
 
 void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
   const char* fn = "grouped_down_dgrad_swiglu";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)");
-  check_dim(a.intermediate, fn, "intermediate (I)");
+  check_row_gemm(a, a.intermediate, fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.dy, no_rows, fn, "dy");
   check_pointer(a.w_down, false, fn, "w_down");
@@ -219,23 +205,15 @@ void check_down_dgrad_swiglu_args(const DownDgradSwigluArgs& a) {
   check_pointer(a.scaled_activation_out, no_rows, fn, "scaled_activation_out");
   check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
   check_pointer(a.workspace, no_rows, fn, "workspace");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.intermediate, fn);
 }
 
 void check_gate_up_dgrad_args(const GateUpDgradArgs& a, bool dx_stored) {
   const char* fn = "grouped_gate_up_dgrad";
-  check_rows(a.rows, fn);
-  check_dim(a.hidden, fn, "hidden (D)");
-  check_dim(a.intermediate, fn, "intermediate (I)");
+  check_row_gemm(a, a.hidden, fn);
   bool const no_rows = a.rows.row_capacity == 0;
   check_pointer(a.d_gate_up, no_rows, fn, "d_gate_up");
   check_pointer(a.w_gate_up, false, fn, "w_gate_up");
   check_pointer(a.dx_out, no_rows || !dx_stored, fn, "dx_out");
-  check_num_ctas(a.num_ctas, fn);
-  check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.hidden, fn);
 }
 
 void check_weight_grads_args(const WeightGradArgs& a) {
