@@ -16,25 +16,11 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/tool_path.hpp"
 
 namespace {
 
-// $CARACAL_BENCH when set; else caracal-bench of this test's build tree (<build>/tests/..), which
-// still works when the build tree moved (the device machine); else the path CMake compiled in.
-std::string bench_path() {
-  const char* env = std::getenv("CARACAL_BENCH");
-  if (env && *env) return env;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));  // <build>/tests
-    const std::string candidate = dir.substr(0, dir.rfind('/')) + "/caracal-bench";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return CARACAL_BENCH_PATH;
-}
+std::string bench_path() { return caracal::test::tool_path("CARACAL_BENCH", "caracal-bench", CARACAL_BENCH_PATH); }
 
 struct BenchRun {
   int exit_code = -1;

@@ -15,25 +15,11 @@
 #include <string>
 
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/tool_path.hpp"
 
 namespace {
 
-// $CARACAL_SOAK when set; else caracal-soak of this test's build tree (<build>/tests/..), which
-// still works when the build tree moved (the device machine); else the path CMake compiled in.
-std::string soak_path() {
-  const char* env = std::getenv("CARACAL_SOAK");
-  if (env && *env) return env;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));  // <build>/tests
-    const std::string candidate = dir.substr(0, dir.rfind('/')) + "/caracal-soak";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return CARACAL_SOAK_PATH;
-}
+std::string soak_path() { return caracal::test::tool_path("CARACAL_SOAK", "caracal-soak", CARACAL_SOAK_PATH); }
 
 std::string slurp(const std::string& path) {
   std::stringstream ss;
