@@ -1,34 +1,9 @@
 #pragma once
 // The token exchange frameworks run today, as the baseline TokenExchange is measured against
 // (issue 3): the host learns the counts. One rank per GPU over an NCCL communicator, made by
-// either bootstrap of caracal/comm/nccl_bootstrap.hpp (one thread per GPU, or one process per GPU);
-// every rank calls dispatch and combine at the same point.
-//
-// dispatch(topk_idx, x):
-//   1. local: stable sort of the T*k routes by destination expert (CUB radix sort, what
-//      torch.argsort does), so the routes bound for rank p's experts are contiguous; per-expert
-//      counts from the sorted keys; x rows gathered into that order (the send buffer);
-//   2. all-to-all of the per-expert counts: grouped ncclSend/ncclRecv of L ints per peer;
-//   3. the counts to pinned host memory, then cudaStreamSynchronize: the host learns how many rows
-//      it sends to and receives from every peer (the synchronization TokenExchange avoids);
-//   4. grouped ncclSend/ncclRecv of the rows; they arrive ordered [source rank][local expert][route];
-//   5. local: reordered expert-major, [local expert][source rank][route] (expert_x()), the layout a
-//      grouped GEMM needs.
-// combine(expert_out, gates, y): the way back, with the counts already known (no host sync):
-//   expert-major -> source-major, grouped send/recv back to the home ranks, then
-//   y[t] = sum over routed slots s, in slot order, of g[t*k+s] * row(t, s), in fp32 (fmaf from
-//   zero) rounded once to bf16: TokenExchange::combine's operations without a shared expert, so y
-//   is bit-identical to it.
-//
-// Row mapping to TokenExchange (schedule.hpp): the j-th route (0-based, (token, slot) order) of
-// source p to local expert l is row  sum_{l'<l} n_l' + sum_{q<p} c_q + j  of expert_x() here
-// (n_l: routes to l, c_q: routes of source q to l; segments unpadded and back to back), and row
-//   expert_offset[l] + sum_q min(c_q, j) + #{q < p : c_q > j}  of TokenExchange's expert_x
-// (segments padded to tile_m, sources interleaved). At W = 1 both orders are (token, slot) order:
-// every expert's rows are equal row for row, TokenExchange's padding rows aside.
-//
-// Buffers are sized for the worst case at construction (a rank may receive all W*T*k routes),
-// like a fixed-capacity framework buffer; nothing is allocated per call.
+// either bootstrap of caracal/comm/nccl_bootstrap.hpp; every rank calls dispatch and combine at
+// the same point. Buffers are sized for the worst case at construction (a rank may receive all
+// W*T*k routes); nothing is allocated per call.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -48,18 +23,37 @@ class NcclBaselineExchange {
   // shape.tile_m is not used. Throws caracal::Error for an invalid shape or CUDA failures.
   NcclBaselineExchange(ncclComm_t comm, const transfer::ExchangeShape& shape);
 
-  // topk_idx [T*k] (ids outside [0, E) are empty slots) and x [T][D], on this rank's device.
+  // topk_idx [T*k] (ids outside [0, E) are empty slots) and x [T][D], on this rank's device:
+  //   1. local: stable sort of the T*k routes by destination expert (CUB radix sort, what
+  //      torch.argsort does), so the routes bound for rank p's experts are contiguous; per-expert
+  //      counts from the sorted keys; x rows gathered into that order (the send buffer);
+  //   2. all-to-all of the per-expert counts: grouped ncclSend/ncclRecv of L ints per peer;
+  //   3. the counts to pinned host memory, then cudaStreamSynchronize: the host learns how many
+  //      rows it sends to and receives from every peer (the synchronization TokenExchange avoids);
+  //   4. grouped ncclSend/ncclRecv of the rows; they arrive ordered [source rank][local expert][route];
+  //   5. local: reordered expert-major, [local expert][source rank][route] (expert_x()), the layout
+  //      a grouped GEMM needs.
   // Synchronizes `stream` once, half way (step 3). Collective.
   void dispatch(const int32_t* topk_idx, const __nv_bfloat16* x, cudaStream_t stream);
 
   // After dispatch: rows received per local expert, their sum, and the rows ([received_rows][D],
-  // expert-major, valid once the stream reaches the end of dispatch).
+  // expert-major, valid once the stream reaches the end of dispatch). Against TokenExchange
+  // (schedule.hpp): the j-th route (0-based, (token, slot) order) of source p to local expert l is
+  // row  sum_{l'<l} n_l' + sum_{q<p} c_q + j  here (n_l: routes to l, c_q: routes of source q to l;
+  // segments unpadded and back to back), and row
+  //   expert_offset[l] + sum_q min(c_q, j) + #{q < p : c_q > j}  of TokenExchange's expert_x
+  // (segments padded to tile_m, sources interleaved). At W = 1 both orders are (token, slot) order:
+  // every expert's rows are equal row for row, TokenExchange's padding rows aside.
   const std::vector<int64_t>& expert_rows() const { return expert_rows_; }
   int64_t received_rows() const { return received_rows_; }
   const __nv_bfloat16* expert_x() const { return expert_x_.get(); }
 
   // expert_out [received_rows][D] in expert_x()'s order (may be expert_x() itself), gates [T*k]
-  // (read for routed slots only), y [T][D]. No host sync. Collective; needs a dispatch first.
+  // (read for routed slots only), y [T][D]. The way back, with the counts already known:
+  // expert-major -> source-major, grouped send/recv back to the home ranks, then
+  // y[t] = sum over routed slots s, in slot order, of g[t*k+s] * row(t, s), in fp32 (fmaf from
+  // zero) rounded once to bf16: TokenExchange::combine's operations without a shared expert, so y
+  // is bit-identical to it. No host sync. Collective; needs a dispatch first.
   void combine(const __nv_bfloat16* expert_out, const float* gates, __nv_bfloat16* y, cudaStream_t stream);
 
  private:

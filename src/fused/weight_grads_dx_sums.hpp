@@ -1,10 +1,9 @@
 #pragma once
-// The routed experts' weight gradients with reverse dispatch riding on them, in a world of one rank
-// (issue 15): gemm::expert_weight_grads's two launches, dW_gate_up's kernel also summing every
-// token's dx (its shared-expert row, then its routed dx slots in slot order) and d topk_scores on
-// its producer warpgroup's idle warps under its tiles — TokenExchange::reverse_dispatch_filled_dx_slots
-// without a launch of its own after them (~0.15 ms of HBM traffic for DeepSeek-V3 at T = 4096,
-// hidden under ~3 ms of tiles). The same bits as the two apart.
+// The routed experts' weight gradients with reverse dispatch riding on them, in a world of one rank:
+// gemm::expert_weight_grads's two launches, dW_gate_up's kernel also summing every token's dx (its
+// shared-expert row, then its routed dx slots in slot order) and d topk_scores on its producer
+// warpgroup's idle warps under its tiles — TokenExchange::reverse_dispatch_filled_dx_slots without
+// a launch of its own after them. The same bits as the two apart.
 //
 // Ordering (one stream): every dx slot filled (the last window's dx tiles: fused::fused_backward)
 // and the shared expert's dx in the exchange's shared_dx (its backward) before it; the sums read

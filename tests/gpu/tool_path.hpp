@@ -1,7 +1,5 @@
 #pragma once
-// Where a tool the smoke tests run lives: $`env` when set; else `name` in this test's build tree
-// (<build>/tests/.., which still works when the build tree moved, as on the device machine); else
-// `compiled_in`, the path CMake compiled in.
+// Where a test finds a program of the build it runs end to end.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,9 +7,11 @@
 
 namespace caracal::test {
 
-inline std::string tool_path(const char* env, const char* name, const char* compiled_in) {
-  const char* value = std::getenv(env);
-  if (value && *value) return value;
+// $`env_var` when set; else `name` in the root of this test's build tree (<build>/tests/..), which
+// still works when the build tree moved (the device machine); else `compiled_in` (CMake's path).
+inline std::string tool_path(const char* env_var, const char* name, const char* compiled_in) {
+  const char* env = std::getenv(env_var);
+  if (env && *env) return env;
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {

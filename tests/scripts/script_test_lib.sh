@@ -11,6 +11,19 @@ finish() {
   exit $((failures > 0))
 }
 
+# run_and_expect NAME WANT_RC LAST_LINE PATTERN COMMAND...: runs COMMAND, its output (stdout and
+# stderr) into $out and its exit status into $rc, and fails NAME unless it exited WANT_RC, its last
+# line is LAST_LINE and, where PATTERN is not empty, a line matches the extended regex PATTERN.
+run_and_expect() {
+  local name=$1 want_rc=$2 last=$3 pattern=$4
+  shift 4
+  out=$("$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
+  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
+  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+}
+
 # stub_device_tools: nvidia-smi, compute-sanitizer, cuobjdump and torchrun stubs first on PATH (no
 # GPU). nvidia-smi lists STUB_GPUS GPUs (1); compute-sanitizer runs the command after its options,
 # printing an error in a kernel of ours when STUB_SANITIZER_ERRORS=1; cuobjdump prints STUB_HGMMA

@@ -34,10 +34,8 @@ check() {  # check NAME WANT_RC LAST_LINE PATTERN [!PATTERN] -- ENV...: runs ab-
   local name=$1 want_rc=$2 last=$3 pattern=$4 absent=$5
   shift 6
   local out rc
-  out=$(env -u OUT "$@" ROUNDS=1 GEMM_CASES=none bash "$root/scripts/ab-check.sh" "$work/old" "${NEW:-$work/new}" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
+  run_and_expect "$name" "$want_rc" "$last" "" \
+    env -u OUT "$@" ROUNDS=1 GEMM_CASES=none bash "$root/scripts/ab-check.sh" "$work/old" "${NEW:-$work/new}"
   grep -q -- "$pattern" <<<"$out" || fail "$name: no '$pattern' in"$'\n'"$out"
   if [ -n "$absent" ] && grep -q -- "$absent" <<<"$out"; then fail "$name: '$absent' in"$'\n'"$out"; fi
 }

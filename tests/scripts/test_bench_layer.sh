@@ -29,11 +29,7 @@ check() {  # check NAME WANT_RC LAST_LINE [PATTERN] -- ENV...: runs bench-layer 
   local name=$1 want_rc=$2 last=$3 pattern=$4
   shift 5
   local out rc
-  out=$(cd "$work/cwd" && env "$@" bash "$root/scripts/bench-layer.sh" "$work/build" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
-  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -C "$work/cwd" "$@" bash "$root/scripts/bench-layer.sh" "$work/build"
 }
 
 check "all passing" 0 "all passed" "^speedup over plain PyTorch \(W=1\): forward 1.50x" -- OUT="$work/out1"

@@ -35,11 +35,7 @@ check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs gemm-c
   local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
   shift 6
   local out rc
-  out=$(cd "$work/cwd" && env -u OUT "$@" bash "$root/scripts/gemm-check.sh" "$build" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
-  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -C "$work/cwd" -u OUT "$@" bash "$root/scripts/gemm-check.sh" "$build"
 }
 
 check "all passing, OUT unset" "$work/ok" 0 "all passed" "^torch_grouped_mm.py +ok$" --

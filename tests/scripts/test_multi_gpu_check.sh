@@ -30,11 +30,7 @@ check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs multi-
   local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
   shift 6
   local out rc
-  out=$(env -u OUT STUB_GPUS=2 "$@" bash "$root/scripts/multi-gpu-check.sh" "$build" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
-  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -u OUT STUB_GPUS=2 "$@" bash "$root/scripts/multi-gpu-check.sh" "$build"
 }
 
 check "all passing, OUT unset" "$work/ok" 0 "all passed" "^soak W2: NCCL vs loopback +bitwise identical$" --

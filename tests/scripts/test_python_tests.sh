@@ -29,10 +29,8 @@ check() {  # check NAME WANT_RC LAST_LINE -- ENV...: runs python-tests.sh with E
   local name=$1 want_rc=$2 last=$3
   shift 4
   local out rc
-  out=$(env -u CARACAL_REQUIRE_GPU PYTHON="$work/python" "$@" bash "$root/scripts/python-tests.sh" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
+  run_and_expect "$name" "$want_rc" "$last" "" \
+    env -u CARACAL_REQUIRE_GPU PYTHON="$work/python" "$@" bash "$root/scripts/python-tests.sh"
   if [ "$rc" -ne 0 ] && grep -qF -- "$pattern" <<<"$out"; then fail "$name: a failure that CTest would take for a skip:"$'\n'"$out"; fi
 }
 

@@ -27,11 +27,7 @@ check() {  # check NAME WANT_RC LAST_LINE [PATTERN] -- ENV...: runs torch-check 
   local name=$1 want_rc=$2 last=$3 pattern=$4
   shift 5
   local out rc
-  out=$(env -u OUT PYTHON="$work/python" "$@" bash "$root/scripts/torch-check.sh" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$want_rc" ] || fail "$name: exit $rc, want $want_rc"$'\n'"$out"
-  [ "$(tail -n 1 <<<"$out")" = "$last" ] || fail "$name: last line is not '$last' in"$'\n'"$out"
-  if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
+  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -u OUT PYTHON="$work/python" "$@" bash "$root/scripts/torch-check.sh"
 }
 
 check "all passing, OUT unset" 0 "all passed" "^train_moe.py +loss: 10.4 -> 4.1 \| 2 runs bitwise identical: yes$" --

@@ -2,24 +2,10 @@
 // An expert-parallel world (DESIGN §4): `world_size` ranks, each owning a symmetric heap of the same
 // size; buffers are allocated once at setup (the same calls in the same order on every rank) and
 // named by SymmetricPtr. Kernels see the world through DeviceWorld (device_world.cuh) and are
-// launched with caracal::comm::launch (launch.cuh). Backends:
-//   * LoopbackWorld (loopback_world.hpp): all ranks are virtual, on one GPU, in one launch;
-//   * NcclWorld (nccl_world.hpp): one rank per process or thread, NCCL symmetric memory.
-// After construction nothing here synchronizes the device but reset(), which first waits for the
-// work already on its stream: device_view, check, set_wait_timeout and stall_next_barrier only
-// touch host memory or enqueue work on a stream, so launches can be captured into CUDA graphs.
-// What a captured launch reads at run time (the wait timeout, the reset generation, the
-// fault-injection hook) lives in device memory that those calls update in stream order, so a
-// graph captured before set_wait_timeout() or reset() follows them when replayed.
-//
-// Failures: every device wait is bounded by wait_timeout() (default 10 minutes, as NCCL's watchdog).
-// The first wait that expires aborts the world: every rank's waits end at once, every later launch
-// (eager or replayed) stops at its first barrier, fault_flag() reads 1.0, and check() throws on
-// every rank, and keeps throwing, until reset() has been called on every rank (collective). See
-// device_sync.cuh.
-//
-// Threading: a World is used from one host thread at a time, whose current device is device().
-// Not copyable or movable (kernels hold pointers into it); destroy it after its last launch.
+// launched with caracal::comm::launch (launch.cuh). Backends: LoopbackWorld (loopback_world.hpp),
+// every rank virtual, on one GPU, in one launch; NcclWorld (nccl_world.hpp), one rank per process
+// or thread, NCCL symmetric memory. Used from one host thread at a time, whose current device is
+// device().
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -49,11 +35,23 @@ struct WorldShape {
   int device;
 };
 
+// After construction nothing here synchronizes the device but reset(), which first waits for the
+// work already on its stream: the other calls only touch host memory or enqueue work on a stream,
+// so launches can be captured into CUDA graphs. What a captured launch reads at run time (the wait
+// timeout, the reset generation, the fault-injection hook) lives in device memory that those calls
+// update in stream order, so a graph captured before set_wait_timeout() or reset() follows them
+// when replayed.
+// Failures: every device wait is bounded by wait_timeout(). The first wait that expires aborts the
+// world: every rank's waits end at once, every later launch (eager or replayed) stops at its first
+// barrier, fault_flag() reads 1.0, and check() throws on every rank, and keeps throwing, until
+// reset() has been called on every rank (collective). See device_sync.cuh.
 class World {
  public:
-  // Long enough for a rank that stalls on the host for a checkpoint, an eval or a first-step compile.
+  // Long enough for a rank that stalls on the host for a checkpoint, an eval or a first-step compile
+  // (as NCCL's watchdog).
   static constexpr std::chrono::nanoseconds kDefaultWaitTimeout = std::chrono::minutes(10);
 
+  // Not copyable or movable (kernels hold pointers into it); destroy it after its last launch.
   World(const World&) = delete;
   World& operator=(const World&) = delete;
   virtual ~World();

@@ -12,8 +12,7 @@ namespace caracal::transfer {
 // bf16 values per 16-byte vector: rows move as whole vectors, so `hidden` must be a multiple.
 inline constexpr int64_t kHiddenAlignment = 8;
 // Routes one warp of the schedule builder pulls, counts and places as one chunk: small, so that a
-// step's chunks keep many SMs busy (DeepSeek-V3 at W = 1: 128 warps on 8 CTAs; 1,024-route chunks
-// left it on 2 CTAs, 71 us in ncu).
+// step's chunks keep many SMs busy.
 inline constexpr int64_t kScheduleChunkRoutes = 256;
 // Threads per CTA of the exchange kernels. A launch of G CTAs touches at most G SMs, so capping G
 // (ExchangeOptions::max_sms) leaves the other SMs wholly free for concurrent work; the CTAs are

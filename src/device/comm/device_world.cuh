@@ -1,25 +1,11 @@
 #pragma once
-// The device-side view of an expert-parallel world, shared by every backend (DESIGN §4).
-//
-// Every rank owns one symmetric heap of the same size; each buffer lives at the same offset in
-// every rank's heap, so a buffer is named by a SymmetricPtr (an offset) and resolved for any
-// rank with DeviceWorld::at(ptr, rank). `heap[r]` is rank r's heap as this process maps it:
-//   * loopback: W virtual ranks on one GPU, heap[r] = base + r * stride, all ranks in one
-//     launch (the grid holds local_ranks * ctas_per_rank CTAs);
-//   * NCCL: one rank per process or thread, heap[r] = the registered window's LSA pointer for r.
-// Kernels are written for one rank: CTA blockIdx.x serves local rank blockIdx.x / ctas_per_rank
-// (a 1-D grid, as launch() makes it); a kernel computes its CTA's place once (cta_place.cuh) and
-// passes it to the blocks it calls.
-//
-// Cross-rank ordering comes only from world_barrier (device_sync.cuh, DESIGN §3). Waits are
-// bounded: a wait that times out records an error (first error wins), aborts the world (every
-// rank's waits end at once) and the kernel returns; the host raises it as caracal::Error at its
-// next World::check().
-//
-// A DeviceWorld is made by World::device_view for exactly one launch and passed by value as the
-// kernel's first parameter. What may change after a launch was captured into a CUDA graph (the
-// wait timeout, the reset generation, the fault-injection hook) is not in it but in the world's
-// WorldControl (world_control.hpp), read at run time.
+// The device-side view of an expert-parallel world, shared by every backend (DESIGN §4). Kernels
+// are written for one rank: CTA blockIdx.x serves local rank blockIdx.x / ctas_per_rank (a 1-D
+// grid, as launch() makes it); a kernel computes its CTA's place once (cta_place.cuh) and passes it
+// to the blocks it calls. Cross-rank ordering comes only from world_barrier (device_sync.cuh,
+// DESIGN §3). Waits are bounded: a wait that times out records an error (first error wins), aborts
+// the world (every rank's waits end at once) and the kernel returns; the host raises it as
+// caracal::Error at its next World::check().
 #include <cstdint>
 
 #include "caracal/comm/device_error.hpp"
@@ -28,11 +14,18 @@
 
 namespace caracal::comm {
 
+// Made by World::device_view for exactly one launch and passed by value as the kernel's first
+// parameter. What may change after a launch was captured into a CUDA graph (the wait timeout, the
+// reset generation, the fault-injection hook) is not in it but in `control`, read at run time.
 struct DeviceWorld {
   int world_size = 1;
   int first_local_rank = 0;  // global rank of this process's first rank (loopback: 0)
   int local_ranks = 1;       // ranks driven by this process (loopback: W, NCCL: 1)
   int ctas_per_rank = 1;
+  // Every rank owns one symmetric heap of the same size; a buffer lives at the same offset in every
+  // rank's heap (a SymmetricPtr), resolved for any rank by at(). heap[r] is rank r's heap as this
+  // process maps it: loopback, base + r * stride (all ranks in one launch, the grid holding
+  // local_ranks * ctas_per_rank CTAs); NCCL, the registered window's LSA pointer for r.
   char* const* heap = nullptr;          // [world_size] device array of heap bases
   DeviceErrorRecord* error = nullptr;   // pinned host record, read by World::check()
   unsigned* error_claim = nullptr;      // device word: the first failed wait of a period wins

@@ -1,27 +1,11 @@
 #pragma once
 // Readiness between the CTAs of one GPU inside one launch (DESIGN §3: a task waits on local
 // counters, never on remote flags): a producer CTA publishes data, then raises a counter; a
-// consumer CTA waits until the counter reaches a target, then reads the data.
-//
-//   signal_ready(counter, amount)                    all threads of the producer CTA; release
-//   wait_ready(world, place, counter, target, index) all threads of the consumer CTA; acquire;
-//                                                    bounded by the world's timeout, and over
-//                                                    at once when the world is aborted
-//   signal_ready_thread / wait_ready_thread          the same from one thread, for a producer
-//                                                    that is a warp or a warpgroup (the caller
-//                                                    orders its peers' writes before the signal)
-//   async_proxy_fence()                              between these flags (generic proxy) and TMA
-//                                                    copies (async proxy) of the data they guard
-//
-// Counters are uint32 in device memory, only ever raised (fetch_add); a target is compared with
-// wrap-around arithmetic (value - target as int32 >= 0), so a counter can run across passes and
-// graph replays without a reset as long as a wait's target is within 2^31 of the value.
-//
-// Memory order, at device (GPU) scope: the producer's __syncthreads orders all its threads' writes
-// before thread 0's release add (cumulative); the consumer's thread 0 polls with relaxed loads,
-// acquires once the target is reached, and __syncthreads hands that on to the other threads.
-// What a CTA wrote before signal_ready is therefore visible to every thread of a CTA after its
-// wait_ready returns true. Data that other GPUs write is not covered: that needs world_barrier.
+// consumer CTA waits until the counter reaches a target, then reads the data. Counters are uint32
+// in device memory, only ever raised (fetch_add); a target is compared with wrap-around arithmetic
+// (value - target as int32 >= 0), so a counter runs across passes and graph replays without a
+// reset while a wait's target is within 2^31 of its value. Device (GPU) scope: data that other
+// GPUs write is not covered (that needs world_barrier).
 #include <cstdint>
 
 #include <cuda/atomic>
@@ -30,6 +14,11 @@
 #include "device/comm/device_world.cuh"
 
 namespace caracal::comm {
+
+// Memory order: the producer's __syncthreads orders all its threads' writes before thread 0's
+// release add (cumulative); the consumer's thread 0 polls with relaxed loads, acquires once the
+// target is reached, and __syncthreads hands that on to the other threads. What a CTA wrote before
+// signal_ready is therefore visible to every thread of a CTA after its wait_ready returns true.
 
 // Raises `counter` by `amount` once every thread of the calling CTA has finished its writes. Call
 // from all threads of the CTA.

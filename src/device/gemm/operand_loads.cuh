@@ -1,28 +1,11 @@
 #pragma once
-// The kinds of GEMM operand the grouped kernels stream through TMA, each with the tensor map its
-// loads need (host) and the copies of one k tile into a stage (device, the producer thread). What
-// is loaded — element, MN rows, K depth — is the GEMM's policy's OperandTile (gemm_policy.cuh):
-// Gemm::Policy::A or ::B.
-//
-//   KMajorRows      row buffer [row_capacity][K]       forward A; backward dgrad A
-//   KMajorWeights   expert weights [L][N][K]           forward B
-//   MNMajorWeights  expert weights [L][K][N]           backward dgrad B (W_down, W_gate_up as stored)
-//   MNMajorRows     row buffer [row_capacity][MN]      weight gradients: both operands, the rows
-//                                                      of the buffer being the GEMM's K
-// MN-major operands are loaded as BlockK x kMnBox boxes stacked along MN (layout in
-// mma_config.cuh); the wgmma reads them transposed from shared memory, so no operand is ever
-// transposed in memory. A K-major box reaching past a tensor's end is zero-filled by the TMA and
-// still delivers its full byte count. An MN-major box lying wholly past the operand's MN extent (a
-// multiple of kMnBox) is loaded from the extent's last kMnBox instead: it only feeds output rows
-// or columns that are never stored, and no copy depends on how the TMA treats a box with no
-// element in bounds. Either way every stage receives its operand tile's bytes. The host maps, of the
-// tile's element (bf16, or e4m3 for the K-major kinds of a scaled policy), are each kind's
-// OperandMaps (src/gemm/operand_maps.hpp).
-//
-// A scaled operand (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and
-// its kind also loads each k step's fp32 scales (load_scales, ScaleTile) from its OperandMaps'
-// make_scale_map: KMajorRows one per row (1 x 128 blocks), KMajorWeights one per 128 x 128
-// block (the layouts src/quant/quantize_fp8.hpp writes).
+// The kinds of GEMM operand the grouped kernels stream through TMA: the copies of one k tile into
+// a stage (device, the producer thread); their tensor maps are each kind's OperandMaps
+// (src/gemm/operand_maps.hpp). What is loaded (element, MN rows, K depth) is the GEMM's policy's
+// OperandTile (gemm_policy.cuh): Gemm::Policy::A or ::B. Every stage receives its operand tile's
+// full byte count, whatever part of a box lies past the tensor. A scaled operand
+// (block_scaled_mainloop.cuh) is K-major, the one majorness 8-bit wgmma reads, and its kind also
+// loads each k step's fp32 scales (the layouts src/quant/quantize_fp8.hpp writes).
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -68,7 +51,12 @@ struct ScaleTile {
   static constexpr int kSlot = (kCount + 31) / 32 * 32;
 };
 
-// Where an MN-major box of `Tile` starting at `mn` is loaded from (see above).
+// Where an MN-major box of `Tile` starting at `mn` is loaded from. MN-major operands are loaded as
+// BlockK x kMnBox boxes stacked along MN (layout in mma_config.cuh); the wgmma reads them
+// transposed from shared memory, so no operand is ever transposed in memory. A box lying wholly
+// past the operand's MN extent (a multiple of kMnBox) is loaded from the extent's last kMnBox
+// instead: it only feeds output rows or columns that are never stored, and no copy depends on how
+// the TMA treats a box with no element in bounds.
 template <class Tile>
 __device__ int mn_box(int mn, int mn_extent) {
   return min(mn, mn_extent - Tile::kMnBox);
@@ -76,7 +64,11 @@ __device__ int mn_box(int mn, int mn_extent) {
 
 // Each kind: load<Tile>(map, full, stage, mn, mn_extent, k, expert, to), the tile's k step at K
 // index `k` into `stage`; a kind a scaled operand may have, load_scales<Tile>(map, full, scales, mn,
-// k, expert, to): that k step's scales (ScaleTile) into `scales`.
+// k, expert, to): that k step's scales (ScaleTile) into `scales`. A K-major box reaching past a
+// tensor's end is zero-filled by the TMA and still delivers its full byte count.
+
+// A row buffer [row_capacity][K]: the forward's A, the backward dgrad's A; scaled one per row
+// (1 x 128 blocks).
 struct KMajorRows {
   static constexpr Major kMajor = Major::K;
   template <class Tile>
@@ -92,6 +84,7 @@ struct KMajorRows {
   }
 };
 
+// Expert weights [L][N][K]: the forward's B; scaled one per 128 x 128 block.
 struct KMajorWeights {
   static constexpr Major kMajor = Major::K;
   template <class Tile>
@@ -107,6 +100,7 @@ struct KMajorWeights {
   }
 };
 
+// Expert weights [L][K][N]: the backward dgrad's B (W_down, W_gate_up as stored).
 struct MNMajorWeights {
   static constexpr Major kMajor = Major::MN;
   template <class Tile>
@@ -120,6 +114,8 @@ struct MNMajorWeights {
   }
 };
 
+// A row buffer [row_capacity][MN]: both operands of the weight gradients, the buffer's rows being
+// the GEMM's K.
 struct MNMajorRows {
   static constexpr Major kMajor = Major::MN;
   template <class Tile>

@@ -1,30 +1,12 @@
 #pragma once
 // The skeleton of every persistent warp-specialized kernel of the library: the standalone grouped
-// GEMM (grouped_gemm_kernel.cuh), its CTA pairs (paired_gemm_kernel.cuh) and the fused forward and
-// backward (src/fused/forward_compute.cuh, backward_compute.cuh). A CTA of kThreads threads:
-//
-//   prologue      thread 0 initializes the stage ring's barriers and prefetches the TMA
-//                 descriptors (the kernel's `init`), then the CTA (or the cluster) meets (`sync`):
-//                 no thread waits on a barrier before it exists.
-//   warpgroup 0   the producer: gives registers back (setmaxnreg dealloc to ProducerRegisters),
-//                 then runs the kernel's `produce` on all its 128 threads: the thread(s) that take
-//                 tasks, wait for what they read and stream their operands, and the warps idle in
-//                 the GEMM, which may take other work (idle-warp work: copies, sums). A task reaches
-//                 the consumers through the stage ring (and, in the fused kernels, a task slot per
-//                 stage); when the tasks run out the producer says so through the ring.
-//   warpgroups    the consumers: take registers (setmaxnreg alloc to ConsumerRegisters), build
-//   1, 2          the wgmma fragments over the stage ring, the accumulators and the epilogue's chunk
-//                 store ring, run the kernel's `consume` (per task: wait for its stages, wgmma, the
-//                 epilogue, publish what it raised), then drain their chunk stores before exiting.
-//
-// The hooks are inlined functors: the kernel's task source (a tile scheduler, a tile queue, a task
-// counter with its cursor) and its per-task waits, loads, epilogues and counters live in them. A
-// kernel dispatches the roles itself (`if (warpgroup_role() == 0) run_producer_warpgroup(...);
-// else run_consumer_warpgroup(...);`): both roles in one function change how ptxas allocates the
-// registers of the kernels that give their idle warps work. Where going through a role function
-// changes a kernel's machine code (the pipeline state's registers swapped), the kernel writes
-// that role out in the same statements (grouped_gemm_kernel.cuh and forward_compute.cuh: the
-// consumers; paired_gemm_kernel.cuh: both roles).
+// GEMM (grouped_gemm_kernel.cuh), its CTA pairs (paired_gemm_kernel.cuh), the fused forward and
+// backward (src/fused/forward_compute.cuh, backward_compute.cuh). After the prologue, warpgroup 0
+// produces (takes tasks, waits for what they read, streams their operands through the stage ring;
+// its idle warps may take other work) and warpgroups 1 and 2 consume (wgmma over the ring, the
+// epilogue, publishing what a task raised). The hooks are inlined functors. A kernel dispatches the
+// roles itself (`if (warpgroup_role() == 0) run_producer_warpgroup(...); else
+// run_consumer_warpgroup(...);`) or writes a role out where a role function changes its SASS.
 #include <cstdint>
 
 #include <cute/tensor.hpp>

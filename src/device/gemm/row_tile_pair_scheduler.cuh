@@ -2,22 +2,12 @@
 // Row tiles in pairs, for the kernels whose CTAs run as clusters of two (paired_gemm_kernel.cuh):
 // the two CTAs of a cluster take one pair of tiles at a time, and the operand the two tiles share is
 // read from L2 once, by a TMA multicast into both CTAs:
-//   - M blocks 2j and 2j + 1 of one expert at one N block share the weights (B: 32 KiB a k tile);
+//   - M blocks 2j and 2j + 1 of one expert at one N block share the weights (B);
 //   - an expert's last M block, when it has an odd number of them, is paired across N blocks 2i
-//     and 2i + 1 and shares the rows (A: 16 KiB a k tile); with an odd number of N blocks its last
-//     pair has no second tile (the follower CTA walks the stages without computing or storing).
-// Against one CTA a tile (48 KiB a k tile from L2 for each), a pair of the first kind reads 64 KiB
-// for two tiles: the GEMMs stream their operands at close to L2's bandwidth.
-//
-// Pairs are numbered expert by expert; in an expert, in raster_order.hpp's pair_position order
-// (host-tested): its M-block pairs first (groups of kRasterGroupBlocks / 2 pairs, N block by N
-// block, pairs fastest), then its odd block's pairs. Each tile of a pair is the tile RowTileScheduler would compute (same
-// rows, K order and epilogue): results do not depend on the pairing or the grid.
-//
-// A cluster takes pairs first, first + stride, ... (the standalone kernel: first = the cluster's
-// index, stride = the clusters), or from a tile queue (tile_queue.cuh) whose indices count pairs.
-// Every role of both CTAs runs its own copy; pair indices only grow, so the owning expert is found
-// by moving a cursor forward. The pairs' total is summed over the experts once, at construction.
+//     and 2i + 1 and shares the rows (A); with an odd number of N blocks its last pair has no
+//     second tile (the follower CTA walks the stages without computing or storing).
+// Each tile of a pair is the tile RowTileScheduler would compute (same rows, K order and epilogue):
+// results do not depend on the pairing or the grid.
 #include <climits>
 #include <cstdint>
 
@@ -51,6 +41,13 @@ struct TilePair {
   }
 };
 
+// Pairs are numbered expert by expert; in an expert, in raster_order.hpp's pair_position order
+// (host-tested): its M-block pairs first (groups of kRasterGroupBlocks / 2 pairs, N block by N
+// block, pairs fastest), then its odd block's pairs. A cluster takes pairs first, first + stride,
+// ... (the standalone kernel: first = the cluster's index, stride = the clusters), or from a tile
+// queue (tile_queue.cuh) whose indices count pairs. Every role of both CTAs runs its own copy; pair
+// indices only grow, so the owning expert is found by moving a cursor forward. The pairs' total is
+// summed over the experts once, at construction.
 class RowTilePairScheduler {
  public:
   using Params = RowTileScheduler::Params;

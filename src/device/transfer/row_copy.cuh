@@ -2,25 +2,8 @@
 // The row-copy engine: token rows of bf16 move as 16-byte vectors, one warp per row, lanes
 // interleaved so each warp-wide access covers 512 contiguous bytes. A lane keeps kCopyUnroll
 // vectors in flight before storing them, which with a full grid of warps is enough outstanding
-// bytes to saturate HBM (loopback) or NVLink (a peer's heap).
-//
-// Loads come in two kinds, because the non-coherent path may serve stale data for memory written
-// during the same launch:
-//   load_immutable16  nothing writes the data during this launch (inputs, rows published before
-//                     the launch, peers' rows behind the launch's entry barrier): ld.global.nc,
-//                     without L1 allocation as every row is read once by this SM;
-//   load_coherent16   data stored earlier in this launch by another CTA or rank and ordered by a
-//                     world barrier (the home side of combine and reverse dispatch): ld.global.
-// The pulls use load_coherent16 (kCoherentPulls: ld.global ran faster than
-// ld.global.nc.L1::no_allocate for them, docs/journal/2026-12-01.md); both are correct.
-// Why ld.global.nc is correct for rows another GPU wrote: the non-coherent (texture) path caches
-// lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
-// for data written while the kernel runs. A pulled home row is written by its home rank before
-// the home rank arrives at the pulling launch's entry barrier (in an earlier launch, or by the
-// host), and nobody writes it again until a later launch's entry barrier; the entry barrier's
-// acquire orders this kernel's loads after those writes, and no line of those rows can be in this
-// SM's L1 from before: nothing reads them before the barrier, and the driver invalidates global L1
-// lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served.
+// bytes to saturate HBM (loopback) or NVLink (a peer's heap). Loads come in two kinds (below),
+// because the non-coherent path may serve stale data for memory written during the same launch.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -32,8 +15,18 @@ namespace caracal::transfer {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kBf16PerVector = 8;
 inline constexpr int kCopyUnroll = 4;  // 16-byte vectors in flight per lane
-inline constexpr bool kCoherentPulls = true;  // the pulls' loads (above)
+inline constexpr bool kCoherentPulls = true;  // the pulls load with load_coherent16 (the faster)
 
+// Data nothing writes during this launch (inputs, rows published before the launch, peers' rows
+// behind the launch's entry barrier): ld.global.nc, without L1 allocation as every row is read
+// once by this SM. Correct for rows another GPU wrote: the non-coherent (texture) path caches
+// lines in this SM's L1/texture cache, which no other SM or GPU invalidates, so it is only unsafe
+// for data written while the kernel runs. A pulled home row is written by its home rank before
+// the home rank arrives at the pulling launch's entry barrier (in an earlier launch, or by the
+// host), and nobody writes it again until a later launch's entry barrier; the entry barrier's
+// acquire orders this kernel's loads after those writes, and no line of those rows can be in this
+// SM's L1 from before: nothing reads them before the barrier, and the driver invalidates global L1
+// lines between dependent grids (PTX ISA, "Cache operators"), so no stale line can be served.
 __device__ __forceinline__ uint4 load_immutable16(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -42,7 +35,9 @@ __device__ __forceinline__ uint4 load_immutable16(const void* p) {
   return v;
 }
 
-// The "memory" clobber keeps the compiler from moving these above the barrier that orders them.
+// Data stored earlier in this launch by another CTA or rank and ordered by a world barrier (the
+// home side of combine and reverse dispatch): ld.global. The "memory" clobber keeps the compiler
+// from moving these above the barrier that orders them.
 __device__ __forceinline__ uint4 load_coherent16(const void* p) {
   uint4 v;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"

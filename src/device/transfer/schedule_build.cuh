@@ -1,30 +1,12 @@
 #pragma once
 // The schedule table built on the GPU (DESIGN §2): the device blocks, and build_schedule() which
-// chains them for one rank. The placement rule is the host twin's (schedule.hpp), bit for bit.
-//
-// Work unit: a chunk = kScheduleChunkRoutes consecutive routes (token*k + slot) of one source
-// rank, handled by one warp in kChunkSteps steps of 32 routes, lane i holding route 32*step + i.
-// Four phases per rank, separated by world barriers:
-//   0. reset this rank's route_location table to {-1, -1} (peers fill it in phase 3);
-//   1. pull: each chunk of each source's topk_idx is read once from the source's heap,
-//      validated, reduced to "local expert or -1" in route_rows, and counted per local expert
-//      into chunk_counts[source][chunk][expert]; beside it, the caller's local work (the gates);
-//   2. scan: a warp per (source, expert) column turns the column's chunk counts into exclusive
-//      prefix sums (routes to the expert in the source's earlier chunks) and writes its total
-//      into source_count;
-//   3. place: every CTA loads the per-(expert, source) counts and sums them into padded segment
-//      offsets (in shared memory); each chunk's warp then ranks its routes and writes
-//      rows[...] = {source, route}, route_rows[source][route] = row (over the local expert)
-//      and, into the source's table, route_location[route] = {rank, row}; padding rows get
-//      {-1, -1}.
-// Determinism: a route's index j among its source's routes to its expert is
-//   (routes to that expert in the source's earlier chunks: the scanned chunk count)
-//   + (routes to it in earlier steps of this chunk: a per-warp running base in shared memory)
-//   + (lower lanes of this step with the same expert: __match_any_sync + popc),
-// all integers computed in a fixed way, so placement never depends on timing and no atomics are
-// used. The counts themselves are plain sums too. (The scan is its own phase so that no warp sums
-// a long column alone: at W = 1, T = 4096, k = 8 a chunk's warp would otherwise add up to 127
-// counts one after another, twice.)
+// chains them for one rank; the placement is the host twin's (schedule.hpp), bit for bit. Work
+// unit: a chunk of kScheduleChunkRoutes consecutive routes (token*k + slot) of one source rank, one
+// warp, kChunkSteps steps of 32 routes (lane i: route 32*step + i). Four phases, world barriers
+// between: reset, pull and count, scan, place (each block below says its phase). Determinism: a
+// route's index j among its source's routes to its expert is its chunk's scanned count + a per-warp
+// running base over the chunk's earlier steps + the lower lanes of its step with the same expert
+// (__match_any_sync + popc): integers summed in a fixed order, no atomics, nothing timing-dependent.
 #include <cstdint>
 
 #include "caracal/transfer/exchange_shape.hpp"
@@ -74,7 +56,8 @@ __device__ __forceinline__ int round_robin_row(const int* count, int world_size,
   return row;
 }
 
-// Phase 0, before the barrier that opens phase 1: nothing processes this rank's routes yet.
+// Phase 0, before the barrier that opens phase 1 (nothing processes this rank's routes yet): this
+// rank's route_location table to {-1, -1}; peers fill it in phase 3.
 __device__ inline void reset_route_locations(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int thread,
                                              int threads) {
   int2* location = world.at(p.buffers.route_location, rank);
@@ -214,7 +197,8 @@ __device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, co
 }
 
 // Phase 3, one warp: places chunk `chunk` of `source`'s routes, each kept route's local expert in
-// route_rows replaced by its row. `next_j` is the warp's [L] scratch: per expert, the index j of
+// route_rows replaced by its row, rows[row] = {source, route} and, in the source's table,
+// route_location[route] = {rank, row}. `next_j` is the warp's [L] scratch: per expert, the index j of
 // the source's next route to it, starting from the scanned chunk counts.
 __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
                                    const SharedLayout& layout, int* next_j, int lane) {

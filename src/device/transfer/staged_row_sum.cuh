@@ -1,8 +1,8 @@
 #pragma once
 // One warp sums a few bf16 rows into one (combine's group sums and home sums, group_sum.cuh) with
 // its loads staged through shared memory by cp.async: a load in flight then holds no register, so
-// a warp keeps kStagedLoads - 1 of them outstanding where registers allowed four (measured on the
-// H200: the register version moved 1.4 TB/s, each warp waiting on its own chain of loads).
+// a warp keeps kStagedLoads - 1 of them outstanding where registers allowed four, each warp
+// waiting on its own chain of loads.
 //
 // The work is a sequence of items (vector chunk c, row m), chunks of 32 vectors in order and, in
 // each, the rows in order; a lane loads vector 32 c + lane of row m into its own 16 bytes of the
