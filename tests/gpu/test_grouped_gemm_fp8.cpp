@@ -11,8 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,7 +26,6 @@
 namespace {
 
 using namespace caracal::test::gemm;
-using caracal::gemm::Fp8DownDgradSwigluArgs;
 using caracal::gemm::Fp8DownProjArgs;
 using caracal::gemm::Fp8GateUpDgradArgs;
 using caracal::gemm::Fp8UpGateSwigluArgs;
@@ -42,8 +39,6 @@ constexpr caracal::test::ErrorBound kFp8GateUpBound{1e-3, 1.4e-3};
 constexpr caracal::test::ErrorBound kFp8HiddenBound{1.8e-3, 2.4e-3};
 constexpr caracal::test::ErrorBound kFp8DownBound{2.6e-3, 3.2e-3};
 constexpr caracal::test::ErrorBound kFp8DxBound{2.6e-3, 3.2e-3};  // K = 2I: as the down GEMM's
-constexpr caracal::test::ErrorBound kFp8DgradBound{2e-3, 2.8e-3};  // as the up/gate GEMM's, doubled
-constexpr double kFp8DgBound = 4e-3;
 
 std::vector<float> floats_of(const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
@@ -344,147 +339,6 @@ TEST_P(GroupedGemmFp8Reference, DxMatchesFp64OfTheDequantizedOperandsBitwiseAcro
   std::vector<uint16_t> again;
   ASSERT_NO_FATAL_FAILURE(run_dx(q, other, again));
   EXPECT_TRUE(same_bits(dx, again)) << "dx differs with 7 CTAs and no counts";
-}
-
-// The backward's first GEMM in FP8: dy quantized per 1 x 128 along D, W_down transposed to
-// [L][I][D] and quantized per 128 x 128 block, the saved gate_up (the case's bf16-rounded forward
-// values, interleaved) and random gates (0 on padding rows); against the fp64 reference of the
-// dequantized operands: d_gate, d_up (bf16), scaled_activation = bf16(g · act) and dL/dg.
-struct DgradProblem {
-  Problem base;
-  QuantizedRows dy_q;
-  QuantizedWeights w_down_t_q;
-  DeviceQuantized d_dy_q, d_w_down_t_q;
-  DeviceBuffer<uint16_t> d_gate_up_in, d_d_gate_up, d_scaled;
-  DeviceBuffer<float> d_gates, d_dg, d_workspace;
-  std::vector<float> gates;
-  std::vector<double> d_gate, d_up, scaled, dg;  // reference: [capacity][I] and [capacity]
-};
-
-void make_dgrad_problem(DgradProblem& q, const Case& c) {
-  Problem& p = q.base;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
-  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
-  const size_t cap = size_t(p.rows.capacity);
-  std::mt19937_64 rng(p.seed.value() + 2);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> gate(0.05f, 1.0f);
-  std::vector<float> dy(cap * D, 0.0f);
-  q.gates.assign(cap, 0.0f);
-  std::vector<uint16_t> gate_up(cap * 2 * I, 0);
-  for (size_t e = 0; e < L; ++e) {
-    const size_t begin = size_t(p.rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(c.counts[e]); ++row) {
-      for (size_t d = 0; d < D; ++d) dy[row * D + d] = normal(rng);
-      q.gates[row] = gate(rng);
-      for (size_t j = 0; j < I; ++j) {  // the forward's bf16 gate and up (the reference's)
-        gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), false))] = caracal::bf16_bits(float(p.gate[row * I + j]));
-        gate_up[row * 2 * I + size_t(gate_up_row(int64_t(j), true))] = caracal::bf16_bits(float(p.up[row * I + j]));
-      }
-    }
-  }
-  const std::vector<float> w_down = floats_of(p.w_down);  // [L][D][I]
-  std::vector<float> w_t(w_down.size());
-  for (size_t e = 0; e < L; ++e) {
-    for (size_t d = 0; d < D; ++d) {
-      for (size_t j = 0; j < I; ++j) w_t[(e * I + j) * D + d] = w_down[(e * D + d) * I + j];
-    }
-  }
-  q.dy_q = quantize_rows_for_gemm(dy, cap, D);
-  q.w_down_t_q = quantize_weights_for_gemm(w_t, L, I, D);
-  q.d_gate = q.d_up = q.scaled = std::vector<double>(cap * I, 0.0);
-  q.dg.assign(cap, 0.0);
-  for (size_t e = 0; e < L; ++e) {
-    const size_t begin = size_t(p.rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(c.counts[e]); ++row) {
-      const double g = q.gates[row];
-      double dg = 0.0;
-      for (size_t j = 0; j < I; ++j) {
-        const double* w_row = &q.w_down_t_q.values[(e * I + j) * D];
-        double d_h = 0.0;
-        for (size_t d = 0; d < D; ++d) d_h += q.dy_q.values[row * D + d] * w_row[d];
-        const double gt = p.gate[row * I + j], up = p.up[row * I + j];
-        const double s = 1.0 / (1.0 + std::exp(-gt)), silu_gate = gt * s;
-        const double act = caracal::round_to_bf16(silu_gate * up);
-        dg += d_h * act;
-        q.d_gate[row * I + j] = caracal::round_to_bf16(g * d_h * up * (s + silu_gate * (1.0 - s)));
-        q.d_up[row * I + j] = caracal::round_to_bf16(g * d_h * silu_gate);
-        q.scaled[row * I + j] = caracal::round_to_bf16(g * act);
-      }
-      q.dg[row] = dg;
-    }
-  }
-  ASSERT_NO_FATAL_FAILURE(q.d_dy_q.upload(q.dy_q.codes, q.dy_q.scales));
-  ASSERT_NO_FATAL_FAILURE(q.d_w_down_t_q.upload(q.w_down_t_q.codes, q.w_down_t_q.scales));
-  ASSERT_NO_FATAL_FAILURE(q.d_gate_up_in.upload(gate_up));
-  ASSERT_NO_FATAL_FAILURE(q.d_gates.upload(q.gates));
-  ASSERT_NO_FATAL_FAILURE(q.d_d_gate_up.allocate(cap * 2 * I));
-  ASSERT_NO_FATAL_FAILURE(q.d_scaled.allocate(cap * I));
-  ASSERT_NO_FATAL_FAILURE(q.d_dg.allocate(cap));
-  ASSERT_NO_FATAL_FAILURE(
-      q.d_workspace.allocate(caracal::gemm::fp8_down_dgrad_workspace_floats(int(cap), int(I))));
-}
-
-struct DgradOutputs {
-  std::vector<uint16_t> d_gate_up, scaled;
-  std::vector<float> dg;
-};
-
-void run_dgrad(DgradProblem& q, const RunOptions& o, DgradOutputs& out) {
-  Problem& p = q.base;
-  for (auto* b : {&q.d_d_gate_up, &q.d_scaled}) ASSERT_NO_FATAL_FAILURE(b->poison());
-  ASSERT_NO_FATAL_FAILURE(q.d_dg.poison());
-  auto a = kernel_args<Fp8DownDgradSwigluArgs>(p.schedule(o.pass_counts), p.c.hidden, p.c.intermediate, o.num_ctas);
-  a.dy = {q.d_dy_q.fp8(), q.d_dy_q.scales.get()};
-  a.w_down_t = {q.d_w_down_t_q.fp8(), q.d_w_down_t_q.scales.get()};
-  a.gate_up = as_bf16(q.d_gate_up_in.get());
-  a.gates = q.d_gates.get();
-  a.d_gate_up_out = as_bf16(q.d_d_gate_up.get());
-  a.scaled_activation_out = as_bf16(q.d_scaled.get());
-  a.d_gates_out = q.d_dg.get();
-  a.workspace = q.d_workspace.get();
-  ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(a, nullptr));
-  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-  ASSERT_NO_FATAL_FAILURE(q.d_d_gate_up.download(out.d_gate_up));
-  ASSERT_NO_FATAL_FAILURE(q.d_scaled.download(out.scaled));
-  ASSERT_NO_FATAL_FAILURE(q.d_dg.download(out.dg));
-}
-
-TEST_P(GroupedGemmFp8Reference, DgradSwigluMatchesFp64OfTheDequantizedOperandsBitwiseAcrossGrids) {
-  CARACAL_REQUIRE_GPU();
-  const Case& c = GetParam();
-  DgradProblem q;
-  ASSERT_NO_FATAL_FAILURE(make_dgrad_problem(q, c));
-  DgradOutputs out;
-  ASSERT_NO_FATAL_FAILURE(run_dgrad(q, RunOptions{}, out));
-  const size_t I = size_t(c.intermediate);
-  const RowLayout& rows = q.base.rows;
-  expect_half_close("d_gate", false, rows, c.counts, I, q.d_gate, out.d_gate_up, kFp8DgradBound);
-  expect_half_close("d_up", true, rows, c.counts, I, q.d_up, out.d_gate_up, kFp8DgradBound);
-  expect_padding("d_gate_up", rows, c.counts, 2 * I, out.d_gate_up);
-  expect_close("scaled_activation", rows, c.counts, I, q.scaled, out.scaled, kFp8DgradBound);
-  // dL/dg per row: |got - want| <= kFp8DgBound * (|dy_row| |d_h row| scale), here relative to the
-  // rows' norm as a whole.
-  double err2 = 0.0, ref2 = 0.0;
-  for (size_t e = 0; e < size_t(q.base.num_experts); ++e) {
-    const size_t begin = size_t(rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(c.counts[e]); ++row) {
-      err2 += (double(out.dg[row]) - q.dg[row]) * (double(out.dg[row]) - q.dg[row]);
-      ref2 += q.dg[row] * q.dg[row];
-    }
-  }
-  const double dg_error = ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  std::cout << "  dg: relative Frobenius error " << dg_error << "\n";
-  EXPECT_LE(dg_error, kFp8DgBound) << "dL/dg";
-  RunOptions other;
-  other.num_ctas = 5;
-  other.pass_counts = false;
-  other.tile_queue = false;
-  DgradOutputs again;
-  ASSERT_NO_FATAL_FAILURE(run_dgrad(q, other, again));
-  EXPECT_TRUE(same_bits(out.d_gate_up, again.d_gate_up)) << "d_gate_up differs with 5 CTAs and no counts";
-  EXPECT_TRUE(same_bits(out.scaled, again.scaled)) << "scaled_activation differs";
-  EXPECT_EQ(std::memcmp(out.dg.data(), again.dg.data(), out.dg.size() * sizeof(float)), 0) << "dL/dg differs";
 }
 
 // The dx bound catches an expert's dx 0.5% off.

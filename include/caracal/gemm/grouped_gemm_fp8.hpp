@@ -13,7 +13,6 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "caracal/gemm/grouped_gemm.hpp"
@@ -68,29 +67,6 @@ struct Fp8DownProjArgs {
   uint32_t* tile_queue = nullptr;
 };
 
-// The backward's first GEMM in FP8 (grouped_down_dgrad_swiglu's, B1, B2, B5): d_h = dy · W_down[e]
-// from dy as e4m3 rows scaled per 1 x 128 along D and W_down transposed, [L][I][D] (the codes_t and
-// scales_t of quant::quantize_weights over W_down), then the bf16 GEMM's SwiGLU backward epilogue:
-// d_gate_up and g · activation in bf16, dL/dg reduced in a fixed order from one partial per row and
-// 128-column N tile.
-struct Fp8DownDgradSwigluArgs {
-  ScheduleView rows;
-  int hidden = 0;        // D: the K of this GEMM
-  int intermediate = 0;  // I: its N
-  Fp8RowOperand dy;                            // K = D, not scaled by g
-  Fp8WeightOperand w_down_t;                   // N = I, K = D
-  const __nv_bfloat16* gate_up = nullptr;      // [buffer rows][2I] the forward's, interleaved
-  const float* gates = nullptr;                // [row_capacity] g per schedule row
-  __nv_bfloat16* d_gate_up_out = nullptr;      // [buffer rows][2I]; may be gate_up (in place)
-  __nv_bfloat16* scaled_activation_out = nullptr;  // [buffer rows][I]: bf16(g · activation)
-  float* d_gates_out = nullptr;                // [row_capacity] dL/dg of each row's route
-  float* workspace = nullptr;                  // fp8_down_dgrad_workspace_floats(...) floats
-  int num_ctas = 0;
-  uint32_t* tile_queue = nullptr;
-};
-// Floats of that workspace: one dg partial per row and 128-column N tile of I.
-size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate);
-
 // The backward's dx GEMM in FP8: dx = bf16(d_gate_up · W_gate_up) (grouped_gate_up_dgrad's, B2).
 // FP8 wgmma reads K-major operands only, so W_gate_up comes transposed, [L][D][2I] (the codes_t and
 // scales_t of quant::quantize_weights over W_gate_up), and d_gate_up as e4m3 rows scaled per 1 x 128
@@ -111,6 +87,5 @@ struct Fp8GateUpDgradArgs {
 void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream);
 void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream);
 void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream);
-void grouped_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream);
 
 }  // namespace caracal::gemm

@@ -13,7 +13,7 @@
 // pass (router_grad_reduce) adds a row's partials. No atomics anywhere.
 //
 // The thread holding d_h column j also needs gate_j and up_j: with the 8-row interleave they are
-// the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 2 kTileN columns
+// the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 512 columns
 // for accumulator group t, read straight from global memory (the producer prefetched them into
 // L2 shortly before).
 #include <cstdint>
@@ -58,27 +58,23 @@ __device__ inline SwigluGrad swiglu_backward(float d_h, float gate, float up, fl
   return {d_activation * up * d_silu, d_activation * silu_gate, g * act, d_h * act};
 }
 
-struct SwigluBackwardParams {
-  CUtensorMap d_gate_up;          // bf16 [buffer rows][2I], box 64 x 64
-  CUtensorMap scaled_activation;  // bf16 [buffer rows][I], box 64 x 64: bf16(g * SwiGLU)
-  CUtensorMap gate_up_source;     // the saved gate_up [buffer rows][2I], box 128 x 64, prefetched
-                                  // into L2 ahead of the epilogue
-  const __nv_bfloat16* gate_up;   // the same, read by the epilogue
-  const float* row_gates;         // [row_capacity] g per schedule row
-  float* dg_partials;             // [row_capacity][n_blocks], per schedule row
-  int intermediate;               // I
-  int n_blocks;                   // N blocks of the GEMM (N = I), of kTileN columns
-};
+struct SwigluBackwardEpilogue {
+  struct Params {
+    CUtensorMap d_gate_up;      // bf16 [buffer rows][2I], box 64 x 64
+    CUtensorMap scaled_activation;  // bf16 [buffer rows][I], box 64 x 64: bf16(g * SwiGLU)
+    CUtensorMap gate_up_source;     // the saved gate_up [buffer rows][2I], box 128 x 64, prefetched
+                                    // into L2 ahead of the epilogue
+    const __nv_bfloat16* gate_up;   // the same, read by the epilogue
+    const float* row_gates;         // [row_capacity] g per schedule row
+    float* dg_partials;             // [row_capacity][n_blocks], per schedule row
+    int intermediate;               // I
+    int n_blocks;                   // N blocks of the GEMM (N = I)
+  };
 
-// For a GEMM tile of kTileN columns of d_h (the policy's tile N).
-template <int kTileN>
-struct SwigluBackwardEpilogueOf {
-  using Params = SwigluBackwardParams;
-
-  // Producer: pull the tile's 128 rows x 2 kTileN columns of gate_up into L2 (mainloop.cuh says when).
+  // Producer: pull the tile's 128 rows x 512 columns of gate_up into L2 (mainloop.cuh says when).
   __device__ static void prefetch_source(Params const& p, TileCoord const& tile) {
     CUTE_UNROLL
-    for (int c = 0; c < 2 * kTileN / kChunkCols; ++c) {
+    for (int c = 0; c < 2 * kBlockN / kChunkCols; ++c) {
       int const col = 2 * tile.n_begin + c * kChunkCols;
       if (col >= 2 * p.intermediate) break;
       cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_buffer);
@@ -88,7 +84,6 @@ struct SwigluBackwardEpilogueOf {
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup) {
-    static_assert(kTileNOf<Accum> == kTileN, "the accumulators cover the epilogue's tile");
     int const thread = int(threadIdx.x) % kWarpgroupThreads;
     int const lane = thread % 32;
     int const slice_row = 16 * (thread / 32) + lane / 4;  // and +8, in the warpgroup's 64 rows
@@ -112,7 +107,7 @@ struct SwigluBackwardEpilogueOf {
 
     float dg[2] = {0.0f, 0.0f};
     CUTE_UNROLL
-    for (int hc = 0; hc < kTileN / kChunkCols; ++hc) {
+    for (int hc = 0; hc < kBlockN / kChunkCols; ++hc) {
       if (tile.n_begin + hc * kChunkCols >= intermediate) break;
       ChunkWords activation_words{};  // an inactive slice stores zeros
       CUTE_UNROLL
@@ -159,7 +154,7 @@ struct SwigluBackwardEpilogueOf {
 
     // The four lanes of a row hold disjoint columns: add them in a fixed butterfly (every lane
     // ends with the same bits), then one lane writes the row's partial.
-    int const n_block = tile.n_begin / kTileN;
+    int const n_block = tile.n_begin / kBlockN;
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       float s = dg[h];
@@ -169,7 +164,5 @@ struct SwigluBackwardEpilogueOf {
     }
   }
 };
-
-using SwigluBackwardEpilogue = SwigluBackwardEpilogueOf<kBlockN>;
 
 }  // namespace caracal::gemm
