@@ -1,6 +1,5 @@
-// FP8 rows times FP8 weights into bf16 rows: Fp8DownProjGemm (device/gemm/expert_gemms/down_proj_fp8.cuh),
-// one CTA a 128 x 128 tile (the only kernel instantiated in this unit), run as the forward's down
-// projection and as the backward's dx GEMM over W_gate_up transposed.
+// Forward down projection in FP8: Fp8DownProjGemm (device/gemm/expert_gemms/down_proj_fp8.cuh), one
+// CTA a 128 x 128 tile (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/down_proj_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
@@ -30,22 +29,6 @@ void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream) {
   p.epilogue.out = make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out");
   p.epilogue.cols = args.hidden;
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_down_proj (fp8)");
-}
-
-void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream) {
-  using Gemm = Fp8DownProjKernel;
-  check_gate_up_dgrad_args(args);
-  if (args.rows.row_capacity == 0) return;
-
-  const uint64_t rows = uint64_t(args.rows.buffer_rows());
-  const uint64_t d = uint64_t(args.hidden), two_i = 2 * uint64_t(args.intermediate);
-  GemmParams<Gemm> p{};
-  p.mainloop =
-      fp8_mainloop_params<Gemm>(args.rows, args.d_gate_up, args.w_gate_up_t, d, two_i, "d_gate_up", "w_gate_up_t");
-  p.scheduler = fp8_row_tiles<Gemm>(args.rows, d, two_i, args.tile_queue);
-  p.epilogue.out = make_tensor_map_2d(args.dx_out, rows, d, kChunkRows, kChunkCols, "dx_out");
-  p.epilogue.cols = args.hidden;
-  launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_gate_up_dgrad (fp8)");
 }
 
 }  // namespace caracal::gemm

@@ -151,15 +151,6 @@ void check_down_proj_args(const Fp8DownProjArgs& a) {
   check_pointer(a.y_out, no_rows, fn, "y_out");
 }
 
-void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
-  const char* fn = "grouped_gate_up_dgrad (fp8)";
-  check_fp8_row_gemm(a, int64_t(a.hidden), fn);
-  bool const no_rows = a.rows.row_capacity == 0;
-  check_fp8_pointers(a.d_gate_up.codes, a.d_gate_up.scales, no_rows, fn, "d_gate_up");
-  check_fp8_pointers(a.w_gate_up_t.codes, a.w_gate_up_t.scales, false, fn, "w_gate_up_t");
-  check_pointer(a.dx_out, no_rows, fn, "dx_out");
-}
-
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu";
   check_row_gemm(a, 2 * int64_t(a.intermediate), fn);

@@ -27,7 +27,6 @@ namespace {
 
 using namespace caracal::test::gemm;
 using caracal::gemm::Fp8DownProjArgs;
-using caracal::gemm::Fp8GateUpDgradArgs;
 using caracal::gemm::Fp8UpGateSwigluArgs;
 using caracal::gemm::gate_up_row;
 
@@ -38,7 +37,6 @@ using caracal::gemm::gate_up_row;
 constexpr caracal::test::ErrorBound kFp8GateUpBound{1e-3, 1.4e-3};
 constexpr caracal::test::ErrorBound kFp8HiddenBound{1.8e-3, 2.4e-3};
 constexpr caracal::test::ErrorBound kFp8DownBound{2.6e-3, 3.2e-3};
-constexpr caracal::test::ErrorBound kFp8DxBound{2.6e-3, 3.2e-3};  // K = 2I: as the down GEMM's
 
 std::vector<float> floats_of(const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
@@ -256,101 +254,6 @@ TEST_P(GroupedGemmFp8Reference, MatchesWithoutCountsAndWithATileQueue) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmFp8Reference, ::testing::ValuesIn(reference_cases()), case_name);
 
-// The backward's dx GEMM in FP8 (the down projection's kernel over d_gate_up and W_gate_up
-// transposed): a random d_gate_up [rows][2I] (zeros in padding rows) quantized per 1 x 128, the
-// interleaved W_gate_up of the case transposed to [L][D][2I] and quantized per 128 x 128 block;
-// against the fp64 GEMM of the dequantized operands, rounded once to bf16.
-struct DxProblem {
-  Problem base;
-  QuantizedRows d_gate_up_q;
-  QuantizedWeights w_t_q;
-  DeviceQuantized d_d_gate_up_q, d_w_t_q;
-  DeviceBuffer<uint16_t> d_dx;
-  std::vector<double> dx;  // reference [capacity][D]
-};
-
-void make_dx_problem(DxProblem& q, const Case& c) {
-  Problem& p = q.base;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
-  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
-  const size_t cap = size_t(p.rows.capacity);
-  std::mt19937_64 rng(p.seed.value() + 1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> d_gate_up(cap * 2 * I, 0.0f);
-  for (size_t e = 0; e < L; ++e) {
-    const size_t begin = size_t(p.rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(c.counts[e]); ++row) {
-      for (size_t k = 0; k < 2 * I; ++k) d_gate_up[row * 2 * I + k] = normal(rng);
-    }
-  }
-  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::gemm::interleave_gate_up_weights_host(p.w_gate.data(), p.w_up.data(), w_gate_up.data(), int64_t(L),
-                                                 int64_t(I), int64_t(D));
-  const std::vector<float> w = floats_of(w_gate_up);
-  std::vector<float> w_t(w.size());
-  for (size_t e = 0; e < L; ++e) {
-    for (size_t k = 0; k < 2 * I; ++k) {
-      for (size_t d = 0; d < D; ++d) w_t[(e * D + d) * 2 * I + k] = w[(e * 2 * I + k) * D + d];
-    }
-  }
-  q.d_gate_up_q = quantize_rows_for_gemm(d_gate_up, cap, 2 * I);
-  q.w_t_q = quantize_weights_for_gemm(w_t, L, D, 2 * I);
-  q.dx.assign(cap * D, 0.0);
-  for (size_t e = 0; e < L; ++e) {
-    const size_t begin = size_t(p.rows.offset[e]);
-    for (size_t row = begin; row < begin + size_t(c.counts[e]); ++row) {
-      for (size_t d = 0; d < D; ++d) {
-        const double* w_row = &q.w_t_q.values[(e * D + d) * 2 * I];
-        double acc = 0.0;
-        for (size_t k = 0; k < 2 * I; ++k) acc += q.d_gate_up_q.values[row * 2 * I + k] * w_row[k];
-        q.dx[row * D + d] = caracal::round_to_bf16(acc);
-      }
-    }
-  }
-  ASSERT_NO_FATAL_FAILURE(q.d_d_gate_up_q.upload(q.d_gate_up_q.codes, q.d_gate_up_q.scales));
-  ASSERT_NO_FATAL_FAILURE(q.d_w_t_q.upload(q.w_t_q.codes, q.w_t_q.scales));
-  ASSERT_NO_FATAL_FAILURE(q.d_dx.allocate(cap * D));
-}
-
-void run_dx(DxProblem& q, const RunOptions& o, std::vector<uint16_t>& dx) {
-  Problem& p = q.base;
-  ASSERT_NO_FATAL_FAILURE(q.d_dx.poison());
-  auto a = kernel_args<Fp8GateUpDgradArgs>(p.schedule(o.pass_counts), p.c.hidden, p.c.intermediate, o.num_ctas);
-  a.d_gate_up = {q.d_d_gate_up_q.fp8(), q.d_d_gate_up_q.scales.get()};
-  a.w_gate_up_t = {q.d_w_t_q.fp8(), q.d_w_t_q.scales.get()};
-  a.dx_out = as_bf16(q.d_dx.get());
-  ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(a, nullptr));
-  CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-  ASSERT_NO_FATAL_FAILURE(q.d_dx.download(dx));
-}
-
-TEST_P(GroupedGemmFp8Reference, DxMatchesFp64OfTheDequantizedOperandsBitwiseAcrossGrids) {
-  CARACAL_REQUIRE_GPU();
-  const Case& c = GetParam();
-  DxProblem q;
-  ASSERT_NO_FATAL_FAILURE(make_dx_problem(q, c));
-  std::vector<uint16_t> dx;
-  ASSERT_NO_FATAL_FAILURE(run_dx(q, RunOptions{}, dx));
-  expect_close("dx", q.base.rows, c.counts, size_t(c.hidden), q.dx, dx, kFp8DxBound);
-  expect_padding("dx", q.base.rows, c.counts, size_t(c.hidden), dx);
-  RunOptions other;
-  other.num_ctas = 7;
-  other.pass_counts = false;
-  std::vector<uint16_t> again;
-  ASSERT_NO_FATAL_FAILURE(run_dx(q, other, again));
-  EXPECT_TRUE(same_bits(dx, again)) << "dx differs with 7 CTAs and no counts";
-}
-
-// The dx bound catches an expert's dx 0.5% off.
-TEST(GroupedGemmFp8Checks, DxBoundCatchesDeliberateErrors) {
-  CARACAL_REQUIRE_GPU();
-  DxProblem q;
-  ASSERT_NO_FATAL_FAILURE(make_dx_problem(q, kChecksCase));
-  std::vector<uint16_t> dx;
-  ASSERT_NO_FATAL_FAILURE(run_dx(q, RunOptions{}, dx));
-  ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("dx", q.base.rows, size_t(q.base.c.hidden), q.dx, dx, kFp8DxBound));
-}
-
 // The bounds catch an expert's y 0.5% off.
 TEST(GroupedGemmFp8Checks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
@@ -417,19 +320,6 @@ TEST(GroupedGemmFp8Args, DownRejectsBadArguments) {
   expect_error(with([](auto& a) { a.activation.scales = nullptr; }), {"activation.scales", "null"});
   expect_error(with([](auto& a) { a.w_down.codes = nullptr; }), {"w_down.codes"});
   expect_error(with([](auto& a) { a.y_out = fake_ptr(2); }), {"y_out", "16-byte"});
-}
-
-TEST(GroupedGemmFp8Args, DxRejectsBadArguments) {
-  auto valid = kernel_args<Fp8GateUpDgradArgs>(fake_rows(), 256, 128);
-  valid.d_gate_up = {fake_ptr<const __nv_fp8_e4m3>(), fake_ptr<const float>(1 << 12)};
-  valid.w_gate_up_t = {fake_ptr<const __nv_fp8_e4m3>(1 << 13), fake_ptr<const float>(1 << 14)};
-  valid.dx_out = fake_ptr(1 << 15);
-  const auto with = calls_with(valid, &caracal::gemm::grouped_gate_up_dgrad);
-  expect_error(with([](auto& a) { a.intermediate = 200; }),
-               {"grouped_gate_up_dgrad (fp8)", "intermediate (I)", "multiple of 128"});
-  expect_error(with([](auto& a) { a.d_gate_up.codes = nullptr; }), {"d_gate_up.codes", "null"});
-  expect_error(with([](auto& a) { a.w_gate_up_t.scales = fake_ptr<const float>(4); }), {"w_gate_up_t.scales", "16-byte"});
-  expect_error(with([](auto& a) { a.dx_out = nullptr; }), {"dx_out", "null"});
 }
 
 }  // namespace

@@ -67,25 +67,9 @@ struct Fp8DownProjArgs {
   uint32_t* tile_queue = nullptr;
 };
 
-// The backward's dx GEMM in FP8: dx = bf16(d_gate_up · W_gate_up) (grouped_gate_up_dgrad's, B2).
-// FP8 wgmma reads K-major operands only, so W_gate_up comes transposed, [L][D][2I] (the codes_t and
-// scales_t of quant::quantize_weights over W_gate_up), and d_gate_up as e4m3 rows scaled per 1 x 128
-// along 2I, in W_gate_up's row order (interleaved). The same kernel as grouped_down_proj's.
-struct Fp8GateUpDgradArgs {
-  ScheduleView rows;
-  int hidden = 0;        // D: the N of this GEMM
-  int intermediate = 0;  // I: the K of this GEMM is 2I
-  Fp8RowOperand d_gate_up;         // K = 2I
-  Fp8WeightOperand w_gate_up_t;    // N = D, K = 2I
-  __nv_bfloat16* dx_out = nullptr;  // [buffer rows][D]
-  int num_ctas = 0;
-  uint32_t* tile_queue = nullptr;
-};
-
 // Argument rules: as the bf16 GEMMs', with D and I multiples of 128 and every codes and scales
 // pointer non-null (row codes and scales may be null with row_capacity 0) and 16-byte aligned.
 void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream);
 void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream);
-void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream);
 
 }  // namespace caracal::gemm
