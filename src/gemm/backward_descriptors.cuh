@@ -16,6 +16,28 @@
 
 namespace caracal::gemm {
 
+// The SwiGLU backward + router-score epilogue's parameters (bf16 outputs), over `rows` with
+// n_blocks N tiles of I a row; the FP8 dgrad's epilogue holds them too.
+inline SwigluBackwardEpilogue::Params swiglu_backward_params(const ScheduleView& rows, int intermediate,
+                                                             const __nv_bfloat16* gate_up, const float* gates,
+                                                             __nv_bfloat16* d_gate_up_out,
+                                                             __nv_bfloat16* scaled_activation_out, float* workspace,
+                                                             int n_blocks) {
+  const uint64_t buffer_rows = uint64_t(rows.buffer_rows());
+  const uint64_t i = uint64_t(intermediate);
+  SwigluBackwardEpilogue::Params e{};
+  e.d_gate_up = make_tensor_map_2d(d_gate_up_out, buffer_rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
+  e.scaled_activation =
+      make_tensor_map_2d(scaled_activation_out, buffer_rows, i, kChunkRows, kChunkCols, "scaled_activation_out");
+  e.gate_up_source = make_tensor_map_2d(gate_up, buffer_rows, 2 * i, kBlockM, kChunkCols, "gate_up");
+  e.gate_up = gate_up;
+  e.row_gates = gates;
+  e.dg_partials = workspace;
+  e.intermediate = intermediate;
+  e.n_blocks = n_blocks;
+  return e;
+}
+
 // d_h = dy · W_down[e]: dy [rows][D] K-major; W_down [L][D][I] read as it is stored, K = D rows of
 // N = I contiguous columns (MN-major); the SwiGLU backward + router-score epilogue.
 struct DownDgradSwigluDescriptors {
@@ -38,16 +60,8 @@ inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradS
   g.mainloop.b = MapsB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
   g.mainloop.b_mn_extent = args.intermediate;
   g.tiles = {args.rows, n_blocks, args.hidden / Policy::kBlockK, args.tile_queue};
-  SwigluBackwardEpilogue::Params& e = g.epilogue;
-  e.d_gate_up = make_tensor_map_2d(args.d_gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "d_gate_up_out");
-  e.scaled_activation =
-      make_tensor_map_2d(args.scaled_activation_out, rows, i, kChunkRows, kChunkCols, "scaled_activation_out");
-  e.gate_up_source = make_tensor_map_2d(args.gate_up, rows, 2 * i, kBlockM, kChunkCols, "gate_up");
-  e.gate_up = args.gate_up;
-  e.row_gates = args.gates;
-  e.dg_partials = args.workspace;
-  e.intermediate = args.intermediate;
-  e.n_blocks = n_blocks;
+  g.epilogue = swiglu_backward_params(args.rows, args.intermediate, args.gate_up, args.gates, args.d_gate_up_out,
+                                      args.scaled_activation_out, args.workspace, n_blocks);
   return g;
 }
 

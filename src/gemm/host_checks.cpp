@@ -151,6 +151,40 @@ void check_down_proj_args(const Fp8DownProjArgs& a) {
   check_pointer(a.y_out, no_rows, fn, "y_out");
 }
 
+void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& a) {
+  const char* fn = "grouped_down_dgrad_swiglu (fp8)";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_fp8_pointers(a.dy.codes, a.dy.scales, no_rows, fn, "dy");
+  check_fp8_pointers(a.w_down_t.codes, a.w_down_t.scales, false, fn, "w_down_t");
+  check_pointer(a.gate_up, no_rows, fn, "gate_up");
+  check_pointer(a.gates, no_rows, fn, "gates");
+  check_pointer(a.d_gate_up_out, no_rows, fn, "d_gate_up_out");
+  check_fp8_pointers(a.d_gate_up_fp8_out.codes, a.d_gate_up_fp8_out.scales, no_rows, fn, "d_gate_up_fp8_out");
+  check_pointer(a.scaled_activation_out, no_rows, fn, "scaled_activation_out");
+  check_pointer(a.d_gates_out, no_rows, fn, "d_gates_out");
+  check_pointer(a.workspace, no_rows, fn, "workspace");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
+  check_tile_count(a.rows, a.intermediate, fn, kFp8BlockN);
+}
+
+void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
+  const char* fn = "grouped_gate_up_dgrad (fp8)";
+  check_rows(a.rows, fn);
+  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  bool const no_rows = a.rows.row_capacity == 0;
+  check_fp8_pointers(a.d_gate_up.codes, a.d_gate_up.scales, no_rows, fn, "d_gate_up");
+  check_fp8_pointers(a.w_gate_up_t.codes, a.w_gate_up_t.scales, false, fn, "w_gate_up_t");
+  check_pointer(a.dx_out, no_rows, fn, "dx_out");
+  check_num_ctas(a.num_ctas, fn);
+  check_tile_queue(a.tile_queue, a.num_ctas, fn);
+  check_tile_count(a.rows, a.hidden, fn, kFp8BlockN);
+}
+
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu";
   check_row_gemm(a, 2 * int64_t(a.intermediate), fn);

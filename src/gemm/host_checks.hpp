@@ -8,6 +8,7 @@
 
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 
 namespace caracal::gemm {
@@ -20,6 +21,8 @@ void check_gate_up_dgrad_args(const GateUpDgradArgs& args, bool dx_stored = true
 void check_weight_grads_args(const WeightGradArgs& args);
 void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& args);
 void check_down_proj_args(const Fp8DownProjArgs& args);
+void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& args);
+void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& args);
 
 // Persistent grid size: num_ctas, or one CTA per SM of the current device when 0; never more
 // than the tiles the row capacity can hold, never less than 1.

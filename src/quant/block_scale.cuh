@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "caracal/block_fp8.hpp"
+#include "quant/exact_block_scale.hpp"
 
 namespace caracal::quant {
 
@@ -20,6 +21,20 @@ __device__ __forceinline__ BlockScale device_block_scale(float amax, ScaleRoundi
 
 __device__ __forceinline__ uint8_t e4m3_code(float value, float inverse) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(value, inverse), __NV_SATFINITE, __NV_E4M3));
+}
+
+// device_block_scale(amax, ScaleRounding::kExact) where amax is the largest magnitude of bf16
+// values, without a division (exact_block_scale.hpp).
+__device__ __forceinline__ BlockScale device_exact_block_scale(float amax) {
+  double reciprocal;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(reciprocal) : "d"(double(fmaxf(amax, kMinBlockAmax))));
+  return exact_block_scale(amax, reciprocal);
+}
+
+// e4m3_code of two values at once (one cvt of a pair, the same rounding): `lo` in the low byte.
+__device__ __forceinline__ uint16_t e4m3_code_pair(float lo, float hi, float inverse) {
+  return static_cast<uint16_t>(
+      __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(lo, inverse), __fmul_rn(hi, inverse)), __NV_SATFINITE, __NV_E4M3));
 }
 
 // The largest of 32 lanes' values (fmaxf: a NaN does not count).

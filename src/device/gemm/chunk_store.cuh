@@ -1,6 +1,6 @@
 #pragma once
-// Epilogue store path: a consumer warpgroup turns its accumulators into 8 KiB chunks (bf16 64 x 64
-// or fp32 64 x 32), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
+// Epilogue store path: a consumer warpgroup turns its accumulators into 8 KiB chunks (bf16 64 x 64,
+// fp32 64 x 32 or e4m3 64 x 128), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
 // and stores it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
 // next chunk be written while the last one's TMA store still reads its buffer; the stores run on
 // while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk: with one (waiting
@@ -90,8 +90,28 @@ class ChunkStoreRing {
     }
   }
 
+  // The e4m3 chunk (64 x 128 codes: rows of 128 bytes again): w[2t + h] holds the codes of row
+  // 16w + l/4 + 8h at columns 16t + 2(l%4), +1 (its low half) and 16t + 8 + 2(l%4), +1 (its high
+  // half), i.e. accumulator groups 2t and 2t + 1 of a 128-column slice. Two 16-bit stores a word;
+  // a store's 32 lanes fill both halves of 16 words in 16 different banks (8 rows' units, r % 8
+  // differs): one wavefront.
+  __device__ void write_e4m3(ChunkWords const& words) const {
+    uint32_t const buffer = base_ + uint32_t(index_) * kChunkElements * 2;
+    CUTE_UNROLL
+    for (int t = 0; t < 8; ++t) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint32_t const addr = buffer + row_base_ + lane4_ * 2 + uint32_t(h * 8 * kChunkCols * 2) +
+                              ((uint32_t(t) ^ swizzle_) << 4);
+        uint32_t const w = words.w[2 * t + h];
+        asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(uint16_t(w)) : "memory");
+        asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr + 8), "h"(uint16_t(w >> 16)) : "memory");
+      }
+    }
+  }
+
   // Publishes the buffer to the TMA unit and stores it at (col, row) of `map`'s tensor (whose box
-  // is the chunk: 64 x 64 bf16 or 64 x 32 fp32).
+  // is the chunk: 64 x 64 bf16, 64 x 32 fp32 or 64 x 128 e4m3).
   __device__ void store(CUtensorMap const* map, int col, int row) {
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the TMA
     sync();

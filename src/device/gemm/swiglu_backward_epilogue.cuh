@@ -13,9 +13,10 @@
 // pass (router_grad_reduce) adds a row's partials. No atomics anywhere.
 //
 // The thread holding d_h column j also needs gate_j and up_j: with the 8-row interleave they are
-// the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 512 columns
+// the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 2N columns
 // for accumulator group t, read straight from global memory (the producer prefetched them into
-// L2 shortly before).
+// L2 shortly before). The pieces below the epilogue serve any tile N (this epilogue's 256, the bf16
+// policy's; swiglu_backward_fp8_epilogue.cuh's 128).
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -72,97 +73,143 @@ struct SwigluBackwardEpilogue {
   };
 
   // Producer: pull the tile's 128 rows x 512 columns of gate_up into L2 (mainloop.cuh says when).
-  __device__ static void prefetch_source(Params const& p, TileCoord const& tile) {
-    CUTE_UNROLL
-    for (int c = 0; c < 2 * kBlockN / kChunkCols; ++c) {
-      int const col = 2 * tile.n_begin + c * kChunkCols;
-      if (col >= 2 * p.intermediate) break;
-      cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_buffer);
-    }
-  }
+  __device__ static void prefetch_source(Params const& p, TileCoord const& tile);
 
   template <class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
-                               bool active, ChunkStoreRing& ring, int warpgroup) {
-    int const thread = int(threadIdx.x) % kWarpgroupThreads;
-    int const lane = thread % 32;
-    int const slice_row = 16 * (thread / 32) + lane / 4;  // and +8, in the warpgroup's 64 rows
-    int const block_row = tile.m_buffer + warpgroup * kWarpgroupRows;  // in the row buffers
-    int const row = tile.m_begin + warpgroup * kWarpgroupRows + slice_row;  // in the schedule
-    int const buffer_row = block_row + slice_row;
-    int const intermediate = p.intermediate;
+                               bool active, ChunkStoreRing& ring, int warpgroup);
+};
 
-    // Row r of gate_up as bf16 pairs: I words; this thread's gate pair of group t sits at word
-    // n_begin + 8t + l%4 (16t + 2(l%4) in bf16), its up pair 4 words later.
-    const uint32_t* src[2];
-    float g[2] = {0.0f, 0.0f};
+// The tile's 128 rows x 2 kTileN columns of gate_up into L2.
+template <int kTileN>
+__device__ void prefetch_gate_up(SwigluBackwardEpilogue::Params const& p, TileCoord const& tile) {
+  CUTE_UNROLL
+  for (int c = 0; c < 2 * kTileN / kChunkCols; ++c) {
+    int const col = 2 * tile.n_begin + c * kChunkCols;
+    if (col >= 2 * p.intermediate) break;
+    cute::SM90_TMA_LOAD_2D::PREFETCH::copy(&p.gate_up_source, col, tile.m_buffer);
+  }
+}
+
+// A consumer thread's two rows: `row` and row + 8 of its warpgroup's 64-row slice
+// (gemm_config.cuh's pattern).
+struct SwigluBackwardRows {
+  int lane;
+  int block_row;   // the slice's first row in the row buffers
+  int row;         // the thread's first row in the schedule
+  int buffer_row;  // and in the row buffers
+};
+
+__device__ inline SwigluBackwardRows swiglu_backward_rows(TileCoord const& tile, int warpgroup) {
+  int const thread = int(threadIdx.x) % kWarpgroupThreads;
+  int const lane = thread % 32;
+  int const slice_row = 16 * (thread / 32) + lane / 4;  // and +8, in the warpgroup's 64 rows
+  int const block_row = tile.m_buffer + warpgroup * kWarpgroupRows;
+  int const row = tile.m_begin + warpgroup * kWarpgroupRows + slice_row;
+  int const buffer_row = block_row + slice_row;
+  return {lane, block_row, row, buffer_row};
+}
+
+// What the thread reads of its rows: src[h], row buffer_row + 8h of gate_up as bf16 pairs (I words,
+// `intermediate` = p.intermediate) at the thread's word of the tile's group 0 (its gate pair of group
+// t sits at word 8t, 16t + 2(l%4) in bf16, its up pair 4 words later); g[h], the row's g, left as
+// it is where the slice is inactive.
+__device__ inline void gate_up_sources(SwigluBackwardEpilogue::Params const& p, TileCoord const& tile,
+                                       SwigluBackwardRows const& r, int intermediate, bool active,
+                                       const uint32_t* (&src)[2], float (&g)[2]) {
+  CUTE_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    src[h] = reinterpret_cast<const uint32_t*>(p.gate_up) + int64_t(r.buffer_row + 8 * h) * intermediate +
+             tile.n_begin + r.lane % 4;
+    // Through L2, not the read-only path: the fused backward's comm CTAs write the gates during
+    // its launch (before the tile's readiness counter).
+    if (active) g[h] = __ldcg(p.row_gates + r.row + 8 * h);
+  }
+}
+
+// Half a 64-column d_h chunk, accumulator groups [group0, group0 + kHalfGroups): their d_gate_up,
+// one 64-column chunk in gate_up order, into `grad_words`; their scaled activation into half
+// `half` of `activation_words`; their dg terms added to `dg`.
+template <class Accum>
+__device__ void swiglu_backward_half(Accum const& acc, const uint32_t* const (&src)[2], float const (&g)[2],
+                                     int group0, int half, float (&dg)[2], ChunkWords& grad_words,
+                                     ChunkWords& activation_words) {
+  GateUpPairs pairs;
+  CUTE_UNROLL
+  for (int q = 0; q < kHalfGroups; ++q) {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
-      src[h] = reinterpret_cast<const uint32_t*>(p.gate_up) +
-               int64_t(buffer_row + 8 * h) * intermediate + tile.n_begin + lane % 4;
-      // Through L2, not the read-only path: the fused backward's comm CTAs write the gates during
-      // its launch (before the tile's readiness counter).
-      if (active) g[h] = __ldcg(p.row_gates + row + 8 * h);
-    }
-
-    float dg[2] = {0.0f, 0.0f};
-    CUTE_UNROLL
-    for (int hc = 0; hc < kBlockN / kChunkCols; ++hc) {
-      if (tile.n_begin + hc * kChunkCols >= intermediate) break;
-      ChunkWords activation_words{};  // an inactive slice stores zeros
-      CUTE_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        ChunkWords grad_words{};
-        if (active) {
-          int const group0 = kDhChunkGroups * hc + kHalfGroups * half;  // first group of the half
-          GateUpPairs pairs;
-          CUTE_UNROLL
-          for (int q = 0; q < kHalfGroups; ++q) {
-            CUTE_UNROLL
-            for (int h = 0; h < 2; ++h) {
-              pairs.gate[2 * q + h] = __ldg(src[h] + 8 * (group0 + q));
-              pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
-            }
-          }
-          CUTE_UNROLL
-          for (int q = 0; q < kHalfGroups; ++q) {
-            CUTE_UNROLL
-            for (int h = 0; h < 2; ++h) {
-              int const i = 4 * (group0 + q) + 2 * h;
-              uint32_t const gp = pairs.gate[2 * q + h], up = pairs.up[2 * q + h];
-              SwigluGrad const lo = swiglu_backward(acc(i), bf16_low(gp), bf16_low(up), g[h]);
-              SwigluGrad const hi =
-                  swiglu_backward(acc(i + 1), bf16_high(gp), bf16_high(up), g[h]);
-              dg[h] += lo.dg_term;
-              dg[h] += hi.dg_term;
-              // Output group 2q holds d_gate of the d_h group, 2q + 1 its d_up (gate_up order).
-              grad_words.w[2 * (2 * q) + h] = pack_bf16x2(lo.d_gate, hi.d_gate);
-              grad_words.w[2 * (2 * q + 1) + h] = pack_bf16x2(lo.d_up, hi.d_up);
-              activation_words.w[2 * (kHalfGroups * half + q) + h] =
-                  pack_bf16x2(lo.scaled_activation, hi.scaled_activation);
-            }
-          }
-        }
-        ring.acquire();
-        ring.write(grad_words);
-        ring.store(&p.d_gate_up, 2 * (tile.n_begin + hc * kChunkCols) + half * kChunkCols, block_row);
-      }
-      ring.acquire();
-      ring.write(activation_words);
-      ring.store(&p.scaled_activation, tile.n_begin + hc * kChunkCols, block_row);
-    }
-
-    // The four lanes of a row hold disjoint columns: add them in a fixed butterfly (every lane
-    // ends with the same bits), then one lane writes the row's partial.
-    int const n_block = tile.n_begin / kBlockN;
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      float s = dg[h];
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (lane % 4 == 0) p.dg_partials[int64_t(row + 8 * h) * p.n_blocks + n_block] = s;
+      pairs.gate[2 * q + h] = __ldg(src[h] + 8 * (group0 + q));
+      pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
     }
   }
-};
+  CUTE_UNROLL
+  for (int q = 0; q < kHalfGroups; ++q) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int const i = 4 * (group0 + q) + 2 * h;
+      uint32_t const gp = pairs.gate[2 * q + h], up = pairs.up[2 * q + h];
+      SwigluGrad const lo = swiglu_backward(acc(i), bf16_low(gp), bf16_low(up), g[h]);
+      SwigluGrad const hi = swiglu_backward(acc(i + 1), bf16_high(gp), bf16_high(up), g[h]);
+      dg[h] += lo.dg_term;
+      dg[h] += hi.dg_term;
+      // Output group 2q holds d_gate of the d_h group, 2q + 1 its d_up (gate_up order).
+      grad_words.w[2 * (2 * q) + h] = pack_bf16x2(lo.d_gate, hi.d_gate);
+      grad_words.w[2 * (2 * q + 1) + h] = pack_bf16x2(lo.d_up, hi.d_up);
+      activation_words.w[2 * (kHalfGroups * half + q) + h] = pack_bf16x2(lo.scaled_activation, hi.scaled_activation);
+    }
+  }
+}
+
+// The four lanes of a row hold disjoint columns: add them in a fixed butterfly (every lane ends
+// with the same bits), then one lane writes the row's partial of N block `n_block`.
+__device__ inline void store_dg_partials(SwigluBackwardEpilogue::Params const& p, SwigluBackwardRows const& r,
+                                         float const (&dg)[2], int n_block) {
+  CUTE_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    float s = dg[h];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (r.lane % 4 == 0) p.dg_partials[int64_t(r.row + 8 * h) * p.n_blocks + n_block] = s;
+  }
+}
+
+__device__ inline void SwigluBackwardEpilogue::prefetch_source(Params const& p, TileCoord const& tile) {
+  prefetch_gate_up<kBlockN>(p, tile);
+}
+
+template <class Accum>
+__device__ void SwigluBackwardEpilogue::apply(Params const& p, TileCoord const& tile, Accum const& acc, bool active,
+                                              ChunkStoreRing& ring, int warpgroup) {
+  constexpr int kTileN = kTileNOf<Accum>;
+  SwigluBackwardRows const r = swiglu_backward_rows(tile, warpgroup);
+  int const intermediate = p.intermediate;
+  const uint32_t* src[2];
+  float g[2] = {0.0f, 0.0f};
+  gate_up_sources(p, tile, r, intermediate, active, src, g);
+
+  float dg[2] = {0.0f, 0.0f};
+  CUTE_UNROLL
+  for (int hc = 0; hc < kTileN / kChunkCols; ++hc) {
+    if (tile.n_begin + hc * kChunkCols >= intermediate) break;
+    ChunkWords activation_words{};  // an inactive slice stores zeros
+    CUTE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      ChunkWords grad_words{};
+      if (active) {
+        swiglu_backward_half(acc, src, g, kDhChunkGroups * hc + kHalfGroups * half, half, dg, grad_words,
+                             activation_words);
+      }
+      ring.acquire();
+      ring.write(grad_words);
+      ring.store(&p.d_gate_up, 2 * (tile.n_begin + hc * kChunkCols) + half * kChunkCols, r.block_row);
+    }
+    ring.acquire();
+    ring.write(activation_words);
+    ring.store(&p.scaled_activation, tile.n_begin + hc * kChunkCols, r.block_row);
+  }
+  int const n_block = tile.n_begin / kTileN;
+  store_dg_partials(p, r, dg, n_block);
+}
 
 }  // namespace caracal::gemm

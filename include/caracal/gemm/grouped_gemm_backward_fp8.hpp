@@ -1,0 +1,76 @@
+#pragma once
+// The backward's row-direction grouped GEMMs in DeepSeek-V3's FP8 recipe (issue 47): the dgrad of
+// down with the SwiGLU backward, and dx. Operands and accumulation as the FP8 forward GEMMs'
+// (caracal/gemm/grouped_gemm_fp8.hpp: e4m3 codes, 1 x 128 row scales along K, 128 x 128 weight
+// scales, fp32 accumulators promoted per 128-wide K block, 128 x 128 tiles, one CTA a tile); the
+// weights in their transposed copies (quant::QuantizeWeightsArgs's codes_t and scales_t: FP8
+// wgmma reads K-major operands only). Outputs, rows, padding, determinism, g and dL/dg as
+// caracal/gemm/grouped_gemm_backward.hpp says of the bf16 kernels, with D and I multiples of 128.
+// Each GEMM's fp32 result equals the fp64 GEMM of its dequantized operands to within fp32
+// accumulation, before the outputs' roundings.
+//
+// This header stays free of CuTe so plain host code (tests, tools) can include it.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
+#include "caracal/schedule_view.hpp"
+
+namespace caracal::gemm {
+
+// Floats of the workspace of the FP8 grouped_down_dgrad_swiglu: one dg partial per row and
+// 128-column N tile of I.
+size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate);
+
+// Rows written in e4m3 [buffer rows][K] with their 1 x 128 scales, in the layout Fp8RowOperand reads.
+struct Fp8RowOutput {
+  __nv_fp8_e4m3* codes = nullptr;
+  float* scales = nullptr;  // [K / 128][buffer rows]
+};
+
+// grouped_down_dgrad_swiglu in FP8: d_h = dy · W_down[e] (fp32), then the bf16 kernel's epilogue
+// (B1, B2, B5), and d_gate_up once more in e4m3 for the FP8 dx GEMM: its codes and scales are
+// quant::quantize_rows of d_gate_up_out (exact scales), bit for bit.
+struct Fp8DownDgradSwigluArgs {
+  ScheduleView rows;
+  int hidden = 0;                     // D: the K of this GEMM
+  int intermediate = 0;               // I: its N
+  Fp8RowOperand dy;                   // K = D, not scaled by g
+  Fp8WeightOperand w_down_t;          // W_down transposed, [L][I][D]: N = I, K = D
+  const __nv_bfloat16* gate_up = nullptr;  // [buffer rows][2I] interleaved, forward-saved
+  const float* gates = nullptr;            // [row_capacity] g of each row's route
+  __nv_bfloat16* d_gate_up_out = nullptr;  // [buffer rows][2I] interleaved (the weight gradients'
+                                           // operand); may be gate_up (in place)
+  Fp8RowOutput d_gate_up_fp8_out;          // K = 2I: the dx GEMM's d_gate_up
+  __nv_bfloat16* scaled_activation_out = nullptr;  // [buffer rows][I]: bf16(g · activation)
+  float* d_gates_out = nullptr;            // [row_capacity] dL/dg of each row's route
+  float* workspace = nullptr;              // fp8_down_dgrad_workspace_floats(...) floats
+  int num_ctas = 0;                        // persistent CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;          // kTileQueueWords words, or nullptr
+};
+
+// grouped_gate_up_dgrad in FP8: dx = bf16(d_gate_up · W_gate_up[e]) over K = 2I (B3), its rows
+// stored as they are.
+struct Fp8GateUpDgradArgs {
+  ScheduleView rows;
+  int hidden = 0;                  // D: the N of this GEMM
+  int intermediate = 0;            // I: its K is 2I
+  Fp8RowOperand d_gate_up;         // K = 2I, interleaved (Fp8DownDgradSwigluArgs::d_gate_up_fp8_out)
+  Fp8WeightOperand w_gate_up_t;    // W_gate_up transposed, [L][D][2I]: N = D, K = 2I interleaved
+  __nv_bfloat16* dx_out = nullptr;  // [buffer rows][D]
+  int num_ctas = 0;
+  uint32_t* tile_queue = nullptr;
+};
+
+// Argument rules: as the bf16 kernels', with D and I positive multiples of 128 and every codes and
+// scales pointer non-null and 16-byte aligned (those of rows may be null with row_capacity 0).
+// Each throws caracal::Error naming the argument before any CUDA call, then enqueues its kernels on
+// `stream` without synchronising. Hopper (sm_90a) only.
+void grouped_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream);
+void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream);
+
+}  // namespace caracal::gemm
