@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "quant/quantize_fp8.hpp"
 
@@ -34,6 +35,8 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
   gate_up_.resize(capacity * 2 * size_t(I));
   y_.resize(capacity * size_t(D));
   d_gate_up_out_.resize(capacity * 2 * size_t(I));
+  d_gate_up_fp8_out_.codes.resize(capacity * 2 * size_t(I));
+  d_gate_up_fp8_out_.scales.resize(size_t(2 * I / 128) * capacity);
   scaled_activation_.resize(capacity * size_t(I));
   dx_.resize(capacity * size_t(D));
   dg_.resize(capacity);
@@ -165,6 +168,8 @@ void Fp8Gemms::dgrad(int iter) const {
   a.gate_up = saved_gate_up_;
   a.gates = gates_;
   a.d_gate_up_out = d_gate_up_out_.get();
+  a.d_gate_up_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(d_gate_up_fp8_out_.codes.get()),
+                         d_gate_up_fp8_out_.scales.get()};
   a.scaled_activation_out = scaled_activation_.get();
   a.d_gates_out = dg_.get();
   a.workspace = workspace_.get();

@@ -33,7 +33,7 @@ class Fp8Gemms {
 
   void up(int iter) const;    // ours, storing gate_up and the activation
   void down(int iter) const;  // ours
-  void dgrad(int iter) const;  // ours: d_gate_up, g · activation and dL/dg
+  void dgrad(int iter) const;  // ours: d_gate_up (bf16 and e4m3), g · activation and dL/dg
   void dx(int iter) const;     // ours
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
   void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
@@ -69,7 +69,7 @@ class Fp8Gemms {
   ScheduleView rows_;
   uint32_t* tile_queue_;
   std::vector<Set> sets_;
-  Rows activation_, d_gate_up_;
+  Rows activation_, d_gate_up_, d_gate_up_fp8_out_;  // the last: the FP8 dgrad's e4m3 d_gate_up
   const __nv_bfloat16* saved_gate_up_;
   const float* gates_;
   Bf16Array hidden_, gate_up_, y_, cutlass_up_out_, cutlass_down_out_;
