@@ -18,9 +18,10 @@ const __nv_fp8_e4m3* fp8(const DeviceArray<uint8_t>& codes) {
 }  // namespace
 
 Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
-                   const Bf16Outputs& bf16, const ScheduleView& rows, uint32_t* tile_queue)
-    : c_(c), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()),
-      saved_gate_up_(bf16.gate_up), gates_(bf16.gates) {
+                   const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
+                   const ScheduleView& rows, uint32_t* tile_queue)
+    : c_(c), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()), saved_gate_up_(gate_up),
+      gates_(gates) {
   const int D = c.hidden, I = c.intermediate;
   const size_t capacity = size_t(offsets.back());
   for (size_t s = 0; s < sets.size(); ++s) {
@@ -29,18 +30,17 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
     quantize_weights(sets[s].w_gate_up.get(), 2 * I, D, sets_[s].w_gate_up);
     quantize_weights(sets[s].w_down.get(), D, I, sets_[s].w_down);
   }
-  quantize_rows(bf16.activation, I, activation_);
-  quantize_rows(bf16.d_gate_up, 2 * I, d_gate_up_);
+  quantize_rows(activation, I, activation_);
   hidden_.resize(capacity * size_t(I));
   gate_up_.resize(capacity * 2 * size_t(I));
   y_.resize(capacity * size_t(D));
-  d_gate_up_out_.resize(capacity * 2 * size_t(I));
-  d_gate_up_fp8_out_.codes.resize(capacity * 2 * size_t(I));
-  d_gate_up_fp8_out_.scales.resize(size_t(2 * I / 128) * capacity);
+  d_gate_up_.resize(capacity * 2 * size_t(I));
+  d_gate_up_fp8_.codes.resize(capacity * 2 * size_t(I));
+  d_gate_up_fp8_.scales.resize(size_t(2 * I / 128) * capacity);
   scaled_activation_.resize(capacity * size_t(I));
   dx_.resize(capacity * size_t(D));
   dg_.resize(capacity);
-  workspace_.resize(std::max<size_t>(1, gemm::fp8_down_dgrad_workspace_floats(int(capacity), I)));
+  workspace_.resize(gemm::fp8_down_dgrad_workspace_floats(int(capacity), I));
   cutlass_up_out_.resize(capacity * 2 * size_t(I));
   cutlass_down_out_.resize(capacity * size_t(D));
 
@@ -96,10 +96,10 @@ void Fp8Gemms::quantize_weights(const __nv_bfloat16* values, int n, int k, Weigh
   const size_t row = size_t(quant::weight_scale_row(int64_t(nb)));
   const size_t row_t = size_t(quant::weight_scale_row(int64_t(kb)));
   out.codes.resize(L * size_t(n) * size_t(k));
-  out.codes_t.resize(L * size_t(n) * size_t(k));
   out.scales.resize(L * kb * row);
-  out.scales_t.resize(L * nb * row_t);
   out.cutlass_scales.resize(L * kb * nb);
+  out.codes_t.resize(L * size_t(n) * size_t(k));
+  out.scales_t.resize(L * nb * row_t);
   quant::QuantizeWeightsArgs a;
   a.weights = values;
   a.experts = int64_t(L);
@@ -164,12 +164,11 @@ void Fp8Gemms::dgrad(int iter) const {
   a.hidden = c_.hidden;
   a.intermediate = c_.intermediate;
   a.dy = {fp8(s.dy.codes), s.dy.scales.get()};
-  a.w_down_t = {fp8(s.w_down.codes_t), s.w_down.scales_t.get()};  // [L][I][D]
+  a.w_down_t = {fp8(s.w_down.codes_t), s.w_down.scales_t.get()};
   a.gate_up = saved_gate_up_;
   a.gates = gates_;
-  a.d_gate_up_out = d_gate_up_out_.get();
-  a.d_gate_up_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(d_gate_up_fp8_out_.codes.get()),
-                         d_gate_up_fp8_out_.scales.get()};
+  a.d_gate_up_out = d_gate_up_.get();
+  a.d_gate_up_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(d_gate_up_fp8_.codes.get()), d_gate_up_fp8_.scales.get()};
   a.scaled_activation_out = scaled_activation_.get();
   a.d_gates_out = dg_.get();
   a.workspace = workspace_.get();
@@ -183,8 +182,8 @@ void Fp8Gemms::dx(int iter) const {
   a.rows = rows_;
   a.hidden = c_.hidden;
   a.intermediate = c_.intermediate;
-  a.d_gate_up = {fp8(d_gate_up_.codes), d_gate_up_.scales.get()};
-  a.w_gate_up_t = {fp8(s.w_gate_up.codes_t), s.w_gate_up.scales_t.get()};  // [L][D][2I]
+  a.d_gate_up = {fp8(d_gate_up_fp8_.codes), d_gate_up_fp8_.scales.get()};
+  a.w_gate_up_t = {fp8(s.w_gate_up.codes_t), s.w_gate_up.scales_t.get()};
   a.dx_out = dx_.get();
   a.tile_queue = tile_queue_;
   gemm::grouped_gate_up_dgrad(a, nullptr);

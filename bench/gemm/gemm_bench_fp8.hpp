@@ -1,11 +1,11 @@
 #pragma once
-// caracal_gemm_bench's FP8 half (issue 47): every input set's x and weights, and the activation our
-// bf16 up/gate kernel wrote, quantized by src/quant's kernels (DeepSeek-V3's recipe, bf16 in,
-// e4m3 codes and fp32 block scales out); our FP8 forward GEMMs (caracal/gemm/grouped_gemm_fp8.hpp)
-// and CUTLASS's blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp) on them, CUTLASS's
-// outputs compared with ours; and our FP8 backward row GEMMs (dgrad + SwiGLU backward over dy and
-// W_down transposed, dx over our bf16 dgrad's d_gate_up and W_gate_up transposed). Cases whose D
-// and I are multiples of 128 only.
+// caracal_gemm_bench's FP8 half (issue 47): every input set's x, dy and weights (both orientations),
+// and the activation our bf16 up/gate kernel wrote, quantized by src/quant's kernels (DeepSeek-V3's
+// recipe, bf16 in, e4m3 codes and fp32 block scales out); our FP8 forward GEMMs
+// (caracal/gemm/grouped_gemm_fp8.hpp), our FP8 dgrad and dx (caracal/gemm/grouped_gemm_backward_fp8.hpp,
+// over the gate_up our bf16 up/gate kernel saved; dx on the dgrad's e4m3 d_gate_up) and CUTLASS's
+// blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp) on them, CUTLASS's outputs
+// compared with ours. Cases whose D and I are multiples of 128 only.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,21 +20,16 @@ class Fp8Gemms {
  public:
   static bool supported(const Case& c) { return c.hidden % 128 == 0 && c.intermediate % 128 == 0; }
 
-  // What our bf16 GEMMs left: the activation (the down GEMMs' A) and d_gate_up (the dx GEMM's A),
-  // quantized once; the saved gate_up and the row gates the dgrad's epilogue reads.
-  struct Bf16Outputs {
-    const __nv_bfloat16* activation;  // [capacity][I]
-    const __nv_bfloat16* d_gate_up;   // [capacity][2I]
-    const __nv_bfloat16* gate_up;     // [capacity][2I]
-    const float* gates;               // [capacity]
-  };
+  // `activation`, `gate_up`: our bf16 up/gate's [capacity][I] and [capacity][2I] outputs (the down
+  // GEMMs' A, quantized once; the dgrad's saved gate_up); `gates`: g per row.
   Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
-           const Bf16Outputs& bf16, const ScheduleView& rows, uint32_t* tile_queue);
+           const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
+           const ScheduleView& rows, uint32_t* tile_queue);
 
-  void up(int iter) const;    // ours, storing gate_up and the activation
-  void down(int iter) const;  // ours
-  void dgrad(int iter) const;  // ours: d_gate_up (bf16 and e4m3), g · activation and dL/dg
-  void dx(int iter) const;     // ours
+  void up(int iter) const;     // ours, storing gate_up and the activation
+  void down(int iter) const;   // ours
+  void dgrad(int iter) const;  // ours, storing d_gate_up in bf16 and e4m3
+  void dx(int iter) const;     // ours, on the last dgrad's e4m3 d_gate_up
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
   void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
 
@@ -69,11 +64,10 @@ class Fp8Gemms {
   ScheduleView rows_;
   uint32_t* tile_queue_;
   std::vector<Set> sets_;
-  Rows activation_, d_gate_up_, d_gate_up_fp8_out_;  // the last: the FP8 dgrad's e4m3 d_gate_up
+  Rows activation_, d_gate_up_fp8_;
   const __nv_bfloat16* saved_gate_up_;
   const float* gates_;
-  Bf16Array hidden_, gate_up_, y_, cutlass_up_out_, cutlass_down_out_;
-  Bf16Array d_gate_up_out_, scaled_activation_, dx_;
+  Bf16Array hidden_, gate_up_, y_, d_gate_up_, scaled_activation_, dx_, cutlass_up_out_, cutlass_down_out_;
   DeviceArray<float> dg_, workspace_;
   std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's
   std::vector<std::unique_ptr<CutlassFp8GroupedGemm>> cutlass_;  // [set][up, down]

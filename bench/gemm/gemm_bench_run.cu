@@ -382,11 +382,9 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     time_cutlass(*cutlass, flops, time_it);
   }
   if (c.rows() > 0 && Fp8Gemms::supported(c)) {
-    // k.hidden holds set 0's activation (the first forward) and k.d_gate_up its dgrad's output:
-    // the FP8 down and dx GEMMs' A, quantized.
-    fp8.emplace(c, offsets, in,
-                Fp8Gemms::Bf16Outputs{k.hidden.get(), k.d_gate_up.get(), k.gate_up.get(), k.gates.get()}, k.rows,
-                k.tile_queue.get());
+    // k.hidden holds set 0's activation (the first forward): the FP8 down GEMMs' A, quantized;
+    // k.gate_up its gate_up, which the FP8 dgrad reads as the bf16 one does.
+    fp8.emplace(c, offsets, in, k.hidden.get(), k.gate_up.get(), k.gates.get(), k.rows, k.tile_queue.get());
     fp8->up(0);
     fp8->down(0);
     fp8->dgrad(0);

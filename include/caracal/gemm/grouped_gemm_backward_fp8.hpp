@@ -3,11 +3,10 @@
 // down with the SwiGLU backward, and dx. Operands and accumulation as the FP8 forward GEMMs'
 // (caracal/gemm/grouped_gemm_fp8.hpp: e4m3 codes, 1 x 128 row scales along K, 128 x 128 weight
 // scales, fp32 accumulators promoted per 128-wide K block, 128 x 128 tiles, one CTA a tile); the
-// weights in their transposed copies (quant::QuantizeWeightsArgs's codes_t and scales_t: FP8
-// wgmma reads K-major operands only). Outputs, rows, padding, determinism, g and dL/dg as
-// caracal/gemm/grouped_gemm_backward.hpp says of the bf16 kernels, with D and I multiples of 128.
-// Each GEMM's fp32 result equals the fp64 GEMM of its dequantized operands to within fp32
-// accumulation, before the outputs' roundings.
+// weights in their transposed copies (FP8 wgmma reads K-major operands only). Outputs, rows,
+// padding, determinism, g and dL/dg as caracal/gemm/grouped_gemm_backward.hpp says of the bf16
+// kernels, with D and I multiples of 128. Each GEMM's fp32 result equals the fp64 GEMM of its
+// dequantized operands to within fp32 accumulation, before the outputs' roundings.
 //
 // This header stays free of CuTe so plain host code (tests, tools) can include it.
 #include <cuda_bf16.h>
@@ -40,7 +39,8 @@ struct Fp8DownDgradSwigluArgs {
   int hidden = 0;                     // D: the K of this GEMM
   int intermediate = 0;               // I: its N
   Fp8RowOperand dy;                   // K = D, not scaled by g
-  Fp8WeightOperand w_down_t;          // W_down transposed, [L][I][D]: N = I, K = D
+  Fp8WeightOperand w_down_t;          // W_down transposed, [L][I][D]: N = I, K = D (quantize_weights'
+                                      // codes_t, scales_t of W_down, n = D, k = I)
   const __nv_bfloat16* gate_up = nullptr;  // [buffer rows][2I] interleaved, forward-saved
   const float* gates = nullptr;            // [row_capacity] g of each row's route
   __nv_bfloat16* d_gate_up_out = nullptr;  // [buffer rows][2I] interleaved (the weight gradients'
@@ -61,6 +61,7 @@ struct Fp8GateUpDgradArgs {
   int intermediate = 0;            // I: its K is 2I
   Fp8RowOperand d_gate_up;         // K = 2I, interleaved (Fp8DownDgradSwigluArgs::d_gate_up_fp8_out)
   Fp8WeightOperand w_gate_up_t;    // W_gate_up transposed, [L][D][2I]: N = D, K = 2I interleaved
+                                   // (quantize_weights' codes_t, scales_t of W_gate_up, n = 2I, k = D)
   __nv_bfloat16* dx_out = nullptr;  // [buffer rows][D]
   int num_ctas = 0;
   uint32_t* tile_queue = nullptr;
