@@ -74,6 +74,21 @@ inline double norm(const double* v, size_t n) {
   return std::sqrt(s);
 }
 
+// B_t of one token: (scale / S_t) |dy_t| max_j |E_j(x_t)| over its filled slots (`idx[j]` >= 0, S_t
+// their scores' sum when the router normalizes), `outputs` its k expert output rows of `hidden`
+// values (E_j(x_t), unweighted), `dy` its dy row.
+inline double token_score_scale(const int32_t* idx, const double* scores, size_t k, const double* outputs,
+                                const double* dy, size_t hidden, const RouterNormalization& router) {
+  double sum = 0.0, largest = 0.0;
+  for (size_t j = 0; j < k; ++j) {
+    if (idx[j] < 0) continue;
+    sum += scores[j];
+    largest = std::max(largest, norm(outputs + j * hidden, hidden));
+  }
+  const double factor = router.normalize ? (sum != 0.0 ? router.scale / sum : 0.0) : router.scale;
+  return factor * norm(dy, hidden) * largest;
+}
+
 // d_topk_scores = (scale / S) (dg_m - sum_j dg_j s_j / S) (or scale * dg_m) with dg_j = <dy, E_j(x)>
 // a sum of products that may cancel, and so may the Jacobian's difference (to exactly 0 when all
 // of a token's slots hold one expert): no relative measure fits. Per element
@@ -99,14 +114,8 @@ inline ScoreGradientError score_gradient_error(const std::string& name, const st
   for (size_t t = 0; t < T; ++t) {
     std::vector<double> dy_t(D);
     for (size_t d = 0; d < D; ++d) dy_t[d] = bf16_to_float(dy[t * D + d]);
-    double sum = 0.0, largest = 0.0;
-    for (size_t j = 0; j < k; ++j) {
-      if (inputs.topk_idx[t * k + j] < 0) continue;
-      sum += inputs.topk_scores[t * k + j];
-      largest = std::max(largest, norm(forward.routed.output.data() + (t * k + j) * D, D));
-    }
-    const double factor = router.normalize ? (sum != 0.0 ? router.scale / sum : 0.0) : router.scale;
-    const double bound = factor * norm(dy_t.data(), D) * largest;
+    const double bound = token_score_scale(&inputs.topk_idx[t * k], &inputs.topk_scores[t * k], k,
+                                           forward.routed.output.data() + t * k * D, dy_t.data(), D, router);
     for (size_t j = 0; j < k; ++j) {
       const size_t i = t * k + j;
       const double want = grads.d_topk_scores[i];

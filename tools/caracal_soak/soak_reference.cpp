@@ -13,6 +13,7 @@
 #include "caracal/error.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/schedule.hpp"
+#include "layer_bounds.hpp"  // bench/baselines
 
 namespace caracal::soak {
 namespace {
@@ -113,21 +114,11 @@ struct TokenReference {
   double score_scale = 0.0;
 };
 
-// B_t = (scale / S_t) |dy_t| max_j |E_j(x_t)| of a one-token reference step.
+// B_t of a one-token reference step (checks::token_score_scale).
 double score_scale(const LayerConfig& c, const ReferenceInputs& in, const ReferenceForwardResult& f,
                    const std::vector<double>& dy) {
-  const size_t k = static_cast<size_t>(in.top_k), d = dy.size();
-  double sum = 0.0, largest = 0.0, dy2 = 0.0;
-  for (size_t j = 0; j < k; ++j) {
-    if (in.topk_idx[j] < 0) continue;
-    sum += in.topk_scores[j];
-    double e2 = 0.0;
-    for (size_t i = 0; i < d; ++i) e2 += f.routed.output[j * d + i] * f.routed.output[j * d + i];
-    largest = std::max(largest, std::sqrt(e2));
-  }
-  for (const double v : dy) dy2 += v * v;
-  const double factor = c.router.normalize ? (sum != 0.0 ? c.router.scale / sum : 0.0) : c.router.scale;
-  return factor * std::sqrt(dy2) * largest;
+  return checks::token_score_scale(in.topk_idx.data(), in.topk_scores.data(), size_t(in.top_k),
+                                   f.routed.output.data(), dy.data(), dy.size(), c.router);
 }
 
 // The routed experts' gates of token t of rank r: the layer's normalization (reference.hpp).
