@@ -23,7 +23,7 @@ void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::st
     std::snprintf(ratio, sizeof ratio, "%.3f", t.tflops / dense->tflops);
   }
   // spread: (max - min) / median of the timed runs, in percent.
-  std::printf("%-26s %6s %6s %-22s %8.3f %5.1f%% %8.1f %8.1f %9s %8s %7s\n", first ? c.name.c_str() : "",
+  std::printf("%-31s %6s %6s %-22s %8.3f %5.1f%% %8.1f %8.1f %9s %8s %7s\n", first ? c.name.c_str() : "",
               first ? std::to_string(c.rows()).c_str() : "",
               first ? std::to_string(offsets.back()).c_str() : "", label.c_str(), t.ms,
               100.0 * (t.max_ms - t.min_ms) / t.ms, t.tflops, t.tflops_padded, dense_ms, dense_tf, ratio);
@@ -32,7 +32,7 @@ void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::st
 // A spot check's line; false where it failed.
 bool print_check(const char* what, double err) {
   const bool ok = std::isfinite(err) && err <= 1e-2;
-  std::printf("%-26s %s spot check vs fp64: rel err %.2e %s\n", "", what, err, ok ? "ok" : "FAILED");
+  std::printf("%-31s %s spot check vs fp64: rel err %.2e %s\n", "", what, err, ok ? "ok" : "FAILED");
   return ok;
 }
 
@@ -40,7 +40,7 @@ bool print_check(const char* what, double err) {
 // another order: they differ by about one rounding); false where they disagree.
 bool print_agreement(const char* what, double diff) {
   const bool ok = std::isfinite(diff) && diff <= 1e-2;
-  std::printf("%-26s %s vs ours: rel diff %.2e %s\n", "", what, diff, ok ? "ok" : "FAILED");
+  std::printf("%-31s %s vs ours: rel diff %.2e %s\n", "", what, diff, ok ? "ok" : "FAILED");
   return ok;
 }
 
@@ -54,7 +54,7 @@ void print_cutlass_line(const CaseResult& r) {
     }
     return tflops;
   };
-  std::printf("%-26s vs CUTLASS's best configuration: up %.3f, down %.3f\n", "",
+  std::printf("%-31s vs CUTLASS's best configuration: up %.3f, down %.3f\n", "",
               r.timings.at("up_gate_swiglu_hidden_only").tflops / best("up"), r.timings.at("down").tflops / best("down"));
 }
 
@@ -63,7 +63,7 @@ void print_cutlass_line(const CaseResult& r) {
 // (plain product).
 void print_fp8_line(const CaseResult& r) {
   const auto tflops = [&](const char* kernel) { return r.timings.at(kernel).tflops; };
-  std::printf("%-26s FP8 over our bf16: up %.3f, down %.3f, dgrad %.3f, dx %.3f; over CUTLASS FP8: up %.3f, down %.3f\n",
+  std::printf("%-31s FP8 over our bf16: up %.3f, down %.3f, dgrad %.3f, dx %.3f; over CUTLASS FP8: up %.3f, down %.3f\n",
               "", tflops("fp8_up_gate_swiglu") / tflops("up_gate_swiglu"), tflops("fp8_down") / tflops("down"),
               tflops("fp8_dgrad_swiglu") / tflops("dgrad_swiglu"), tflops("fp8_dx") / tflops("dx"),
               tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"));
@@ -80,17 +80,17 @@ nlohmann::json timing_json(const Timing& t) {
 }  // namespace
 
 void print_case_list(const std::vector<Case>& cases) {
-  std::printf("%-26s %4s %5s %7s %7s %6s %6s %6s\n", "case", "L", "rank", "rows", "padded", "min", "max", "empty");
+  std::printf("%-31s %4s %5s %7s %7s %6s %6s %6s\n", "case", "L", "rank", "rows", "padded", "min", "max", "empty");
   for (const Case& c : cases) {
     const auto [lo, hi] = std::minmax_element(c.counts.begin(), c.counts.end());
-    std::printf("%-26s %4d %5d %7lld %7d %6d %6d %6lld\n", c.name.c_str(), c.num_experts, c.rank,
+    std::printf("%-31s %4d %5d %7lld %7d %6d %6d %6lld\n", c.name.c_str(), c.num_experts, c.rank,
                 static_cast<long long>(c.rows()), c.offsets().back(), *lo, *hi,
                 static_cast<long long>(std::count(c.counts.begin(), c.counts.end(), 0)));
   }
 }
 
 void print_results_header() {
-  std::printf("%-26s %6s %6s %-22s %8s %6s %8s %8s %9s %8s %7s\n", "case", "rows", "padded", "kernel", "ms",
+  std::printf("%-31s %6s %6s %-22s %8s %6s %8s %8s %9s %8s %7s\n", "case", "rows", "padded", "kernel", "ms",
               "spread", "TFLOP/s", "padded", "cuBLAS ms", "cuBLAS", "ratio");
 }
 
@@ -158,8 +158,8 @@ nlohmann::json case_json(const Case& c, const CaseResult& r) {
                       {"intermediate", c.intermediate},
                       {"num_experts", c.num_experts},
                       {"top_k", c.top_k},
-                      {"tokens_per_rank", kTokens},
-                      {"world", kWorld},
+                      {"tokens_per_rank", c.tokens_per_rank},
+                      {"world", c.world},
                       {"rank", c.rank},
                       {"counts", c.counts},
                       {"rows", c.rows()},

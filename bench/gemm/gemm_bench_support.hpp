@@ -62,6 +62,7 @@ struct Case {
   std::string model;
   std::string routing;  // uniform | zipf:1 | sparse
   int hidden = 0, intermediate = 0, num_experts = 0, top_k = 0, rank = 0;
+  int world = 0, tokens_per_rank = 0;  // the routing the counts are cut from
   std::vector<int> counts;  // per local expert
   int64_t rows() const {
     int64_t r = 0;

@@ -79,8 +79,8 @@ int run(const Options& o) {
   const cudaDeviceProp prop = hopper_gpu();
   const caracal::bench::CublasHandle cublas(nullptr);
   std::printf(
-      "caracal_gemm_bench: %s, %d SMs, %.0f MB L2; T=%d tokens/rank, W=%d, "
-      "median of %d runs after %d warm-up\n",
+      "caracal_gemm_bench: %s, %d SMs, %.0f MB L2; T=%d tokens/rank, W=%d (unless a case's name "
+      "says /wW-tT), median of %d runs after %d warm-up\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, caracal::bench::kTokens, caracal::bench::kWorld,
       o.reps, o.warmup);
   caracal::bench::print_results_header();
