@@ -11,7 +11,7 @@
 // all its rows there (token_group.cuh).
 //
 // The warps of the rank's comm CTAs first count the rows already there (a lane a row), then take
-// the rows to pull in turn, so the blocks fill in order: the warp that meets a token's first row
+// the rows to pull in turn, 32 rows a warp (for_each_wanted_item), so the blocks fill in order: the warp that meets a token's first row
 // stores all of the group's rows and raises the counter of each block they fell in by the rows it
 // stored there.
 #include <cstdint>
@@ -73,11 +73,11 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
     count_rows_into_blocks(rank.dy_ready, view, there ? row : -1);
   }
   // Then the others, a warp a token group.
-  for (int row = view.first_row + warps.index; row < end_row; row += warps.count) {
+  const auto to_pull = [&](int row) { return dy_row_source(world, view.rows[row], p) == DyRowSource::kPull; };
+  transfer::for_each_wanted_item(view.first_row, end_row, warps, to_pull, [&](int row) {
     const int2 entry = view.rows[row];
-    if (dy_row_source(world, entry, p) != DyRowSource::kPull) continue;
     const transfer::TokenGroup group(route_rows, p.schedule.routes, pull.top_k, entry, row, view.first_row, end_row);
-    if (!group.led_by_own_row(lane)) continue;  // pulled by the warp that meets the group's leader
+    if (!group.led_by_own_row(lane)) return true;  // pulled by the warp that meets the group's leader
     const float* home_gates = world.at(pull.home_gates, entry.x);
     transfer::for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
     transfer::warp_fan_out_row<true>(
@@ -85,7 +85,8 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
         ring_row, lane);
     __syncwarp();  // every lane's stores before the counts
     transfer::for_each_slot_round(group, lane, [&](int, int member) { count_rows_into_blocks(rank.dy_ready, view, member); });
-  }
+    return true;
+  });
 }
 
 // All threads of a comm CTA. No world barrier: the reverse combine before the launch had the

@@ -7,8 +7,8 @@
 // rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
 // are (forward_compute.cuh); with pull_all_rows (tests) every row but padding is pulled.
 //
-// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn, so the
-// blocks fill in order. A token is read once per macrobatch for all its rows there
+// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps 32 at a time and each
+// tested by a lane (for_each_wanted_item: at W = 1 none is pulled), so the blocks fill in order. A token is read once per macrobatch for all its rows there
 // (token_group.cuh, as v1's dispatch), by the warp that meets its first row; that warp then raises
 // the counter of each block the token's rows fell in, by the rows it stored there. Warp copies,
 // not bulk asynchronous copies through shared memory from one thread: those hold a stage per row
@@ -43,20 +43,25 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
   const int32_t* route_rows = per_route ? nullptr : world.at(schedule.buffers.route_rows, place.rank);
   const auto ring_row = [&](int row) { return transfer::row_vectors(expert_rows, view.buffer_row(row), pull.hidden); };
   // Rows in the macrobatches' order: the last macrobatch, then the others from the top down.
-  for (int i = warps.index; i < rows; i += warps.count) {
-    const int first_rows = rows - last_batch_begin;
-    const int row = i < first_rows ? last_batch_begin + i
-                                   : last_batch_begin - (1 + (i - first_rows) / batch_rows) * batch_rows +
-                                         (i - first_rows) % batch_rows;
-    const int2 entry = view.rows[row];
+  const int first_rows = rows - last_batch_begin;
+  const auto row_of = [&](int i) {
+    return i < first_rows ? last_batch_begin + i
+                          : last_batch_begin - (1 + (i - first_rows) / batch_rows) * batch_rows + (i - first_rows) % batch_rows;
+  };
+  const auto to_pull = [&](int i) {
+    const int2 entry = view.rows[row_of(i)];
     const bool on_this_gpu =
         static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
-    if (entry.x < 0 || (on_this_gpu && !pull_all_rows)) continue;  // gathered in place
+    return entry.x >= 0 && (!on_this_gpu || pull_all_rows);  // else padding, or gathered in place
+  };
+  return transfer::for_each_wanted_item(0, rows, warps, to_pull, [&](int i) {
+    const int row = row_of(i);
+    const int2 entry = view.rows[row];
     // The token's rows in this row's macrobatch, pulled together by the warp that meets the first.
     const int batch_begin = row / batch_rows * batch_rows;
     const transfer::TokenGroup group(route_rows, schedule.routes, pull.top_k, entry, row, batch_begin,
                                      min(batch_begin + batch_rows, rows));
-    if (!group.led_by_own_row(lane)) continue;
+    if (!group.led_by_own_row(lane)) return true;
     // Each row's ring row is free once the up/gate tiles of the block that held it have read it.
     bool ready = true;
     transfer::for_each_member(group, lane, [&](int, int member) {
@@ -81,8 +86,8 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
         comm::signal_ready_thread(rank.x_ready + block, static_cast<uint32_t>(__popc(same_block)));
       }
     });
-  }
-  return true;
+    return true;
+  });
 }
 
 }  // namespace caracal::fused
