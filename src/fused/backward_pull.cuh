@@ -11,9 +11,9 @@
 // all its rows there (token_group.cuh).
 //
 // The warps of the rank's comm CTAs first count the rows already there (a lane a row), then take
-// the rows to pull in turn, 32 rows a warp (for_each_wanted_item), so the blocks fill in order: the warp that meets a token's first row
-// stores all of the group's rows and raises the counter of each block they fell in by the rows it
-// stored there.
+// the rows to pull in turn (for_each_wanted_item: a lane tests a row), so the blocks fill in order:
+// the warp that meets a token's first row stores all of the group's rows and raises the counter of
+// each block they fell in by the rows it stored there.
 #include <cstdint>
 
 #include "device/comm/cta_place.cuh"

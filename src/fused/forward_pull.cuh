@@ -7,12 +7,12 @@
 // rank's own at W = 1) and padding rows are not copied: the GEMM producer gathers them where they
 // are (forward_compute.cuh); with pull_all_rows (tests) every row but padding is pulled.
 //
-// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps 32 at a time and each
-// tested by a lane (for_each_wanted_item: at W = 1 none is pulled), so the blocks fill in order. A token is read once per macrobatch for all its rows there
-// (token_group.cuh, as v1's dispatch), by the warp that meets its first row; that warp then raises
-// the counter of each block the token's rows fell in, by the rows it stored there. Warp copies,
-// not bulk asynchronous copies through shared memory from one thread: those hold a stage per row
-// until its store completes, and move fewer rows a CTA.
+// Every warp of the rank's comm CTAs copies rows, the rows dealt to the warps in turn (a lane tests
+// a row: for_each_wanted_item; at W = 1 none is pulled), so the blocks fill in order. A token is
+// read once per macrobatch for all its rows there (token_group.cuh, as v1's dispatch), by the warp
+// that meets its first row; that warp then raises the counter of each block the token's rows fell
+// in, by the rows it stored there. Warp copies, not bulk asynchronous copies through shared memory
+// from one thread: those hold a stage per row until its store completes, and move fewer rows a CTA.
 #include <cstdint>
 
 #include "device/comm/cta_place.cuh"

@@ -89,18 +89,20 @@ __device__ void for_each_local_item(const comm::DeviceWorld& world, WarpWorkers 
   }
 }
 
-// Items [begin, end) taken by the warps of `workers` kWarpSize at a time (a lane an item), calling
-// visit(item) on the whole warp, in item order, for each item that wanted(item) holds for: a scan
-// where few items carry work (a pull role's rows at W = 1: none) costs one test a lane per 32
-// items, not a warp a test. visit returns false to stop the scan; the scan then returns false.
+// Items [begin, end) dealt to the warps of `workers` in turn (this warp's: begin + index, then
+// every count-th), calling visit(item) on the whole warp, in that order, for each item that
+// wanted(item) holds for; the lanes test 32 of the warp's items at once. The same items and order
+// as a loop over them, but a scan where few items carry work (a pull role's rows at W = 1: none)
+// costs one test a lane per 32 items instead of a test a warp each. visit returns false to stop
+// the scan; the scan then returns false.
 template <typename Wanted, typename Visit>
 __device__ bool for_each_wanted_item(int begin, int end, WarpWorkers workers, Wanted&& wanted, Visit&& visit) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int first = begin + workers.index * 32; first < end; first += workers.count * 32) {
-    const int item = first + lane;
+  for (int first = begin + workers.index; first < end; first += 32 * workers.count) {
+    const int item = first + lane * workers.count;
     unsigned todo = __ballot_sync(0xffffffffu, item < end && wanted(item));
     while (todo != 0u) {
-      const int next = first + __ffs(todo) - 1;
+      const int next = first + (__ffs(todo) - 1) * workers.count;
       todo &= todo - 1u;
       if (!visit(next)) return false;
     }
