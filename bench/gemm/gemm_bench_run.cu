@@ -347,7 +347,8 @@ void compare_cutlass(const CutlassBaseline& g, const OurKernels& k, CaseResult& 
 
 }  // namespace
 
-CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes) {
+CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes,
+                    bool with_fp8) {
   const std::vector<int32_t> offsets = c.offsets();
   const std::vector<InputSet> in = make_input_sets(c, offsets, seed, l2_bytes);
   const OurKernels k(c, offsets, in, seed);
@@ -381,7 +382,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     compare_cutlass(*cutlass, k, r);
     time_cutlass(*cutlass, flops, time_it);
   }
-  if (c.rows() > 0 && Fp8Gemms::supported(c)) {
+  if (with_fp8 && c.rows() > 0 && Fp8Gemms::supported(c)) {
     // k.hidden holds set 0's activation (the first forward): the FP8 down GEMMs' A, quantized;
     // k.gate_up its gate_up, which the FP8 dgrad reads as the bf16 one does.
     fp8.emplace(c, offsets, in, k.hidden.get(), k.gate_up.get(), k.gates.get(), k.rows, k.tile_queue.get());

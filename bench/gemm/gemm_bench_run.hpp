@@ -37,7 +37,9 @@ struct CaseResult {
   double cutlass_fp8_down_rel_diff = -1.0;
 };
 
-// `l2_bytes`: the GPU's L2, which sets how many input sets rotate.
-CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes);
+// `l2_bytes`: the GPU's L2, which sets how many input sets rotate; `with_fp8`: also the FP8 GEMMs
+// and CUTLASS's blockwise FP8 (where the case's shape supports them).
+CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, uint64_t seed, size_t l2_bytes,
+                    bool with_fp8);
 
 }  // namespace caracal::bench

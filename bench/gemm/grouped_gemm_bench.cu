@@ -46,6 +46,7 @@ struct Options {
   std::string json_path;
   std::vector<std::string> only;
   bool list = false;
+  bool no_fp8 = false;
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -56,6 +57,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--json", o.json_path, "also write every figure (and the cases' counts) as JSON");
   app.add_option("--case", o.only, "run only cases whose name contains this (repeatable)");
   app.add_flag("--list", o.list, "print the cases' row counts and exit (no GPU needed)");
+  app.add_flag("--no-fp8", o.no_fp8, "time the bf16 GEMMs and their baselines only (no FP8 rows)");
 }
 
 bool selected(const Case& c, const Options& o) {
@@ -89,7 +91,7 @@ int run(const Options& o) {
   for (const Case& c : caracal::bench::make_cases(o.seed)) {
     if (!selected(c, o)) continue;
     const caracal::bench::CaseResult r =
-        caracal::bench::run_case(c, cublas.get(), o.warmup, o.reps, o.seed, size_t(prop.l2CacheSize));
+        caracal::bench::run_case(c, cublas.get(), o.warmup, o.reps, o.seed, size_t(prop.l2CacheSize), !o.no_fp8);
     check_failed |= !caracal::bench::print_case(c, r);
     cases_json.push_back(caracal::bench::case_json(c, r));
   }
