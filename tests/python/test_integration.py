@@ -175,7 +175,7 @@ def test_process_group_world_of_one(seed):
                 world.close()
             del flag
             world.close()
-            with pytest.raises(RuntimeError, match=r"names no live layer"):
+            with pytest.raises(ValueError, match=r"names no live layer"):
                 torch.ops.caracal.layer_holders(handle)
             with pytest.raises(RuntimeError, match=r"is closed; build layers on a new World"):
                 caracal.MoE(tokens_per_rank=80, world=world, **SMALL)
