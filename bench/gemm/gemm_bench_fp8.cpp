@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
@@ -110,8 +111,13 @@ void Fp8Gemms::quantize_weights(const __nv_bfloat16* values, int n, int k, Weigh
   a.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(out.codes_t.get());
   a.scales_t = out.scales_t.get();
   quant::quantize_weights(a, nullptr);
-  BENCH_CUDA(cudaMemcpy2D(out.cutlass_scales.get(), nb * 4, out.scales.get(), row * 4, nb * 4, L * kb,
-                          cudaMemcpyDeviceToDevice));
+  // CUTLASS's scales: [L][K/128][N/128] dense (ours: block nb at weight_scale_at(nb) of a row).
+  std::vector<float> ours(L * kb * row), dense(L * kb * nb);
+  BENCH_CUDA(cudaMemcpy(ours.data(), out.scales.get(), ours.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t r = 0; r < L * kb; ++r) {
+    for (size_t b = 0; b < nb; ++b) dense[r * nb + b] = ours[r * row + size_t(quant::weight_scale_at(int64_t(b)))];
+  }
+  BENCH_CUDA(cudaMemcpy(out.cutlass_scales.get(), dense.data(), dense.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 void Fp8Gemms::cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& out,

@@ -29,14 +29,16 @@ struct QuantizeRowsArgs {
   ScaleRounding rounding = ScaleRounding::kExact;
 };
 
-// Floats per row of a weight scale matrix of `blocks` blocks: the GEMMs' layout
-// (gemm::Fp8WeightOperand).
+// Floats per row of a weight scale matrix of `blocks` blocks, and where block b's scale lies in
+// it: the GEMMs' layout (gemm::Fp8WeightOperand).
 inline constexpr int64_t weight_scale_row(int64_t blocks) { return gemm::fp8_weight_scale_row(blocks); }
+inline constexpr int64_t weight_scale_at(int64_t block) { return gemm::fp8_weight_scale_at(block); }
 inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Block - 1) / kFp8Block; }
 
 // experts x [n][k] bf16 weights (the GEMMs' K-major B: n output columns, k the reduction) into
 //   codes    [experts][n][k]  and scales   [experts][blocks(k)][weight_scale_row(blocks(n))]
 //   codes_t  [experts][k][n]  and scales_t [experts][blocks(n)][weight_scale_row(blocks(k))]
+// (block b of a row at weight_scale_at(b); the floats between are not written)
 // (the transposed copy for the GEMMs that reduce over n); either pair may be null. A block's
 // codes and scale are the same in both orientations.
 struct QuantizeWeightsArgs {

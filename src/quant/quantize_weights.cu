@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(kTileThreads) quantize_weights_kernel(const Qu
     }
   }
   if (thread == 0) {
-    if (args.scales != nullptr) args.scales[(expert * k_blocks + kb) * weight_scale_row(n_blocks) + nb] = s.scale;
-    if (args.scales_t != nullptr) args.scales_t[(expert * n_blocks + nb) * weight_scale_row(k_blocks) + kb] = s.scale;
+    if (args.scales != nullptr) args.scales[(expert * k_blocks + kb) * weight_scale_row(n_blocks) + weight_scale_at(nb)] = s.scale;
+    if (args.scales_t != nullptr) args.scales_t[(expert * n_blocks + nb) * weight_scale_row(k_blocks) + weight_scale_at(kb)] = s.scale;
   }
   if (args.codes_t == nullptr) return;
   __syncthreads();

@@ -43,7 +43,7 @@ inline QuantizedRows quantize_rows_for_gemm(const std::vector<float>& rows_value
 }
 
 // Expert weights [L][N][K] quantized per 128 x 128 block: codes [L][N][K], scales
-// [L][K/128][fp8_weight_scale_row(N/128)] (padding 0).
+// [L][K/128][fp8_weight_scale_row(N/128)], block nb at fp8_weight_scale_at(nb) (0 between).
 struct QuantizedWeights {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
@@ -62,7 +62,7 @@ inline QuantizedWeights quantize_weights_for_gemm(const std::vector<float>& w, s
     const std::vector<double> v = caracal::dequantize(q);
     out.values.insert(out.values.end(), v.begin(), v.end());
     for (size_t bn = 0; bn < nb; ++bn) {
-      for (size_t bk = 0; bk < kb; ++bk) out.scales[(e * kb + bk) * row + bn] = q.scales[bn * kb + bk];
+      for (size_t bk = 0; bk < kb; ++bk) out.scales[(e * kb + bk) * row + size_t(caracal::gemm::fp8_weight_scale_at(int64_t(bn)))] = q.scales[bn * kb + bk];
     }
   }
   return out;

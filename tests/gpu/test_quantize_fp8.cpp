@@ -261,8 +261,8 @@ TEST_P(QuantizeWeightsOnGpu, BothOrientationsMatchTheHostContractBitForBit) {
     for (int64_t bn = 0; bn < nb; ++bn) {
       for (int64_t bk = 0; bk < kb; ++bk) {
         const uint32_t want = float_bits(expected.scales[bn * kb + bk]);
-        mismatches += float_bits(got_scales[(e * kb + bk) * scale_row + bn]) != want;
-        mismatches += float_bits(got_scales_t[(e * nb + bn) * scale_row_t + bk]) != want;
+        mismatches += float_bits(got_scales[(e * kb + bk) * scale_row + quant::weight_scale_at(bn)]) != want;
+        mismatches += float_bits(got_scales_t[(e * nb + bn) * scale_row_t + quant::weight_scale_at(bk)]) != want;
       }
     }
   }

@@ -31,12 +31,19 @@ struct Fp8RowOperand {
   const float* scales = nullptr;  // [ceil(K / 128)][buffer rows]
 };
 
-// Floats in a row of Fp8WeightOperand's scales: ceil(N / 128) rounded up to 32 (the kernels load
-// each row in 128-byte boxes).
-inline constexpr int64_t fp8_weight_scale_row(int64_t n_blocks) { return (n_blocks + 31) / 32 * 32; }
+// A row of Fp8WeightOperand's scales holds N block nb's scale at float fp8_weight_scale_at(nb), 16
+// bytes apart (a TMA box starts on a 16-byte boundary; the floats between are never read), and is
+// fp8_weight_scale_row(ceil(N / 128)) floats long: whole 128-byte boxes.
+inline constexpr int64_t kFp8WeightScaleStep = 4;
+inline constexpr int64_t fp8_weight_scale_at(int64_t n_block) { return kFp8WeightScaleStep * n_block; }
+inline constexpr int64_t fp8_weight_scale_row(int64_t n_blocks) {
+  return (kFp8WeightScaleStep * n_blocks + 31) / 32 * 32;
+}
+static_assert(fp8_weight_scale_at(1) * sizeof(float) == 16, "each block's scale on a 16-byte boundary");
 
-// Expert weights of e4m3 values [L][N][K] and one scale per 128 x 128 block, scales[e][kb][nb]
-// in rows of fp8_weight_scale_row(ceil(N / 128)) (quant::QuantizeWeightsArgs's codes and scales).
+// Expert weights of e4m3 values [L][N][K] and one scale per 128 x 128 block, block (kb, nb) of
+// expert e at scales[(e * ceil(K / 128) + kb) * fp8_weight_scale_row(ceil(N / 128)) +
+// fp8_weight_scale_at(nb)] (quant::QuantizeWeightsArgs's codes and scales).
 struct Fp8WeightOperand {
   const __nv_fp8_e4m3* codes = nullptr;
   const float* scales = nullptr;  // [L][ceil(K / 128)][fp8_weight_scale_row(ceil(N / 128))]

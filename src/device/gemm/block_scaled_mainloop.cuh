@@ -24,7 +24,7 @@ __device__ float scale_at(float const* scales, int mn) {
   if constexpr (Tile::kScale == ScaleKind::kPerRowBlock) {
     return scales[mn];
   } else {
-    return scales[mn / kScaleBlock];
+    return scales[int(fp8_weight_scale_at(mn / kScaleBlock))];
   }
 }
 

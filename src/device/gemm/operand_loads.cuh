@@ -10,6 +10,7 @@
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/gemm_policy.cuh"
 
@@ -38,13 +39,16 @@ __device__ inline void load_3d(CUtensorMap const* map, uint64_t* full, uint16_t 
 
 // An operand tile's scales in a stage, as its kind loads them: per row block one fp32 per MN row of
 // the tile, a box of kRows from a [K/128][MN] map (MN contiguous); per 128 x 128 block one per 128
-// MN rows, the tile's first kRows / 128 of a box of kBlockScaleBox from a [L][K/128][MN/128
-// rounded up to kBlockScaleBox] map (128-byte boxes into 128-byte aligned slots, ScaleTile::kSlot).
+// MN rows, kFp8WeightScaleStep floats apart (caracal/gemm/grouped_gemm_fp8.hpp), the tile's first
+// in a box of kBlockScaleBox from a [L][K/128][fp8_weight_scale_row(MN/128)] map (128-byte boxes
+// into 128-byte aligned slots, ScaleTile::kSlot; a box's first float 16-byte aligned, as the TMA
+// requires of the innermost coordinate).
 inline constexpr int kBlockScaleBox = 32;
 template <class Tile>
 struct ScaleTile {
   static_assert(Tile::kScale != ScaleKind::kNone, "the scales of a scaled operand");
-  static_assert(Tile::kScale != ScaleKind::kPerBlock || Tile::kRows / kScaleBlock <= kBlockScaleBox);
+  static_assert(Tile::kScale != ScaleKind::kPerBlock ||
+                Tile::kRows / kScaleBlock * kFp8WeightScaleStep <= kBlockScaleBox);
   static constexpr int kCount = Tile::kScale == ScaleKind::kPerRowBlock ? Tile::kRows : kBlockScaleBox;
   static constexpr uint32_t kBytes = uint32_t(kCount * sizeof(float));  // what the TMA box delivers
   // Floats a stage's slot takes: a TMA destination in shared memory is 128-byte aligned.
@@ -96,7 +100,7 @@ struct KMajorWeights {
   __device__ static void load_scales(CUtensorMap const* map, uint64_t* full, float* scales, int mn, int k, int expert,
                                      uint16_t to = 0) {
     static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
-    load_3d(map, full, to, scales, mn / kScaleBlock, k / kScaleBlock, expert);
+    load_3d(map, full, to, scales, int(fp8_weight_scale_at(mn / kScaleBlock)), k / kScaleBlock, expert);
   }
 };
 
