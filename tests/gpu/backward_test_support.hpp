@@ -1,6 +1,7 @@
 #pragma once
 // What the backward GEMM tests share (bf16 and FP8): the row gates, and the checks of the router
 // score gradient and of the rows whose g is 0 or 1.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -56,7 +57,7 @@ inline void expect_router_grad(const ExpertInputs& in, const std::vector<float>&
                                const std::vector<double>& ref_scale, const std::vector<float>& dg,
                                const RouterGradBound& bound) {
   size_t bad = 0, nan_count = 0, padding_nonzero = 0, touched = 0, first_bad = 0;
-  double err2 = 0.0, ref2 = 0.0;
+  double err2 = 0.0, ref2 = 0.0, worst_of_scale = 0.0;  // the largest |dg - ref| / scale: of_scale's measure
   for (size_t e = 0; e < size_t(in.num_experts); ++e) {
     const size_t begin = size_t(in.rows.offset[e]), real_end = begin + size_t(in.c.counts[e]);
     for (size_t row = begin; row < size_t(in.rows.offset[e + 1]); ++row) {
@@ -70,6 +71,7 @@ inline void expect_router_grad(const ExpertInputs& in, const std::vector<float>&
         continue;
       }
       const double err = std::abs(v - ref[row]);
+      if (ref_scale[row] > 0.0) worst_of_scale = std::max(worst_of_scale, err / ref_scale[row]);
       if (err > bound.relative * std::abs(ref[row]) + bound.of_scale * ref_scale[row] && bad++ == 0) first_bad = row;
       err2 += err * err;
       ref2 += ref[row] * ref[row];
@@ -86,7 +88,8 @@ inline void expect_router_grad(const ExpertInputs& in, const std::vector<float>&
   if (ref2 == 0.0) return;
   const double rel = std::sqrt(err2 / ref2);
   EXPECT_LE(rel, bound.frobenius) << "dg: relative Frobenius error " << rel;
-  std::cout << "  dg: relative Frobenius error " << rel << "\n";
+  std::cout << "  dg: relative Frobenius error " << rel << ", worst error in units of its row's scale "
+            << worst_of_scale << "\n";
 }
 
 // Rows with g = 0 get exact zeros in d_gate_up and scaled_activation (their dg is checked apart);
