@@ -1,6 +1,6 @@
 #pragma once
 // The fused backward's copies of the rows of tokens on this GPU inside the launch
-// (FusedBackwardArgs::local_rows_in_launch), in the CTAs that are not comm CTAs: every warp copies
+// (BackwardKernelParams::local_rows_in_launch), in the CTAs that are not comm CTAs: every warp copies
 // the dy rows of the window's first kPrologueBlocks blocks before the CTA's tiles start (so that
 // the first wave of dgrad tiles finds rows), then the three warps that each CTA's producer thread
 // leaves idle (warpgroup 0's warps 1-3) copy the rest under the tiles; each into the ring with its

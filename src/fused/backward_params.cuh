@@ -87,8 +87,8 @@ struct BackwardKernelParams {
   bool pull_x;
   bool pull_all_rows;   // pull every real dy row, those of tokens on this GPU too (FusedBackwardArgs)
   // The other CTAs copy the dy rows of tokens on this GPU (the first blocks' with every warp, the
-  // rest on their idle warps), then the x rows where pull_x (FusedBackwardArgs::local_rows_in_launch
-  // without pull_all_rows; backward_local_rows.cuh).
+  // rest on their idle warps), then the x rows where pull_x (unless FusedBackwardArgs::pull_all_rows;
+  // backward_local_rows.cuh).
   bool local_rows_in_launch;
   bool rows_per_route;  // ExchangeOptions::rows_per_route
 };

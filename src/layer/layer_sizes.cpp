@@ -143,7 +143,7 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoEL
   options.backward = true;
   options.shared_expert = config.shape.num_shared_experts > 0;
   options.expert_out = !fused;
-  // The dx GEMM stores the rows home (fused::gate_up_dgrad_to_home, fused::fused_backward); the
+  // The dx GEMM stores the rows home (gemm::gate_up_dgrad_to_home, fused::fused_backward); the
   // fused backward leaves those of tokens on other ranks in a ring of expert_dx rows to sum them
   // per (token, rank) first.
   options.ring_rows = fused ? sizes.ring_rows : 0;

@@ -44,7 +44,7 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   routed.d_gate_up = local.gate_up;  // in place (gemm::expert_backward)
   routed.dg = at(bwd.expert_dg);
   routed.workspace = local.workspace;
-  routed.dx = nullptr;  // the dx rows go to their home slots (fused::gate_up_dgrad_to_home)
+  routed.dx = nullptr;  // the dx rows go to their home slots (gemm::gate_up_dgrad_to_home)
   if (!sizes.has_shared) return state;
 
   gemm::ExpertPass& shared = state.shared;
