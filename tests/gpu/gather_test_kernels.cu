@@ -5,23 +5,20 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
-#include "device/gemm/expert_gemms/weight_grad.cuh"
 #include "device/gemm/gathered_rows.cuh"
-#include "gemm/operand_maps.hpp"
+#include "gemm/tensor_map.hpp"
 
 namespace caracal::test {
 namespace {
 
-// The fused forward's gathered A (K-major rows), the weight gradients' gatherable B (MN-major rows).
-using KMajorTile = gemm::UpGateSwigluGemm::Policy::A;
-using MnMajorTile = gemm::WeightGradGemm::Policy::B;
-static_assert(std::is_same_v<gemm::WeightGradGemm::OperandB, gemm::MNMajorRows>);
+// The A operand the fused forward gathers: its up/gate GEMM's.
+using Tile = gemm::UpGateSwigluGemm::Policy::A;
+using Element = Tile::Element;
+constexpr int kTileElements = Tile::kRows * Tile::kBlockK;
 
-template <class Tile>
 struct Stages {
-  static constexpr int kElements = Tile::kRows * Tile::kBlockK;
-  alignas(1024) typename Tile::Element tma[kElements];
-  alignas(1024) typename Tile::Element gathered[kElements];
+  alignas(1024) Element tma[kTileElements];
+  alignas(1024) Element gathered[kTileElements];
   alignas(8) uint64_t tma_full;
   alignas(8) uint64_t gather_full;
 };
@@ -35,85 +32,75 @@ __device__ bool bounded_wait(uint64_t* bar) {
   return true;
 }
 
-// Threads [0, kGatherThreads) gather as a producer warpgroup does, the next warp's lane 0 loads by
-// TMA. K-major: the k tile at column `at` of rows [0, 128); MN-major: columns [at, + kRows) of rows
-// [0, 64) (the k tile), `cols` wide.
-template <class Tile, bool kMnMajor>
 __global__ void gather_stage_kernel(CUTE_GRID_CONSTANT const CUtensorMap expected_map, const __nv_bfloat16* matrix,
-                                    const int* source, int cols, int at, uint16_t* tma_out, uint16_t* gathered_out,
-                                    int* done) {
-  using S = Stages<Tile>;
+                                    const int* source, int hidden, int k_index, uint16_t* tma_out,
+                                    uint16_t* gathered_out, int* done) {
   extern __shared__ uint8_t raw[];
-  S& s = *reinterpret_cast<S*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const int thread = static_cast<int>(threadIdx.x);
-  if (thread == 0) {
+  Stages& s = *reinterpret_cast<Stages*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&s.tma_full, 1);
     cutlass::arch::ClusterTransactionBarrier::init(&s.gather_full, 1 + gemm::kGatherArrivals);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  if (thread == gemm::kGatherThreads) {
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.tma_full, Tile::kBytes);
-    if constexpr (kMnMajor) {
-      gemm::MNMajorRows::load<Tile>(&expected_map, &s.tma_full, s.tma, at, cols, 0, 0);
-    } else {
-      gemm::KMajorRows::load<Tile>(&expected_map, &s.tma_full, s.tma, 0, 0, at, 0);
-    }
+  if (warp == 4 && lane == 0) {
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.tma_full, kTileElements * 2);
+    cute::SM90_TMA_LOAD_2D::copy(&expected_map, &s.tma_full, uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                 s.tma, k_index, 0);
   }
-  if (thread < gemm::kGatherThreads) {
-    const auto row = [&](int r) { return source[r] >= 0 ? matrix + static_cast<int64_t>(source[r]) * cols : nullptr; };
-    if constexpr (kMnMajor) {
-      gemm::GatherMnRows rows;
-      for (int i = 0; i < gemm::kGatherMnRowsPerThread; ++i) rows.src[i] = row(gemm::gather_mn_row(thread, i));
-      gemm::gather_mn_k_tile<Tile>(rows, matrix, at, cols, s.gathered, &s.gather_full, thread);
-    } else {
-      gemm::GatherRows rows;
-      for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) rows.src[j] = row(gemm::gather_row(thread, j));
-      gemm::gather_k_tile<Tile>(rows, matrix, at, s.gathered, &s.gather_full, thread);
+  const int thread = static_cast<int>(threadIdx.x);
+  if (thread < gemm::kGatherThreads) {  // as the fused forward's producer warpgroup does it
+    gemm::GatherRows rows;
+    for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+      const int r = gemm::gather_row(thread, j);
+      rows.src[j] = source[r] >= 0 ? matrix + static_cast<int64_t>(source[r]) * hidden : nullptr;
     }
+    gemm::gather_k_tile<Tile>(rows, matrix, k_index, s.gathered, &s.gather_full, thread);
     if (thread == 0) cutlass::arch::ClusterBarrier::arrive(&s.gather_full);  // the producer's own arrival
   }
   const bool tma_done = bounded_wait(&s.tma_full);
   const bool gather_done = bounded_wait(&s.gather_full);
   gemm::gathered_stage_fence();
   __syncthreads();
-  if (thread == 0) {
+  if (threadIdx.x == 0) {
     done[0] = tma_done;
     done[1] = gather_done;
   }
   const uint16_t* t = reinterpret_cast<const uint16_t*>(s.tma);
   const uint16_t* g = reinterpret_cast<const uint16_t*>(s.gathered);
-  for (int i = thread; i < S::kElements; i += static_cast<int>(blockDim.x)) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTileElements; i += static_cast<int>(blockDim.x)) {
     tma_out[i] = t[i];
     gathered_out[i] = g[i];
   }
 }
 
-template <class Tile, bool kMnMajor>
-GatheredStage run_one_stage(const CUtensorMap& map, const __nv_bfloat16* matrix, const std::vector<int>& source,
-                            int cols, int at) {
-  constexpr int kElements = Stages<Tile>::kElements;
+}  // namespace
+
+GatheredStage gather_one_stage(const __nv_bfloat16* matrix, const __nv_bfloat16* expected,
+                               const std::vector<int>& source, int hidden, int k_index) {
+  const CUtensorMap map = gemm::make_tensor_map_2d(expected, gemm::kBlockM, static_cast<uint64_t>(hidden),
+                                                   Tile::kRows, Tile::kBlockK, "expected");
   int* d_source = nullptr;
   uint16_t *d_tma = nullptr, *d_gathered = nullptr;
   int* d_done = nullptr;
   check_cuda(cudaMalloc(&d_source, source.size() * sizeof(int)), "cudaMalloc(source)");
-  check_cuda(cudaMalloc(&d_tma, kElements * 2), "cudaMalloc(tma)");
-  check_cuda(cudaMalloc(&d_gathered, kElements * 2), "cudaMalloc(gathered)");
+  check_cuda(cudaMalloc(&d_tma, kTileElements * 2), "cudaMalloc(tma)");
+  check_cuda(cudaMalloc(&d_gathered, kTileElements * 2), "cudaMalloc(gathered)");
   check_cuda(cudaMalloc(&d_done, 2 * sizeof(int)), "cudaMalloc(done)");
   check_cuda(cudaMemcpy(d_source, source.data(), source.size() * sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy(source)");
   check_cuda(cudaMemset(d_done, 0, 2 * sizeof(int)), "cudaMemset(done)");
-  const int smem = static_cast<int>(sizeof(Stages<Tile>)) + 1024;
-  const auto kernel = gather_stage_kernel<Tile, kMnMajor>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attribute");
-  kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, matrix, d_source, cols, at, d_tma, d_gathered, d_done);
+  const int smem = static_cast<int>(sizeof(Stages)) + 1024;
+  check_cuda(cudaFuncSetAttribute(gather_stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attribute");
+  gather_stage_kernel<<<1, gemm::kGatherThreads + 32, smem>>>(map, matrix, d_source, hidden, k_index, d_tma, d_gathered, d_done);
   check_cuda(cudaGetLastError(), "gather_stage_kernel launch");
   check_cuda(cudaDeviceSynchronize(), "gather_stage_kernel");
   GatheredStage out;
-  out.tma.resize(kElements);
-  out.gathered.resize(kElements);
+  out.tma.resize(kTileElements);
+  out.gathered.resize(kTileElements);
   int done[2] = {0, 0};
-  check_cuda(cudaMemcpy(out.tma.data(), d_tma, kElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(tma)");
-  check_cuda(cudaMemcpy(out.gathered.data(), d_gathered, kElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(gathered)");
+  check_cuda(cudaMemcpy(out.tma.data(), d_tma, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(tma)");
+  check_cuda(cudaMemcpy(out.gathered.data(), d_gathered, kTileElements * 2, cudaMemcpyDeviceToHost), "cudaMemcpy(gathered)");
   check_cuda(cudaMemcpy(done, d_done, sizeof(done), cudaMemcpyDeviceToHost), "cudaMemcpy(done)");
   out.tma_done = done[0] != 0;
   out.gather_done = done[1] != 0;
@@ -122,22 +109,6 @@ GatheredStage run_one_stage(const CUtensorMap& map, const __nv_bfloat16* matrix,
   cudaFree(d_gathered);
   cudaFree(d_done);
   return out;
-}
-
-}  // namespace
-
-GatheredStage gather_one_stage(const __nv_bfloat16* matrix, const __nv_bfloat16* expected,
-                               const std::vector<int>& source, int hidden, int k_index) {
-  const CUtensorMap map = gemm::OperandMaps<gemm::KMajorRows>::make_map<KMajorTile>(
-      expected, gemm::kBlockM, static_cast<uint64_t>(hidden), "expected");
-  return run_one_stage<KMajorTile, false>(map, matrix, source, hidden, k_index);
-}
-
-GatheredStage gather_one_mn_stage(const __nv_bfloat16* matrix, const __nv_bfloat16* expected,
-                                  const std::vector<int>& source, int cols, int mn) {
-  const CUtensorMap map = gemm::OperandMaps<gemm::MNMajorRows>::make_map<MnMajorTile>(
-      expected, MnMajorTile::kBlockK, static_cast<uint64_t>(cols), "expected");
-  return run_one_stage<MnMajorTile, true>(map, matrix, source, cols, mn);
 }
 
 }  // namespace caracal::test

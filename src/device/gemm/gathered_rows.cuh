@@ -14,11 +14,6 @@
 // kGatherArrivals of these besides its other arrivals (its init count includes them). One warp
 // alone could not issue the copies as fast as the tensor cores consume them.
 //
-// An MN-major operand (the weight gradients' x: K runs over token rows) gathers likewise
-// (gather_mn_k_tile): a k tile is kBlockK token rows of kRows columns, laid as the TMA lays
-// MNMajorRows' boxes of kMnBox columns stacked along MN, each box's K row r a 128-byte row whose
-// unit u sits at u ^ (r % 8): the same unit layout per box, kGatherMnRowsPerThread rows a thread.
-//
 // The copies write shared memory through the generic proxy: a consumer reading the stage with
 // wgmma (async proxy) fences after its wait (gathered_stage_fence).
 #include <cuda_bf16.h>
@@ -28,7 +23,6 @@
 #include <cutlass/arch/barrier.h>
 
 #include "device/gemm/gemm_config.cuh"
-#include "device/gemm/operand_loads.cuh"
 
 namespace caracal::gemm {
 
@@ -97,46 +91,6 @@ __device__ void gather_k_tile(const GatherRows& rows, const __nv_bfloat16* any_r
     const void* from = src != nullptr ? src + k_index + unit * 8 : any_row;
     const uint32_t to = base + static_cast<uint32_t>(row * 128 + ((unit ^ (row % 8)) << 4));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(from), "r"(bytes) : "memory");
-  }
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(full)))
-               : "memory");
-}
-
-// The K rows of an MN-major k tile one gathering thread copies: row thread / 8 + 16 i is src[i]
-// (its first element; nullptr: zero-fill), for every box of the tile.
-inline constexpr int kGatherMnRowsPerThread = 64 * 8 / kGatherThreads;
-struct GatherMnRows {
-  const __nv_bfloat16* src[kGatherMnRowsPerThread];
-};
-__device__ inline int gather_mn_row(int thread, int i) { return thread / 8 + i * (kGatherThreads / 8); }
-
-// One gathering thread, for every k tile: copies its units of the MN-major k tile whose columns
-// start at `mn` (of an operand `mn_extent` columns wide, a multiple of Tile::kMnBox) into `stage`
-// (a stage of `Tile`, bf16) and arms `full` with them. A box past the extent is read from the
-// extent's last box, as MNMajorRows loads it (mn_box).
-template <class Tile>
-__device__ void gather_mn_k_tile(const GatherMnRows& rows, const __nv_bfloat16* any_row, int mn, int mn_extent,
-                                 typename Tile::Element* stage, uint64_t* full, int thread) {
-  static_assert(sizeof(typename Tile::Element) == sizeof(__nv_bfloat16) && Tile::kBlockK == 64 &&
-                    Tile::kMnBox * sizeof(__nv_bfloat16) == 128,
-                "a gathered MN-major stage holds 64 bf16 rows of 128-byte boxes");
-  constexpr int kBoxes = Tile::kRows / Tile::kMnBox;
-  constexpr uint32_t kBoxBytes = Tile::kMnBox * Tile::kBlockK * sizeof(__nv_bfloat16);
-  const int unit = thread % 8;
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-#pragma unroll
-  for (int b = 0; b < kBoxes; ++b) {
-    const int column = mn_box<Tile>(mn + b * Tile::kMnBox, mn_extent) + unit * 8;
-#pragma unroll
-    for (int i = 0; i < kGatherMnRowsPerThread; ++i) {
-      const int row = gather_mn_row(thread, i);
-      const __nv_bfloat16* src = rows.src[i];
-      const uint32_t bytes = src != nullptr ? 16u : 0u;  // 0: fill zeros
-      const void* from = src != nullptr ? src + column : any_row;
-      const uint32_t to = base + b * kBoxBytes + static_cast<uint32_t>(row * 128 + ((unit ^ (row % 8)) << 4));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(from), "r"(bytes) : "memory");
-    }
   }
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(full)))
