@@ -182,7 +182,6 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   p.comm_ctas = comm_ctas;
   p.pull_all_rows = args.pull_all_rows;
   p.rows_per_route = exchange.rows_per_route;
-  p.store_x_rows = args.store_x_rows;
   shape.starts_early = true;  // while build_schedule runs (fused_forward.hpp)
   comm::launch(world, "fused forward", shape, stream, fused_forward_kernel, p);
 }

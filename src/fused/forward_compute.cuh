@@ -20,7 +20,6 @@
 // pass).
 #include <cstdint>
 
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -80,43 +79,6 @@ __device__ inline const __nv_bfloat16* gather_source(const GatherSources& from, 
   }
   pulled = true;
   return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
-}
-
-// FusedForwardArgs::store_x_rows: the up/gate tiles of N block 0 of macrobatch 0 store each
-// gathered A stage (the tile's 128 rows, one k tile; padding rows zero) into the ring's expert_x
-// rows, where the backward's weight gradients read them. One producer thread waits for a stage's
-// fill kStoreLag stages after its copies were issued (by then mostly landed), then stores it by
-// TMA; a stage is refilled only after its store has read it (tma_store_wait, then all gathering
-// threads meet): at most kStoresInFlight stores are unread when a stage is acquired.
-inline constexpr int kStoreThread = 32;  // not thread 0, which issues the B loads
-inline constexpr int kStoreLag = 2;
-inline constexpr int kStoresInFlight = ForwardGemmPolicy::kStages - kStoreLag;
-static_assert(kStoresInFlight >= 1 && kStoreLag >= 1);
-
-__device__ inline bool stores_x_rows(const ForwardKernelParams& kp, const Macrobatches& batches, const ForwardTask& task) {
-  return kp.store_x_rows && task.tile.n_begin == 0 && batches.of_block(task.m_block()) == 0;
-}
-
-// The pipeline position `n` (in [1, kStages]) stages before `st`.
-__device__ inline ForwardPipeline::State stages_back(ForwardPipeline::State st, int n) {
-  st.stage -= n;
-  if (st.stage < 0) {
-    st.stage += ForwardGemmPolicy::kStages;
-    st.phase ^= 1u;
-  }
-  return st;
-}
-
-// Stores stage `st` (k tile `k` of `tile`, filled by the gathering threads and thread 0's B load)
-// into expert_x's ring rows [tile.m_buffer, + 128) through the up/gate A operand's map.
-__device__ inline void store_x_stage(const gemm::MainloopParams& up_mainloop, const ForwardPipeline& pipe,
-                                     ForwardMainloop::Storage& smem, ForwardPipeline::State st,
-                                     const gemm::TileCoord& tile, int k) {
-  pipe.consumer_wait(st);               // the stage's copies have landed
-  gemm::gathered_stage_fence();         // written through the generic proxy, read by the TMA's
-  cute::SM90_TMA_STORE_2D::copy(&up_mainloop.a, smem.a[st.stage], tile.k_begin + k * ForwardGemmPolicy::kBlockK,
-                                tile.m_buffer);
-  cute::tma_store_arrive();
 }
 
 // The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
@@ -196,12 +158,7 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
       if (!gemm::gather_threads_all(ready)) break;  // after thread 0's acquire
     }
     const gemm::MainloopParams& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
-    const bool stores_x = gathered && stores_x_rows(kp, tasks.macrobatches(), task);
     for (int k = 0; k < task.tile.k_tiles; ++k) {
-      if (stores_x && k >= Policy::kStages) {  // the stage about to be refilled: its store has read it
-        if (thread == kStoreThread) cute::tma_store_wait<kStoresInFlight - 1>();
-        gemm::gather_threads_sync();
-      }
       pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
       if (thread == 0 && k == 0) p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
       const int k_index = task.tile.k_begin + k * Policy::kBlockK;
@@ -226,18 +183,6 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }
       st.advance();
-      if (stores_x && k >= kStoreLag && thread == kStoreThread) {  // k tile k - kStoreLag, kStoreLag + 1 stages back
-        store_x_stage(p.routed.up_mainloop, pipe, smem, stages_back(st, kStoreLag + 1), task.tile, k - kStoreLag);
-      }
-    }
-    if (stores_x) {  // the tile's last stages, then every store has read its stage
-      if (thread == kStoreThread) {
-        for (int k = max(task.tile.k_tiles - kStoreLag, 0); k < task.tile.k_tiles; ++k) {
-          store_x_stage(p.routed.up_mainloop, pipe, smem, stages_back(st, task.tile.k_tiles - k), task.tile, k);
-        }
-        cute::tma_store_wait<0>();
-      }
-      gemm::gather_threads_sync();
     }
   }
   pipe.producer_acquire(st);

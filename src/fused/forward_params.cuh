@@ -110,7 +110,6 @@ struct ForwardKernelParams {
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
   bool rows_per_route;      // ExchangeOptions::rows_per_route
-  bool store_x_rows;        // FusedForwardArgs::store_x_rows (forward_compute.cuh)
 };
 static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
 

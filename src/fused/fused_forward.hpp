@@ -49,10 +49,6 @@ struct FusedForwardArgs {
   // Pull the rows of tokens on this GPU too, as those of other GPUs (the same bits): for tests and
   // benchmarks, so that one GPU runs the pull role and its ring waits (a loopback world pulls none).
   bool pull_all_rows = false;
-  // The up/gate tiles also store the x rows they gather for macrobatch 0 (every row of its blocks,
-  // padding rows zero) into the ring's expert_x rows, so that the backward after this forward finds
-  // them all there (FusedBackwardArgs::pull_x need not copy any).
-  bool store_x_rows = false;
 };
 
 // Device words a rank needs for `row_capacity` schedule rows and `shared_rows` rows of a shared

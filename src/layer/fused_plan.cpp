@@ -35,7 +35,6 @@ class FusedPlan final : public LayerPlan {
     args.router = state_.config.router;
     args.comm_ctas = comm_ctas_;
     args.pull_all_rows = state_.experiments.pull_all_rows;
-    args.store_x_rows = state_.experiments.forward_stores_x;
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEWeights& w = ranks[l].weights;
       const RankState& rank = state_.ranks[l];
@@ -150,8 +149,7 @@ class FusedPlan final : public LayerPlan {
     fused::FusedBackwardArgs launch;
     launch.exchange = state_.exchange.get();
     launch.comm_ctas = comm_ctas_;
-    // After the forward its up/gate tiles stored every x row of macrobatch 0 into the ring.
-    launch.pull_x = !recompute_up_gate && !state_.experiments.forward_stores_x;
+    launch.pull_x = !recompute_up_gate;
     launch.x_in_place = recompute_up_gate ? transfer::RowsInPlace::kNone
                         : pull_all_rows   ? transfer::RowsInPlace::kAll
                                           : transfer::RowsInPlace::kOtherGpus;

@@ -21,9 +21,6 @@ struct LayerExperiments {
   // token's home row once per route and combine pushes each route's row home alone. The gradient
   // bits of dx_rows_per_route; y rounds each route's row.
   bool rows_per_route = false;
-  // The fused forward's up/gate tiles store the x rows they gather into the ring
-  // (FusedForwardArgs::store_x_rows), and the fused backward copies none (the same bits).
-  bool forward_stores_x = false;
 };
 
 struct ExperimentalLayer {

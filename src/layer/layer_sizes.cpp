@@ -87,11 +87,11 @@ std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const 
                                                const LayerExperiments& experiments, int multiprocessors) {
   // Every field of MoELayerOptions and LayerExperiments is either below or named here as
   // rank-local: gemm_ctas, exchange_sms, fused_comm_ctas (launch shapes), local_allocator,
-  // bf16_weight_gradients (local buffers only), pull_all_rows and forward_stores_x (how a rank
-  // copies rows of its own tokens into its own ring). A new field must be sorted into one or the other before this compiles.
+  // bf16_weight_gradients (local buffers only), pull_all_rows (how a rank copies rows of its own
+  // tokens). A new field must be sorted into one or the other before this compiles.
   static_assert(field_count<MoELayerOptions>() == 7, "a new MoELayerOptions field: does it change the heap "
                                                      "or what crosses between ranks? (values_ranks_agree_on)");
-  static_assert(field_count<LayerExperiments>() == 4, "a new LayerExperiments field: does it change the heap "
+  static_assert(field_count<LayerExperiments>() == 3, "a new LayerExperiments field: does it change the heap "
                                                       "or what crosses between ranks? (values_ranks_agree_on)");
   int64_t scale_bits = 0;
   static_assert(sizeof(scale_bits) == sizeof(config.router.scale));

@@ -85,9 +85,6 @@ TEST_P(GpuFusedBackward, SameGradientBitsAsV1AcrossCommCtasAndRings) {
     expect_same_bits(fused, run_once(c, s, fused_setup(1, ring_rows, pull_all_rows)), "1 comm CTA per rank, " + ring);
     expect_same_bits(fused, run_once(c, s, fused_setup(7, ring_rows, pull_all_rows)), "7 comm CTAs per rank, " + ring);
     expect_same_bits(fused, run_once(c, s, fused_setup(3, ring_rows, pull_all_rows)), "3 comm CTAs per rank, " + ring);
-    LayerSetup stores_x = fused_setup(0, ring_rows, pull_all_rows);
-    stores_x.experiments.forward_stores_x = true;
-    expect_same_bits(fused, run_once(c, s, stores_x), "the forward stores the x rows, " + ring);
   };
   expect_ring(0, false);    // the default ring: a balanced step in one macrobatch
   expect_ring(128, false);  // one block a macrobatch: replays, and a launch per block

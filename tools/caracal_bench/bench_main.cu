@@ -335,9 +335,6 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,
                "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
                "(token, rank)");
-  app.add_flag("--fused-forward-stores-x", a.fused_forward_stores_x,
-               "Experiment: the fused forward's up/gate tiles store the x rows they gather into the ring, and the "
-               "fused backward copies none");
   app.add_flag("--profile-step", a.profile_step,
                "No timing: after two warm-up steps, one forward and backward of the layer between "
                "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");

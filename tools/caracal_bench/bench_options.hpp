@@ -29,7 +29,6 @@ struct BenchOptions {
   bool fused_pull_all_rows = false;  // layer::LayerExperiments::pull_all_rows
   bool rows_per_route = false;       // layer::LayerExperiments::rows_per_route
   bool dx_rows_per_route = false;    // layer::LayerExperiments::dx_rows_per_route
-  bool fused_forward_stores_x = false;  // layer::LayerExperiments::forward_stores_x
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)

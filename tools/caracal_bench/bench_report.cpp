@@ -86,7 +86,6 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["weight_grads"] = a.bf16_weight_grads ? "bf16" : "fp32";
   out["rows_per_route"] = a.rows_per_route;
   out["dx_rows_per_route"] = a.dx_rows_per_route;
-  out["fused_forward_stores_x"] = a.fused_forward_stores_x;
   out["ring_rows"] = a.ring_rows;  // 0: the default (a balanced step in one macrobatch)
   out["graph"] = a.graph;  // timed as CUDA-graph replays
   out["profile_step"] = a.profile_step;  // no timing: one step for a profiler

@@ -12,7 +12,6 @@ LayerSetup layer_setup(const BenchOptions& a, bool fused_forward) {
   s.experiments.pull_all_rows = a.fused_pull_all_rows;
   s.experiments.rows_per_route = a.rows_per_route;
   s.experiments.dx_rows_per_route = a.dx_rows_per_route;
-  s.experiments.forward_stores_x = a.fused_forward_stores_x;
   return s;
 }
 
@@ -28,8 +27,7 @@ nlohmann::json setup_json(const LayerSetup& s) {
           {"experiments",
            {{"pull_all_rows", e.pull_all_rows},
             {"rows_per_route", e.rows_per_route},
-            {"dx_rows_per_route", e.dx_rows_per_route},
-            {"forward_stores_x", e.forward_stores_x}}}};
+            {"dx_rows_per_route", e.dx_rows_per_route}}}};
 }
 
 }  // namespace caracal::bench_tool
