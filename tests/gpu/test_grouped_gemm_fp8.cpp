@@ -33,10 +33,9 @@ using caracal::gemm::gate_up_row;
 
 // Bounds against the fp64 GEMMs of the dequantized operands: what is left is fp32 accumulation
 // (inside the tensor cores within a 128-wide K block, promoted in fp32 registers across blocks)
-// and the outputs' bf16 rounding. Provisional, twice the bf16 kernels' (grouped_gemm_test_support.hpp)
-// until measured on an H200; then ~3x the largest error measured.
-constexpr caracal::test::ErrorBound kFp8GateUpBound{1e-3, 1.4e-3};
-constexpr caracal::test::ErrorBound kFp8HiddenBound{1.8e-3, 2.4e-3};
+// and the outputs' bf16 rounding. ~3x the largest errors measured (docs/PERF.md, "Tight checks").
+constexpr caracal::test::ErrorBound kFp8GateUpBound{2e-3, 2.8e-3};
+constexpr caracal::test::ErrorBound kFp8HiddenBound{3.3e-3, 4e-3};
 constexpr caracal::test::ErrorBound kFp8DownBound{2.6e-3, 3.2e-3};
 
 // One case's quantized operands, the reference and the output buffers.

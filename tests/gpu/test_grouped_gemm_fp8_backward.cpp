@@ -41,15 +41,11 @@ using caracal::gemm::gate_up_row;
 // Bounds against the fp64 GEMMs of the dequantized operands: what is left is the tensor cores'
 // accumulation within a 128-wide K block (FP8 wgmma keeps fewer bits than fp32: ~14, the reason
 // for promoting every block), the fp32 promotion across blocks, and the outputs' roundings.
-// Measured on an H100 (2026-12-05, 9fe007c; every case, with and without counts): d_gate/d_up
-// Frobenius <= 8.8e-4, worst row 1.9e-3 (tiny_and_odd; else <= 9.0e-4); dx 9.0e-4 / 1.03e-3; dg
-// Frobenius <= 1.36e-4 (14-bit block sums: ~10x the bf16 kernel's), while 1-5 rows a case exceeded
-// 2e-4 of their scale (not printed then). Bounds ~2-3x those; dg's of_scale provisional until the
-// worst ratio the checker now prints is measured. An expert 0.5% off still fails
+// Bounds ~2-3x the errors measured (docs/PERF.md, "Tight checks"); an expert 0.5% off still fails
 // (CatchDeliberateErrors). scaled_activation meets the bf16 kernel's bound: no FP8 operand reaches it.
 constexpr caracal::test::ErrorBound kFp8DgradBound{2e-3, 4e-3};  // d_gate, d_up
 constexpr caracal::test::ErrorBound kFp8DxBound{2e-3, 2.4e-3};
-constexpr RouterGradBound kFp8RouterGradBound{2e-3, 1e-3, 4e-4};
+constexpr RouterGradBound kFp8RouterGradBound{2e-3, 1.6e-3, 4e-4};
 
 constexpr uint8_t kPoisonCode = 0xFF;  // what poison() leaves in a code buffer (an e4m3 NaN)
 
