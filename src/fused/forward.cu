@@ -59,23 +59,16 @@ GroupGemms expert_gemms(const gemm::ExpertPass& pass, const gemm::ExpertPassWeig
   CARACAL_CHECK(schedule.first_row == 0 && schedule.end_row == 0, kName,
                 ": rows.first_row and rows.end_row must be 0 (the launch walks the whole schedule), got ",
                 schedule.first_row, " and ", schedule.end_row);
-  UpGateSwigluArgs up;
-  up.rows = schedule;
+  // The launch takes its tiles from the rank's task counter: no tile queue, no CTA count.
+  UpGateSwigluArgs up = up_gate_gemm_args(pass, weights);
   up.rows.ring_rows = 0;  // the standalone checks take a ring in windows; this launch walks all of it
-  up.hidden = pass.hidden;
-  up.intermediate = pass.intermediate;
-  up.x = pass.x;
-  up.w_gate_up = weights.w_gate_up;
-  up.activation_out = pass.activation;
-  up.gate_up_out = pass.gate_up;
+  up.num_ctas = 0;
+  up.tile_queue = nullptr;
   check_up_gate_swiglu_args(up);
-  DownProjArgs down;
+  DownProjArgs down = down_gemm_args(pass, weights);
   down.rows = up.rows;
-  down.hidden = pass.hidden;
-  down.intermediate = pass.intermediate;
-  down.activation = pass.activation;
-  down.w_down = weights.w_down;
-  down.y_out = pass.out;
+  down.num_ctas = 0;
+  down.tile_queue = nullptr;
   check_down_proj_args(down);
 
   const uint64_t rows = uint64_t(schedule.ring_rows > 0 ? schedule.ring_rows : schedule.row_capacity);

@@ -9,9 +9,7 @@
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 #include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
 #include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
-#include "device/gemm/mainloop.cuh"
-#include "device/gemm/row_tile_scheduler.cuh"
-#include "gemm/operand_maps.hpp"
+#include "gemm/row_gemm_operands.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -47,21 +45,15 @@ struct DownDgradSwigluDescriptors {
 };
 
 inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradSwigluArgs& args) {
-  using Gemm = DownDgradSwigluGemm;
-  using Policy = Gemm::Policy;
-  using MapsA = OperandMaps<Gemm::OperandA>;
-  using MapsB = OperandMaps<Gemm::OperandB>;
-  const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
-  const int n_blocks = (args.intermediate + Policy::kBlockN - 1) / Policy::kBlockN;
+  const RowGemmOperands o = row_gemm_operands<DownDgradSwigluGemm>(
+      args.rows, args.tile_queue, uint64_t(args.rows.buffer_rows()), args.dy, "dy", args.w_down, "w_down", i, d);
   DownDgradSwigluDescriptors g{};
-  g.mainloop.a = MapsA::make_map<Policy::A>(args.dy, rows, d, "dy");
-  g.mainloop.b = MapsB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  g.mainloop.b_mn_extent = args.intermediate;
-  g.tiles = {args.rows, n_blocks, args.hidden / Policy::kBlockK, args.tile_queue};
+  g.mainloop = o.mainloop;
+  g.tiles = o.tiles;
   g.epilogue = swiglu_backward_params(args.rows, args.intermediate, args.gate_up, args.gates, args.d_gate_up_out,
-                                      args.scaled_activation_out, args.workspace, n_blocks);
+                                      args.scaled_activation_out, args.workspace, o.tiles.n_blocks);
   return g;
 }
 
@@ -73,21 +65,13 @@ struct GateUpDgradDescriptors {
 };
 
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
-  using Gemm = GateUpDgradGemm;  // GateUpDgradToHomeGemm's operands too
-  using Policy = Gemm::Policy;
-  using MapsA = OperandMaps<Gemm::OperandA>;
-  using MapsB = OperandMaps<Gemm::OperandB>;
-  const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
-  GateUpDgradDescriptors g{};
-  g.mainloop.a = MapsA::make_map<Policy::A>(args.d_gate_up, rows, 2 * i, "d_gate_up");
-  g.mainloop.b =
-      MapsB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
-  g.mainloop.b_mn_extent = args.hidden;
-  g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), 2 * args.intermediate / Policy::kBlockK,
-             args.tile_queue};
-  return g;
+  // GateUpDgradToHomeGemm's operands too.
+  const RowGemmOperands o = row_gemm_operands<GateUpDgradGemm>(args.rows, args.tile_queue,
+                                                               uint64_t(args.rows.buffer_rows()), args.d_gate_up,
+                                                               "d_gate_up", args.w_gate_up, "w_gate_up", d, 2 * i);
+  return {o.mainloop, o.tiles};
 }
 
 }  // namespace caracal::gemm

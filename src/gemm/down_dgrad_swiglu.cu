@@ -34,11 +34,7 @@ void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t str
   if (args.rows.row_capacity == 0) return;
 
   const DownDgradSwigluDescriptors g = down_dgrad_swiglu_descriptors(args);
-  GemmParams<DownDgradSwigluKernel> p{};
-  p.mainloop = g.mainloop;
-  p.scheduler = g.tiles;
-  p.epilogue = g.epilogue;
-  launch_grouped_gemm<DownDgradSwigluKernel>(p, args.num_ctas, stream, fn);
+  launch_grouped_gemm<DownDgradSwigluKernel>(params_of<DownDgradSwigluKernel>(g, g.epilogue), args.num_ctas, stream, fn);
   reduce_router_grad(args.workspace, g.tiles.n_blocks, args.rows, args.d_gates_out, stream, fn);
 }
 

@@ -22,11 +22,8 @@ void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
   if (args.rows.row_capacity == 0) return;
 
   const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.buffer_rows()));
-  GemmParams<DownProjKernel> p{};
-  p.mainloop = g.mainloop;
-  p.scheduler = g.tiles;
-  p.epilogue = g.epilogue;
-  launch_grouped_gemm<DownProjKernel>(p, args.num_ctas, stream, "grouped_down_proj");
+  launch_grouped_gemm<DownProjKernel>(params_of<DownProjKernel>(g, g.epilogue), args.num_ctas, stream,
+                                      "grouped_down_proj");
 }
 
 }  // namespace caracal::gemm

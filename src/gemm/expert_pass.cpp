@@ -10,7 +10,15 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
 }
 
 void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
-  gemm::UpGateSwigluArgs up;
+  gemm::grouped_up_gate_swiglu(up_gate_gemm_args(pass, weights), stream);
+}
+
+void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
+  gemm::grouped_down_proj(down_gemm_args(pass, weights), stream);
+}
+
+UpGateSwigluArgs up_gate_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
+  UpGateSwigluArgs up;
   up.rows = pass.rows;
   up.hidden = pass.hidden;
   up.intermediate = pass.intermediate;
@@ -20,11 +28,11 @@ void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cu
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
   up.num_ctas = pass.num_ctas;
   up.tile_queue = pass.tile_queue;
-  gemm::grouped_up_gate_swiglu(up, stream);
+  return up;
 }
 
-void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
-  gemm::DownProjArgs down;
+DownProjArgs down_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
+  DownProjArgs down;
   down.rows = pass.rows;
   down.hidden = pass.hidden;
   down.intermediate = pass.intermediate;
@@ -33,7 +41,7 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
   down.y_out = pass.out;
   down.num_ctas = pass.num_ctas;
   down.tile_queue = pass.tile_queue;
-  gemm::grouped_down_proj(down, stream);
+  return down;
 }
 
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,

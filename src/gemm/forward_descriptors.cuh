@@ -7,9 +7,7 @@
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "device/gemm/expert_gemms/down_proj.cuh"
 #include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
-#include "device/gemm/mainloop.cuh"
-#include "device/gemm/row_tile_scheduler.cuh"
-#include "gemm/operand_maps.hpp"
+#include "gemm/row_gemm_operands.hpp"
 #include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
@@ -23,18 +21,13 @@ struct UpGateSwigluDescriptors {
 };
 
 inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
-  using Gemm = UpGateSwigluGemm;
-  using Policy = Gemm::Policy;
-  using MapsA = OperandMaps<Gemm::OperandA>;
-  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
+  const RowGemmOperands o = row_gemm_operands<UpGateSwigluGemm>(args.rows, args.tile_queue, buffer_rows, args.x, "x",
+                                                                args.w_gate_up, "w_gate_up", 2 * i, d);
   UpGateSwigluDescriptors g{};
-  g.mainloop.a = MapsA::make_map<Policy::A>(args.x, buffer_rows, d, "x");
-  g.mainloop.b =
-      MapsB::make_map<Policy::B>(args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up");
-  g.tiles = {args.rows, int((2 * i + Policy::kBlockN - 1) / Policy::kBlockN), args.hidden / Policy::kBlockK,
-             args.tile_queue};
+  g.mainloop = o.mainloop;
+  g.tiles = o.tiles;
   g.epilogue.activation =
       make_tensor_map_2d(args.activation_out, buffer_rows, i, kChunkRows, kChunkCols, "activation_out");
   g.epilogue.store_gate_up = args.gate_up_out != nullptr;
@@ -54,17 +47,13 @@ struct DownProjDescriptors {
 };
 
 inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
-  using Gemm = DownProjGemm;
-  using Policy = Gemm::Policy;
-  using MapsA = OperandMaps<Gemm::OperandA>;
-  using MapsB = OperandMaps<Gemm::OperandB>;
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
+  const RowGemmOperands o = row_gemm_operands<DownProjGemm>(args.rows, args.tile_queue, buffer_rows, args.activation,
+                                                            "activation", args.w_down, "w_down", d, i);
   DownProjDescriptors g{};
-  g.mainloop.a = MapsA::make_map<Policy::A>(args.activation, buffer_rows, i, "activation");
-  g.mainloop.b = MapsB::make_map<Policy::B>(args.w_down, uint64_t(args.rows.num_experts), d, i, "w_down");
-  g.tiles = {args.rows, int((d + Policy::kBlockN - 1) / Policy::kBlockN), args.intermediate / Policy::kBlockK,
-             args.tile_queue};
+  g.mainloop = o.mainloop;
+  g.tiles = o.tiles;
   if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");
   g.epilogue.cols = args.hidden;
   return g;

@@ -23,13 +23,10 @@ void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
   if (args.rows.row_capacity == 0) return;
 
   const GateUpDgradDescriptors g = gate_up_dgrad_descriptors(args);
-  GemmParams<GateUpDgradKernel> p{};
-  p.mainloop = g.mainloop;
-  p.scheduler = g.tiles;
-  p.epilogue = {make_tensor_map_2d(args.dx_out, uint64_t(args.rows.buffer_rows()), uint64_t(args.hidden), kChunkRows,
-                                   kChunkCols, "dx_out"),
-                args.hidden};
-  launch_grouped_gemm<GateUpDgradKernel>(p, args.num_ctas, stream, "grouped_gate_up_dgrad");
+  const CUtensorMap dx_out = make_tensor_map_2d(args.dx_out, uint64_t(args.rows.buffer_rows()), uint64_t(args.hidden),
+                                                kChunkRows, kChunkCols, "dx_out");
+  launch_grouped_gemm<GateUpDgradKernel>(params_of<GateUpDgradKernel>(g, {dx_out, args.hidden}), args.num_ctas, stream,
+                                         "grouped_gate_up_dgrad");
 }
 
 }  // namespace caracal::gemm

@@ -29,11 +29,10 @@ void gate_up_dgrad_to_home(const ExpertPass& pass, const ExpertPassWeights& weig
   if (args.rows.row_capacity == 0) return;
 
   const GateUpDgradDescriptors g = gate_up_dgrad_descriptors(args);
-  GemmParams<GateUpDgradToHomeKernel> p{};
-  p.mainloop = g.mainloop;
-  p.scheduler = g.tiles;
-  p.epilogue = {pass.rows.rows, home.heaps, home.slots, pass.hidden, home.rank, /*group_rows=*/nullptr};
-  launch_grouped_gemm<GateUpDgradToHomeKernel>(p, args.num_ctas, stream, kName);
+  launch_grouped_gemm<GateUpDgradToHomeKernel>(
+      params_of<GateUpDgradToHomeKernel>(
+          g, {pass.rows.rows, home.heaps, home.slots, pass.hidden, home.rank, /*group_rows=*/nullptr}),
+      args.num_ctas, stream, kName);
 }
 
 }  // namespace caracal::gemm

@@ -24,6 +24,17 @@ auto grouped_gemm_kernel_of() {
   }
 }
 
+// A row GEMM's kernel parameters: its descriptors' mainloop and tiles (forward_descriptors.cuh,
+// backward_descriptors.cuh) with `epilogue`.
+template <class Gemm, class Descriptors>
+GemmParams<Gemm> params_of(const Descriptors& g, const typename Gemm::Epilogue::Params& epilogue) {
+  GemmParams<Gemm> p{};
+  p.mainloop = g.mainloop;
+  p.scheduler = g.tiles;
+  p.epilogue = epilogue;
+  return p;
+}
+
 // Enqueues grouped_gemm_kernel<Gemm> with num_ctas persistent CTAs (0: one per SM), never more
 // than the most tiles p can hold, or, for a Gemm that runs as CTA pairs, paired_gemm_kernel<Gemm>
 // with that count rounded up to even (0: as many pairs as run at once); zeroes the tile queue's

@@ -22,11 +22,8 @@ void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
   if (args.rows.row_capacity == 0) return;
 
   const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.buffer_rows()));
-  GemmParams<UpGateSwigluKernel> p{};
-  p.mainloop = g.mainloop;
-  p.scheduler = g.tiles;
-  p.epilogue = g.epilogue;
-  launch_grouped_gemm<UpGateSwigluKernel>(p, args.num_ctas, stream, "grouped_up_gate_swiglu");
+  launch_grouped_gemm<UpGateSwigluKernel>(params_of<UpGateSwigluKernel>(g, g.epilogue), args.num_ctas, stream,
+                                          "grouped_up_gate_swiglu");
 }
 
 }  // namespace caracal::gemm

@@ -55,6 +55,9 @@ void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cu
 // Its two halves: gate_up and the activation (what backward reads: MoELayer replays this), and out.
 void expert_up_gate(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
 void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream);
+// Their GEMMs' arguments (activation_out = pass.activation, gate_up_out = pass.gate_up; y_out = pass.out).
+UpGateSwigluArgs up_gate_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
+DownProjArgs down_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
 
 // dg, d_gate_up and g·activation (B1, B2), the weight gradients (B5), then dx (B3), written. The
 // backward may run in place: d_gate_up over gate_up (the SwiGLU backward reads each chunk's gate/up
@@ -68,7 +71,7 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
 DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
 GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights);
 
-// All of it but dx (B1, B2, B5), for a caller that makes dx itself (fused::gate_up_dgrad_to_home
+// All of it but dx (B1, B2, B5), for a caller that makes dx itself (gemm::gate_up_dgrad_to_home
 // stores the rows into their home slots); pass.dx is not written.
 void expert_backward_before_dx(const ExpertPass& pass, const ExpertPassWeights& weights,
                                const ExpertPassGradients& grads, cudaStream_t stream);
