@@ -3,6 +3,7 @@
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/down_proj_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/fp8_descriptors.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
@@ -26,8 +27,7 @@ void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream) {
   GemmParams<Gemm> p{};
   p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.activation, args.w_down, d, i, "activation", "w_down");
   p.scheduler = fp8_row_tiles<Gemm>(args.rows, d, i, args.tile_queue);
-  p.epilogue.out = make_tensor_map_2d(args.y_out, rows, d, kChunkRows, kChunkCols, "y_out");
-  p.epilogue.cols = args.hidden;
+  p.epilogue = rows_epilogue_params(args.y_out, rows, args.hidden, "y_out");
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_down_proj (fp8)");
 }
 

@@ -7,8 +7,8 @@
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "device/gemm/expert_gemms/down_proj.cuh"
 #include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/row_gemm_operands.hpp"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 
@@ -28,13 +28,7 @@ inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs
   UpGateSwigluDescriptors g{};
   g.mainloop = o.mainloop;
   g.tiles = o.tiles;
-  g.epilogue.activation =
-      make_tensor_map_2d(args.activation_out, buffer_rows, i, kChunkRows, kChunkCols, "activation_out");
-  g.epilogue.store_gate_up = args.gate_up_out != nullptr;
-  if (g.epilogue.store_gate_up) {
-    g.epilogue.gate_up = make_tensor_map_2d(args.gate_up_out, buffer_rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
-  }
-  g.epilogue.intermediate = args.intermediate;
+  g.epilogue = swiglu_epilogue_params(args.activation_out, args.gate_up_out, buffer_rows, args.intermediate);
   return g;
 }
 
@@ -54,8 +48,7 @@ inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint6
   DownProjDescriptors g{};
   g.mainloop = o.mainloop;
   g.tiles = o.tiles;
-  if (args.y_out != nullptr) g.epilogue.out = make_tensor_map_2d(args.y_out, buffer_rows, d, kChunkRows, kChunkCols, "y_out");
-  g.epilogue.cols = args.hidden;
+  g.epilogue = rows_epilogue_params(args.y_out, buffer_rows, args.hidden, "y_out");
   return g;
 }
 

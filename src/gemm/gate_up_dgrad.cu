@@ -6,9 +6,9 @@
 #include "device/gemm/paired_gemm_kernel.cuh"
 #include "device/gemm/row_tile_pair_scheduler.cuh"
 #include "gemm/backward_descriptors.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
-#include "gemm/tensor_map.hpp"
 
 namespace caracal::gemm {
 namespace {
@@ -23,9 +23,9 @@ void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
   if (args.rows.row_capacity == 0) return;
 
   const GateUpDgradDescriptors g = gate_up_dgrad_descriptors(args);
-  const CUtensorMap dx_out = make_tensor_map_2d(args.dx_out, uint64_t(args.rows.buffer_rows()), uint64_t(args.hidden),
-                                                kChunkRows, kChunkCols, "dx_out");
-  launch_grouped_gemm<GateUpDgradKernel>(params_of<GateUpDgradKernel>(g, {dx_out, args.hidden}), args.num_ctas, stream,
+  const RowsBf16Epilogue::Params dx_out =
+      rows_epilogue_params(args.dx_out, uint64_t(args.rows.buffer_rows()), args.hidden, "dx_out");
+  launch_grouped_gemm<GateUpDgradKernel>(params_of<GateUpDgradKernel>(g, dx_out), args.num_ctas, stream,
                                          "grouped_gate_up_dgrad");
 }
 

@@ -4,6 +4,7 @@
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "device/gemm/expert_gemms/gate_up_dgrad_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/fp8_descriptors.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
@@ -28,8 +29,7 @@ void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream) 
   p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.d_gate_up, args.w_gate_up_t, d, 2 * i, "d_gate_up",
                                          "w_gate_up_t");
   p.scheduler = fp8_row_tiles<Gemm>(args.rows, d, 2 * i, args.tile_queue);
-  p.epilogue.out = make_tensor_map_2d(args.dx_out, rows, d, kChunkRows, kChunkCols, "dx_out");
-  p.epilogue.cols = args.hidden;
+  p.epilogue = rows_epilogue_params(args.dx_out, rows, args.hidden, "dx_out");
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_gate_up_dgrad (fp8)");
 }
 

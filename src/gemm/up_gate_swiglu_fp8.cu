@@ -3,6 +3,7 @@
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/up_gate_swiglu_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/fp8_descriptors.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
@@ -26,12 +27,7 @@ void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream
   GemmParams<Gemm> p{};
   p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.x, args.w_gate_up, 2 * i, d, "x", "w_gate_up");
   p.scheduler = fp8_row_tiles<Gemm>(args.rows, 2 * i, d, args.tile_queue);
-  p.epilogue.activation = make_tensor_map_2d(args.activation_out, rows, i, kChunkRows, kChunkCols, "activation_out");
-  p.epilogue.store_gate_up = args.gate_up_out != nullptr;
-  if (p.epilogue.store_gate_up) {
-    p.epilogue.gate_up = make_tensor_map_2d(args.gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
-  }
-  p.epilogue.intermediate = args.intermediate;
+  p.epilogue = swiglu_epilogue_params(args.activation_out, args.gate_up_out, rows, args.intermediate);
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_up_gate_swiglu (fp8)");
 }
 
