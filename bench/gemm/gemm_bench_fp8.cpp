@@ -80,6 +80,11 @@ void Fp8Gemms::quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) c
   const int64_t capacity = offsets_.back();
   out.codes.resize(size_t(capacity) * size_t(cols));
   out.scales.resize(size_t((cols + 127) / 128) * size_t(capacity));
+  quantize_rows_into(values, cols, out);
+}
+
+void Fp8Gemms::quantize_rows_into(const __nv_bfloat16* values, int cols, const Rows& out) const {
+  const int64_t capacity = offsets_.back();
   quant::QuantizeRowsArgs a;
   a.values = values;
   a.rows = capacity;
@@ -162,6 +167,8 @@ void Fp8Gemms::down(int iter) const {
   a.tile_queue = tile_queue_;
   gemm::grouped_down_proj(a, nullptr);
 }
+
+void Fp8Gemms::quantize_activation(int /*iter*/) const { quantize_rows_into(hidden_.get(), c_.intermediate, activation_); }
 
 void Fp8Gemms::dgrad(int iter) const {
   const Set& s = sets_[set_of(iter)];

@@ -28,6 +28,9 @@ class Fp8Gemms {
 
   void up(int iter) const;     // ours, storing gate_up and the activation
   void down(int iter) const;   // ours
+  // Our up's bf16 activation into the down GEMM's e4m3 rows and 1 x 128 scales (quant::quantize_rows
+  // over every buffer row): what an FP8 forward adds between its two GEMMs.
+  void quantize_activation(int iter) const;
   void dgrad(int iter) const;  // ours, storing d_gate_up in bf16 and e4m3
   void dx(int iter) const;     // ours, on the last dgrad's e4m3 d_gate_up
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
@@ -54,6 +57,8 @@ class Fp8Gemms {
 
   size_t set_of(int iter) const { return size_t(iter % int(sets_.size())); }
   void quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) const;
+  // The same into `out` as sized (no allocation: timed).
+  void quantize_rows_into(const __nv_bfloat16* values, int cols, const Rows& out) const;
   void quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const;
   // CUTLASS's per-expert copy of row scales (cutlass_fp8_grouped_gemm.hpp: [K/128][rows of the expert]).
   void cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& out, std::vector<int64_t>& offsets) const;

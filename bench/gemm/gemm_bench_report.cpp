@@ -121,6 +121,8 @@ bool print_case(const Case& c, const CaseResult& r) {
     row("FP8 up+swiglu (+gate_up)", "fp8_up_gate_swiglu", "cublas_up");
     row("FP8 down", "fp8_down", "cublas_down");
     row("FP8 forward", "fp8_forward", "cublas_forward");
+    row("FP8 activation quantize", "fp8_quantize_activation", "");
+    row("FP8 fwd + act. quantize", "fp8_forward_quantized", "cublas_forward");
     row("CUTLASS FP8 up", "cutlass_fp8_up", "cublas_up");
     row("CUTLASS FP8 down", "cutlass_fp8_down", "cublas_down");
   }

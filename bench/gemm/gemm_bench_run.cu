@@ -327,6 +327,10 @@ void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_
   time_it("fp8_up_gate_swiglu", [&](int i) { g.up(i); }, f.up, f.up * pad);
   time_it("fp8_down", [&](int i) { g.down(i); }, f.down, f.down * pad);
   time_it("fp8_forward", [&](int i) { g.up(i); g.down(i); }, f.forward, f.forward * pad);
+  // Last of the forward rows: the down GEMM then reads the FP8 up's activation, quantized.
+  time_it("fp8_quantize_activation", [&](int i) { g.quantize_activation(i); }, 0.0, 0.0);
+  time_it("fp8_forward_quantized", [&](int i) { g.up(i); g.quantize_activation(i); g.down(i); }, f.forward,
+          f.forward * pad);
   time_it("fp8_dgrad_swiglu", [&](int i) { g.dgrad(i); }, f.dgrad, f.dgrad * pad);
   time_it("fp8_dx", [&](int i) { g.dx(i); }, f.dx, f.dx * pad);
   time_it("cutlass_fp8_up", [&](int i) { g.cutlass_up(i); }, f.up, f.up);
