@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 
 #include "caracal/error.hpp"
+#include "caracal/gemm/grouped_gemm.hpp"
 
 namespace caracal::gemm {
 namespace {
@@ -34,7 +35,7 @@ CUtensorMap encode(const void* base, uint32_t rank, const cuuint64_t* dims,
                    CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                    CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map{};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   CUresult const r = encode_function()(
       &map, type, rank, const_cast<void*>(base), dims, strides, box,
       element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
@@ -84,6 +85,21 @@ CUtensorMap make_scale_map_3d(const void* base, uint64_t batch, uint64_t rows, u
   const cuuint64_t strides[2] = {cols * kF32Bytes, rows * cols * kF32Bytes};
   const cuuint32_t box[3] = {box_cols, 1, 1};
   return encode(base, 3, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+CUtensorMap make_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
+                                  GateUpRows rows, uint32_t box_groups, uint32_t box_cols, const char* what) {
+  constexpr uint32_t kGroup = kGateUpInterleave;  // rows of a gate or up group
+  CARACAL_CHECK(intermediate % kGroup == 0, "grouped GEMM: ", what,
+                ": the intermediate size must be a multiple of ", kGroup, " for the gate/up view, got ", intermediate);
+  const uint64_t row = cols * 2;  // bytes of a weight row
+  // (col, r, h, q, expert): row (q, h, r) of the interleaved order at 16 q + 8 h + r or h I + 8 q + r.
+  const bool interleaved = rows == GateUpRows::kInterleaved;
+  const cuuint64_t dims[5] = {cols, kGroup, 2, intermediate / kGroup, experts};
+  const cuuint64_t strides[4] = {row, (interleaved ? kGroup : intermediate) * row,
+                                 (interleaved ? 2 * kGroup : kGroup) * row, 2 * intermediate * row};
+  const cuuint32_t box[5] = {box_cols, kGroup, 2, box_groups, 1};
+  return encode(base, 5, dims, strides, box, what);
 }
 
 }  // namespace caracal::gemm
