@@ -53,6 +53,9 @@ class Fp8Gemms {
   };
 
   size_t set_of(int iter) const { return size_t(iter % int(sets_.size())); }
+  // Arguments of one of our FP8 GEMMs with what they all share set: the rows, D, I, the tile queue.
+  template <class Args>
+  Args gemm_args() const;
   void quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) const;
   void quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const;
   // CUTLASS's per-expert copy of row scales (cutlass_fp8_grouped_gemm.hpp: [K/128][rows of the expert]).
