@@ -24,6 +24,17 @@ run_and_expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
 }
 
+# expect_status WANT_STATUS WHAT COMMAND...: runs COMMAND, its output (stdout and stderr) into $out,
+# echoed, its exit status into $status, and fails "WHAT: exit status S" unless it exited WANT_STATUS.
+expect_status() {
+  local want=$1 what=$2
+  shift 2
+  out=$("$@" 2>&1)
+  status=$?
+  echo "$out"
+  [ "$status" -eq "$want" ] || fail "${what:+$what: }exit status $status"
+}
+
 # check_on_build NAME BUILD WANT_RC LAST_LINE PATTERN -- ENV...: run_and_expect of
 # `env "${script_env[@]}" ENV... bash scripts/$script_under_test BUILD` (set both first).
 check_on_build() {
