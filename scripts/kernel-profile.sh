@@ -14,10 +14,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${1:?usage: scripts/kernel-profile.sh BUILD REGEX}"
 regex="${2:?usage: scripts/kernel-profile.sh BUILD REGEX}"
-out="${OUT:-/tmp/caracal-kernel-profile}"
-mkdir -p "$out"
-args=${BENCH_ARGS:---model deepseek-v3 --experts 32 --ep 1 --tokens 4096}
-source "$root/scripts/lib/nccl-env.sh"
+source "$root/scripts/lib/profile-step.sh"
 stalls=barrier,dispatch_stall,lg_throttle,long_scoreboard,math_pipe_throttle,membar,mio_throttle,short_scoreboard
 stalls+=,sleeping,wait
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max

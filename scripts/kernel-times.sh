@@ -11,11 +11,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 new="${1:?usage: scripts/kernel-times.sh NEW [OLD]}"
 old="${2:-}"
-out="${OUT:-/tmp/caracal-kernel-times}"
-mkdir -p "$out"
-args=${BENCH_ARGS:---model deepseek-v3 --experts 32 --ep 1 --tokens 4096}
 build="$new"
-source "$root/scripts/lib/nccl-env.sh"
+source "$root/scripts/lib/profile-step.sh"
 failed=0
 profile() {  # profile SIDE BUILD: 0 when its CSV is there
   # shellcheck disable=SC2086  # BENCH_ARGS splits into arguments

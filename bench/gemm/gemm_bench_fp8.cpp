@@ -49,29 +49,27 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
   CutlassFp8GroupedProblem problem;
   problem.row_begin.assign(offsets.begin(), offsets.end() - 1);
   problem.rows.assign(c.counts.begin(), c.counts.end());
+  // Adds CUTLASS's GEMM d = a · b^T of the case's rows, a's scales in CUTLASS's layout (sfa, sfa_offset).
+  const auto add_cutlass = [&](int n, int k, const Rows& a, const DeviceArray<float>& sfa,
+                               const std::vector<int64_t>& sfa_offset, const Weights& b, Bf16Array& d) {
+    problem.n = n;
+    problem.k = k;
+    problem.a = fp8(a.codes);
+    problem.sfa = sfa.get();
+    problem.sfa_offset = sfa_offset;
+    problem.b = fp8(b.codes);
+    problem.sfb = b.cutlass_scales.get();
+    problem.d = d.get();
+    cutlass_.push_back(make_cutlass_fp8_blockwise(problem));
+  };
   DeviceArray<float>& activation_sfa = cutlass_sfa_.emplace_back();
-  std::vector<int64_t> activation_offsets;
+  std::vector<int64_t> activation_offsets, x_offsets;
   cutlass_row_scales(activation_, I, activation_sfa, activation_offsets);
   for (const Set& set : sets_) {
     DeviceArray<float>& x_sfa = cutlass_sfa_.emplace_back();
-    cutlass_row_scales(set.x, D, x_sfa, problem.sfa_offset);
-    problem.n = 2 * I;
-    problem.k = D;
-    problem.a = fp8(set.x.codes);
-    problem.sfa = x_sfa.get();
-    problem.b = fp8(set.w_gate_up.codes);
-    problem.sfb = set.w_gate_up.cutlass_scales.get();
-    problem.d = cutlass_up_out_.get();
-    cutlass_.push_back(make_cutlass_fp8_blockwise(problem));
-    problem.n = D;
-    problem.k = I;
-    problem.a = fp8(activation_.codes);
-    problem.sfa = activation_sfa.get();
-    problem.sfa_offset = activation_offsets;
-    problem.b = fp8(set.w_down.codes);
-    problem.sfb = set.w_down.cutlass_scales.get();
-    problem.d = cutlass_down_out_.get();
-    cutlass_.push_back(make_cutlass_fp8_blockwise(problem));
+    cutlass_row_scales(set.x, D, x_sfa, x_offsets);
+    add_cutlass(2 * I, D, set.x, x_sfa, x_offsets, set.w_gate_up, cutlass_up_out_);
+    add_cutlass(D, I, activation_, activation_sfa, activation_offsets, set.w_down, cutlass_down_out_);
   }
   BENCH_CUDA(cudaDeviceSynchronize());
 }
@@ -141,30 +139,32 @@ void Fp8Gemms::cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& o
   }
 }
 
-void Fp8Gemms::up(int iter) const {
-  const Set& s = sets_[set_of(iter)];
-  gemm::Fp8UpGateSwigluArgs a;
+template <class Args>
+Args Fp8Gemms::gemm_args() const {
+  Args a;
   a.rows = rows_;
   a.hidden = c_.hidden;
   a.intermediate = c_.intermediate;
+  a.tile_queue = tile_queue_;
+  return a;
+}
+
+void Fp8Gemms::up(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  auto a = gemm_args<gemm::Fp8UpGateSwigluArgs>();
   a.x = {fp8(s.x.codes), s.x.scales.get()};
   a.w_gate_up = {fp8(s.w_gate_up.codes), s.w_gate_up.scales.get()};
   a.activation_out = hidden_.get();
   a.gate_up_out = gate_up_.get();
-  a.tile_queue = tile_queue_;
   gemm::grouped_up_gate_swiglu(a, nullptr);
 }
 
 void Fp8Gemms::down(int iter) const {
   const Set& s = sets_[set_of(iter)];
-  gemm::Fp8DownProjArgs a;
-  a.rows = rows_;
-  a.hidden = c_.hidden;
-  a.intermediate = c_.intermediate;
+  auto a = gemm_args<gemm::Fp8DownProjArgs>();
   a.activation = {fp8(activation_.codes), activation_.scales.get()};
   a.w_down = {fp8(s.w_down.codes), s.w_down.scales.get()};
   a.y_out = y_.get();
-  a.tile_queue = tile_queue_;
   gemm::grouped_down_proj(a, nullptr);
 }
 
@@ -172,10 +172,7 @@ void Fp8Gemms::quantize_activation(int /*iter*/) const { quantize_rows_into(hidd
 
 void Fp8Gemms::dgrad(int iter) const {
   const Set& s = sets_[set_of(iter)];
-  gemm::Fp8DownDgradSwigluArgs a;
-  a.rows = rows_;
-  a.hidden = c_.hidden;
-  a.intermediate = c_.intermediate;
+  auto a = gemm_args<gemm::Fp8DownDgradSwigluArgs>();
   a.dy = {fp8(s.dy.codes), s.dy.scales.get()};
   a.w_down_t = {fp8(s.w_down.codes_t), s.w_down.scales_t.get()};
   a.gate_up = saved_gate_up_;
@@ -185,20 +182,15 @@ void Fp8Gemms::dgrad(int iter) const {
   a.scaled_activation_out = scaled_activation_.get();
   a.d_gates_out = dg_.get();
   a.workspace = workspace_.get();
-  a.tile_queue = tile_queue_;
   gemm::grouped_down_dgrad_swiglu(a, nullptr);
 }
 
 void Fp8Gemms::dx(int iter) const {
   const Set& s = sets_[set_of(iter)];
-  gemm::Fp8GateUpDgradArgs a;
-  a.rows = rows_;
-  a.hidden = c_.hidden;
-  a.intermediate = c_.intermediate;
+  auto a = gemm_args<gemm::Fp8GateUpDgradArgs>();
   a.d_gate_up = {fp8(d_gate_up_fp8_.codes), d_gate_up_fp8_.scales.get()};
   a.w_gate_up_t = {fp8(s.w_gate_up.codes_t), s.w_gate_up.scales_t.get()};
   a.dx_out = dx_.get();
-  a.tile_queue = tile_queue_;
   gemm::grouped_gate_up_dgrad(a, nullptr);
 }
 

@@ -56,6 +56,9 @@ class Fp8Gemms {
   };
 
   size_t set_of(int iter) const { return size_t(iter % int(sets_.size())); }
+  // Arguments of one of our FP8 GEMMs with what they all share set: the rows, D, I, the tile queue.
+  template <class Args>
+  Args gemm_args() const;
   void quantize_rows(const __nv_bfloat16* values, int cols, Rows& out) const;
   // The same into `out` as sized (no allocation: timed).
   void quantize_rows_into(const __nv_bfloat16* values, int cols, const Rows& out) const;

@@ -29,20 +29,58 @@ void print_row(const Case& c, const std::vector<int32_t>& offsets, const std::st
               100.0 * (t.max_ms - t.min_ms) / t.ms, t.tflops, t.tflops_padded, dense_ms, dense_tf, ratio);
 }
 
-// A spot check's line; false where it failed.
-bool print_check(const char* what, double err) {
-  const bool ok = std::isfinite(err) && err <= 1e-2;
-  std::printf("%-31s %s spot check vs fp64: rel err %.2e %s\n", "", what, err, ok ? "ok" : "FAILED");
+// A line "<what> <measure> <value> ok|FAILED" under the table; false where value is not within 1e-2.
+bool print_within_1e2(const char* what, const char* measure, double value) {
+  const bool ok = std::isfinite(value) && value <= 1e-2;
+  std::printf("%-31s %s %s %.2e %s\n", "", what, measure, value, ok ? "ok" : "FAILED");
   return ok;
 }
 
+// A spot check's line; false where it failed.
+bool print_check(const char* what, double err) { return print_within_1e2(what, "spot check vs fp64: rel err", err); }
+
 // A baseline's output against ours (the same products, rounded once to bf16 after fp32 sums in
 // another order: they differ by about one rounding); false where they disagree.
-bool print_agreement(const char* what, double diff) {
-  const bool ok = std::isfinite(diff) && diff <= 1e-2;
-  std::printf("%-31s %s vs ours: rel diff %.2e %s\n", "", what, diff, ok ? "ok" : "FAILED");
-  return ok;
-}
+bool print_agreement(const char* what, double diff) { return print_within_1e2(what, "vs ours: rel diff", diff); }
+
+// The results table's rows in order: the label, our kernel, its cuBLAS counterpart, and for the rows
+// not run for every case (CUTLASS's, the FP8 GEMMs') the kernel whose timing says their block ran.
+struct RowOf {
+  const char* label;
+  const char* ours;
+  const char* dense;
+  const char* if_ran = nullptr;
+};
+constexpr RowOf kRows[] = {
+    {"up+swiglu (+gate_up)", "up_gate_swiglu", "cublas_up"},
+    {"up+swiglu (hidden)", "up_gate_swiglu_hidden_only", "cublas_up"},
+    {"down", "down", "cublas_down"},
+    {"up hidden fixed-stride", "up_gate_swiglu_hidden_only_fixed_stride", "cublas_up"},
+    {"down fixed-stride", "down_fixed_stride", "cublas_down"},
+    {"forward", "forward", "cublas_forward"},
+    {"CUTLASS up coop", "cutlass_cooperative_up", "cublas_up", "cutlass_cooperative_up"},
+    {"CUTLASS up pingpong", "cutlass_pingpong_up", "cublas_up", "cutlass_cooperative_up"},
+    {"CUTLASS up coop 128x256", "cutlass_cooperative_128x256_up", "cublas_up", "cutlass_cooperative_up"},
+    {"CUTLASS down coop", "cutlass_cooperative_down", "cublas_down", "cutlass_cooperative_up"},
+    {"CUTLASS down pingpong", "cutlass_pingpong_down", "cublas_down", "cutlass_cooperative_up"},
+    {"CUTLASS down coop 128x256", "cutlass_cooperative_128x256_down", "cublas_down", "cutlass_cooperative_up"},
+    {"FP8 up+swiglu (+gate_up)", "fp8_up_gate_swiglu", "cublas_up", "fp8_up_gate_swiglu"},
+    {"FP8 down", "fp8_down", "cublas_down", "fp8_up_gate_swiglu"},
+    {"FP8 forward", "fp8_forward", "cublas_forward", "fp8_up_gate_swiglu"},
+    {"FP8 activation quantize", "fp8_quantize_activation", "", "fp8_up_gate_swiglu"},
+    {"FP8 fwd + act. quantize", "fp8_forward_quantized", "cublas_forward", "fp8_up_gate_swiglu"},
+    {"CUTLASS FP8 up", "cutlass_fp8_up", "cublas_up", "fp8_up_gate_swiglu"},
+    {"CUTLASS FP8 down", "cutlass_fp8_down", "cublas_down", "fp8_up_gate_swiglu"},
+    {"dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad"},
+    {"dgrad fixed-stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad"},
+    {"dx", "dx", "cublas_dx"},
+    {"dx fixed-stride", "dx_fixed_stride", "cublas_dx"},
+    {"FP8 dgrad+swiglu bwd", "fp8_dgrad_swiglu", "cublas_dgrad", "fp8_dgrad_swiglu"},
+    {"FP8 dx", "fp8_dx", "cublas_dx", "fp8_dgrad_swiglu"},
+    {"wgrad (fp32)", "wgrad", "cublas_wgrad"},
+    {"wgrad (bf16)", "wgrad_bf16", "cublas_wgrad"},
+    {"backward", "backward", "cublas_backward"},
+};
 
 // Ours against the fastest CUTLASS configuration of the same GEMM (ours: the up kernel that stores
 // only the activation, CUTLASS's the plain product).
@@ -100,43 +138,12 @@ bool print_case(const Case& c, const CaseResult& r) {
     auto it = r.timings.find(kernel);
     return it == r.timings.end() ? nullptr : &it->second;
   };
-  const auto row = [&](const char* label, const char* ours, const char* dense, bool first = false) {
-    print_row(c, offsets, label, r.timings.at(ours), cublas(dense), first);
-  };
-  row("up+swiglu (+gate_up)", "up_gate_swiglu", "cublas_up", true);
-  row("up+swiglu (hidden)", "up_gate_swiglu_hidden_only", "cublas_up");
-  row("down", "down", "cublas_down");
-  row("up hidden fixed-stride", "up_gate_swiglu_hidden_only_fixed_stride", "cublas_up");
-  row("down fixed-stride", "down_fixed_stride", "cublas_down");
-  row("forward", "forward", "cublas_forward");
-  if (r.timings.count("cutlass_cooperative_up")) {
-    row("CUTLASS up coop", "cutlass_cooperative_up", "cublas_up");
-    row("CUTLASS up pingpong", "cutlass_pingpong_up", "cublas_up");
-    row("CUTLASS up coop 128x256", "cutlass_cooperative_128x256_up", "cublas_up");
-    row("CUTLASS down coop", "cutlass_cooperative_down", "cublas_down");
-    row("CUTLASS down pingpong", "cutlass_pingpong_down", "cublas_down");
-    row("CUTLASS down coop 128x256", "cutlass_cooperative_128x256_down", "cublas_down");
+  bool first = true;  // the case's name and rows on the table's first row only
+  for (const RowOf& row : kRows) {
+    if (row.if_ran && !r.timings.count(row.if_ran)) continue;
+    print_row(c, offsets, row.label, r.timings.at(row.ours), cublas(row.dense), first);
+    first = false;
   }
-  if (r.timings.count("fp8_up_gate_swiglu")) {
-    row("FP8 up+swiglu (+gate_up)", "fp8_up_gate_swiglu", "cublas_up");
-    row("FP8 down", "fp8_down", "cublas_down");
-    row("FP8 forward", "fp8_forward", "cublas_forward");
-    row("FP8 activation quantize", "fp8_quantize_activation", "");
-    row("FP8 fwd + act. quantize", "fp8_forward_quantized", "cublas_forward");
-    row("CUTLASS FP8 up", "cutlass_fp8_up", "cublas_up");
-    row("CUTLASS FP8 down", "cutlass_fp8_down", "cublas_down");
-  }
-  row("dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad");
-  row("dgrad fixed-stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad");
-  row("dx", "dx", "cublas_dx");
-  row("dx fixed-stride", "dx_fixed_stride", "cublas_dx");
-  if (r.timings.count("fp8_dgrad_swiglu")) {
-    row("FP8 dgrad+swiglu bwd", "fp8_dgrad_swiglu", "cublas_dgrad");
-    row("FP8 dx", "fp8_dx", "cublas_dx");
-  }
-  row("wgrad (fp32)", "wgrad", "cublas_wgrad");
-  row("wgrad (bf16)", "wgrad_bf16", "cublas_wgrad");
-  row("backward", "backward", "cublas_backward");
   const bool forward_ok = print_check("forward", r.check_rel_err);
   const bool backward_ok = print_check("backward", r.check_rel_err_backward);
   if (r.cutlass_up_rel_diff < 0.0) return forward_ok && backward_ok;

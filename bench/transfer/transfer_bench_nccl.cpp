@@ -152,20 +152,12 @@ std::string message_of(const std::exception_ptr& error) {
   }
 }
 
-bool is_peer_failure(const std::exception_ptr& error) {
+// Whether a stored exception is an E.
+template <typename E>
+bool holds(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
-  } catch (const PeerFailed&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-bool is_check_failure(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const CheckFailed&) {
+  } catch (const E&) {
     return true;
   } catch (...) {
     return false;
@@ -242,8 +234,8 @@ void NcclDirections::run(const ModelPreset& model, const Routing& routing, bool 
   for (const bool peer_failures : {false, true}) {
     for (int r = 0; r < W; ++r) {
       const std::exception_ptr& error = errors[static_cast<size_t>(r)];
-      if (!error || (!peer_failures && is_peer_failure(error))) continue;
-      if (is_check_failure(error)) throw CheckFailed(message_of(error));
+      if (!error || (!peer_failures && holds<PeerFailed>(error))) continue;
+      if (holds<CheckFailed>(error)) throw CheckFailed(message_of(error));
       throw Error(caracal::detail::concat("rank ", r, ": ", message_of(error)));
     }
   }

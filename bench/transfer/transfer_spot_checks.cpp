@@ -12,6 +12,7 @@
 #include "caracal/combine_groups.hpp"
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "float_bits.hpp"
 
 namespace caracal::bench {
 namespace {
@@ -52,12 +53,6 @@ std::string compare_bits(const std::vector<uint16_t>& got, const std::vector<uin
 std::vector<uint16_t> to_bits(const std::vector<float>& values) {
   std::vector<uint16_t> bits(values.size());
   for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16_bits(values[i]);
-  return bits;
-}
-
-uint32_t float_bits(float value) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
   return bits;
 }
 

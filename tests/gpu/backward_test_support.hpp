@@ -12,17 +12,14 @@
 
 #include <gtest/gtest.h>
 
+#include "float_bits.hpp"
 #include "grouped_gemm_test_support.hpp"
 
 namespace caracal::test::gemm {
 
-inline constexpr uint32_t kPoisonF32 = 0xFFFFFFFFu;  // what poison() leaves in an fp32 buffer: a NaN
+using caracal::float_bits;
 
-inline uint32_t float_bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
+inline constexpr uint32_t kPoisonF32 = 0xFFFFFFFFu;  // what poison() leaves in an fp32 buffer: a NaN
 
 // g of the i-th real row of an expert: 0 on every 5th row (from the 3rd), 1 on every 7th (from
 // the 4th) that is not 0, otherwise uniform in [0.05, 1].

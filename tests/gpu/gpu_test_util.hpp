@@ -27,6 +27,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "cuda_graph.hpp"  // bench/
+#include "fresh_seed.hpp"
 #include "gpu_requirements.hpp"
 
 namespace caracal::test {
@@ -67,13 +68,6 @@ inline int gpu_count() {
     return 0;
   }
   return count;
-}
-
-// A fresh seed per run, or CARACAL_TEST_SEED to replay a failure (tests print theirs).
-inline uint64_t fresh_seed() {
-  if (const char* fixed = std::getenv("CARACAL_TEST_SEED")) return std::strtoull(fixed, nullptr, 0);
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
 inline std::string seed_note(uint64_t seed) {

@@ -1,7 +1,8 @@
 #pragma once
 // Helpers shared by the grouped-GEMM tests (forward and backward): the cases and their row
-// layouts, random bf16 data, one case's inputs on the device, the kernels' argument structs, the
-// reference suites' fixture, output checks and argument-error checks.
+// layouts, random bf16 data, one case's inputs on the device and a tile queue, the references'
+// SwiGLU, the kernels' argument structs, the reference suites' fixture, output checks and
+// argument-error checks.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -187,6 +188,23 @@ inline void make_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng) {
   ASSERT_NO_FATAL_FAILURE(in.d_w_down.upload(in.w_down));
   ASSERT_NO_FATAL_FAILURE(in.d_offset.upload(in.rows.offset));
   ASSERT_NO_FATAL_FAILURE(in.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
+}
+
+// A tile queue of kTileQueueWords words in `queue`, poisoned: the launcher zeroes the counter and the
+// kernels write the slots before they read them.
+inline void allocate_tile_queue(DeviceBuffer<uint32_t>& queue) {
+  ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
+  ASSERT_NO_FATAL_FAILURE(queue.poison());
+}
+
+// ---- The references' SwiGLU ---------------------------------------------------------------------
+
+inline double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+// d silu(g) / dg.
+inline double silu_grad(double g) {
+  const double s = 1.0 / (1.0 + std::exp(-g));
+  return s * (1.0 + g * (1.0 - s));
 }
 
 // ---- The kernels' arguments ---------------------------------------------------------------------

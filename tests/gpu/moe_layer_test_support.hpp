@@ -337,6 +337,26 @@ struct LayerSetup {
   layer::LayerExperiments experiments;
 };
 
+// v1's separate launches; rows_per_route: the exchange sends a row per route.
+inline LayerSetup v1_setup(bool rows_per_route = false) {
+  LayerSetup o;
+  o.options.fused_forward = false;
+  o.experiments.rows_per_route = rows_per_route;
+  return o;
+}
+
+// The fused path with `comm_ctas` pulling CTAs per rank and a ring of `ring_rows` rows (0: the
+// defaults); pull_all_rows: every row pulled, none copied by idle warps; rows_per_route: as above.
+inline LayerSetup fused_setup(int comm_ctas = 0, int ring_rows = 0, bool pull_all_rows = false,
+                              bool rows_per_route = false) {
+  LayerSetup o;
+  o.options.fused_comm_ctas = comm_ctas;
+  o.options.ring_rows = ring_rows;
+  o.experiments.pull_all_rows = pull_all_rows;
+  o.experiments.rows_per_route = rows_per_route;
+  return o;
+}
+
 struct LoopbackLayer {
   LoopbackLayer(const LayerCase& c, const HostWeights& weights, const MoELayerOptions& options = {})
       : LoopbackLayer(c, weights, LayerSetup{options, {}}) {}

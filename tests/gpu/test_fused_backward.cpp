@@ -24,20 +24,6 @@
 namespace caracal::layer_test {
 namespace {
 
-LayerSetup fused_setup(int comm_ctas = 0, int ring_rows = 0, bool pull_all_rows = false) {
-  LayerSetup o;
-  o.options.fused_comm_ctas = comm_ctas;
-  o.options.ring_rows = ring_rows;
-  o.experiments.pull_all_rows = pull_all_rows;
-  return o;
-}
-
-MoELayerOptions v1_options() {
-  MoELayerOptions o;
-  o.fused_forward = false;
-  return o;
-}
-
 std::vector<LayerCase> backward_cases() {
   using R = RoutingCase;
   return {
@@ -65,7 +51,7 @@ TEST_P(GpuFusedBackward, SameGradientBitsAsV1AcrossCommCtasAndRings) {
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
   const ReferenceLayer reference = reference_layer(c, s.weights);
-  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_setup());
   expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0), v1);
   const auto expect_ring = [&](int ring_rows, bool pull_all_rows) {
     const std::string ring = "ring " + std::to_string(ring_rows) + (pull_all_rows ? ", every row pulled" : "");
@@ -150,7 +136,7 @@ TEST(GpuFusedBackward, DxSumsOnWeightGradsSameBitsWithBf16Gradients) {
     l.layer.check();
     return Outputs{l.buffers.download()[0], d_w_gate_up.download(), d_w_down.download()};
   };
-  const Outputs apart = run(v1_options());
+  const Outputs apart = run(v1_setup().options);
   for (const int ring_rows : {0, 128}) {
     SCOPED_TRACE("ring " + std::to_string(ring_rows));
     const Outputs riding = run(fused_setup(0, ring_rows).options);

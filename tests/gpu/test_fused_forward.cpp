@@ -22,22 +22,6 @@
 namespace caracal::layer_test {
 namespace {
 
-LayerSetup v1_options(bool rows_per_route = false) {
-  LayerSetup o;
-  o.options.fused_forward = false;
-  o.experiments.rows_per_route = rows_per_route;
-  return o;
-}
-
-LayerSetup fused_options(int comm_ctas, int ring_rows = 0, bool pull_all_rows = false, bool rows_per_route = false) {
-  LayerSetup o;
-  o.options.fused_comm_ctas = comm_ctas;
-  o.options.ring_rows = ring_rows;
-  o.experiments.pull_all_rows = pull_all_rows;
-  o.experiments.rows_per_route = rows_per_route;
-  return o;
-}
-
 std::vector<LayerCase> fused_cases() {
   using R = RoutingCase;
   return {
@@ -69,7 +53,7 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
-  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_setup());
   const std::vector<RankOutputs> fused = run_once(c, s, MoELayerOptions{});
   const int64_t ring = LoopbackLayer(c, s.weights, MoELayerOptions{}).layer.ring_rows();  // the default's
   expect_step_matches(c, s.step, reference_for(c, s.weights, s.step), fused);
@@ -84,8 +68,8 @@ TEST_P(GpuFusedForward, SameBitsAsV1AcrossCommCtasAndMatchesReference) {
   } else {  // more than one macrobatch: y's groups differ (GpuFusedForwardRing)
     expect_same_bits_but_y(v1, fused, "fused (default comm CTAs) against v1", dx_grouped);
   }
-  expect_same_bits(fused, run_once(c, s, fused_options(1)), "fused, 1 comm CTA per rank");
-  expect_same_bits(fused, run_once(c, s, fused_options(3)), "fused, 3 comm CTAs per rank");
+  expect_same_bits(fused, run_once(c, s, fused_setup(1)), "fused, 1 comm CTA per rank");
+  expect_same_bits(fused, run_once(c, s, fused_setup(3)), "fused, 3 comm CTAs per rank");
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, GpuFusedForward, testing::ValuesIn(fused_cases()), case_name);
@@ -118,7 +102,7 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
   const ReferenceLayer reference = reference_layer(c, s.weights);
-  const std::vector<RankOutputs> v1 = run_once(c, s, v1_options());
+  const std::vector<RankOutputs> v1 = run_once(c, s, v1_setup());
   // The fused backward sums dx per (token, rank) and macrobatch at W > 1 (v1: a row per route).
   const bool dx_grouped = c.world > 1;
   // Every output of a ring run but y (and dx where grouped) against v1 bitwise, y and dx against
@@ -128,23 +112,23 @@ TEST_P(GpuFusedForwardRing, SameGradientBitsAsV1ForEveryRing) {
     expect_step_matches(c, s.step, reference_step(c, reference, s.step, ring_rows, false, dx_grouped), ring);
     expect_same_bits_but_y(v1, ring, what + " against v1", dx_grouped);
   };
-  const std::vector<RankOutputs> ring128 = run_once(c, s, fused_options(0, 128));
+  const std::vector<RankOutputs> ring128 = run_once(c, s, fused_setup(0, 128));
   expect_ring(ring128, 128, "fused, a ring of 128 rows");
-  expect_ring(run_once(c, s, fused_options(1, 384)), 384, "fused, a ring of 384 rows, 1 comm CTA per rank");
-  expect_ring(run_once(c, s, fused_options(5, 1024)), 1024, "fused, a ring of 1024 rows, 5 comm CTAs per rank");
+  expect_ring(run_once(c, s, fused_setup(1, 384)), 384, "fused, a ring of 384 rows, 1 comm CTA per rank");
+  expect_ring(run_once(c, s, fused_setup(5, 1024)), 1024, "fused, a ring of 1024 rows, 5 comm CTAs per rank");
   // Every row pulled (a loopback world pulls none otherwise): the pull role, its x_ready counts and
   // its waits for the ring rows it takes over; the same bits as the ring's other runs.
-  expect_same_bits(ring128, run_once(c, s, fused_options(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
-  const std::vector<RankOutputs> all_pulled = run_once(c, s, fused_options(2, 0, true));
+  expect_same_bits(ring128, run_once(c, s, fused_setup(0, 128, true)), "fused, every row pulled, a ring of 128 rows");
+  const std::vector<RankOutputs> all_pulled = run_once(c, s, fused_setup(2, 0, true));
   if (dx_grouped) {
     expect_same_bits_but_dx(v1, all_pulled, "fused, every row pulled, no ring, 2 comm CTAs");
   } else {
     expect_same_bits(v1, all_pulled, "fused, every row pulled, no ring, 2 comm CTAs");
   }
   // Per route (a pull per route, a row home per route): v1's bits, whatever the ring.
-  const std::vector<RankOutputs> v1_per_route = run_once(c, s, v1_options(true));
+  const std::vector<RankOutputs> v1_per_route = run_once(c, s, v1_setup(true));
   expect_step_matches(c, s.step, reference_step(c, reference, s.step, 0, /*per_route=*/true), v1_per_route);
-  expect_same_bits(v1_per_route, run_once(c, s, fused_options(0, 128, true, true)),
+  expect_same_bits(v1_per_route, run_once(c, s, fused_setup(0, 128, true, true)),
                    "fused, every row pulled per route, a ring of 128 rows");
 }
 
@@ -157,7 +141,7 @@ TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
   const LayerCase base{"ring_steps_W2", 2, 400, 8, 4, true, false, kNormalized, RoutingCase::kUniform};
   const TracedSeed seed;
   const HostWeights weights = random_weights(base, seed.value());
-  LoopbackLayer ring(base, weights, fused_options(0, 256));
+  LoopbackLayer ring(base, weights, fused_setup(0, 256));
   const Stream stream;
   int i = 0;
   for (const RoutingCase routing : {RoutingCase::kAllToOne, RoutingCase::kUniform, RoutingCase::kZipf,
@@ -167,7 +151,7 @@ TEST(GpuFusedForwardRing, ChangingRoutingOnOneLayer) {
     run_step(ring.layer, ring.buffers, stream);
     const std::vector<RankOutputs> got = ring.buffers.download();
     const std::string what = "ring layer, step " + std::to_string(i++);
-    expect_same_bits(run_once(base, weights, step, fused_options(0, 256)), got, what);
+    expect_same_bits(run_once(base, weights, step, fused_setup(0, 256)), got, what);
     SCOPED_TRACE(what);
     expect_step_matches(base, step, reference_step(base, reference_layer(base, weights), step, 256, false, true), got);
   }
@@ -195,14 +179,14 @@ TEST(GpuFusedForward, CommCtasOutOfRangeAreRefused) {
   const HostWeights weights = random_weights(c, 1);
   for (const int bad : {-1, 100000}) {
     SCOPED_TRACE(bad);
-    test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(bad)); }, {"options.fused_comm_ctas"});
+    test::expect_error([&] { LoopbackLayer l(c, weights, fused_setup(bad)); }, {"options.fused_comm_ctas"});
   }
   for (const int bad : {-128, 100}) {
     SCOPED_TRACE(bad);
-    test::expect_error([&] { LoopbackLayer l(c, weights, fused_options(0, bad)); },
+    test::expect_error([&] { LoopbackLayer l(c, weights, fused_setup(0, bad)); },
                        {"options.ring_rows", "multiple of 128"});
   }
-  LayerSetup off = fused_options(100000);  // not read when the fused forward is off
+  LayerSetup off = fused_setup(100000);  // not read when the fused forward is off
   off.options.fused_forward = false;
   EXPECT_NO_THROW({ LoopbackLayer l(c, weights, off); });
 }

@@ -63,8 +63,7 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   uint16_t* gate_up = o.store_gate_up ? p.d_gate_up.get() : nullptr;
   DeviceBuffer<uint32_t> queue;
   if (o.tile_queue) {
-    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
-    ASSERT_NO_FATAL_FAILURE(queue.poison());  // the launcher zeroes the counter; the slots are written first
+    ASSERT_NO_FATAL_FAILURE(allocate_tile_queue(queue));
   }
   auto up = up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas);
   up.tile_queue = o.tile_queue ? queue.get() : nullptr;
@@ -95,7 +94,6 @@ struct Reference {
   std::vector<double> gate, up, hidden, y;
 };
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
 Reference reference_forward(const Problem& p) {
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);

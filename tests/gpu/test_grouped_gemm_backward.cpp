@@ -146,8 +146,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   const ScheduleView rows = p.schedule(o.pass_counts);
   DeviceBuffer<uint32_t> queue;
   if (o.tile_queue) {
-    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
-    ASSERT_NO_FATAL_FAILURE(queue.poison());  // the launcher zeroes the counter; the slots are written first
+    ASSERT_NO_FATAL_FAILURE(allocate_tile_queue(queue));
   }
   DownDgradSwigluArgs dgrad = dgrad_args(p, rows, o.num_ctas);
   dgrad.tile_queue = o.tile_queue ? queue.get() : nullptr;
@@ -190,11 +189,6 @@ struct Reference {
   std::vector<double> dw_down;                      // [L][D][I]
 };
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
-double silu_grad(double g) {
-  const double s = 1.0 / (1.0 + std::exp(-g));
-  return s * (1.0 + g * (1.0 - s));
-}
 
 Reference reference_backward(const Problem& p) {
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate), L = size_t(p.num_experts);

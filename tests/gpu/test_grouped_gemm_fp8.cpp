@@ -47,7 +47,6 @@ struct Problem : ExpertInputs {
   std::vector<double> gate, up, hidden, y;  // reference, [capacity][I] and [capacity][D]
 };
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
 // gate, up, hidden from the dequantized x and W_gate_up; the activation quantized from the
 // reference hidden; y from it and the dequantized W_down.
@@ -126,8 +125,7 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   const ScheduleView rows = p.schedule(o.pass_counts);
   DeviceBuffer<uint32_t> queue;
   if (o.tile_queue) {
-    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
-    ASSERT_NO_FATAL_FAILURE(queue.poison());
+    ASSERT_NO_FATAL_FAILURE(allocate_tile_queue(queue));
   }
   auto up = kernel_args<Fp8UpGateSwigluArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   up.x = {p.d_xq.fp8(), p.d_xq.scales.get()};

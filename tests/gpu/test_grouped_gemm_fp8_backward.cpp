@@ -130,11 +130,6 @@ struct Problem : ExpertInputs {
   DeviceBuffer<float> d_d_gate_up_scales, d_dg, d_workspace;
 };
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
-double silu_grad(double g) {
-  const double s = 1.0 / (1.0 + std::exp(-g));
-  return s * (1.0 + g * (1.0 - s));
-}
 
 void reference_backward(Problem& p) {
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate), cap = size_t(p.rows.capacity);
@@ -254,8 +249,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   const ScheduleView rows = p.schedule(o.pass_counts);
   DeviceBuffer<uint32_t> queue;
   if (o.tile_queue) {
-    ASSERT_NO_FATAL_FAILURE(queue.allocate(size_t(caracal::gemm::kTileQueueWords)));
-    ASSERT_NO_FATAL_FAILURE(queue.poison());
+    ASSERT_NO_FATAL_FAILURE(allocate_tile_queue(queue));
   }
   auto dgrad = kernel_args<Fp8DownDgradSwigluArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   dgrad.dy = {p.d_dy_q.fp8(), p.d_dy_q.scales.get()};

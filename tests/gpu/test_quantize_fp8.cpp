@@ -17,6 +17,7 @@
 #include "caracal/bf16.hpp"
 #include "caracal/block_fp8.hpp"
 #include "error_checks.hpp"
+#include "float_bits.hpp"
 #include "gpu_test_util.hpp"
 #include "quant/quantize_fp8.hpp"
 
@@ -45,13 +46,6 @@ std::vector<float> to_floats(const std::vector<uint16_t>& bits) {
   std::vector<float> values(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
   return values;
-}
-
-// Same bits: NaN scales or codes compare by their bits too.
-uint32_t float_bits(float f) {
-  uint32_t u = 0;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
 }
 
 struct RowsCase {

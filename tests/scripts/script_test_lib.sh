@@ -24,6 +24,27 @@ run_and_expect() {
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then fail "$name: no '$pattern' in"$'\n'"$out"; fi
 }
 
+# expect_status WANT_STATUS WHAT COMMAND...: runs COMMAND, its output (stdout and stderr) into $out,
+# echoed, its exit status into $status, and fails "WHAT: exit status S" unless it exited WANT_STATUS.
+expect_status() {
+  local want=$1 what=$2
+  shift 2
+  out=$("$@" 2>&1)
+  status=$?
+  echo "$out"
+  [ "$status" -eq "$want" ] || fail "${what:+$what: }exit status $status"
+}
+
+# check_on_build NAME BUILD WANT_RC LAST_LINE PATTERN -- ENV...: run_and_expect of
+# `env "${script_env[@]}" ENV... bash scripts/$script_under_test BUILD` (set both first).
+check_on_build() {
+  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
+  shift 6
+  local out rc
+  run_and_expect "$name" "$want_rc" "$last" "$pattern" env "${script_env[@]}" "$@" \
+    bash "$root/scripts/$script_under_test" "$build"
+}
+
 # stub_device_tools: nvidia-smi, compute-sanitizer, cuobjdump and torchrun stubs first on PATH (no
 # GPU). nvidia-smi lists STUB_GPUS GPUs (1); compute-sanitizer runs the command after its options,
 # printing an error in a kernel of ours when STUB_SANITIZER_ERRORS=1; cuobjdump prints STUB_HGMMA

@@ -19,14 +19,10 @@ STUB
 make_build "$work/ok" 0
 make_build "$work/bad" 1
 
-check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs bench-transfers on BUILD with ENV
-  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
-  shift 6
-  local out rc
-  run_and_expect "$name" "$want_rc" "$last" "$pattern" env OUT="$work/out" "$@" bash "$root/scripts/bench-transfers.sh" "$build"
-}
+script_under_test=bench-transfers.sh
+script_env=(OUT="$work/out")
 
-check "all passing" "$work/ok" 0 "all passed" "^dispatch 1.0 ms$" --
-check "a failing test and spot check" "$work/bad" 1 "FAILED: test_gpu_nccl_baseline, caracal_transfer_bench" \
+check_on_build "all passing" "$work/ok" 0 "all passed" "^dispatch 1.0 ms$" --
+check_on_build "a failing test and spot check" "$work/bad" 1 "FAILED: test_gpu_nccl_baseline, caracal_transfer_bench" \
   "^caracal_transfer_bench +SPOT CHECK FAILED" -- STUB_BENCH_RC=2
 finish test_bench_transfers

@@ -25,18 +25,14 @@ make_build "$work/bad" 1
 make_build "$work/missing" 0
 rm "$work/missing/tests/test_gpu_moe_layer_faults"
 
-check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs fused-check on BUILD with ENV
-  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
-  shift 6
-  local out rc
-  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -u OUT "$@" bash "$root/scripts/fused-check.sh" "$build"
-}
+script_under_test=fused-check.sh
+script_env=(-u OUT)
 
-check "all passing, OUT unset" "$work/ok" 0 "all passed" "fused_bench_w1.json: forward fused 5.000 ms, v1 5.500 ms" --
-check "a failing test binary" "$work/bad" 1 \
+check_on_build "all passing, OUT unset" "$work/ok" 0 "all passed" "fused_bench_w1.json: forward fused 5.000 ms, v1 5.500 ms" --
+check_on_build "a failing test binary" "$work/bad" 1 \
   "FAILED: test_gpu_fused_forward, test_gpu_fused_forward racecheck, test_gpu_fused_forward memcheck" \
   "^test_gpu_fused_forward +FAILED \(exit 1\)$" --
-check "a missing test binary" "$work/missing" 1 "FAILED: test_gpu_moe_layer_faults" "^test_gpu_moe_layer_faults +missing$" --
-check "another soak digest" "$work/ok" 1 "FAILED: soak digest (v1: ba2e7906cd1d588b)" \
+check_on_build "a missing test binary" "$work/missing" 1 "FAILED: test_gpu_moe_layer_faults" "^test_gpu_moe_layer_faults +missing$" --
+check_on_build "another soak digest" "$work/ok" 1 "FAILED: soak digest (v1: ba2e7906cd1d588b)" \
   "^soak digest \(v1: ba2e7906cd1d588b\) +0123456789abcdef DIFFERS$" -- STUB_DIGEST=0123456789abcdef
 finish test_fused_check

@@ -31,19 +31,15 @@ json.dump({"cases": []}, open(sys.argv[sys.argv.index("--json") + 1], "w"))
 sys.exit(int(os.environ.get("STUB_TORCH_RC", "0")))
 STUB
 
-check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs gemm-check on BUILD with ENV
-  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
-  shift 6
-  local out rc
-  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -C "$work/cwd" -u OUT "$@" bash "$root/scripts/gemm-check.sh" "$build"
-}
+script_under_test=gemm-check.sh
+script_env=(-C "$work/cwd" -u OUT)
 
-check "all passing, OUT unset" "$work/ok" 0 "all passed" "^torch_grouped_mm.py +ok$" --
-check "a failing test binary" "$work/bad" 1 \
+check_on_build "all passing, OUT unset" "$work/ok" 0 "all passed" "^torch_grouped_mm.py +ok$" --
+check_on_build "a failing test binary" "$work/bad" 1 \
   "FAILED: test_gpu_grouped_gemm, sanitizer memcheck (test_gpu_grouped_gemm), sanitizer racecheck (test_gpu_grouped_gemm)" \
   "^test_gpu_grouped_gemm +FAILED, exit 1 \(see test.log\)$" --
-check "local memory in the SASS" "$work/ok" 1 "FAILED: SASS LDL/STL (local memory)" \
+check_on_build "local memory in the SASS" "$work/ok" 1 "FAILED: SASS LDL/STL (local memory)" \
   "^SASS LDL/STL \(local memory\) +2 \(see sass.txt\)$" -- STUB_LDL=2
-check "a failed spot check" "$work/ok" 1 "FAILED: caracal_gemm_bench" "^caracal_gemm_bench +SPOT CHECK FAILED" -- STUB_GEMM_RC=2
-check "a failing torch_grouped_mm.py" "$work/ok" 1 "FAILED: torch_grouped_mm.py" "" -- STUB_TORCH_RC=1
+check_on_build "a failed spot check" "$work/ok" 1 "FAILED: caracal_gemm_bench" "^caracal_gemm_bench +SPOT CHECK FAILED" -- STUB_GEMM_RC=2
+check_on_build "a failing torch_grouped_mm.py" "$work/ok" 1 "FAILED: torch_grouped_mm.py" "" -- STUB_TORCH_RC=1
 finish test_gemm_check

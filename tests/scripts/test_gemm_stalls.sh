@@ -26,10 +26,7 @@ STUB
 chmod +x "$work/bin/ncu"
 export PATH="$work/bin:$PATH" STUB_ARGS="$work/args"
 
-out=$(OUT="$work/out" WORK="$work/rep" bash "$root/scripts/gemm-stalls.sh" "$work/build" 'WeightGradGemm' deepseek-v3/uniform 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 0 ] || fail "exit status $status"
+expect_status 0 "" env OUT="$work/out" WORK="$work/rep" bash "$root/scripts/gemm-stalls.sh" "$work/build" 'WeightGradGemm' deepseek-v3/uniform
 grep -q -- "-k regex:WeightGradGemm --launch-skip 2 --launch-count 1 --section SourceCounters" "$work/args" ||
   fail "ncu samples the third matching launch"
 grep -q -- "--case deepseek-v3/uniform" "$work/args" || fail "the case is passed to the bench"

@@ -23,22 +23,18 @@ make_build "$work/bad" test_gpu_a:0 test_gpu_b:1
 make_build "$work/hang" test_gpu_c:0:30
 make_build "$work/empty"
 
-check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs gpu-check on BUILD with ENV
-  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
-  shift 6
-  local out rc
-  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -C "$work" -u OUT "$@" bash "$root/scripts/gpu-check.sh" "$build"
-}
+script_under_test=gpu-check.sh
+script_env=(-C "$work" -u OUT)
 
-check "all passing, OUT unset" "$work/ok" 0 "all passed" "^test_gpu_a +ok: 1 run, 0 skipped$" --
-check "all passing, OUT set" "$work/ok" 0 "all passed" "" -- OUT="$work/out"
+check_on_build "all passing, OUT unset" "$work/ok" 0 "all passed" "^test_gpu_a +ok: 1 run, 0 skipped$" --
+check_on_build "all passing, OUT set" "$work/ok" 0 "all passed" "" -- OUT="$work/out"
 [ -f "$work/out/gpu-check-logs.tgz" ] && [ -f "$work/out/errors.txt" ] || fail "OUT set: no logs in $work/out"
-check "a failing test binary" "$work/bad" 1 "FAILED: test_gpu_b, test_gpu_b memcheck, test_gpu_b racecheck" \
+check_on_build "a failing test binary" "$work/bad" 1 "FAILED: test_gpu_b, test_gpu_b memcheck, test_gpu_b racecheck" \
   "^test_gpu_b +FAILED \(see test_gpu_b.log\)$" --
-check "a hanging test binary" "$work/hang" 1 "FAILED: test_gpu_c" "^test_gpu_c +TIMED OUT after 1 s" -- \
+check_on_build "a hanging test binary" "$work/hang" 1 "FAILED: test_gpu_c" "^test_gpu_c +TIMED OUT after 1 s" -- \
   CARACAL_TEST_TIMEOUT=1 CARACAL_SANITIZE=0
-check "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
+check_on_build "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
   "^test_gpu_a memcheck +ERRORS: ours 1, nccl 0" -- STUB_SANITIZER_ERRORS=1
-check "no HGMMA in the SASS" "$work/ok" 1 "FAILED: SASS HGMMA instructions" "" -- STUB_HGMMA=0
-check "no test binaries" "$work/empty" 1 "FAILED: test binaries" "^test binaries +none in " --
+check_on_build "no HGMMA in the SASS" "$work/ok" 1 "FAILED: SASS HGMMA instructions" "" -- STUB_HGMMA=0
+check_on_build "no test binaries" "$work/empty" 1 "FAILED: test binaries" "^test binaries +none in " --
 finish test_gpu_check

@@ -42,10 +42,7 @@ STUB
 chmod +x "$work/bin/ncu"
 export PATH="$work/bin:$PATH" STUB_ARGS="$work/args"
 
-out=$(OUT="$work/out1" bash "$root/scripts/kernel-profile.sh" "$work/build" 'combine_kernel|dispatch_kernel' 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 0 ] || fail "exit status $status"
+expect_status 0 "" env OUT="$work/out1" bash "$root/scripts/kernel-profile.sh" "$work/build" 'combine_kernel|dispatch_kernel'
 grep -q -- "-k regex:combine_kernel|dispatch_kernel" "$work/args" || fail "ncu asked for the matching kernels"
 grep -q -- "--section MemoryWorkloadAnalysis" "$work/args" || fail "ncu asked for the memory workload"
 grep -q "smsp__average_warp_latency_issue_stalled_lg_throttle.ratio" "$work/args" || fail "ncu asked for the stalls"

@@ -30,27 +30,18 @@ STUB
 chmod +x "$work/bin/ncu"
 export PATH="$work/bin:$PATH"
 
-out=$(OUT="$work/out1" bash "$root/scripts/kernel-times.sh" "$work/new" 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 0 ] || fail "one build: exit status $status"
+expect_status 0 "one build" env OUT="$work/out1" bash "$root/scripts/kernel-times.sh" "$work/new"
 grep -qE '^ +1 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "one build: the fused kernel in us"
 grep -qE '^ +4952\.5  total of 3 kernels$' <<<"$out" || fail "one build: the total"
 
-out=$(OUT="$work/out2" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old" 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 0 ] || fail "two builds: exit status $status"
+expect_status 0 "two builds" env OUT="$work/out2" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old"
 grep -q 'old old-commit vs new new-commit' <<<"$out" || fail "two builds: the commits"
 grep -qE '^ +1 +4700\.0 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "two builds: side by side"
 grep -q 'transfer::copy_kernel  <>  transfer::combine_kernel' <<<"$out" || fail "two builds: differing names marked"
 
 STUB_FAIL=1 OUT="$work/out3" bash "$root/scripts/kernel-times.sh" "$work/new" >/dev/null 2>&1 && fail "a failing ncu: exit status 0"
 # An OLD build that cannot run (before --profile-step): NEW's table still, and exit status 1.
-out=$(STUB_FAIL_OLD=1 OUT="$work/out4" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old" 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 1 ] || fail "a failing OLD: exit status $status"
+expect_status 1 "a failing OLD" env STUB_FAIL_OLD=1 OUT="$work/out4" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old"
 grep -q 'FAILED: ncu on .*/old' <<<"$out" || fail "a failing OLD: named"
 grep -qE '^ +1 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "a failing OLD: NEW's table alone"
 finish test_kernel_times

@@ -26,19 +26,15 @@ STUB
 make_build "$work/ok" 0
 make_build "$work/bad" 1
 
-check() {  # check NAME BUILD WANT_RC LAST_LINE [PATTERN] -- ENV...: runs multi-gpu-check on BUILD with ENV
-  local name=$1 build=$2 want_rc=$3 last=$4 pattern=$5
-  shift 6
-  local out rc
-  run_and_expect "$name" "$want_rc" "$last" "$pattern" env -u OUT STUB_GPUS=2 "$@" bash "$root/scripts/multi-gpu-check.sh" "$build"
-}
+script_under_test=multi-gpu-check.sh
+script_env=(-u OUT STUB_GPUS=2)
 
-check "all passing, OUT unset" "$work/ok" 0 "all passed" "^soak W2: NCCL vs loopback +bitwise identical$" --
-check "all passing, one GPU, OUT set" "$work/ok" 0 "all passed" "^comm_nccl_threads +ok$" -- STUB_GPUS=1 OUT="$work/out"
+check_on_build "all passing, OUT unset" "$work/ok" 0 "all passed" "^soak W2: NCCL vs loopback +bitwise identical$" --
+check_on_build "all passing, one GPU, OUT set" "$work/ok" 0 "all passed" "^comm_nccl_threads +ok$" -- STUB_GPUS=1 OUT="$work/out"
 [ -f "$work/out/multi-gpu-logs.tgz" ] || fail "OUT set: no $work/out/multi-gpu-logs.tgz"
-check "a failing test binary" "$work/bad" 1 "FAILED: comm_nccl_threads, ThreadPerGpuExchange x50" \
+check_on_build "a failing test binary" "$work/bad" 1 "FAILED: comm_nccl_threads, ThreadPerGpuExchange x50" \
   "^ThreadPerGpuExchange x50 +50 failures" --
-check "failing torchrun jobs" "$work/ok" 1 \
+check_on_build "failing torchrun jobs" "$work/ok" 1 \
   "FAILED: torchrun_check_W2, torch_ep_bench, stall_recovery_W2, concurrent_allreduce_W2" \
   "^torchrun_check_W2 +FAILED \(rc 1, see torchrun_check_W2.log\)$" -- STUB_TORCHRUN_RC=1
 finish test_multi_gpu_check

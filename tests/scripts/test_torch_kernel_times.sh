@@ -28,19 +28,13 @@ STUB
 chmod +x "$work/bin/ncu"
 export PATH="$work/bin:$PATH"
 
-out=$(OUT="$work/out1" bash "$root/scripts/torch-kernel-times.sh" 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 0 ] || fail "both variants: exit status $status"
+expect_status 0 "both variants" env OUT="$work/out1" bash "$root/scripts/torch-kernel-times.sh"
 grep -q 'deepseek-v3 (fused): step 17.09 ms' <<<"$out" || fail "the fused step's median"
 grep -q 'deepseek-v3 (v1): step 16.59 ms' <<<"$out" || fail "v1's step's median"
 grep -qE '^ +1 +180\.0 +4630\.0  fused::dispatch_kernel  <>  fused::fused_forward_kernel$' <<<"$out" \
   || fail "the kernels side by side, v1 as old"
 
-out=$(STUB_FAIL_V1=1 OUT="$work/out2" bash "$root/scripts/torch-kernel-times.sh" 2>&1)
-status=$?
-echo "$out"
-[ "$status" -eq 1 ] || fail "a failing v1 run: exit status $status"
+expect_status 1 "a failing v1 run" env STUB_FAIL_V1=1 OUT="$work/out2" bash "$root/scripts/torch-kernel-times.sh"
 grep -q 'FAILED: ncu on the v1 step' <<<"$out" || fail "a failing v1 run: named"
 grep -qE '^ +1 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "a failing v1 run: the fused table alone"
 finish test_torch_kernel_times

@@ -67,12 +67,7 @@ TEST(BenchLayerOptions, DefaultsAreTheLayersButTheGradientPrecision) {
 // The smoke tests' tiny shape: D=256 I=128 E=8 k=2, a shared expert of I=128.
 LayerConfig tiny(int64_t tokens, int64_t ep = 1) {
   LayerConfig c;
-  c.shape.hidden = 256;
-  c.shape.intermediate = 128;
-  c.shape.num_experts = 8;
-  c.shape.top_k = 2;
-  c.shape.num_shared_experts = 1;
-  c.shape.shared_intermediate = 128;
+  c.shape = LayerShape{256, 128, 8, 2, 1, 128};
   c.ep_size = ep;
   c.tokens_per_rank = tokens;
   c.validate();
@@ -223,12 +218,7 @@ struct ExactStep {
   std::vector<RankStep> ranks;
 
   ExactStep() {
-    config.shape.hidden = 64;
-    config.shape.intermediate = 32;
-    config.shape.num_experts = 4;
-    config.shape.top_k = 2;
-    config.shape.num_shared_experts = 1;
-    config.shape.shared_intermediate = 48;
+    config.shape = LayerShape{64, 32, 4, 2, 1, 48};  // D, I, E, k, shared experts, shared I
     config.ep_size = 2;
     config.tokens_per_rank = 13;
     RoutingSpec spec;

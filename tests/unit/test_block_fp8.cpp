@@ -15,15 +15,10 @@
 #include "caracal/block_fp8.hpp"
 #include "caracal/error.hpp"
 #include "error_checks.hpp"
+#include "fresh_seed.hpp"
 
 namespace caracal {
 namespace {
-
-uint64_t test_seed() {
-  if (const char* fixed = std::getenv("CARACAL_TEST_SEED")) return std::stoull(fixed);
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 bool is_nan_code(uint8_t code) { return (code & 0x7f) == 0x7f; }
 
@@ -82,7 +77,7 @@ TEST(E4m3, MidpointsRoundToTheEvenCodeAndBeyond448Saturates) {
 }
 
 TEST(E4m3, RandomValuesRoundToTheNearestCode) {
-  const uint64_t seed = test_seed();
+  const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("CARACAL_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> log_magnitude(-12.0, 9.5);  // subnormals to saturation
@@ -133,7 +128,7 @@ void expect_within_half_a_step(double value, float x, float scale, const std::st
 }
 
 TEST(QuantizeRows, EachRowBlockHasItsScaleAndItsLargestValueAt448) {
-  const uint64_t seed = test_seed();
+  const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("CARACAL_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t rows = 5, cols = 200;  // a full and a partial block per row
@@ -173,7 +168,7 @@ TEST(QuantizeRows, EachRowBlockHasItsScaleAndItsLargestValueAt448) {
 }
 
 TEST(QuantizeBlocks, EachWeightBlockHasOneScale) {
-  const uint64_t seed = test_seed();
+  const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("CARACAL_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t rows = 130, cols = 260;  // partial blocks along both

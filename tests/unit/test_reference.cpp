@@ -14,17 +14,12 @@
 #include "caracal/bf16.hpp"
 #include "caracal/error.hpp"
 #include "caracal/reference.hpp"
+#include "fresh_seed.hpp"
 
 namespace caracal {
 namespace {
 
 // ---- Random problems -------------------------------------------------------------------------
-
-uint64_t test_seed() {
-  if (const char* fixed = std::getenv("CARACAL_TEST_SEED")) return std::stoull(fixed);
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 // bf16-representable values, uniform in [-bound, bound].
 std::vector<double> random_bf16(std::mt19937_64& rng, int64_t count, double bound) {
@@ -217,7 +212,7 @@ void expect_error_containing(Fn&& fn, const std::string& needle) {
 class ReferenceTest : public ::testing::Test {
  protected:
   ReferenceTest()
-      : seed_(test_seed()),
+      : seed_(test::fresh_seed()),
         rng_(seed_),
         trace_(__FILE__, __LINE__, "CARACAL_TEST_SEED=" + std::to_string(seed_)) {}
   void SetUp() override { RecordProperty("seed", std::to_string(seed_)); }
