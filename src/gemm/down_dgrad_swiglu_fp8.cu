@@ -32,9 +32,7 @@ void grouped_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t 
 
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
-  GemmParams<Gemm> p{};
-  p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.dy, args.w_down_t, i, d, "dy", "w_down_t");
-  p.scheduler = fp8_row_tiles<Gemm>(args.rows, i, d, args.tile_queue);
+  GemmParams<Gemm> p = fp8_row_gemm_params<Gemm>(args.rows, args.dy, args.w_down_t, i, d, "dy", "w_down_t", args.tile_queue);
   p.epilogue.swiglu =
       swiglu_backward_params(args.rows, args.intermediate, args.gate_up, args.gates, args.d_gate_up_out,
                              args.scaled_activation_out, args.workspace, p.scheduler.n_blocks);

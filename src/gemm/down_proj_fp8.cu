@@ -24,9 +24,8 @@ void grouped_down_proj(const Fp8DownProjArgs& args, cudaStream_t stream) {
 
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
-  GemmParams<Gemm> p{};
-  p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.activation, args.w_down, d, i, "activation", "w_down");
-  p.scheduler = fp8_row_tiles<Gemm>(args.rows, d, i, args.tile_queue);
+  GemmParams<Gemm> p =
+      fp8_row_gemm_params<Gemm>(args.rows, args.activation, args.w_down, d, i, "activation", "w_down", args.tile_queue);
   p.epilogue = rows_epilogue_params(args.y_out, rows, args.hidden, "y_out");
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_down_proj (fp8)");
 }

@@ -25,10 +25,8 @@ void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream) 
 
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
-  GemmParams<Gemm> p{};
-  p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.d_gate_up, args.w_gate_up_t, d, 2 * i, "d_gate_up",
-                                         "w_gate_up_t");
-  p.scheduler = fp8_row_tiles<Gemm>(args.rows, d, 2 * i, args.tile_queue);
+  GemmParams<Gemm> p = fp8_row_gemm_params<Gemm>(args.rows, args.d_gate_up, args.w_gate_up_t, d, 2 * i, "d_gate_up",
+                                                 "w_gate_up_t", args.tile_queue);
   p.epilogue = rows_epilogue_params(args.dx_out, rows, args.hidden, "dx_out");
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_gate_up_dgrad (fp8)");
 }

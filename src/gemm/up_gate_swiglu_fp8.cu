@@ -24,9 +24,8 @@ void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream
 
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
-  GemmParams<Gemm> p{};
-  p.mainloop = fp8_mainloop_params<Gemm>(args.rows, args.x, args.w_gate_up, 2 * i, d, "x", "w_gate_up");
-  p.scheduler = fp8_row_tiles<Gemm>(args.rows, 2 * i, d, args.tile_queue);
+  GemmParams<Gemm> p =
+      fp8_row_gemm_params<Gemm>(args.rows, args.x, args.w_gate_up, 2 * i, d, "x", "w_gate_up", args.tile_queue);
   p.epilogue = swiglu_epilogue_params(args.activation_out, args.gate_up_out, rows, args.intermediate);
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_up_gate_swiglu (fp8)");
 }
