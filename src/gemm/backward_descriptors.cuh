@@ -38,31 +38,20 @@ inline SwigluBackwardEpilogue::Params swiglu_backward_params(const ScheduleView&
 
 // d_h = dy · W_down[e]: dy [rows][D] K-major; W_down [L][D][I] read as it is stored, K = D rows of
 // N = I contiguous columns (MN-major); the SwiGLU backward + router-score epilogue.
-struct DownDgradSwigluDescriptors {
-  MainloopParams mainloop;
-  RowTileScheduler::Params tiles;
-  SwigluBackwardEpilogue::Params epilogue;
-};
+using DownDgradSwigluDescriptors = RowGemmDescriptors<SwigluBackwardEpilogue>;
 
 inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradSwigluArgs& args) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   const RowGemmOperands o = row_gemm_operands<DownDgradSwigluGemm>(
       args.rows, args.tile_queue, uint64_t(args.rows.buffer_rows()), args.dy, "dy", args.w_down, "w_down", i, d);
-  DownDgradSwigluDescriptors g{};
-  g.mainloop = o.mainloop;
-  g.tiles = o.tiles;
-  g.epilogue = swiglu_backward_params(args.rows, args.intermediate, args.gate_up, args.gates, args.d_gate_up_out,
-                                      args.scaled_activation_out, args.workspace, o.tiles.n_blocks);
-  return g;
+  return {o, swiglu_backward_params(args.rows, args.intermediate, args.gate_up, args.gates, args.d_gate_up_out,
+                                    args.scaled_activation_out, args.workspace, o.tiles.n_blocks)};
 }
 
 // dx = d_gate_up · W_gate_up[e]: d_gate_up [rows][2I] K-major; W_gate_up [L][2I][D] read as it is
 // stored, K = 2I rows of N = D contiguous columns (MN-major).
-struct GateUpDgradDescriptors {
-  MainloopParams mainloop;
-  RowTileScheduler::Params tiles;
-};
+using GateUpDgradDescriptors = RowGemmOperands;
 
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
   const uint64_t d = uint64_t(args.hidden);
@@ -71,7 +60,7 @@ inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& a
   const RowGemmOperands o = row_gemm_operands<GateUpDgradGemm>(args.rows, args.tile_queue,
                                                                uint64_t(args.rows.buffer_rows()), args.d_gate_up,
                                                                "d_gate_up", args.w_gate_up, "w_gate_up", d, 2 * i);
-  return {o.mainloop, o.tiles};
+  return o;
 }
 
 }  // namespace caracal::gemm

@@ -14,42 +14,26 @@ namespace caracal::gemm {
 
 // gate_up = x · W_gate_up[e]^T with the SwiGLU epilogue: x [rows][D] and W_gate_up [L][2I][D], both
 // K-major.
-struct UpGateSwigluDescriptors {
-  MainloopParams mainloop;
-  RowTileScheduler::Params tiles;
-  UpGateSwigluEpilogue::Params epilogue;
-};
+using UpGateSwigluDescriptors = RowGemmDescriptors<UpGateSwigluEpilogue>;
 
 inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   const RowGemmOperands o = row_gemm_operands<UpGateSwigluGemm>(args.rows, args.tile_queue, buffer_rows, args.x, "x",
                                                                 args.w_gate_up, "w_gate_up", 2 * i, d);
-  UpGateSwigluDescriptors g{};
-  g.mainloop = o.mainloop;
-  g.tiles = o.tiles;
-  g.epilogue = swiglu_epilogue_params(args.activation_out, args.gate_up_out, buffer_rows, args.intermediate);
-  return g;
+  return {o, swiglu_epilogue_params(args.activation_out, args.gate_up_out, buffer_rows, args.intermediate)};
 }
 
 // y = activation · W_down[e]^T: activation [rows][I] and W_down [L][D][I], both K-major; y [rows][D]
 // (y_out null: no output map, for a caller that stores the rows elsewhere).
-struct DownProjDescriptors {
-  MainloopParams mainloop;
-  RowTileScheduler::Params tiles;
-  RowsBf16Epilogue::Params epilogue;
-};
+using DownProjDescriptors = RowGemmDescriptors<RowsBf16Epilogue>;
 
 inline DownProjDescriptors down_proj_descriptors(const DownProjArgs& args, uint64_t buffer_rows) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   const RowGemmOperands o = row_gemm_operands<DownProjGemm>(args.rows, args.tile_queue, buffer_rows, args.activation,
                                                             "activation", args.w_down, "w_down", d, i);
-  DownProjDescriptors g{};
-  g.mainloop = o.mainloop;
-  g.tiles = o.tiles;
-  g.epilogue = rows_epilogue_params(args.y_out, buffer_rows, args.hidden, "y_out");
-  return g;
+  return {o, rows_epilogue_params(args.y_out, buffer_rows, args.hidden, "y_out")};
 }
 
 }  // namespace caracal::gemm

@@ -16,6 +16,12 @@ struct RowGemmOperands {
   RowTileScheduler::Params tiles;
 };
 
+// With its epilogue's parameters: a row GEMM's descriptors.
+template <class Epilogue>
+struct RowGemmDescriptors : RowGemmOperands {
+  typename Epilogue::Params epilogue;
+};
+
 // A = `a`, [buffer_rows][k] rows (K-major); B = `b`, the experts' weights as Gemm::OperandB holds
 // them: [L][n][k] (K-major) or [L][k][n] (MN-major, its N extent n); the output N = n.
 template <class Gemm>
