@@ -11,9 +11,9 @@
 #include "fused/fused_forward.hpp"
 #include "fused/fused_launch.hpp"
 #include "gemm/backward_descriptors.cuh"
+#include "gemm/epilogue_params.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/router_grad_reduce.hpp"
-#include "gemm/tensor_map.hpp"
 #include "fused/backward_compute.cuh"
 #include "fused/backward_local_rows.cuh"
 #include "fused/backward_params.cuh"
@@ -110,9 +110,8 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
     r.shared_dgrad_epilogue = sd.epilogue;
     r.shared_dx_mainloop = sx.mainloop;
     // TMA stores no row past the map's: the padding rows' dx is not written.
-    r.shared_dx_epilogue = {make_tensor_map_2d(shared_dx.dx_out, uint64_t(rank.shared_dx_rows),
-                                               uint64_t(rank.shared.hidden), kChunkRows, kChunkCols, "shared dx"),
-                            rank.shared.hidden};
+    r.shared_dx_epilogue =
+        gemm::rows_epilogue_params(shared_dx.dx_out, uint64_t(rank.shared_dx_rows), rank.shared.hidden, "shared dx");
     r.tiles.shared_dgrad = sd.tiles;
     r.tiles.shared_dx = sx.tiles;
   }
