@@ -5,7 +5,7 @@
 # Kimi K2 uniform, DeepSeek-V3 Zipf), so that clocks and power drift fall on all builds alike; then
 # prints per case and kernel the median over the rounds of each build's figure (itself the median of
 # --reps 20 runs) and its ratio to the first build's. For variants of one kernel change built with
-# different constants. The rounds' JSON, merged: $OUT/gemm-variants.json.
+# different constants. VARIANT_ARGS: more caracal_gemm_bench arguments (e.g. --no-fp8). The rounds' JSON, merged: $OUT/gemm-variants.json.
 # Every run is bounded by VARIANT_TIMEOUT s (300); exit status 1 when one failed.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/gemm-variants.sh DIR DIR..." >&2; exit 2; }
@@ -18,7 +18,7 @@ for round in $(seq 1 "$rounds"); do
   for i in $(seq 1 $#); do
     dir=${!i}
     # shellcheck disable=SC2086  # the cases split into arguments
-    if ! timeout "${VARIANT_TIMEOUT:-300}" "$dir/caracal_gemm_bench" --reps 20 $cases \
+    if ! timeout "${VARIANT_TIMEOUT:-300}" "$dir/caracal_gemm_bench" --reps 20 $cases ${VARIANT_ARGS:-} \
         --json "$logs/v${i}_r$round.json" >"$logs/v${i}_r$round.log" 2>&1; then
       echo "FAILED: $dir round $round"; tail -n 5 "$logs/v${i}_r$round.log"; failed=1
     fi
