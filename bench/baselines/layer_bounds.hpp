@@ -23,7 +23,10 @@ namespace caracal::checks {
 // bf16 rows lands on a rounding tie often (all-to-one: one row with sum g = 1), where a 1e-7
 // difference flips an ulp; that sets y's 1.3e-3 (worst row 4.4e-3). Measured maxima over three
 // runs: y 1.3e-3 / 4.4e-3, dx 4.6e-4 / 3.7e-3, weight gradients 6.6e-4 / 9.6e-4 (worst expert),
-// d_shared_scale 2.7e-4, d_topk_scores 1.3e-4 B_t. d_topk_scores has a tail those runs missed:
+// d_shared_scale 2.7e-4 (then, 2026-12-05 on an H100, 1.01e-3 on rank 0 of
+// GpuMoELayerDeterminism with CARACAL_TEST_SEED=10012450979630841675, main and a branch alike: a
+// per-token dot product <dy, shared row> whose terms cancel, as d_topk_scores' do), d_topk_scores
+// 1.3e-4 B_t. d_topk_scores has a tail those runs missed:
 // 1,000 repetitions of W8_zipf_noshared_k2_unnormalized failed 4e-4 B_t twice, at
 // 5.2e-4 and 6.1e-4 B_t (0.5-0.75% of the value): dg = <d_h, act> recomputes act from the saved
 // bf16 gate/up, and where the kernel's fp32 sum and the fp64 reference round a gate/up entry to
@@ -33,7 +36,7 @@ struct LayerBounds {
   ErrorBound y{4e-3, 1.3e-2};          // per token row
   ErrorBound dx{1.5e-3, 1.2e-2};       // per token row
   ErrorBound weight_grad{2e-3, 3e-3};  // frobenius over all experts; row = one expert's (fp32 gradients)
-  ErrorBound shared_scale_grad{1e-3, 1e-3};
+  ErrorBound shared_scale_grad{3e-3, 3e-3};
   // d_topk_scores, per element: |got - want| <= score_rel * |want| + score_abs * B_t
   // (score_gradient_error).
   double score_rel = 1e-3;
