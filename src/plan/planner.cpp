@@ -106,8 +106,10 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   m.ring = ring * (ring_heap_row + ring_local_row);
   // The schedule's rows, offsets, counts, inverse view and workspaces (heap), and the per-row g,
   // dL/dg (heap) and router-gradient partials (local), all for the worst case.
+  const int64_t chunks = ceil_div(routes, transfer::kScheduleChunkRoutes);
   const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4 +
-                                W * ceil_div(routes, transfer::kScheduleChunkRoutes) * L * 4 + 2 * capacity * 4;
+                                W * (chunks + ceil_div(chunks, transfer::kScheduleBlockChunks)) * L * 4 +
+                                2 * capacity * 4;
   m.schedule = schedule_heap + dgrad_workspace(routed_rows, I);
   // The shared expert's gate_up and activation, gates and dg, and, where T is not a multiple of the
   // tile (its rows padded with zeros), its own x (its dx over it), out and dy.

@@ -12,7 +12,7 @@ constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();  // routes an
 constexpr const char* kWhere = "TokenExchange: ";
 
 // Warps per CTA of the schedule builder, whose shared memory holds one counter array per warp.
-constexpr int64_t kScheduleWarps = kScheduleThreads / 32;
+constexpr int64_t kScheduleWarps = kScheduleBlockChunks;
 
 }  // namespace
 
@@ -47,6 +47,7 @@ ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size) {
                 " must be below 2^31 (32-bit row indices): lower tile_m or the token count");
   sizes.row_capacity = world_size * sizes.routes + sizes.local_experts * padding;
   sizes.chunks = (sizes.routes + kScheduleChunkRoutes - 1) / kScheduleChunkRoutes;
+  sizes.blocks = (sizes.chunks + kScheduleBlockChunks - 1) / kScheduleBlockChunks;
   sizes.pulled_row_bytes = row_format(shape.precision).row_bytes(shape.hidden);
   // E + (2 + warps) * L + 1 ints: see schedule::shared_ints (schedule_build.cuh).
   const int64_t shared_ints = shape.num_experts + (2 + kScheduleWarps) * sizes.local_experts + 1;

@@ -11,8 +11,6 @@
 namespace caracal::transfer::detail {
 namespace {
 
-// 16 warps per SM: the fully unrolled chunk steps keep 32 route ids per lane in registers.
-
 __global__ void __launch_bounds__(kScheduleThreads, 1)
     build_schedule_kernel(comm::DeviceWorld world, ExchangeArgs args) {
   extern __shared__ int shared[];
@@ -42,8 +40,7 @@ comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const
   allow_shared_bytes(build_schedule_kernel, kMaxSharedBytesPerCta,
                      "cudaFuncSetAttribute(build_schedule_kernel, MaxDynamicSharedMemorySize)");
   const int max_ctas = comm::max_ctas_per_rank(world, build_schedule_kernel, shape.threads_per_cta, shape.shared_bytes);
-  shape.ctas_per_rank =
-      ctas_for_items(world, sm_budget, max_ctas, sizes.world_size * sizes.chunks, kScheduleThreads / kWarpSize);  // a warp per chunk
+  shape.ctas_per_rank = ctas_for_items(world, sm_budget, max_ctas, sizes.world_size * sizes.blocks, 1);  // a CTA per block
   return shape;
 }
 

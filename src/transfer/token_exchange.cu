@@ -62,6 +62,7 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
   b.schedule.route_location = heap.take<int2>(routes);
   b.schedule.route_rows = heap.take<int32_t>(W * routes);
   b.schedule.chunk_counts = heap.take<int32_t>(W * sizes.chunks * L);
+  b.schedule.block_counts = heap.take<int32_t>(W * sizes.blocks * L);
   b.router.topk_scores = heap.take<float>(routes);
   b.router.gates = heap.take<float>(routes);
   b.router.d_topk_scores = heap.take<float>(routes);
@@ -203,6 +204,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.schedule.world_size = static_cast<int>(sizes_.world_size);
   a.schedule.tile_m = static_cast<int>(shape_.tile_m);
   a.schedule.chunks = static_cast<int>(sizes_.chunks);
+  a.schedule.blocks = static_cast<int>(sizes_.blocks);
   a.schedule.row_capacity = most_schedule_rows(shape_, sizes_);
   a.schedule.buffers = schedule_;
   a.schedule.fault = fault_.sink();

@@ -179,6 +179,12 @@ std::vector<ScheduleCase> schedule_cases() {
       cases.push_back({world, routing, tile_m, 700, 8, 256});
     }
   }
+  // Fine-grained experts at a real step's size (Qwen3-30B-A3B on one GPU: 65,536 routes, 64 blocks
+  // of 16 chunks) and a world whose ranks each take several blocks of every source per CTA.
+  for (RoutingCase routing : {RoutingCase::kUniform, RoutingCase::kZipf, RoutingCase::kAllToOne}) {
+    cases.push_back({1, routing, 128, 8192, 8, 128});
+    cases.push_back({4, routing, 128, 2048, 8, 128});
+  }
   return cases;
 }
 
@@ -306,7 +312,8 @@ TEST(ExchangeShapeValidation, SizesOfDeepSeekV3) {
   EXPECT_EQ(s.routes, 32768);
   EXPECT_EQ(s.local_experts, 32);
   EXPECT_EQ(s.row_capacity, 8 * 32768 + 32 * 127);
-  EXPECT_EQ(s.chunks, 128);  // 256-route chunks
+  EXPECT_EQ(s.chunks, 512);  // 64-route chunks
+  EXPECT_EQ(s.blocks, 32);   // of 16 chunks
   EXPECT_EQ(s.schedule_shared_bytes, (256 + (2 + 16) * 32 + 1) * sizeof(int32_t));  // 16 warps per CTA
 }
 

@@ -156,8 +156,9 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   const int64_t ring = std::min<int64_t>(p.ring_rows, rows);
   // x, dy and (W > 1: the fused backward's groups) dx rows; gate_up and activation rows.
   EXPECT_EQ(p.memory.ring, ring * (3 * D * 2 + 2 * I * 2 + I * 2));
-  const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + T * k * 8 + W * T * k * 4 + W * 1 * L * 4 +
-                                2 * capacity * 4;
+  // The builder's workspaces: one chunk and one block of counts per source (20 routes).
+  const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + T * k * 8 + W * T * k * 4 +
+                                W * (1 + 1) * L * 4 + 2 * capacity * 4;
   EXPECT_EQ(p.memory.schedule, schedule_heap + rows * 1 * 4);  // one router-gradient partial per row (I <= 256)
   const int64_t shared_rows = 16;                               // T rounded up to the tile
   EXPECT_EQ(p.memory.saved, shared_rows * (3 * D + 3 * Is) * 2 + shared_rows * 2 * 4 + shared_rows * 4);

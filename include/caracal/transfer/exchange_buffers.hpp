@@ -35,8 +35,10 @@ struct ScheduleBuffers {
   Sym<int32_t> route_rows;     // [W][T*k] per route of each source: its row here, or -1 (the
                                //     builder's workspace first: the route's local expert, or -1);
                                //     the pulls find a token's rows here (token_group.cuh)
-  Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: routes per (source, chunk, local expert), then
-                               // (build_schedule's scan) those in the source's earlier chunks
+  Sym<int32_t> chunk_counts;   // workspace [W][chunks][L]: per (source, chunk, local expert), the routes
+                               //     in the earlier chunks of the chunk's block
+  Sym<int32_t> block_counts;   // workspace [W][blocks][L]: routes per (source, block, local expert),
+                               //     then (build_schedule's scan) those in the source's earlier blocks
 };
 
 // Router weights on the home rank.

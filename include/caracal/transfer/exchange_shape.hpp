@@ -11,16 +11,18 @@ namespace caracal::transfer {
 
 // bf16 values per 16-byte vector: rows move as whole vectors, so `hidden` must be a multiple.
 inline constexpr int64_t kHiddenAlignment = 8;
-// Routes one warp of the schedule builder pulls, counts and places as one chunk: small, so that a
-// step's chunks keep many SMs busy.
-inline constexpr int64_t kScheduleChunkRoutes = 256;
+// Routes one warp of the schedule builder pulls, counts and places as one chunk, and chunks one of
+// its CTAs takes at once as a block (a warp each): small, so that a step's blocks keep many SMs
+// busy and each warp's chain of dependent steps stays short.
+inline constexpr int64_t kScheduleChunkRoutes = 64;
 // Threads per CTA of the exchange kernels. A launch of G CTAs touches at most G SMs, so capping G
 // (ExchangeOptions::max_sms) leaves the other SMs wholly free for concurrent work; the CTAs are
 // large so that a few of them still keep enough copies in flight, each sized to its kernel's
 // registers (one CTA fills an SM's register file).
 inline constexpr int kPullThreads = 1024;      // dispatch, reverse combine: 64 registers
 inline constexpr int kReduceThreads = 768;     // combine, reverse dispatch: the sums need ~80
-inline constexpr int kScheduleThreads = 512;   // 32 route ids per lane in registers
+inline constexpr int kScheduleThreads = 512;
+inline constexpr int64_t kScheduleBlockChunks = kScheduleThreads / 32;
 // Local ranks whose y combine can write into the caller's buffers (TokenExchange::combine's `y`).
 inline constexpr int kMaxCombineOutputs = 8;
 // SMs the exchange leaves free by default: room for an NCCL collective on another stream (DDP or
@@ -47,6 +49,7 @@ struct ExchangeSizes {
   int64_t local_experts = 0;         // L = E / W
   int64_t row_capacity = 0;          // W*T*k + L*(tile_m - 1): the most rows any rank can receive
   int64_t chunks = 0;                // schedule chunks per source rank: ceil(T*k / kScheduleChunkRoutes)
+  int64_t blocks = 0;                // schedule blocks per source rank: ceil(chunks / kScheduleBlockChunks)
   size_t schedule_shared_bytes = 0;  // dynamic shared memory of the schedule builder's CTAs
   int64_t pulled_row_bytes = 0;      // one row of x, expert_x, dy, expert_dy in the shape's precision
 };

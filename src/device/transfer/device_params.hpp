@@ -20,6 +20,7 @@ struct ScheduleParams {
   int world_size = 0;     // W
   int tile_m = 0;
   int chunks = 0;  // ceil(routes / kScheduleChunkRoutes)
+  int blocks = 0;  // ceil(chunks / kScheduleBlockChunks)
   int row_capacity = 0;  // the most rows a rank's schedule can have (TokenExchange::schedule_view)
   ScheduleBuffers buffers;
   RoutingFaultSink fault;

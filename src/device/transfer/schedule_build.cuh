@@ -1,12 +1,14 @@
 #pragma once
 // The schedule table built on the GPU (DESIGN §2): the device blocks, and build_schedule() which
 // chains them for one rank; the placement is the host twin's (schedule.hpp), bit for bit. Work
-// unit: a chunk of kScheduleChunkRoutes consecutive routes (token*k + slot) of one source rank, one
-// warp, kChunkSteps steps of 32 routes (lane i: route 32*step + i). Four phases, world barriers
-// between: reset, pull and count, scan, place (each block below says its phase). Determinism: a
-// route's index j among its source's routes to its expert is its chunk's scanned count + a per-warp
-// running base over the chunk's earlier steps + the lower lanes of its step with the same expert
-// (__match_any_sync + popc): integers summed in a fixed order, no atomics, nothing timing-dependent.
+// units: a chunk of kScheduleChunkRoutes consecutive routes (token*k + slot) of one source rank is
+// one warp's, kChunkSteps steps of 32 routes (lane i: route 32*step + i); a block of kBlockChunks
+// consecutive chunks is one CTA's (its warp w takes chunk w). Four phases, world barriers between:
+// reset, pull and count, scan, place (each function below says its phase). Determinism: a route's
+// index j among its source's routes to its expert is its block's scanned count + the block's
+// earlier chunks' counts + a per-warp running base over the chunk's earlier steps + the lower lanes
+// of its step with the same expert (__match_any_sync + popc): integers summed in a fixed order, no
+// atomics, nothing timing-dependent.
 #include <cstdint>
 
 #include "caracal/transfer/exchange_shape.hpp"
@@ -22,6 +24,8 @@ namespace caracal::transfer::schedule {
 inline constexpr int kChunkRoutes = static_cast<int>(kScheduleChunkRoutes);
 inline constexpr int kChunkSteps = kChunkRoutes / kWarpSize;
 static_assert(kChunkSteps * kWarpSize == kChunkRoutes, "a chunk is a whole number of warp steps");
+inline constexpr int kBlockChunks = static_cast<int>(kScheduleBlockChunks);
+static_assert(kBlockChunks * kWarpSize == kScheduleThreads, "a CTA's warps take a block's chunks, one each");
 
 // Ints of dynamic shared memory build_schedule() needs per CTA of `warps` warps.
 __host__ __device__ constexpr int64_t shared_ints(int64_t num_experts, int64_t local_experts, int64_t warps) {
@@ -33,7 +37,8 @@ struct SharedLayout {
   int* source_count;  // [L][W] routes per (local expert, source)
   int* expert_count;  // [L]
   int* offset;        // [L + 1] padded segment offsets
-  int* warp_scratch;  // [L] this warp's per-expert counters
+  int* warp_counts;   // [warps][L] every warp's per-expert counters
+  int* warp_scratch;  // [L] this warp's row of warp_counts
 };
 
 __device__ inline SharedLayout carve_shared(int* shared, const ScheduleParams& p, int warp) {
@@ -41,7 +46,8 @@ __device__ inline SharedLayout carve_shared(int* shared, const ScheduleParams& p
   layout.source_count = shared;
   layout.expert_count = layout.source_count + p.num_experts;  // L * W = E
   layout.offset = layout.expert_count + p.local_experts;
-  layout.warp_scratch = layout.offset + p.local_experts + 1 + warp * p.local_experts;
+  layout.warp_counts = layout.offset + p.local_experts + 1;
+  layout.warp_scratch = layout.warp_counts + warp * p.local_experts;
   return layout;
 }
 
@@ -65,22 +71,23 @@ __device__ inline void reset_route_locations(const comm::DeviceWorld& world, int
 }
 
 // Phase 1, one warp: pulls chunk `chunk` of `source`'s topk_idx, keeps each route's local expert
-// (or -1) and writes the chunk's per-expert counts. `counts` is the warp's [L] scratch.
+// (or -1) in route_rows and counts the chunk's routes per local expert into `counts`, the warp's [L]
+// scratch (all zero for a chunk past the source's last).
 __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source,
                                             int chunk, int* counts, int lane) {
+  for (int e = lane; e < p.local_experts; e += kWarpSize) counts[e] = 0;
+  __syncwarp();  // counts are zeroed
+  if (chunk >= p.chunks) return;
   const int first_expert = rank * p.local_experts;
   const int32_t* ids = world.at(p.buffers.topk_idx, source);
   int32_t* route_rows = world.at(p.buffers.route_rows, rank) + static_cast<int64_t>(source) * p.routes;
   const int begin = chunk * kChunkRoutes;
-
-  for (int e = lane; e < p.local_experts; e += kWarpSize) counts[e] = 0;
   int32_t id[kChunkSteps];  // all loads of the chunk in flight at once
 #pragma unroll
   for (int step = 0; step < kChunkSteps; ++step) {
     const int route = begin + step * kWarpSize + lane;
     id[step] = route < p.routes ? ids[route] : -1;
   }
-  __syncwarp();  // counts are zeroed
 #pragma unroll
   for (int step = 0; step < kChunkSteps; ++step) {
     const int route = begin + step * kWarpSize + lane;
@@ -92,15 +99,32 @@ __device__ inline void pull_and_count_chunk(const comm::DeviceWorld& world, int 
     }
     const bool ours = valid && expert >= first_expert && expert < first_expert + p.local_experts;
     const int local = ours ? expert - first_expert : -1;
-    if (route < p.routes) route_rows[route] = local;  // phase 2 turns it into the row
+    if (route < p.routes) route_rows[route] = local;  // phase 3 turns it into the row
     const unsigned same = __match_any_sync(~0u, local);
     if (local >= 0 && lane == kWarpSize - 1 - __clz(same)) counts[local] += __popc(same);  // one lane per expert
     __syncwarp();  // the next step's updates come after this one's
   }
-  int* out =
-      world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + chunk) * p.local_experts;
-  for (int e = lane; e < p.local_experts; e += kWarpSize) out[e] = counts[e];
-  __syncwarp();  // counts is reused by the warp's next chunk
+}
+
+// Phase 1, the threads of the CTA whose warps have just counted block `block` of `source` (after
+// __syncthreads): per local expert, each chunk's count of the routes in the block's earlier chunks
+// into chunk_counts, and the block's total into block_counts.
+__device__ inline void write_block_counts(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source,
+                                          int block, const SharedLayout& layout) {
+  const int L = p.local_experts;
+  const int first_chunk = block * kBlockChunks;
+  const int chunks = min(kBlockChunks, p.chunks - first_chunk);
+  int* chunk_out = world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + first_chunk) * L;
+  int* block_out = world.at(p.buffers.block_counts, rank) + (static_cast<int64_t>(source) * p.blocks + block) * L;
+  for (int e = static_cast<int>(threadIdx.x); e < L; e += static_cast<int>(blockDim.x)) {
+    int earlier = 0;
+    for (int w = 0; w < chunks; ++w) {
+      const int n = layout.warp_counts[w * L + e];
+      chunk_out[w * L + e] = earlier;
+      earlier += n;
+    }
+    block_out[e] = earlier;
+  }
 }
 
 // The inclusive prefix sum of `value` over the warp (lane i gets the sum of lanes 0..i). All lanes.
@@ -112,29 +136,29 @@ __device__ __forceinline__ int warp_inclusive_sum(int value, int lane) {
   return value;
 }
 
-// Phase 2, one warp: the exclusive prefix sums of column (source, e) of this rank's chunk counts,
+// Phase 2, one warp: the exclusive prefix sums of column (source, e) of this rank's block counts,
 // in place, and the column's total into source_count[e][source]. Loads of up to kScanRounds x 32
-// chunks are in flight at once.
+// blocks are in flight at once.
 inline constexpr int kScanRounds = 4;
-__device__ inline void scan_chunk_column(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int column,
+__device__ inline void scan_block_column(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int column,
                                          int lane) {
   const int L = p.local_experts;
   const int source = column / L;
   const int e = column % L;
-  int* counts = world.at(p.buffers.chunk_counts, rank) + static_cast<int64_t>(source) * p.chunks * L + e;
+  int* counts = world.at(p.buffers.block_counts, rank) + static_cast<int64_t>(source) * p.blocks * L + e;
   int carry = 0;
-  for (int first = 0; first < p.chunks; first += kScanRounds * kWarpSize) {
+  for (int first = 0; first < p.blocks; first += kScanRounds * kWarpSize) {
     int n[kScanRounds];
 #pragma unroll
     for (int r = 0; r < kScanRounds; ++r) {
-      const int c = first + r * kWarpSize + lane;
-      n[r] = c < p.chunks ? counts[static_cast<int64_t>(c) * L] : 0;
+      const int b = first + r * kWarpSize + lane;
+      n[r] = b < p.blocks ? counts[static_cast<int64_t>(b) * L] : 0;
     }
 #pragma unroll
     for (int r = 0; r < kScanRounds; ++r) {
-      const int c = first + r * kWarpSize + lane;
+      const int b = first + r * kWarpSize + lane;
       const int inclusive = warp_inclusive_sum(n[r], lane);
-      if (c < p.chunks) counts[static_cast<int64_t>(c) * L] = carry + inclusive - n[r];
+      if (b < p.blocks) counts[static_cast<int64_t>(b) * L] = carry + inclusive - n[r];
       carry += __shfl_sync(~0u, inclusive, kWarpSize - 1);
     }
   }
@@ -196,15 +220,19 @@ __device__ inline void pad_segments(const comm::DeviceWorld& world, int rank, co
   }
 }
 
-// Phase 3, one warp: places chunk `chunk` of `source`'s routes, each kept route's local expert in
-// route_rows replaced by its row, rows[row] = {source, route} and, in the source's table,
-// route_location[route] = {rank, row}. `next_j` is the warp's [L] scratch: per expert, the index j of
-// the source's next route to it, starting from the scanned chunk counts.
-__device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source, int chunk,
-                                   const SharedLayout& layout, int* next_j, int lane) {
+// Phase 3, one warp: places chunk `chunk` (of block `block`) of `source`'s routes, each kept route's
+// local expert in route_rows replaced by its row, rows[row] = {source, route} and, in the source's
+// table, route_location[route] = {rank, row}. `next_j` is the warp's [L] scratch: per expert, the
+// index j of the source's next route to it, starting from the scanned block count plus the block's
+// earlier chunks' count. Nothing to do for a chunk past the source's last.
+__device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, const ScheduleParams& p, int source,
+                                   int block, int chunk, const SharedLayout& layout, int* next_j, int lane) {
+  if (chunk >= p.chunks) return;
   const int L = p.local_experts;
-  const int* earlier = world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + chunk) * L;
-  for (int e = lane; e < L; e += kWarpSize) next_j[e] = earlier[e];
+  const int* in_block = world.at(p.buffers.chunk_counts, rank) + (static_cast<int64_t>(source) * p.chunks + chunk) * L;
+  const int* before_block =
+      world.at(p.buffers.block_counts, rank) + (static_cast<int64_t>(source) * p.blocks + block) * L;
+  for (int e = lane; e < L; e += kWarpSize) next_j[e] = before_block[e] + in_block[e];
   int32_t* route_rows = world.at(p.buffers.route_rows, rank) + static_cast<int64_t>(source) * p.routes;
   const int begin = chunk * kChunkRoutes;
   int32_t local[kChunkSteps];
@@ -237,7 +265,8 @@ __device__ inline void place_chunk(const comm::DeviceWorld& world, int rank, con
 }
 
 // The whole builder for `place`'s rank. Every CTA of the role calls it (it holds four world
-// barriers, two in a world of one rank) with blockDim.x / 32 warps and shared_ints(E, L, warps) ints at `shared`;
+// barriers, two in a world of one rank) with kScheduleThreads threads and shared_ints(E, L,
+// kBlockChunks) ints at `shared`;
 // `local_work(thread, threads)` runs on every thread after the entry barrier (work on this rank's
 // own buffers that peers may read until then: the gates). Inputs: every rank's topk_idx,
 // written before the launch. False after a timed-out barrier (recorded by the comm layer): the
@@ -252,7 +281,7 @@ __device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm
   const int threads = place.count * static_cast<int>(blockDim.x);
   const WarpWorkers warps = rank_warps(place);
   const SharedLayout layout = carve_shared(shared, p, warp);
-  const int items = p.world_size * p.chunks;  // (source, chunk), source-major
+  const int items = p.world_size * p.blocks;  // (source, block), source-major, a CTA each
 
   // In a world of one rank, stream order publishes topk_idx before the launch and the routes'
   // locations after it, and barriers 2 and 3 order the reset before the placement: the entry and
@@ -261,22 +290,29 @@ __device__ inline bool build_schedule(const comm::DeviceWorld& world, const comm
   reset_route_locations(world, rank, p, thread, threads);
   // Every rank's topk_idx is published and its route table reset before anyone reads or pushes.
   if (peers && !comm::world_barrier(world, place)) return false;
-  for (int item = warps.index; item < items; item += warps.count) {
-    pull_and_count_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout.warp_scratch, lane);
+  for (int item = place.index; item < items; item += place.count) {
+    const int source = item / p.blocks;
+    const int block = item % p.blocks;
+    pull_and_count_chunk(world, rank, p, source, block * kBlockChunks + warp, layout.warp_scratch, lane);
+    __syncthreads();  // the block's counts are in shared memory
+    write_block_counts(world, rank, p, source, block, layout);
+    __syncthreads();  // and read before the next block's overwrite them
   }
   local_work(thread, threads);
-  // This rank's route_rows (local experts) and chunk counts are complete.
+  // This rank's route_rows (local experts), chunk and block counts are complete.
   if (!comm::world_barrier(world, place)) return false;
   for (int column = warps.index; column < p.world_size * p.local_experts; column += warps.count) {
-    scan_chunk_column(world, rank, p, column, lane);
+    scan_block_column(world, rank, p, column, lane);
   }
   // Every column is scanned and totalled.
   if (!comm::world_barrier(world, place)) return false;
   load_layout(world, rank, p, layout);
   if (place.index == 0) publish_layout(world, rank, p, layout);
   pad_segments(world, rank, p, layout, warps, lane);
-  for (int item = warps.index; item < items; item += warps.count) {
-    place_chunk(world, rank, p, item / p.chunks, item % p.chunks, layout, layout.warp_scratch, lane);
+  for (int item = place.index; item < items; item += place.count) {
+    const int source = item / p.blocks;
+    const int block = item % p.blocks;
+    place_chunk(world, rank, p, source, block, block * kBlockChunks + warp, layout, layout.warp_scratch, lane);
   }
   // Every route location has landed in its home rank's table.
   return !peers || comm::world_barrier(world, place);
