@@ -177,8 +177,13 @@ __device__ inline void produce_forward_tiles(const comm::DeviceWorld& world, con
           uint64_t* full = pipe.producer_expect(st, ForwardMainloop::kStageBytes);
           ForwardMainloop::load_a<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.m_buffer, k_index,
                                                           task.tile.expert);
-          ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
-                                                          task.tile.expert);
+          if (task.up_gate()) {  // the shared expert's: its weights through the gate/up view
+            ForwardMainloop::load_b<gemm::UpGateSwigluGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                            task.tile.expert);
+          } else {
+            ForwardMainloop::load_b<gemm::DownProjGemm>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
+                                                        task.tile.expert);
+          }
         }
         cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
       }

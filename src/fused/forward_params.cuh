@@ -23,9 +23,8 @@ namespace caracal::fused {
 // The GEMMs are the standalone kernels' (gemm::UpGateSwigluGemm, gemm::DownProjGemm), hence the
 // same bits; the routed experts' y rows go to the ring rows of their output buffer (the group sums
 // push them home, forward_group_sums.cuh), the shared expert's to its output rows.
-static_assert(std::is_same_v<gemm::UpGateSwigluGemm::OperandA, gemm::DownProjGemm::OperandA> &&
-              std::is_same_v<gemm::UpGateSwigluGemm::OperandB, gemm::DownProjGemm::OperandB>,
-              "the producer loads every TMA operand the same way");
+static_assert(std::is_same_v<gemm::UpGateSwigluGemm::OperandA, gemm::DownProjGemm::OperandA>,
+              "the producer loads every TMA row operand the same way");
 
 // One group of experts' two GEMMs (the routed experts over the schedule's rows, or the shared
 // expert over the rank's tokens), but the down GEMM's epilogue. The row buffers' TMA maps span the

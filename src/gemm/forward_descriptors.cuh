@@ -19,8 +19,10 @@ using UpGateSwigluDescriptors = RowGemmDescriptors<UpGateSwigluEpilogue>;
 inline UpGateSwigluDescriptors up_gate_swiglu_descriptors(const UpGateSwigluArgs& args, uint64_t buffer_rows) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
-  const RowGemmOperands o = row_gemm_operands<UpGateSwigluGemm>(args.rows, args.tile_queue, buffer_rows, args.x, "x",
-                                                                args.w_gate_up, "w_gate_up", 2 * i, d);
+  RowGemmOperands o = row_gemm_operands<UpGateSwigluGemm>(args.rows, args.tile_queue, buffer_rows, args.x, "x",
+                                                          args.w_gate_up, "w_gate_up", 2 * i, d);
+  o.mainloop.b = OperandMaps<UpGateSwigluGemm::OperandB>::make_map<UpGateSwigluGemm::Policy::B>(
+      args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up", args.w_gate_up_layout);
   return {o, swiglu_epilogue_params(args.activation_out, args.gate_up_out, buffer_rows, args.intermediate)};
 }
 

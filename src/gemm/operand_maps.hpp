@@ -59,6 +59,18 @@ struct OperandMaps<KMajorWeights> {
 };
 
 template <>
+struct OperandMaps<KMajorGateUpWeights> {
+  // W_gate_up [L][n = 2I][k], its rows interleaved or in [gate; up] halves.
+  template <class Tile>
+  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t n, uint64_t k, const char* what,
+                              GateUpLayout layout = GateUpLayout::kInterleaved) {
+    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "the gate/up view: bf16 weights");
+    return make_gate_up_view_map(base, experts, n / 2, k, layout, Tile::kRows / KMajorGateUpWeights::kGroupRows,
+                                 Tile::kBlockK, what);
+  }
+};
+
+template <>
 struct OperandMaps<MNMajorWeights> {
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,

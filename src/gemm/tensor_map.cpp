@@ -88,13 +88,13 @@ CUtensorMap make_scale_map_3d(const void* base, uint64_t batch, uint64_t rows, u
 }
 
 CUtensorMap make_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
-                                  GateUpRows rows, uint32_t box_groups, uint32_t box_cols, const char* what) {
+                                  GateUpLayout layout, uint32_t box_groups, uint32_t box_cols, const char* what) {
   constexpr uint32_t kGroup = kGateUpInterleave;  // rows of a gate or up group
   CARACAL_CHECK(intermediate % kGroup == 0, "grouped GEMM: ", what,
                 ": the intermediate size must be a multiple of ", kGroup, " for the gate/up view, got ", intermediate);
   const uint64_t row = cols * 2;  // bytes of a weight row
   // (col, r, h, q, expert): row (q, h, r) of the interleaved order at 16 q + 8 h + r or h I + 8 q + r.
-  const bool interleaved = rows == GateUpRows::kInterleaved;
+  const bool interleaved = layout == GateUpLayout::kInterleaved;
   const cuuint64_t dims[5] = {cols, kGroup, 2, intermediate / kGroup, experts};
   const cuuint64_t strides[4] = {row, (interleaved ? kGroup : intermediate) * row,
                                  (interleaved ? 2 * kGroup : kGroup) * row, 2 * intermediate * row};

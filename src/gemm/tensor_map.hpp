@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "caracal/gemm/grouped_gemm.hpp"
+
 namespace caracal::gemm {
 
 // The element of a swizzled map.
@@ -31,12 +33,10 @@ CUtensorMap make_tensor_map_3d(const void* base, uint64_t batch, uint64_t rows, 
 // one 5-D view whose box of box_groups x 16 rows lands in Caracal's interleaved order
 // (caracal/gemm/grouped_gemm.hpp, gate_up_row: groups of 8 gate rows, then their 8 up rows),
 // whichever order memory holds: dims (col, r, h, q, expert), row (q, h, r) of the interleaved order
-// found at 16 q + 8 h + r (kInterleaved) or h I + 8 q + r (kHalves: [gate; up], Hugging Face's
-// gate_up_proj). Coordinates (col, 0, 0, first row / 16, expert). I a multiple of 8; throws
-// caracal::Error naming `what`.
-enum class GateUpRows { kInterleaved, kHalves };
+// found at 16 q + 8 h + r (GateUpLayout::kInterleaved) or h I + 8 q + r (kHalves). Coordinates
+// (col, 0, 0, first row / 16, expert). I a multiple of 8; throws caracal::Error naming `what`.
 CUtensorMap make_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
-                                  GateUpRows rows, uint32_t box_groups, uint32_t box_cols, const char* what);
+                                  GateUpLayout layout, uint32_t box_groups, uint32_t box_cols, const char* what);
 
 // fp32 scales, unswizzled: [rows][cols] in boxes of 1 x box_cols, and [batch][rows][cols] in boxes
 // of 1 x 1 x box_cols (box_cols * 4 a multiple of 16 bytes, as the rows' strides must be).

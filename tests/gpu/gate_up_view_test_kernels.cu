@@ -12,7 +12,6 @@ namespace caracal::test {
 namespace {
 
 using Tile = gemm::UpGateSwigluGemm::Policy::B;  // the up/gate GEMM's weights: 256 rows x 64 columns
-static_assert(std::is_same_v<gemm::UpGateSwigluGemm::OperandB, gemm::KMajorWeights>);
 constexpr int kElements = Tile::kRows * Tile::kBlockK;
 constexpr uint64_t kHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
@@ -65,9 +64,9 @@ GateUpStages load_gate_up_stages(const __nv_bfloat16* interleaved, const __nv_bf
   const uint64_t L = uint64_t(experts), I = uint64_t(intermediate), D = uint64_t(hidden);
   constexpr uint32_t kGroups = Tile::kRows / (2 * gemm::kGateUpInterleave);
   const CUtensorMap map_3d = gemm::OperandMaps<gemm::KMajorWeights>::make_map<Tile>(interleaved, L, 2 * I, D, "3-D");
-  const CUtensorMap view_interleaved = gemm::make_gate_up_view_map(interleaved, L, I, D, gemm::GateUpRows::kInterleaved,
+  const CUtensorMap view_interleaved = gemm::make_gate_up_view_map(interleaved, L, I, D, gemm::GateUpLayout::kInterleaved,
                                                                    kGroups, Tile::kBlockK, "view of interleaved rows");
-  const CUtensorMap view_halves = gemm::make_gate_up_view_map(halves, L, I, D, gemm::GateUpRows::kHalves, kGroups,
+  const CUtensorMap view_halves = gemm::make_gate_up_view_map(halves, L, I, D, gemm::GateUpLayout::kHalves, kGroups,
                                                               Tile::kBlockK, "view of halves");
   uint16_t* d_out = nullptr;
   int* d_done = nullptr;

@@ -6,6 +6,7 @@
 //   Host: argument validation (no GPU needed) and the interleaved up/gate layout.
 #include "caracal/gemm/grouped_gemm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,7 @@ struct RunOptions {
   bool pass_counts = true;
   bool store_gate_up = true;
   bool tile_queue = false;  // tiles from a tile queue instead of at a fixed stride
+  bool halves = false;      // W_gate_up as [gate; up] halves (GateUpLayout::kHalves), read in place
 };
 
 struct Outputs {
@@ -67,6 +69,18 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   }
   auto up = up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas);
   up.tile_queue = o.tile_queue ? queue.get() : nullptr;
+  DeviceBuffer<uint16_t> halves;
+  if (o.halves) {  // W_gate then W_up for every expert: [L][2I][D]
+    const size_t L = size_t(p.num_experts), ID = size_t(p.c.intermediate) * size_t(p.c.hidden);
+    std::vector<uint16_t> w(2 * L * ID);
+    for (size_t e = 0; e < L; ++e) {
+      std::copy_n(p.w_gate.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t(2 * e * ID));
+      std::copy_n(p.w_up.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t((2 * e + 1) * ID));
+    }
+    ASSERT_NO_FATAL_FAILURE(halves.upload(w));
+    up.w_gate_up = as_bf16(halves.get());
+    up.w_gate_up_layout = caracal::gemm::GateUpLayout::kHalves;
+  }
   ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
   auto down = kernel_args<DownProjArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   down.activation = as_bf16(p.d_activation.get());
@@ -230,6 +244,22 @@ TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
       EXPECT_TRUE(same_bits(first.y, again.y)) << "y differs";
     }
   }
+}
+
+// W_gate_up as Hugging Face's [gate; up] halves, read in place through the gate/up view: the same
+// bits as the interleaved copy.
+TEST(GroupedGemmLayout, HalvesReadInPlaceGiveTheInterleavedBits) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  Outputs interleaved;
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, RunOptions{}, interleaved));
+  RunOptions o;
+  o.halves = true;
+  Outputs halves;
+  ASSERT_NO_FATAL_FAILURE(run_forward(p, o, halves));
+  EXPECT_TRUE(same_bits(interleaved.hidden, halves.hidden)) << "hidden differs";
+  EXPECT_TRUE(same_bits(interleaved.gate_up, halves.gate_up)) << "gate_up differs";
+  EXPECT_TRUE(same_bits(interleaved.y, halves.y)) << "y differs";
 }
 
 // All experts empty: the kernels run over zero tiles and write nothing.

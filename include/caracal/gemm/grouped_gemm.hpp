@@ -43,6 +43,10 @@ inline constexpr int kGateUpInterleave = 8;
 // columns {8t + 2q, 8t + 2q + 1} for every 8-column group t, so with this interleave the thread
 // holding gate_j also holds up_j, in the neighbouring group, and SwiGLU needs no data exchange.
 // The stored gate_up output uses the same column order: gate_up[row][gate_up_row(j, up)].
+// The order of W_gate_up's 2I rows in memory: interleaved (gate_up_row), or [gate; up] halves
+// (W_gate then W_up, Hugging Face's gate_up_proj). The up/gate GEMM reads either in place.
+enum class GateUpLayout { kInterleaved, kHalves };
+
 constexpr int64_t gate_up_row(int64_t j, bool is_up) {
   return 2 * kGateUpInterleave * (j / kGateUpInterleave) + (is_up ? kGateUpInterleave : 0) +
          j % kGateUpInterleave;
@@ -84,7 +88,8 @@ struct UpGateSwigluArgs {
   int hidden = 0;                            // D: the K of this GEMM
   int intermediate = 0;                      // I: activation_out has I columns, the GEMM N = 2I
   const __nv_bfloat16* x = nullptr;          // [buffer rows][D]
-  const __nv_bfloat16* w_gate_up = nullptr;  // [L][2I][D], interleaved as above
+  const __nv_bfloat16* w_gate_up = nullptr;  // [L][2I][D], its rows as w_gate_up_layout says
+  GateUpLayout w_gate_up_layout = GateUpLayout::kInterleaved;
   __nv_bfloat16* activation_out = nullptr;       // [buffer rows][I]
   __nv_bfloat16* gate_up_out = nullptr;      // [buffer rows][2I], interleaved; nullptr: not stored
   int num_ctas = 0;                          // persistent CTAs; 0 = one per SM

@@ -10,6 +10,7 @@
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
+#include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/gemm_policy.cuh"
@@ -66,6 +67,15 @@ __device__ int mn_box(int mn, int mn_extent) {
   return min(mn, mn_extent - Tile::kMnBox);
 }
 
+__device__ inline void load_5d(CUtensorMap const* map, uint64_t* full, uint16_t to, void* smem, int c0, int c1, int c2,
+                               int c3, int c4) {
+  if (to == 0) {
+    cute::SM90_TMA_LOAD_5D::copy(map, full, kLoadCacheHint, smem, c0, c1, c2, c3, c4);
+  } else {
+    cute::SM90_TMA_LOAD_MULTICAST_5D::copy(map, full, to, kLoadCacheHint, smem, c0, c1, c2, c3, c4);
+  }
+}
+
 // Each kind: load<Tile>(map, full, stage, mn, mn_extent, k, expert, to), the tile's k step at K
 // index `k` into `stage`; a kind a scaled operand may have, load_scales<Tile>(map, full, scales, mn,
 // k, expert, to): that k step's scales (ScaleTile) into `scales`. A K-major box reaching past a
@@ -101,6 +111,20 @@ struct KMajorWeights {
                                      uint16_t to = 0) {
     static_assert(Tile::kScale == ScaleKind::kPerBlock, "weights scaled per 128 x 128 block");
     load_3d(map, full, to, scales, int(fp8_weight_scale_at(mn / kScaleBlock)), k / kScaleBlock, expert);
+  }
+};
+
+// The gate/up weights [L][2I][K] in either row order, through their 5-D view
+// (src/gemm/tensor_map.hpp, make_gate_up_view_map): a box of N rows lands in the interleaved
+// order. The forward up/gate's B (bf16).
+struct KMajorGateUpWeights {
+  static constexpr Major kMajor = Major::K;
+  static constexpr int kGroupRows = 2 * kGateUpInterleave;  // a gate group and its up group
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
+                              int /*mn_extent*/, int k, int expert, uint16_t to = 0) {
+    static_assert(Tile::kRows % kGroupRows == 0, "a box of whole gate/up groups");
+    load_5d(map, full, to, smem, k, 0, 0, mn / kGroupRows, expert);
   }
 };
 
