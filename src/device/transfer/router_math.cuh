@@ -51,9 +51,10 @@ __device__ inline float warp_gate_factor(const int32_t* ids, const float* scores
   return normalization_factor(router.scale, sum);
 }
 
-// One thread: g of one token's k slots.
-__device__ inline void token_gates(const int32_t* ids, const float* scores, int num_experts, int top_k,
-                                   RouterScaling router, float* gates) {
+// One thread: g of one token's k slots (`gates` overlaps neither input, so the loads of the slots
+// need not wait for the stores).
+__device__ inline void token_gates(const int32_t* __restrict__ ids, const float* __restrict__ scores, int num_experts,
+                                   int top_k, RouterScaling router, float* __restrict__ gates) {
   const float factor = router.normalize
                            ? normalization_factor(router.scale, routed_score_sum(ids, scores, num_experts, top_k))
                            : router.scale;
