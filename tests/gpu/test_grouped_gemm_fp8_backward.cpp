@@ -312,12 +312,17 @@ std::vector<std::string> fp8_copy_failures(const Problem& p, const Outputs& out)
   return failures;
 }
 
+// A fresh problem of case `c`, run once with `o`.
+void run_case(Problem& p, const Case& c, const RunOptions& o, Outputs& out) {
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+}
+
 // A fresh problem of case `c` run with `o`, every output against the reference.
 void check_against_reference(const Case& c, const RunOptions& o) {
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, c, o, out));
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
   expect_half_close("d_gate", false, p.rows, c.counts, I, p.ref.d_gate, out.d_gate_up, kFp8DgradBound);
   expect_half_close("d_up", true, p.rows, c.counts, I, p.ref.d_up, out.d_gate_up, kFp8DgradBound);
@@ -373,9 +378,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmFp8BackwardReference, ::testing::Valu
 TEST(GroupedGemmFp8BackwardChecks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kChecksCase, RunOptions{}, out));
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
   ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("dx", p.rows, D, p.ref.dx, out.dx, kFp8DxBound));
   ASSERT_NO_FATAL_FAILURE(
@@ -395,11 +399,10 @@ TEST(GroupedGemmFp8BackwardChecks, CatchDeliberateErrors) {
 TEST(GroupedGemmFp8BackwardDeterminism, BitwiseAcrossRunsGridSizesCountsQueuesAndInPlace) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kDeterminismCase));
   RunOptions chained;
   chained.chained = true;
   Outputs first;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, chained, first));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, chained, first));
   for (int num_ctas : {1, 7, 0}) {
     for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + ", variant " + std::to_string(variant));
@@ -424,9 +427,8 @@ TEST(GroupedGemmFp8BackwardDeterminism, BitwiseAcrossRunsGridSizesCountsQueuesAn
 TEST(GroupedGemmFp8BackwardEmpty, EmptyExpertsWriteNothing) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kEmptyCase));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kEmptyCase, RunOptions{}, out));
   for (const auto* v : {&out.d_gate_up, &out.scaled_activation, &out.dx}) EXPECT_EQ(touched(*v), 0u);
   EXPECT_EQ(fp8_copy_failures(p, out), std::vector<std::string>{});
   size_t dg_written = 0;
