@@ -159,20 +159,20 @@ def f(v):
     return f"{v:7.1f}" if v is not None else "      -"
 def r(a, b):
     return f"{a / b:6.3f}" if a and b else "     -"
-print("TFLOP/s on real rows   up+swiglu   down  forward | torch fwd  +swiglu | cuBLAS fwd | /torch /cuBLAS")
-for c in bench["cases"]:
-    o, t = c["results"], torch.get(c["name"], {})
-    fwd = tf(o, "forward")
-    print(f"{c['name']:<24} {f(tf(o, 'up_gate_swiglu'))} {f(tf(o, 'down'))} {f(fwd)} | "
-          f"{f(tf(t, 'forward'))}  {f(tf(t, 'forward_swiglu'))} | {f(tf(o, 'cublas_forward'))}    | "
-          f"{r(fwd, tf(t, 'forward'))} {r(fwd, tf(o, 'cublas_forward'))}")
-print("TFLOP/s on real rows   dgrad+sw     dx  wgrad backward | torch bwd | cuBLAS bwd | /torch /cuBLAS")
-for c in bench["cases"]:
-    o, t = c["results"], torch.get(c["name"], {})
-    bwd = tf(o, "backward")
-    print(f"{c['name']:<24} {f(tf(o, 'dgrad_swiglu'))} {f(tf(o, 'dx'))} {f(tf(o, 'wgrad'))} {f(bwd)} | "
-          f"  {f(tf(t, 'backward'))} | {f(tf(o, 'cublas_backward'))}    | "
-          f"{r(bwd, tf(t, 'backward'))} {r(bwd, tf(o, 'cublas_backward'))}")
+def table(header, pass_name, parts, torch_keys):
+    """One row a case: our kernels' parts and pass, torch's, cuBLAS's pass, the two ratios."""
+    print(header)
+    for c in bench["cases"]:
+        o, t = c["results"], torch.get(c["name"], {})
+        ours, cublas = tf(o, pass_name), tf(o, "cublas_" + pass_name)
+        # torch's columns right-aligned under "torch fwd" / "torch bwd"
+        theirs = "  ".join(f(tf(t, k)) for k in torch_keys).rjust(9)
+        print(f"{c['name']:<24} {' '.join(f(tf(o, k)) for k in parts)} {f(ours)} | {theirs} | {f(cublas)}    | "
+              f"{r(ours, tf(t, pass_name))} {r(ours, cublas)}")
+table("TFLOP/s on real rows   up+swiglu   down  forward | torch fwd  +swiglu | cuBLAS fwd | /torch /cuBLAS",
+      "forward", ["up_gate_swiglu", "down"], ["forward", "forward_swiglu"])
+table("TFLOP/s on real rows   dgrad+sw     dx  wgrad backward | torch bwd | cuBLAS bwd | /torch /cuBLAS",
+      "backward", ["dgrad_swiglu", "dx", "wgrad"], ["backward"])
 EOF
   verdict
 } | tee "$logs/summary.txt"

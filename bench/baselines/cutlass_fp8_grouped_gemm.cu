@@ -59,7 +59,7 @@ using StrideB = typename Gemm::GemmKernel::InternalStrideB;
 using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 using Shape3 = typename ProblemShape::UnderlyingProblemShape;
 
-class Runner final : public CutlassFp8GroupedGemm {
+class Runner final : public CutlassGroupedGemm {
   using Adapter = cutlass_baseline::CutlassAdapter<Gemm>;
 
  public:
@@ -132,7 +132,7 @@ class Runner final : public CutlassFp8GroupedGemm {
 
 }  // namespace
 
-std::unique_ptr<CutlassFp8GroupedGemm> make_cutlass_fp8_blockwise(const CutlassFp8GroupedProblem& problem) {
+std::unique_ptr<CutlassGroupedGemm> make_cutlass_fp8_blockwise(const CutlassFp8GroupedProblem& problem) {
   return std::make_unique<Runner>(problem);
 }
 

@@ -18,6 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include "cutlass_grouped_gemm_runner.hpp"
+
 namespace caracal::bench {
 
 struct CutlassFp8GroupedProblem {
@@ -33,15 +35,8 @@ struct CutlassFp8GroupedProblem {
   __nv_bfloat16* d = nullptr;
 };
 
-class CutlassFp8GroupedGemm {
- public:
-  virtual ~CutlassFp8GroupedGemm() = default;
-  // Enqueues the whole grouped GEMM on `stream`; throws caracal::Error if CUTLASS refuses.
-  virtual void run(cudaStream_t stream) = 0;
-};
-
 // Sets up the arguments and workspace (allocates, copies to the device, synchronizes). Throws
 // caracal::Error if CUTLASS cannot implement the problem.
-std::unique_ptr<CutlassFp8GroupedGemm> make_cutlass_fp8_blockwise(const CutlassFp8GroupedProblem& problem);
+std::unique_ptr<CutlassGroupedGemm> make_cutlass_fp8_blockwise(const CutlassFp8GroupedProblem& problem);
 
 }  // namespace caracal::bench

@@ -33,8 +33,33 @@ using LayoutB = cutlass::layout::ColumnMajor;  // weights [N][K]
 using LayoutD = cutlass::layout::RowMajor;     // rows [M][N]
 inline constexpr int kAlignment = 8;           // 16 bytes of bf16
 
-// Schedule: KernelSchedule, EpilogueSchedule, TileShape, ClusterShape (example 57's, K tile 64 for
-// 16-bit operands: one 128-byte swizzle row).
+// The schedules of cutlass_grouped_gemm.hpp's CutlassSchedule, each instantiated by its own .cu:
+// KernelSchedule, EpilogueSchedule, TileShape, ClusterShape (K tile 64 for 16-bit operands: one
+// 128-byte swizzle row).
+// Example 57's cooperative: both consumer warpgroups on one 256 x 128 tile, clusters of 1 x 2.
+struct CooperativeSchedule {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using TileShape = Shape<_256, _128, _64>;
+  using ClusterShape = Shape<_1, _2, _1>;
+};
+// Example 57's ping-pong: each consumer warpgroup on its own 128 x 128 tile, one's epilogue under
+// the other's mainloop, clusters of 2 x 1.
+struct PingpongSchedule {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  using TileShape = Shape<_128, _128, _64>;
+  using ClusterShape = Shape<_2, _1, _1>;
+};
+// The cooperative schedule at Caracal's tile: 128 x 256 tiles without clusters, as Caracal's
+// row-tile GEMMs are tiled.
+struct CooperativeOurTileSchedule {
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
+};
+
 template <class Schedule>
 struct GroupedGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "cutlass_grouped_gemm_runner.hpp"
+
 namespace caracal::bench {
 
 // The configurations, in the order of kCutlassSchedules (an enumerator's value is its place there).
@@ -37,13 +39,6 @@ struct CutlassGroupedProblem {
   const __nv_bfloat16* a = nullptr;
   const __nv_bfloat16* b = nullptr;
   __nv_bfloat16* d = nullptr;
-};
-
-class CutlassGroupedGemm {
- public:
-  virtual ~CutlassGroupedGemm() = default;
-  // Enqueues the whole grouped GEMM on `stream`; throws caracal::Error if CUTLASS refuses.
-  virtual void run(cudaStream_t stream) = 0;
 };
 
 // Sets up the arguments and workspace (setup: allocates, copies to the device, synchronizes).

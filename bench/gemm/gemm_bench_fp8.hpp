@@ -78,7 +78,7 @@ class Fp8Gemms {
   Bf16Array hidden_, gate_up_, y_, d_gate_up_, scaled_activation_, dx_, cutlass_up_out_, cutlass_down_out_;
   DeviceArray<float> dg_, workspace_;
   std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's
-  std::vector<std::unique_ptr<CutlassFp8GroupedGemm>> cutlass_;  // [set][up, down]
+  std::vector<std::unique_ptr<CutlassGroupedGemm>> cutlass_;  // [set][up, down]
 };
 
 }  // namespace caracal::bench

@@ -55,13 +55,7 @@ using transfer::TokenExchange;
 
 // A line of the loopback table; `token_exchange_ms` for the baseline's lines only.
 Line loopback_line(const std::string& pass, double ms, double bytes, double copy_ms, double token_exchange_ms = 0.0) {
-  Line line;
-  line.pass = pass;
-  line.ms = ms;
-  line.bytes = bytes;
-  line.copy_ms = copy_ms;
-  line.token_exchange_ms = token_exchange_ms;
-  return line;
+  return Line{pass, ms, bytes, copy_ms, token_exchange_ms, {}, {}};
 }
 
 // Median ms of a cudaMemcpyAsync D2D moving each of `bytes_moved` (half read, half written), from

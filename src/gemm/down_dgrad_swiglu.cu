@@ -28,7 +28,6 @@ size_t down_dgrad_workspace_floats(int row_capacity, int intermediate) {
 }
 
 void grouped_down_dgrad_swiglu(const DownDgradSwigluArgs& args, cudaStream_t stream) {
-  using namespace gemm;
   const char* fn = "grouped_down_dgrad_swiglu";
   check_down_dgrad_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;

@@ -10,20 +10,14 @@
 #include "gemm/launch.cuh"
 
 namespace caracal::gemm {
-namespace {
-
-using DownProjKernel = ScheduledInPairs<DownProjGemm, RowTilePairScheduler>;
-
-}  // namespace
 
 void grouped_down_proj(const DownProjArgs& args, cudaStream_t stream) {
-  using namespace gemm;
   check_down_proj_args(args);
   if (args.rows.row_capacity == 0) return;
 
+  using Kernel = ScheduledInPairs<DownProjGemm, RowTilePairScheduler>;
   const DownProjDescriptors g = down_proj_descriptors(args, uint64_t(args.rows.buffer_rows()));
-  launch_grouped_gemm<DownProjKernel>(params_of<DownProjKernel>(g, g.epilogue), args.num_ctas, stream,
-                                      "grouped_down_proj");
+  launch_grouped_gemm<Kernel>(params_of<Kernel>(g, g.epilogue), args.num_ctas, stream, "grouped_down_proj");
 }
 
 }  // namespace caracal::gemm

@@ -3,6 +3,20 @@
 #include "caracal/gemm/grouped_gemm_backward.hpp"
 
 namespace caracal::gemm {
+namespace {
+
+// `Args` with the pass's rows, shape and CTA count; each GEMM's operands are set after.
+template <typename Args>
+Args pass_args(const ExpertPass& pass) {
+  Args a;
+  a.rows = pass.rows;
+  a.hidden = pass.hidden;
+  a.intermediate = pass.intermediate;
+  a.num_ctas = pass.num_ctas;
+  return a;
+}
+
+}  // namespace
 
 void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
   expert_up_gate(pass, weights, stream);
@@ -18,28 +32,20 @@ void expert_down(const ExpertPass& pass, const ExpertPassWeights& weights, cudaS
 }
 
 UpGateSwigluArgs up_gate_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
-  UpGateSwigluArgs up;
-  up.rows = pass.rows;
-  up.hidden = pass.hidden;
-  up.intermediate = pass.intermediate;
+  auto up = pass_args<UpGateSwigluArgs>(pass);
   up.x = pass.x;
   up.w_gate_up = weights.w_gate_up;
   up.activation_out = pass.activation;
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
-  up.num_ctas = pass.num_ctas;
   up.tile_queue = pass.tile_queue;
   return up;
 }
 
 DownProjArgs down_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
-  DownProjArgs down;
-  down.rows = pass.rows;
-  down.hidden = pass.hidden;
-  down.intermediate = pass.intermediate;
+  auto down = pass_args<DownProjArgs>(pass);
   down.activation = pass.activation;
   down.w_down = weights.w_down;
   down.y_out = pass.out;
-  down.num_ctas = pass.num_ctas;
   down.tile_queue = pass.tile_queue;
   return down;
 }
@@ -57,10 +63,7 @@ void expert_weight_grads(const ExpertPass& pass, const ExpertPassGradients& grad
 }
 
 WeightGradArgs weight_grad_args(const ExpertPass& pass, const ExpertPassGradients& grads) {
-  gemm::WeightGradArgs wgrad;
-  wgrad.rows = pass.rows;
-  wgrad.hidden = pass.hidden;
-  wgrad.intermediate = pass.intermediate;
+  auto wgrad = pass_args<WeightGradArgs>(pass);
   wgrad.x = pass.x;
   wgrad.dy = pass.dy;
   wgrad.d_gate_up = pass.d_gate_up;
@@ -71,15 +74,11 @@ WeightGradArgs weight_grad_args(const ExpertPass& pass, const ExpertPassGradient
   wgrad.d_w_down_bf16 = grads.w_down_bf16;
   wgrad.partial_in = grads.partial_in;
   wgrad.partial_out = grads.partial_out;
-  wgrad.num_ctas = pass.num_ctas;
   return wgrad;
 }
 
 DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
-  DownDgradSwigluArgs dgrad;
-  dgrad.rows = pass.rows;
-  dgrad.hidden = pass.hidden;
-  dgrad.intermediate = pass.intermediate;
+  auto dgrad = pass_args<DownDgradSwigluArgs>(pass);
   dgrad.dy = pass.dy;
   dgrad.w_down = weights.w_down;
   dgrad.gate_up = pass.gate_up;
@@ -88,7 +87,6 @@ DownDgradSwigluArgs dgrad_gemm_args(const ExpertPass& pass, const ExpertPassWeig
   dgrad.scaled_activation_out = pass.activation;
   dgrad.d_gates_out = pass.dg;
   dgrad.workspace = pass.workspace;
-  dgrad.num_ctas = pass.num_ctas;
   dgrad.tile_queue = pass.tile_queue;
   return dgrad;
 }
@@ -100,14 +98,10 @@ void expert_backward(const ExpertPass& pass, const ExpertPassWeights& weights, c
 }
 
 GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& weights) {
-  GateUpDgradArgs dx;
-  dx.rows = pass.rows;
-  dx.hidden = pass.hidden;
-  dx.intermediate = pass.intermediate;
+  auto dx = pass_args<GateUpDgradArgs>(pass);
   dx.d_gate_up = pass.d_gate_up;
   dx.w_gate_up = weights.w_gate_up;
   dx.dx_out = pass.dx;
-  dx.num_ctas = pass.num_ctas;
   dx.tile_queue = pass.tile_queue;
   return dx;
 }

@@ -11,22 +11,16 @@
 #include "gemm/launch.cuh"
 
 namespace caracal::gemm {
-namespace {
-
-using GateUpDgradKernel = ScheduledInPairs<GateUpDgradGemm, RowTilePairScheduler>;
-
-}  // namespace
 
 void grouped_gate_up_dgrad(const GateUpDgradArgs& args, cudaStream_t stream) {
-  using namespace gemm;
   check_gate_up_dgrad_args(args);
   if (args.rows.row_capacity == 0) return;
 
+  using Kernel = ScheduledInPairs<GateUpDgradGemm, RowTilePairScheduler>;
   const GateUpDgradDescriptors g = gate_up_dgrad_descriptors(args);
   const RowsBf16Epilogue::Params dx_out =
       rows_epilogue_params(args.dx_out, uint64_t(args.rows.buffer_rows()), args.hidden, "dx_out");
-  launch_grouped_gemm<GateUpDgradKernel>(params_of<GateUpDgradKernel>(g, dx_out), args.num_ctas, stream,
-                                         "grouped_gate_up_dgrad");
+  launch_grouped_gemm<Kernel>(params_of<Kernel>(g, dx_out), args.num_ctas, stream, "grouped_gate_up_dgrad");
 }
 
 }  // namespace caracal::gemm

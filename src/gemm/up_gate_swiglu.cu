@@ -10,20 +10,14 @@
 #include "gemm/launch.cuh"
 
 namespace caracal::gemm {
-namespace {
-
-using UpGateSwigluKernel = ScheduledInPairs<UpGateSwigluGemm, RowTilePairScheduler>;
-
-}  // namespace
 
 void grouped_up_gate_swiglu(const UpGateSwigluArgs& args, cudaStream_t stream) {
-  using namespace gemm;
   check_up_gate_swiglu_args(args);
   if (args.rows.row_capacity == 0) return;
 
+  using Kernel = ScheduledInPairs<UpGateSwigluGemm, RowTilePairScheduler>;
   const UpGateSwigluDescriptors g = up_gate_swiglu_descriptors(args, uint64_t(args.rows.buffer_rows()));
-  launch_grouped_gemm<UpGateSwigluKernel>(params_of<UpGateSwigluKernel>(g, g.epilogue), args.num_ctas, stream,
-                                          "grouped_up_gate_swiglu");
+  launch_grouped_gemm<Kernel>(params_of<Kernel>(g, g.epilogue), args.num_ctas, stream, "grouped_up_gate_swiglu");
 }
 
 }  // namespace caracal::gemm

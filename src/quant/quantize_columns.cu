@@ -4,6 +4,7 @@
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "quant/block_tile.cuh"
+#include "quant/operand_checks.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::quant {
@@ -57,11 +58,7 @@ void quantize_columns(const QuantizeColumnsArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.cols > 0 && args.cols % 8 == 0, kWhere, ": cols must be a positive multiple of 8, got ",
                 args.cols);
   if (args.rows == 0) return;
-  CARACAL_CHECK(args.values != nullptr, kWhere, ": values must not be null");
-  CARACAL_CHECK(args.codes_t != nullptr, kWhere, ": codes_t must not be null");
-  CARACAL_CHECK(args.scales != nullptr, kWhere, ": scales must not be null");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.values) % 16 == 0, kWhere, ": values must be 16-byte aligned");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.codes_t) % 4 == 0, kWhere, ": codes_t must be 4-byte aligned");
+  check_operands(kWhere, {{args.values, "values", 16}, {args.codes_t, "codes_t", 4}, {args.scales, "scales", 1}});
   CARACAL_CHECK(args.codes_row_stride >= args.rows && args.codes_row_stride % 4 == 0, kWhere,
                 ": codes_row_stride must be a multiple of 4 and at least rows (", args.rows, "), got ",
                 args.codes_row_stride);

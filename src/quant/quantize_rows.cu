@@ -4,6 +4,7 @@
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "quant/block_scale.cuh"
+#include "quant/operand_checks.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::quant {
@@ -48,11 +49,7 @@ void quantize_rows(const QuantizeRowsArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.cols > 0 && args.cols % 4 == 0, kWhere, ": cols must be a positive multiple of 4, got ",
                 args.cols);
   if (args.rows == 0) return;
-  CARACAL_CHECK(args.values != nullptr, kWhere, ": values must not be null");
-  CARACAL_CHECK(args.codes != nullptr, kWhere, ": codes must not be null");
-  CARACAL_CHECK(args.scales != nullptr, kWhere, ": scales must not be null");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.values) % 8 == 0, kWhere, ": values must be 8-byte aligned");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.codes) % 4 == 0, kWhere, ": codes must be 4-byte aligned");
+  check_operands(kWhere, {{args.values, "values", 8}, {args.codes, "codes", 4}, {args.scales, "scales", 1}});
   CARACAL_CHECK(args.scale_row_stride > 0 && args.scale_block_stride > 0, kWhere,
                 ": scale_row_stride and scale_block_stride must be positive, got ", args.scale_row_stride, " and ",
                 args.scale_block_stride);

@@ -4,6 +4,7 @@
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
 #include "quant/block_tile.cuh"
+#include "quant/operand_checks.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::quant {
@@ -58,8 +59,7 @@ void quantize_weights(const QuantizeWeightsArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.n > 0 && args.n % 8 == 0, kWhere, ": n must be a positive multiple of 8, got ", args.n);
   CARACAL_CHECK(args.k > 0 && args.k % 8 == 0, kWhere, ": k must be a positive multiple of 8, got ", args.k);
   if (args.experts == 0) return;
-  CARACAL_CHECK(args.weights != nullptr, kWhere, ": weights must not be null");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.weights) % 16 == 0, kWhere, ": weights must be 16-byte aligned");
+  check_operands(kWhere, {{args.weights, "weights", 16}});
   CARACAL_CHECK((args.codes == nullptr) == (args.scales == nullptr), kWhere,
                 ": codes and scales must both be given or both be null");
   CARACAL_CHECK((args.codes_t == nullptr) == (args.scales_t == nullptr), kWhere,

@@ -21,13 +21,6 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_kernel(comm::DeviceW
 
 }  // namespace
 
-comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  return pull_launch_shape(world, sm_budget, sizes, dispatch_kernel);
-}
-
-void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                     cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::dispatch", shape, stream, dispatch_kernel, args);
-}
+PullKernel dispatch_pull_kernel() { return dispatch_kernel; }
 
 }  // namespace caracal::transfer::detail

@@ -15,13 +15,6 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_single_rank_kernel(c
 
 }  // namespace
 
-comm::LaunchShape dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange) {
-  return single_rank_launch_shape(world, exchange, kPullThreads, 0, dispatch_single_rank_kernel);
-}
-
-void launch_dispatch_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                 cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::dispatch", shape, stream, dispatch_single_rank_kernel, args);
-}
+PullKernel dispatch_single_rank_pull_kernel() { return dispatch_single_rank_kernel; }
 
 }  // namespace caracal::transfer::detail

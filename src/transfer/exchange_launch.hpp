@@ -1,7 +1,7 @@
 #pragma once
 // The standalone exchange kernels behind TokenExchange, one per .cu file beside it in src/transfer,
-// each with its launch shape (fixed at setup) and its launcher. CUDA code only
-// (comm/launch.cuh).
+// each with its launch shape (fixed at setup) and its launcher, or for the pulls the kernel, which
+// TokenExchange launches. CUDA code only (comm/launch.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,12 +75,15 @@ comm::LaunchShape single_rank_launch_shape(comm::World& world, const ExchangeSha
 // The pulls and reverse dispatch in a world of one rank (single_rank_pull.cuh,
 // reverse_dispatch_single_rank.cu: by token, every SM, no barrier).
 bool runs_single_rank_pulls(const comm::World& world);
-comm::LaunchShape dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
-void launch_dispatch_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                 cudaStream_t stream);
-comm::LaunchShape reverse_combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
-void launch_reverse_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                        cudaStream_t stream);
+
+// A pull's kernel (dispatch, reverse combine: the expert side pulls rows from their home ranks),
+// launched by TokenExchange with pull_launch_shape's shape (dispatch.cu, reverse_combine.cu) or, in
+// a world of one rank, single_rank_launch_shape's (the _single_rank.cu files).
+using PullKernel = void (*)(comm::DeviceWorld, ExchangeArgs);
+PullKernel dispatch_pull_kernel();
+PullKernel dispatch_single_rank_pull_kernel();
+PullKernel reverse_combine_pull_kernel();
+PullKernel reverse_combine_single_rank_pull_kernel();
 
 comm::LaunchShape reverse_dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
 // push_dx: the dx rows are read from expert_dx (else from the dx slots the dx GEMM filled).
@@ -89,13 +92,6 @@ void launch_reverse_dispatch_single_rank(comm::World& world, const comm::LaunchS
 
 comm::LaunchShape schedule_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
 void launch_schedule(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
-
-comm::LaunchShape dispatch_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
-void launch_dispatch(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args, cudaStream_t stream);
-
-comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes);
-void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                            cudaStream_t stream);
 
 comm::LaunchShape combine_launch_shape(comm::World& world, int sm_budget, const ExchangeShape& exchange,
                                        const ExchangeSizes& sizes);

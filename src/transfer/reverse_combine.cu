@@ -23,13 +23,6 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_kernel(comm::
 
 }  // namespace
 
-comm::LaunchShape reverse_combine_launch_shape(comm::World& world, int sm_budget, const ExchangeSizes& sizes) {
-  return pull_launch_shape(world, sm_budget, sizes, reverse_combine_kernel);
-}
-
-void launch_reverse_combine(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                            cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_combine", shape, stream, reverse_combine_kernel, args);
-}
+PullKernel reverse_combine_pull_kernel() { return reverse_combine_kernel; }
 
 }  // namespace caracal::transfer::detail

@@ -16,13 +16,6 @@ __global__ void __launch_bounds__(kPullThreads, 1) reverse_combine_single_rank_k
 
 }  // namespace
 
-comm::LaunchShape reverse_combine_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange) {
-  return single_rank_launch_shape(world, exchange, kPullThreads, 0, reverse_combine_single_rank_kernel);
-}
-
-void launch_reverse_combine_single_rank(comm::World& world, const comm::LaunchShape& shape, const ExchangeArgs& args,
-                                        cudaStream_t stream) {
-  comm::launch(world, "TokenExchange::reverse_combine", shape, stream, reverse_combine_single_rank_kernel, args);
-}
+PullKernel reverse_combine_single_rank_pull_kernel() { return reverse_combine_single_rank_kernel; }
 
 }  // namespace caracal::transfer::detail

@@ -138,14 +138,20 @@ int single_rank_chunks(const ExchangeShape& exchange) {
 
 bool runs_single_rank_pulls(const comm::World& world) { return world.world_size() == 1; }
 
+// A pull's kernel, across ranks or in a world of one rank, and its launch shape.
+struct PullLaunch {
+  PullKernel kernel = nullptr;
+  comm::LaunchShape shape;
+};
+
 }  // namespace detail
 
 struct detail::ExchangeKernels {
   comm::LaunchShape schedule;
   bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
                                    // (detail::runs_single_rank_pulls)
-  comm::LaunchShape dispatch;
-  comm::LaunchShape reverse_combine;
+  PullLaunch dispatch;
+  PullLaunch reverse_combine;
   comm::LaunchShape combine;
   bool single_rank_combine = false;  // combine in one pass (detail::runs_single_rank_combine)
   comm::LaunchShape reverse_dispatch;
@@ -180,11 +186,15 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   kernels_ = std::make_unique<detail::ExchangeKernels>();
   kernels_->schedule = detail::schedule_launch_shape(world, sm_budget, sizes_);
   kernels_->single_rank_pulls = detail::runs_single_rank_pulls(world);
-  kernels_->dispatch = kernels_->single_rank_pulls ? detail::dispatch_single_rank_launch_shape(world, shape_)
-                                                   : detail::dispatch_launch_shape(world, sm_budget, sizes_);
-  kernels_->reverse_combine = kernels_->single_rank_pulls
-                                  ? detail::reverse_combine_single_rank_launch_shape(world, shape_)
-                                  : detail::reverse_combine_launch_shape(world, sm_budget, sizes_);
+  const auto pull = [&](detail::PullKernel across_ranks, detail::PullKernel single_rank) -> detail::PullLaunch {
+    if (kernels_->single_rank_pulls) {
+      return {single_rank, detail::single_rank_launch_shape(world, shape_, kPullThreads, 0, single_rank)};
+    }
+    return {across_ranks, detail::pull_launch_shape(world, sm_budget, sizes_, across_ranks)};
+  };
+  kernels_->dispatch = pull(detail::dispatch_pull_kernel(), detail::dispatch_single_rank_pull_kernel());
+  kernels_->reverse_combine =
+      pull(detail::reverse_combine_pull_kernel(), detail::reverse_combine_single_rank_pull_kernel());
   kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
   kernels_->combine = kernels_->single_rank_combine ? detail::combine_single_rank_launch_shape(world, shape_)
                                                     : detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
@@ -270,12 +280,9 @@ void TokenExchange::build_schedule(const RouterNormalization& router, cudaStream
 
 void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.forward, "TokenExchange::dispatch needs ExchangeOptions::forward = true");
-  const detail::ExchangeArgs args = pull_args(*this, *kernels_, "TokenExchange::dispatch", range);
-  if (kernels_->single_rank_pulls) {
-    detail::launch_dispatch_single_rank(world_, kernels_->dispatch, args, stream);
-  } else {
-    detail::launch_dispatch(world_, kernels_->dispatch, args, stream);
-  }
+  const char* name = "TokenExchange::dispatch";
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, range);
+  comm::launch(world_, name, kernels_->dispatch.shape, stream, kernels_->dispatch.kernel, args);
 }
 
 namespace {
@@ -326,12 +333,9 @@ void TokenExchange::combine_after_fused_forward(const RouterNormalization& route
 
 void TokenExchange::reverse_combine(cudaStream_t stream, const PullRange& range) {
   CARACAL_CHECK(options_.backward, "TokenExchange::reverse_combine needs ExchangeOptions::backward = true");
-  const detail::ExchangeArgs args = pull_args(*this, *kernels_, "TokenExchange::reverse_combine", range);
-  if (kernels_->single_rank_pulls) {
-    detail::launch_reverse_combine_single_rank(world_, kernels_->reverse_combine, args, stream);
-  } else {
-    detail::launch_reverse_combine(world_, kernels_->reverse_combine, args, stream);
-  }
+  const char* name = "TokenExchange::reverse_combine";
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, range);
+  comm::launch(world_, name, kernels_->reverse_combine.shape, stream, kernels_->reverse_combine.kernel, args);
 }
 
 void TokenExchange::reverse_dispatch(const RouterNormalization& router, cudaStream_t stream) {

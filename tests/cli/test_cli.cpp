@@ -94,6 +94,13 @@ void expect_clean_error(const std::string& args, const std::string& what) {
   expect_clean_error_of(cli_path(), args, what);
 }
 
+// What `caracal ARGS` prints, parsed as JSON; a fatal failure unless it exits 0.
+void run_cli_json(const std::string& args, nlohmann::json& j) {
+  const RunResult r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+}
+
 TEST(Cli, PlanDeepSeekV3PrintsTheTable) {
   const RunResult r = run_cli("plan --model deepseek-v3 --ep 8 --tokens 4096");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -103,9 +110,8 @@ TEST(Cli, PlanDeepSeekV3PrintsTheTable) {
 }
 
 TEST(Cli, PlanJsonParses) {
-  const RunResult r = run_cli("plan --model kimi-k2 --ep 8 --tokens 4096 --routing zipf:1.2 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_cli_json("plan --model kimi-k2 --ep 8 --tokens 4096 --routing zipf:1.2 --json", j));
   EXPECT_EQ(j["model"], "kimi-k2");
   EXPECT_EQ(j["world"]["ep"], 8);
   EXPECT_EQ(j["world"]["routing"].get<std::string>().rfind("zipf:1.2 (seed 1)", 0), 0u) << j["world"]["routing"];
@@ -123,9 +129,8 @@ TEST(Cli, PlanFromTraceFile) {
   const Routing routing = make_routing(spec, 4, 256, 8, 256);
   const std::string path = temp_path("caracal_cli_trace.npy");
   save_routing_npy(routing, path);
-  const RunResult r = run_cli("plan --model deepseek-v3 --trace " + path + " --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_cli_json("plan --model deepseek-v3 --trace " + path + " --json", j));
   EXPECT_EQ(j["world"]["ep"], 4);
   EXPECT_EQ(j["world"]["tokens_per_rank"], 256);
   EXPECT_EQ(j["world"]["routing"], "trace:" + path);
@@ -143,11 +148,11 @@ TEST(Cli, PlanFromTraceFile) {
 }
 
 TEST(Cli, PlanExplicitShape) {
-  const RunResult r =
-      run_cli("plan --hidden 1024 --intermediate 512 --experts 32 --top-k 4 --shared-intermediate 0 --ep 4 "
-              "--tokens 1000 --routing all-to-one:5 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(
+      run_cli_json("plan --hidden 1024 --intermediate 512 --experts 32 --top-k 4 --shared-intermediate 0 --ep 4 "
+                   "--tokens 1000 --routing all-to-one:5 --json",
+                   j));
   EXPECT_TRUE(j["model"].is_null());
   EXPECT_EQ(j["layer"]["shared_experts"], 0);
   EXPECT_DOUBLE_EQ(j["traffic"]["rank_imbalance"].get<double>(), 4.0);
@@ -182,9 +187,8 @@ TEST(Cli, ModelsJsonGivesEachPresetAndWhetherTheLayerRunsIt) {
 }
 
 TEST(Cli, PlanQwen3A3bAtEp8) {
-  const RunResult r = run_cli("plan --model qwen3-30b-a3b --ep 8 --tokens 4096 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(run_cli_json("plan --model qwen3-30b-a3b --ep 8 --tokens 4096 --json", j));
   EXPECT_EQ(j["model"], "qwen3-30b-a3b");
   EXPECT_EQ(j["world"]["local_experts"], 16);
 }

@@ -35,35 +35,29 @@ enum class RoutingCase {
   kEmptySlots,  // uniform with 30% of the slots empty
 };
 
+// Every routing case, with its name in test names and traces.
+struct NamedRoutingCase {
+  RoutingCase routing;
+  const char* name;
+};
+inline constexpr NamedRoutingCase kRoutingCases[] = {
+    {RoutingCase::kUniform, "uniform"},     {RoutingCase::kZipf, "zipf"},
+    {RoutingCase::kAllToOne, "all_to_one"}, {RoutingCase::kEmptyRanks, "empty_ranks"},
+    {RoutingCase::kAllEmpty, "all_empty"},  {RoutingCase::kDuplicates, "duplicates"},
+    {RoutingCase::kEmptySlots, "empty_slots"}};
+
 inline const char* name_of(RoutingCase c) {
-  switch (c) {
-    case RoutingCase::kUniform:
-      return "uniform";
-    case RoutingCase::kZipf:
-      return "zipf";
-    case RoutingCase::kAllToOne:
-      return "all_to_one";
-    case RoutingCase::kEmptyRanks:
-      return "empty_ranks";
-    case RoutingCase::kAllEmpty:
-      return "all_empty";
-    case RoutingCase::kDuplicates:
-      return "duplicates";
-    case RoutingCase::kEmptySlots:
-      return "empty_slots";
+  for (const NamedRoutingCase& named : kRoutingCases) {
+    if (named.routing == c) return named.name;
   }
   return "?";
 }
-
-inline const RoutingCase kAllRoutingCases[] = {
-    RoutingCase::kUniform,  RoutingCase::kZipf,       RoutingCase::kAllToOne,  RoutingCase::kEmptyRanks,
-    RoutingCase::kAllEmpty, RoutingCase::kDuplicates, RoutingCase::kEmptySlots};
 
 // The loopback sweeps' grid: every world size the tests run (1, 2, 4, 8) with every routing case.
 inline std::vector<std::pair<int, RoutingCase>> loopback_sweep() {
   std::vector<std::pair<int, RoutingCase>> grid;
   for (int world : {1, 2, 4, 8}) {
-    for (RoutingCase routing : kAllRoutingCases) grid.emplace_back(world, routing);
+    for (const NamedRoutingCase& named : kRoutingCases) grid.emplace_back(world, named.routing);
   }
   return grid;
 }

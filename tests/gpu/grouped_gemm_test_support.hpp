@@ -110,6 +110,11 @@ inline RowLayout layout_rows(const std::vector<int>& counts) {
   return l;
 }
 
+// How test inputs are drawn: uniform (x in [-1, 1], a weight of a GEMM over K in
+// [-sqrt(3/K), sqrt(3/K)]) or normal (x standard normal, weights of standard deviation sqrt(1/K));
+// either way a weight's variance is 1/K.
+enum class Draw { kUniform, kNormal };
+
 // Uniform values in [-scale, scale], as bf16 bits.
 inline std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> dist(-scale, scale);
@@ -118,16 +123,31 @@ inline std::vector<uint16_t> random_bf16(size_t n, double scale, std::mt19937_64
   return v;
 }
 
-// [capacity][cols]: random values in [-1, 1] on each expert's real rows, zeros on padding and
-// spare rows (as the transfers leave them).
+// Normal values of mean 0 and standard deviation `stddev`, as bf16 bits.
+inline std::vector<uint16_t> normal_bf16(size_t n, double stddev, std::mt19937_64& rng) {
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<uint16_t> v(n);
+  for (auto& b : v) b = caracal::bf16_bits(float(dist(rng)));
+  return v;
+}
+
+// [capacity][cols]: `draw`'s values (uniform in [-1, 1] or standard normal) on each expert's real
+// rows, zeros on padding and spare rows (as the transfers leave them).
 inline std::vector<uint16_t> random_rows(const std::vector<int>& counts, const RowLayout& rows, size_t cols,
-                                         std::mt19937_64& rng) {
+                                         std::mt19937_64& rng, Draw draw = Draw::kUniform) {
   std::vector<uint16_t> v(size_t(rows.capacity) * cols, 0);
   for (size_t e = 0; e < counts.size(); ++e) {
-    const auto real = random_bf16(size_t(counts[e]) * cols, 1.0, rng);
+    const size_t n = size_t(counts[e]) * cols;
+    const auto real = draw == Draw::kUniform ? random_bf16(n, 1.0, rng) : normal_bf16(n, 1.0, rng);
     std::copy(real.begin(), real.end(), v.begin() + ptrdiff_t(size_t(rows.offset[e]) * cols));
   }
   return v;
+}
+
+// n weights of a GEMM over k, drawn as `draw` says.
+inline std::vector<uint16_t> random_weights(size_t n, size_t k, std::mt19937_64& rng, Draw draw) {
+  if (draw == Draw::kUniform) return random_bf16(n, std::sqrt(3.0 / double(k)), rng);
+  return normal_bf16(n, std::sqrt(1.0 / double(k)), rng);
 }
 
 // `rows` rows of `cols` bf16 values from `first_row`, each multiplied by `factor` (a deliberate error).
@@ -171,15 +191,15 @@ struct ExpertInputs {
 
 // Draws x and the weights of case `c` from `rng` (scaled so that gate/up and y are O(1)) and
 // uploads them with the row layout.
-inline void make_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng) {
+inline void make_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng, Draw draw = Draw::kUniform) {
   in.c = c;
   in.rows = layout_rows(c.counts);
   in.num_experts = int(c.counts.size());
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(in.num_experts);
-  in.x = random_rows(c.counts, in.rows, D, rng);
-  in.w_gate = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  in.w_up = random_bf16(L * I * D, std::sqrt(3.0 / double(D)), rng);
-  in.w_down = random_bf16(L * D * I, std::sqrt(3.0 / double(I)), rng);
+  in.x = random_rows(c.counts, in.rows, D, rng, draw);
+  in.w_gate = random_weights(L * I * D, D, rng, draw);
+  in.w_up = random_weights(L * I * D, D, rng, draw);
+  in.w_down = random_weights(L * D * I, I, rng, draw);
   std::vector<uint16_t> w_gate_up(L * 2 * I * D);
   caracal::gemm::interleave_gate_up_weights_host(
       in.w_gate.data(), in.w_up.data(), w_gate_up.data(), int64_t(L), int64_t(I), int64_t(D));
@@ -249,6 +269,18 @@ auto calls_with(Args valid, void (*launch)(const Args&, cudaStream_t)) {
     change(a);
     return [a, launch] { launch(a, nullptr); };
   };
+}
+
+// A tile queue caps the grid at 256 CTAs: `with` (calls_with's) a queue and `num_ctas` CTAs past the
+// cap throws, naming `launcher`, the cap and the count.
+template <typename With>
+void expect_tile_queue_cap(const With& with, const char* launcher, int num_ctas) {
+  const std::string got = "got " + std::to_string(num_ctas);
+  expect_error(with([num_ctas](auto& a) {
+                 a.tile_queue = fake_ptr<uint32_t>();
+                 a.num_ctas = num_ctas;
+               }),
+               {launcher, "num_ctas must be at most 256 with a tile_queue", got.c_str()});
 }
 
 // ---- Output checks ------------------------------------------------------------------------------

@@ -51,44 +51,6 @@ constexpr uint8_t kPoisonCode = 0xFF;  // what poison() leaves in a code buffer 
 
 // ---- Problems -----------------------------------------------------------------------------------
 
-std::vector<uint16_t> normal_bf16(size_t n, double stddev, std::mt19937_64& rng) {
-  std::normal_distribution<double> dist(0.0, stddev);
-  std::vector<uint16_t> v(n);
-  for (auto& b : v) b = caracal::bf16_bits(float(dist(rng)));
-  return v;
-}
-
-// [capacity][cols]: standard normal values on each expert's real rows, zeros elsewhere.
-std::vector<uint16_t> normal_rows(const std::vector<int>& counts, const RowLayout& rows, size_t cols,
-                                  std::mt19937_64& rng) {
-  std::vector<uint16_t> v(size_t(rows.capacity) * cols, 0);
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const auto real = normal_bf16(size_t(counts[e]) * cols, 1.0, rng);
-    std::copy(real.begin(), real.end(), v.begin() + ptrdiff_t(size_t(rows.offset[e]) * cols));
-  }
-  return v;
-}
-
-// make_inputs with normal values: x standard normal, each weight of variance 1 / its K.
-void make_normal_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng) {
-  in.c = c;
-  in.rows = layout_rows(c.counts);
-  in.num_experts = int(c.counts.size());
-  const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(in.num_experts);
-  in.x = normal_rows(c.counts, in.rows, D, rng);
-  in.w_gate = normal_bf16(L * I * D, std::sqrt(1.0 / double(D)), rng);
-  in.w_up = normal_bf16(L * I * D, std::sqrt(1.0 / double(D)), rng);
-  in.w_down = normal_bf16(L * D * I, std::sqrt(1.0 / double(I)), rng);
-  std::vector<uint16_t> w_gate_up(L * 2 * I * D);
-  caracal::gemm::interleave_gate_up_weights_host(in.w_gate.data(), in.w_up.data(), w_gate_up.data(), int64_t(L),
-                                                 int64_t(I), int64_t(D));
-  ASSERT_NO_FATAL_FAILURE(in.d_x.upload(in.x));
-  ASSERT_NO_FATAL_FAILURE(in.d_w_gate_up.upload(w_gate_up));
-  ASSERT_NO_FATAL_FAILURE(in.d_w_down.upload(in.w_down));
-  ASSERT_NO_FATAL_FAILURE(in.d_offset.upload(in.rows.offset));
-  ASSERT_NO_FATAL_FAILURE(in.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
-}
-
 // Each expert's [rows][cols] matrix of `w` transposed to [cols][rows].
 std::vector<float> transposed(const std::vector<float>& w, size_t experts, size_t rows, size_t cols) {
   std::vector<float> t(w.size());
@@ -187,10 +149,10 @@ void reference_backward(Problem& p) {
 // operands on the host, computes the reference and allocates the outputs.
 void make_problem(Problem& p, const Case& c) {
   std::mt19937_64 rng(p.seed.value());
-  ASSERT_NO_FATAL_FAILURE(make_normal_inputs(p, c, rng));
+  ASSERT_NO_FATAL_FAILURE(make_inputs(p, c, rng, Draw::kNormal));
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate), L = size_t(p.num_experts);
   const size_t cap = size_t(p.rows.capacity);
-  p.dy = normal_rows(c.counts, p.rows, D, rng);
+  p.dy = random_rows(c.counts, p.rows, D, rng, Draw::kNormal);
   p.gates = row_gates(p, rng);
   ASSERT_NO_FATAL_FAILURE(p.d_gates.upload(p.gates));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
@@ -312,12 +274,17 @@ std::vector<std::string> fp8_copy_failures(const Problem& p, const Outputs& out)
   return failures;
 }
 
+// A fresh problem of case `c`, run once with `o`.
+void run_case(Problem& p, const Case& c, const RunOptions& o, Outputs& out) {
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+}
+
 // A fresh problem of case `c` run with `o`, every output against the reference.
 void check_against_reference(const Case& c, const RunOptions& o) {
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, o, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, c, o, out));
   const size_t D = size_t(c.hidden), I = size_t(c.intermediate);
   expect_half_close("d_gate", false, p.rows, c.counts, I, p.ref.d_gate, out.d_gate_up, kFp8DgradBound);
   expect_half_close("d_up", true, p.rows, c.counts, I, p.ref.d_up, out.d_gate_up, kFp8DgradBound);
@@ -373,9 +340,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmFp8BackwardReference, ::testing::Valu
 TEST(GroupedGemmFp8BackwardChecks, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kChecksCase, RunOptions{}, out));
   const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
   ASSERT_NO_FATAL_FAILURE(expect_catches_expert_off("dx", p.rows, D, p.ref.dx, out.dx, kFp8DxBound));
   ASSERT_NO_FATAL_FAILURE(
@@ -395,11 +361,10 @@ TEST(GroupedGemmFp8BackwardChecks, CatchDeliberateErrors) {
 TEST(GroupedGemmFp8BackwardDeterminism, BitwiseAcrossRunsGridSizesCountsQueuesAndInPlace) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kDeterminismCase));
   RunOptions chained;
   chained.chained = true;
   Outputs first;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, chained, first));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, chained, first));
   for (int num_ctas : {1, 7, 0}) {
     for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + ", variant " + std::to_string(variant));
@@ -424,9 +389,8 @@ TEST(GroupedGemmFp8BackwardDeterminism, BitwiseAcrossRunsGridSizesCountsQueuesAn
 TEST(GroupedGemmFp8BackwardEmpty, EmptyExpertsWriteNothing) {
   CARACAL_REQUIRE_GPU();
   Problem p;
-  ASSERT_NO_FATAL_FAILURE(make_problem(p, kEmptyCase));
   Outputs out;
-  ASSERT_NO_FATAL_FAILURE(run_backward(p, RunOptions{}, out));
+  ASSERT_NO_FATAL_FAILURE(run_case(p, kEmptyCase, RunOptions{}, out));
   for (const auto* v : {&out.d_gate_up, &out.scaled_activation, &out.dx}) EXPECT_EQ(touched(*v), 0u);
   EXPECT_EQ(fp8_copy_failures(p, out), std::vector<std::string>{});
   size_t dg_written = 0;
@@ -477,11 +441,7 @@ TEST(GroupedGemmFp8BackwardArgs, DgradRejectsBadArguments) {
   expect_error(with([](auto& a) { a.d_gates_out = nullptr; }), {"d_gates_out"});
   expect_error(with([](auto& a) { a.workspace = nullptr; }), {"workspace"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
-  expect_error(with([](auto& a) {
-                 a.tile_queue = fake_ptr<uint32_t>();
-                 a.num_ctas = 300;
-               }),
-               {"grouped_down_dgrad_swiglu (fp8)", "num_ctas must be at most 256 with a tile_queue", "got 300"});
+  expect_tile_queue_cap(with, "grouped_down_dgrad_swiglu (fp8)", 300);
 }
 
 TEST(GroupedGemmFp8BackwardArgs, DxRejectsBadArguments) {

@@ -66,8 +66,8 @@ void PrintTo(const BaselineCase& c, std::ostream* os) { *os << name_of(c); }
 
 std::vector<BaselineCase> baseline_cases() {
   std::vector<BaselineCase> cases;
-  for (RoutingCase routing : kAllRoutingCases) {
-    for (int shape : {0, 1}) cases.push_back({routing, shape});
+  for (const NamedRoutingCase& named : kRoutingCases) {
+    for (int shape : {0, 1}) cases.push_back({named.routing, shape});
   }
   return cases;
 }

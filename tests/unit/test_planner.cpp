@@ -12,13 +12,19 @@
 namespace caracal {
 namespace {
 
-LayerConfig config_for(const std::string& model, int64_t ep, int64_t tokens) {
-  const ModelPreset& p = find_model_preset(model);
+// A layer of `shape` (the default router) at EP `ep` with `tokens` per rank.
+LayerConfig config_of(const LayerShape& shape, int64_t ep, int64_t tokens) {
   LayerConfig c;
-  c.shape = p.shape;
-  c.router = p.router;
+  c.shape = shape;
   c.ep_size = ep;
   c.tokens_per_rank = tokens;
+  return c;
+}
+
+LayerConfig config_for(const std::string& model, int64_t ep, int64_t tokens) {
+  const ModelPreset& p = find_model_preset(model);
+  LayerConfig c = config_of(p.shape, ep, tokens);
+  c.router = p.router;
   return c;
 }
 
@@ -138,10 +144,7 @@ TEST(Planner, SingleRankMovesNothingOverNvlink) {
 }
 
 TEST(Planner, MemoryOfATinyLayerByHand) {
-  LayerConfig c;
-  c.shape = LayerShape{64, 128, 4, 2, 1, 64};
-  c.ep_size = 2;
-  c.tokens_per_rank = 10;
+  const LayerConfig c = config_of(LayerShape{64, 128, 4, 2, 1, 64}, 2, 10);
   PlanOptions o;
   o.tile_m = 16;
   o.tile_n = 16;
@@ -225,10 +228,7 @@ TEST(Planner, ExplicitRingChangesReplayCount) {
 // Every size is bounded (LayerConfig::validate, PlanOptions::validate) so that no byte, row or
 // FLOP count overflows: at the bounds the plan's sums are exact (build-ubsan checks the arithmetic).
 TEST(Planner, PlansAtTheBoundsWithoutOverflow) {
-  LayerConfig c;
-  c.shape = LayerShape{65536, 65536, 65536, 8, 1, 65536};
-  c.ep_size = 8;
-  c.tokens_per_rank = 256;
+  LayerConfig c = config_of(LayerShape{65536, 65536, 65536, 8, 1, 65536}, 8, 256);
   PlanOptions o;
   o.sm_count = 1024;
   o.tile_n = 1024;

@@ -447,6 +447,18 @@ class NpyTest : public ::testing::Test {
     return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int32_t));
   }
 
+  // The header and data of a valid [1, 2, 2] file, for the bad inputs that spoil one of them.
+  const std::string good_dict_ = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), }";
+  const std::string good_data_ = int32_data({0, 1, 2, 3});
+
+  // An input load_routing_npy must reject (a file's path, or the bytes of a stream) and what the
+  // error must mention besides the path.
+  struct BadInput {
+    std::string name;
+    std::string input;
+    std::vector<std::string> mentions;
+  };
+
   std::filesystem::path dir_;
   std::vector<std::thread> writers_;
 };
@@ -508,52 +520,45 @@ TEST_F(NpyTest, ReportsProgressWhileReading) {
 }
 
 TEST_F(NpyTest, RejectsBadFilesNamingThePathAndTheProblem) {
-  const std::string good_dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), }";
-  const std::string data = int32_data({0, 1, 2, 3});
-  struct Case {
-    std::string name;
-    std::string path;
-    std::vector<std::string> mentions;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<BadInput> files = {
       {"missing", path("does_not_exist.npy"), {"cannot open"}},
       {"empty file", write_bytes("empty.npy", ""), {"not a .npy file"}},
       {"wrong magic", write_bytes("text.npy", "hello, this is not numpy at all"), {"not a .npy file"}},
-      {"version 4.0", write_npy("v4.npy", good_dict, data, 4), {"version 4.0", "1.0, 2.0 or 3.0"}},
-      {"int64 dtype", write_npy("i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 2), }", data + data),
+      {"version 4.0", write_npy("v4.npy", good_dict_, good_data_, 4), {"version 4.0", "1.0, 2.0 or 3.0"}},
+      {"int64 dtype", write_npy("i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 2), }", good_data_ + good_data_),
        {"dtype '<i8'", "'<i4'", "int32"}},
-      {"float dtype", write_npy("f4.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 2), }", data),
+      {"float dtype", write_npy("f4.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 2), }", good_data_),
        {"dtype '<f4'", "'<i4'"}},
-      {"big-endian", write_npy("be.npy", "{'descr': '>i4', 'fortran_order': False, 'shape': (1, 2, 2), }", data),
+      {"big-endian", write_npy("be.npy", "{'descr': '>i4', 'fortran_order': False, 'shape': (1, 2, 2), }", good_data_),
        {"dtype '>i4'"}},
-      {"fortran order", write_npy("f.npy", "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 2), }", data),
+      {"fortran order", write_npy("f.npy", "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 2), }", good_data_),
        {"Fortran order"}},
-      {"2-D", write_npy("2d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", data),
+      {"2-D", write_npy("2d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", good_data_),
        {"(2, 2)", "2-D", "expected 3-D"}},
-      {"1-D", write_npy("1d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", data),
+      {"1-D", write_npy("1d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", good_data_),
        {"(4,)", "1-D"}},
       {"zero dim", write_npy("zero.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 0, 2), }", ""),
        {"zero dimension"}},
-      {"truncated", write_npy("short.npy", good_dict, data.substr(0, 10)), {"truncated", "16 bytes", "10"}},
-      {"trailing garbage", write_npy("long.npy", good_dict, data + "junk"), {"4 bytes of trailing garbage"}},
-      {"too many routes", write_npy("huge.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 65536, 1), }", data),
+      {"truncated", write_npy("short.npy", good_dict_, good_data_.substr(0, 10)), {"truncated", "16 bytes", "10"}},
+      {"trailing garbage", write_npy("long.npy", good_dict_, good_data_ + "junk"), {"4 bytes of trailing garbage"}},
+      {"too many routes", write_npy("huge.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 65536, 1), }", good_data_),
        {"2^31"}},
-      {"unknown key", write_npy("key.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), 'x': 'y'}", data),
+      {"unknown key", write_npy("key.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), 'x': 'y'}", good_data_),
        {"unexpected key 'x'"}},
-      {"missing key", write_npy("nokey.npy", "{'descr': '<i4', 'shape': (1, 2, 2)}", data), {"'fortran_order'"}},
-      {"malformed header", write_npy("bad.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2)", data),
+      {"missing key", write_npy("nokey.npy", "{'descr': '<i4', 'shape': (1, 2, 2)}", good_data_), {"'fortran_order'"}},
+      {"malformed header", write_npy("bad.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2)", good_data_),
        {"malformed .npy header"}},
-      {"structured dtype", write_npy("rec.npy", "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1, 2, 2)}", data),
+      {"structured dtype", write_npy("rec.npy", "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1, 2, 2)}", good_data_),
        {"malformed .npy header"}},
       {"header cut short", write_bytes("cut.npy", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17)),
        {"file ends inside the .npy header"}},
-      {"id below -1", write_npy("neg.npy", good_dict, int32_data({0, 1, -7, 3})), {"[0, 1, 0]", "-7", "-1 for an empty slot"}},
+      {"id below -1", write_npy("neg.npy", good_dict_, int32_data({0, 1, -7, 3})), {"[0, 1, 0]", "-7", "-1 for an empty slot"}},
   };
-  for (const Case& c : cases) {
+  for (const BadInput& c : files) {
     SCOPED_TRACE(c.name);
     std::vector<std::string> mentions = c.mentions;
-    mentions.push_back(c.path);
-    expect_error([&] { load_routing_npy(c.path); }, mentions);
+    mentions.push_back(c.input);
+    expect_error([&] { load_routing_npy(c.input); }, mentions);
   }
 }
 
@@ -585,40 +590,33 @@ TEST_F(NpyTest, ReadsAStreamThatCannotSeek) {
 }
 
 TEST_F(NpyTest, RejectsBadStreamsAsItRejectsBadFiles) {
-  const std::string good_dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 2), }";
-  const std::string data = int32_data({0, 1, 2, 3});
-  struct Case {
-    std::string name;
-    std::string bytes;
-    std::vector<std::string> mentions;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<BadInput> streams = {
       {"empty", "", {"not a .npy file"}},
-      {"int64 dtype", bytes_of(write_npy("i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 2), }", data + data)),
+      {"int64 dtype", bytes_of(write_npy("i8.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 2), }", good_data_ + good_data_)),
        {"dtype '<i8'", "'<i4'"}},
-      {"fortran order", bytes_of(write_npy("f.npy", "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 2), }", data)),
+      {"fortran order", bytes_of(write_npy("f.npy", "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 2), }", good_data_)),
        {"Fortran order"}},
-      {"2-D", bytes_of(write_npy("2d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", data)),
+      {"2-D", bytes_of(write_npy("2d.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", good_data_)),
        {"(2, 2)", "expected 3-D"}},
-      {"truncated", bytes_of(write_npy("short.npy", good_dict, data.substr(0, 10))), {"truncated", "16 bytes", "10"}},
-      {"trailing garbage", bytes_of(write_npy("long.npy", good_dict, data + "junk")),
+      {"truncated", bytes_of(write_npy("short.npy", good_dict_, good_data_.substr(0, 10))), {"truncated", "16 bytes", "10"}},
+      {"trailing garbage", bytes_of(write_npy("long.npy", good_dict_, good_data_ + "junk")),
        {"trailing garbage", "16 data bytes"}},
       // 8 GiB promised, 16 bytes sent: refused once the stream ends, without taking the 8 GiB.
       {"huge shape, little data",
-       bytes_of(write_npy("huge.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (46340, 46340, 1), }", data)),
+       bytes_of(write_npy("huge.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (46340, 46340, 1), }", good_data_)),
        {"truncated", "8589582400 bytes", "16"}},
       {"too many routes",
-       bytes_of(write_npy("many.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 65536, 1), }", data)),
+       bytes_of(write_npy("many.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 65536, 1), }", good_data_)),
        {"2^31"}},
       {"header cut short", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17), {"file ends inside the .npy header"}},
       {"header length past the end", std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", 20),
        {"file ends inside the .npy header"}},
-      {"id below -1", bytes_of(write_npy("neg.npy", good_dict, int32_data({0, 1, -7, 3}))), {"[0, 1, 0]", "-7"}},
+      {"id below -1", bytes_of(write_npy("neg.npy", good_dict_, int32_data({0, 1, -7, 3}))), {"[0, 1, 0]", "-7"}},
   };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const BadInput& c = streams[i];
     SCOPED_TRACE(c.name);
-    const std::string fifo = fifo_with("bad" + std::to_string(i) + ".fifo", c.bytes);
+    const std::string fifo = fifo_with("bad" + std::to_string(i) + ".fifo", c.input);
     std::vector<std::string> mentions = c.mentions;
     mentions.push_back(fifo);
     expect_error([&] { load_routing_npy(fifo); }, mentions);

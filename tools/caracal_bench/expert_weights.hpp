@@ -18,18 +18,29 @@ namespace caracal::bench_tool {
 // The precisions whose gradient buffers make_expert_weights allocates.
 enum class GradientBuffers { fp32, bf16, both };
 
-struct ExpertWeights {
-  comm::DeviceMemory<__nv_bfloat16> w_gate_up, w_down, shared_w_gate_up, shared_w_down;
-  comm::DeviceMemory<float> d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down;
-  comm::DeviceMemory<__nv_bfloat16> d_w_gate_up_bf16, d_w_down_bf16, d_shared_w_gate_up_bf16, d_shared_w_down_bf16;
+// One rank's weight-gradient buffers, the routed experts' and the shared expert's (null without
+// one), in the precisions of a GradientBuffers (those of the other are null).
+struct WeightGradients {
+  comm::DeviceMemory<float> w_gate_up, w_down, shared_w_gate_up, shared_w_down;
+  comm::DeviceMemory<__nv_bfloat16> w_gate_up_bf16, w_down_bf16, shared_w_gate_up_bf16, shared_w_down_bf16;
 
-  MoEWeights weights() const;  // the shared expert's pointers are null without one
   // Points `args`' weight gradients at the buffers of one precision (those of the other stay null,
   // as the shared expert's without one).
-  void set_gradients(MoEBackwardArgs& args, bool bf16) const;
+  void set(MoEBackwardArgs& args, bool bf16) const;
   // The same for the grouped-GEMM engine's routed and shared passes.
-  gemm::ExpertPassGradients routed_gradients(bool bf16) const;
-  gemm::ExpertPassGradients shared_gradients(bool bf16) const;
+  gemm::ExpertPassGradients routed(bool bf16) const;
+  gemm::ExpertPassGradients shared(bool bf16) const;
+};
+
+// The gradient buffers of `buffers`' precisions for config.local_experts() experts (and the shared
+// expert), unwritten.
+WeightGradients make_weight_gradients(const LayerConfig& config, GradientBuffers buffers);
+
+struct ExpertWeights {
+  comm::DeviceMemory<__nv_bfloat16> w_gate_up, w_down, shared_w_gate_up, shared_w_down;
+  WeightGradients gradients;
+
+  MoEWeights weights() const;  // the shared expert's pointers are null without one
 };
 
 // The weights of config.local_experts() experts (and the shared expert), filled on `stream` (not

@@ -24,7 +24,7 @@ MoEBackwardArgs backward_args(const MoELayerBuffers& b, const ExpertWeights& w, 
   g.dy = b.dy;
   g.dx = b.dx;
   g.d_topk_scores = b.d_topk_scores;
-  w.set_gradients(g, bf16_gradients);
+  w.gradients.set(g, bf16_gradients);
   return g;
 }
 

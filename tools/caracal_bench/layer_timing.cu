@@ -41,6 +41,18 @@ std::unique_ptr<MoELayer> build_layer(comm::World& world, const LayerConfig& c, 
   return layer::ExperimentalLayer::make(c, world, setup.options, setup.experiments);
 }
 
+// That layer, its stream and its inputs.
+struct LayerUnderTest {
+  LayerUnderTest(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
+                 bool fused_forward)
+      : layer(build_layer(world, c, a, fused_forward)),
+        in(make_inputs(*layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get())) {}
+
+  const std::unique_ptr<MoELayer> layer;
+  const bench::Stream stream;
+  const LayerInputs in;
+};
+
 // Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
 // the layer's sizes (milliseconds a run) to reach the 200 ms the single-GPU timer asks for.
 constexpr int kLockstepWarmupRuns = 20;
@@ -63,10 +75,10 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
 
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward) {
-  const std::unique_ptr<MoELayer> built = build_layer(world, c, a, fused_forward);
-  MoELayer& layer = *built;
-  const bench::Stream stream;
-  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
+  const LayerUnderTest under_test(world, c, routing, a, fused_forward);
+  MoELayer& layer = *under_test.layer;
+  const bench::Stream& stream = under_test.stream;
+  const LayerInputs& in = under_test.in;
 
   // Every rank must make the same launches (they meet in world barriers), but time_runs's warm-up
   // stops when this rank's own clock passes 200 ms. With ranks in other threads, the warm-up is a
@@ -114,21 +126,18 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
 
 void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                    bool fused_forward) {
-  const std::unique_ptr<MoELayer> built = build_layer(world, c, a, fused_forward);
-  MoELayer& layer = *built;
-  const bench::Stream stream;
-  const LayerInputs in = make_inputs(layer, world, c, routing, a.seed, a.bf16_weight_grads, stream.get());
+  const LayerUnderTest u(world, c, routing, a, fused_forward);
   const auto step = [&] {
-    const MoEContext context = layer.forward(in.forward, stream.get());
-    layer.backward(in.backward, context, stream.get());
+    const MoEContext context = u.layer->forward(u.in.forward, u.stream.get());
+    u.layer->backward(u.in.backward, context, u.stream.get());
   };
   for (int i = 0; i < 2; ++i) step();  // warm: the first launches load modules and fill caches
-  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(profile warm-up)");
+  check_cuda(cudaStreamSynchronize(u.stream.get()), "cudaStreamSynchronize(profile warm-up)");
   check_cuda(cudaProfilerStart(), "cudaProfilerStart");
   step();
-  check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(profiled step)");
+  check_cuda(cudaStreamSynchronize(u.stream.get()), "cudaStreamSynchronize(profiled step)");
   check_cuda(cudaProfilerStop(), "cudaProfilerStop");
-  layer.check();
+  u.layer->check();
 }
 
 }  // namespace caracal::bench_tool

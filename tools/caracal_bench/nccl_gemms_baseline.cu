@@ -102,9 +102,9 @@ NcclGemmsTimes measure(const LayerConfig& c, const Routing& routing, const Bench
     gemm::expert_forward(routed.pass(), {w.w_gate_up, w.w_down}, stream.get());
   });
   t.backward_gemms_ms = bench::median_ms(stream.get(), a.warmup, a.reps, [&] {
-    gemm::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, weights.routed_gradients(bf16_grads), stream.get());
+    gemm::expert_backward(routed.pass(), {w.w_gate_up, w.w_down}, weights.gradients.routed(bf16_grads), stream.get());
     if (shared) {
-      gemm::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, weights.shared_gradients(bf16_grads),
+      gemm::expert_backward(shared->pass(), {w.shared_w_gate_up, w.shared_w_down}, weights.gradients.shared(bf16_grads),
                             stream.get());
     }
   });

@@ -60,40 +60,6 @@ size_t heap_bytes(const LayerConfig& c, const std::vector<Path>& paths) {
   return bytes;
 }
 
-// Both precisions of every weight gradient of one rank (the steps alternate).
-struct GradientSet {
-  comm::DeviceMemory<float> gate_up, down, shared_gate_up, shared_down;
-  comm::DeviceMemory<bf16> gate_up_bf16, down_bf16, shared_gate_up_bf16, shared_down_bf16;
-
-  explicit GradientSet(const LayerConfig& c) {
-    const size_t D = size_t(c.shape.hidden), I = size_t(c.shape.intermediate), L = size_t(c.local_experts()),
-                 Is = size_t(c.shape.shared_intermediate);
-    gate_up = comm::device_alloc<float>(L * 2 * I * D, "cudaMalloc(d_w_gate_up)");
-    down = comm::device_alloc<float>(L * D * I, "cudaMalloc(d_w_down)");
-    gate_up_bf16 = comm::device_alloc<bf16>(L * 2 * I * D, "cudaMalloc(d_w_gate_up_bf16)");
-    down_bf16 = comm::device_alloc<bf16>(L * D * I, "cudaMalloc(d_w_down_bf16)");
-    if (c.shape.num_shared_experts > 0) {
-      shared_gate_up = comm::device_alloc<float>(2 * Is * D, "cudaMalloc(d_shared_w_gate_up)");
-      shared_down = comm::device_alloc<float>(D * Is, "cudaMalloc(d_shared_w_down)");
-      shared_gate_up_bf16 = comm::device_alloc<bf16>(2 * Is * D, "cudaMalloc(d_shared_w_gate_up_bf16)");
-      shared_down_bf16 = comm::device_alloc<bf16>(D * Is, "cudaMalloc(d_shared_w_down_bf16)");
-    }
-  }
-  void set(MoEBackwardArgs& g, bool bf16_grads) const {
-    if (bf16_grads) {
-      g.d_w_gate_up_bf16 = gate_up_bf16.get();
-      g.d_w_down_bf16 = down_bf16.get();
-      g.d_shared_w_gate_up_bf16 = shared_gate_up_bf16.get();
-      g.d_shared_w_down_bf16 = shared_down_bf16.get();
-    } else {
-      g.d_w_gate_up = gate_up.get();
-      g.d_w_down = down.get();
-      g.d_shared_w_gate_up = shared_gate_up.get();
-      g.d_shared_w_down = shared_down.get();
-    }
-  }
-};
-
 struct RankRunner::Inputs {
   bench_tool::ExpertWeights weights;  // its gradient buffers go unused: each path has its own
   comm::DeviceMemory<bf16> x, dy;
@@ -104,8 +70,9 @@ struct RankRunner::Inputs {
 struct RankRunner::PathRank {
   comm::DeviceMemory<bf16> y, dx;
   comm::DeviceMemory<float> d_scores;
-  GradientSet gradients;
-  explicit PathRank(const LayerConfig& c) : gradients(c) {
+  bench_tool::WeightGradients gradients;  // both precisions (the steps alternate)
+  explicit PathRank(const LayerConfig& c)
+      : gradients(bench_tool::make_weight_gradients(c, bench_tool::GradientBuffers::both)) {
     const size_t T = size_t(c.tokens_per_rank), k = size_t(c.shape.top_k), D = size_t(c.shape.hidden);
     y = comm::device_alloc<bf16>(T * D, "cudaMalloc(y)");
     dx = comm::device_alloc<bf16>(T * D, "cudaMalloc(dx)");
@@ -233,7 +200,7 @@ std::vector<OutputBuffer> RankRunner::outputs(const PathRank& r, bool bf16_grads
   const size_t L = size_t(c_.local_experts()), I = size_t(c_.shape.intermediate),
                Is = size_t(c_.shape.shared_intermediate);
   const size_t eb = bf16_grads ? 2 : 4;
-  const GradientSet& g = r.gradients;
+  const bench_tool::WeightGradients& g = r.gradients;
   const auto pick = [&](const comm::DeviceMemory<float>& fp32, const comm::DeviceMemory<bf16>& b) {
     return bf16_grads ? static_cast<const void*>(b.get()) : static_cast<const void*>(fp32.get());
   };
@@ -241,11 +208,11 @@ std::vector<OutputBuffer> RankRunner::outputs(const PathRank& r, bool bf16_grads
   o.push_back({"y", r.y.get(), T * D * 2, true});
   o.push_back({"dx", r.dx.get(), T * D * 2, true});
   o.push_back({"d_scores", r.d_scores.get(), T * k * 4, false});
-  o.push_back({"d_w_gate_up", pick(g.gate_up, g.gate_up_bf16), L * 2 * I * D * eb, bf16_grads});
-  o.push_back({"d_w_down", pick(g.down, g.down_bf16), L * D * I * eb, bf16_grads});
+  o.push_back({"d_w_gate_up", pick(g.w_gate_up, g.w_gate_up_bf16), L * 2 * I * D * eb, bf16_grads});
+  o.push_back({"d_w_down", pick(g.w_down, g.w_down_bf16), L * D * I * eb, bf16_grads});
   if (c_.shape.num_shared_experts > 0) {
-    o.push_back({"d_shared_w_gate_up", pick(g.shared_gate_up, g.shared_gate_up_bf16), 2 * Is * D * eb, bf16_grads});
-    o.push_back({"d_shared_w_down", pick(g.shared_down, g.shared_down_bf16), D * Is * eb, bf16_grads});
+    o.push_back({"d_shared_w_gate_up", pick(g.shared_w_gate_up, g.shared_w_gate_up_bf16), 2 * Is * D * eb, bf16_grads});
+    o.push_back({"d_shared_w_down", pick(g.shared_w_down, g.shared_w_down_bf16), D * Is * eb, bf16_grads});
   }
   return o;
 }
@@ -272,15 +239,15 @@ RankStep RankRunner::snapshot(int local, const CheckPlan& plan, bool bf16_grads)
     po.y = download(reinterpret_cast<const uint16_t*>(o.y.get()), T * D);
     po.dx = download(reinterpret_cast<const uint16_t*>(o.dx.get()), T * D);
     po.d_topk_scores = download(o.d_scores.get(), T * k);
-    const GradientSet& g = o.gradients;
+    const bench_tool::WeightGradients& g = o.gradients;
     if (plan.expert >= 0 && plan.expert / int64_t(L) == rank) {
       const size_t e = size_t(plan.expert) % L;
-      po.expert_gate_up = gradient(g.gate_up, g.gate_up_bf16, e * 2 * I * D, 2 * I * D);
-      po.expert_down = gradient(g.down, g.down_bf16, e * D * I, D * I);
+      po.expert_gate_up = gradient(g.w_gate_up, g.w_gate_up_bf16, e * 2 * I * D, 2 * I * D);
+      po.expert_down = gradient(g.w_down, g.w_down_bf16, e * D * I, D * I);
     }
     if (plan.shared_rank == rank) {
-      po.shared_gate_up = gradient(g.shared_gate_up, g.shared_gate_up_bf16, 0, 2 * Is * D);
-      po.shared_down = gradient(g.shared_down, g.shared_down_bf16, 0, D * Is);
+      po.shared_gate_up = gradient(g.shared_w_gate_up, g.shared_w_gate_up_bf16, 0, 2 * Is * D);
+      po.shared_down = gradient(g.shared_w_down, g.shared_w_down_bf16, 0, D * Is);
     }
     r.paths.push_back(std::move(po));
   }
