@@ -8,7 +8,8 @@
 #   bounds come from), and a short summary table last, then "FAILED: <steps>" or "all passed".
 # Usage: [CARACAL_SANITIZE=0] [CARACAL_TESTS=0] [CARACAL_TEST_TIMEOUT=s] [CARACAL_SANITIZER_TIMEOUT=s]
 #        scripts/gpu-check.sh [build-dir]   (CARACAL_SANITIZE=0: the tests only; CARACAL_TESTS=0: the
-#        sanitizers and the SASS check only, for a device call of their own; logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
+#        sanitizers and the SASS check only, for a device call of their own; CARACAL_SANITIZE_BINARIES="test_gpu_a
+#        test_gpu_b": the sanitizers on these binaries only, to spread them over calls; logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
 # OUT is set: the device tool brings back at most 8 files). Exit status 1 when a test binary failed
 # or timed out, a sanitizer found errors of ours, the SASS has no HGMMA, or the logs could not be
 # written (tests/scripts/test_gpu_check.sh checks this with a stub build).
@@ -61,6 +62,7 @@ for t in "$build"/tests/test_gpu_*; do
   [ "${CARACAL_SANITIZE:-1}" = 1 ] || break  # CARACAL_SANITIZE=0: tests only
   [ -x "$t" ] || continue
   name=$(basename "$t")
+  if [ -n "${CARACAL_SANITIZE_BINARIES:-}" ] && [[ " $CARACAL_SANITIZE_BINARIES " != *" $name "* ]]; then continue; fi
   # The bench and soak smokes run the tools as subprocesses (their kernels are the layer's, sanitized
   # through test_gpu_moe_layer).
   case $name in test_gpu_bench_smoke | test_gpu_soak_smoke) continue ;; esac

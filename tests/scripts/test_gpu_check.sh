@@ -35,6 +35,8 @@ check_on_build "a hanging test binary" "$work/hang" 1 "FAILED: test_gpu_c" "^tes
   CARACAL_TEST_TIMEOUT=1 CARACAL_SANITIZE=0
 check_on_build "sanitizers only: the tests not run" "$work/bad" 1 "FAILED: test_gpu_b memcheck, test_gpu_b racecheck" \
   "^test_gpu_b memcheck +ERRORS" -- CARACAL_TESTS=0
+check_on_build "sanitizers on named binaries only" "$work/bad" 0 "all passed" "" -- CARACAL_TESTS=0 \
+  CARACAL_SANITIZE_BINARIES="test_gpu_a"
 check_on_build "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
   "^test_gpu_a memcheck +ERRORS: ours 1, nccl 0" -- STUB_SANITIZER_ERRORS=1
 check_on_build "no HGMMA in the SASS" "$work/ok" 1 "FAILED: SASS HGMMA instructions" "" -- STUB_HGMMA=0
