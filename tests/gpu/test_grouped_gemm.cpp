@@ -220,6 +220,13 @@ TEST(GroupedGemmChecks, CatchDeliberateErrors) {
       << "a dropped row passed";
 }
 
+// Every output of two forward runs bit for bit.
+void expect_same_forward_bits(const Outputs& want, const Outputs& got) {
+  EXPECT_TRUE(same_bits(want.hidden, got.hidden)) << "hidden differs";
+  EXPECT_TRUE(same_bits(want.gate_up, got.gate_up)) << "gate_up differs";
+  EXPECT_TRUE(same_bits(want.y, got.y)) << "y differs";
+}
+
 // Each output tile has one owner and a fixed K order: nothing may depend on the grid size, the
 // run, whether the optional counts let the kernels skip padding halves, or which CTA a tile queue
 // hands each tile to.
@@ -239,9 +246,7 @@ TEST(GroupedGemmDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
       o.tile_queue = queued;
       Outputs again;
       ASSERT_NO_FATAL_FAILURE(run_forward(p, o, again));
-      EXPECT_TRUE(same_bits(first.hidden, again.hidden)) << "hidden differs";
-      EXPECT_TRUE(same_bits(first.gate_up, again.gate_up)) << "gate_up differs";
-      EXPECT_TRUE(same_bits(first.y, again.y)) << "y differs";
+      expect_same_forward_bits(first, again);
     }
   }
 }
@@ -257,9 +262,7 @@ TEST(GroupedGemmLayout, HalvesReadInPlaceGiveTheInterleavedBits) {
   o.halves = true;
   Outputs halves;
   ASSERT_NO_FATAL_FAILURE(run_forward(p, o, halves));
-  EXPECT_TRUE(same_bits(interleaved.hidden, halves.hidden)) << "hidden differs";
-  EXPECT_TRUE(same_bits(interleaved.gate_up, halves.gate_up)) << "gate_up differs";
-  EXPECT_TRUE(same_bits(interleaved.y, halves.y)) << "y differs";
+  expect_same_forward_bits(interleaved, halves);
 }
 
 // All experts empty: the kernels run over zero tiles and write nothing.
