@@ -7,9 +7,11 @@
 #   register report of the kernels, the largest numeric errors the tests measured (where their
 #   bounds come from), and a short summary table last, then "FAILED: <steps>" or "all passed".
 # Usage: [CARACAL_SANITIZE=0] [CARACAL_TESTS=0] [CARACAL_TEST_TIMEOUT=s] [CARACAL_SANITIZER_TIMEOUT=s]
+#        [CARACAL_SANITIZER_JOBS=N]
 #        scripts/gpu-check.sh [build-dir]   (CARACAL_SANITIZE=0: the tests only; CARACAL_TESTS=0: the
 #        sanitizers and the SASS check only, for a device call of their own; CARACAL_SANITIZE_BINARIES="test_gpu_a
-#        test_gpu_b": the sanitizers on these binaries only, to spread them over calls; logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
+#        test_gpu_b": the sanitizers on these binaries only, to spread them over calls;
+#        CARACAL_SANITIZER_JOBS=N: one test a sanitizer process, N at a time; logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
 # OUT is set: the device tool brings back at most 8 files). Exit status 1 when a test binary failed
 # or timed out, a sanitizer found errors of ours, the SASS has no HGMMA, or the logs could not be
 # written (tests/scripts/test_gpu_check.sh checks this with a stub build).
@@ -58,6 +60,12 @@ done
 # The sanitizers run a small subset of each GPU suite (they slow kernels down 10-100x). The stall
 # tests are timing tests (200 ms timeouts) and stay out.
 sanitizer_filter="${CARACAL_SANITIZER_FILTER:-*W2*:*m128_n128_k64*:LoopbackWorld.*:ReadyFlags.ConsumersSeeWhatProducersPublished:GpuScheduleFaults.*:*GroupedGemm*Reference*edge_counts:GroupedGemm*Empty.*:GroupedGemmBackwardWindows.*:*MatchesTokenExchangeAtW1/uniform_shape0:GpuMoELayerNumerics.*:NcclWorld.SingleRankExchange:-*shape1*:*NeverArrives*:*RefusesAGrid*:*Stall*}"
+# A sanitizer unit is one process: a binary's filtered tests together, or with
+# CARACAL_SANITIZER_JOBS=N > 1 one test a process, N processes at a time (the fused suites take
+# minutes each under the sanitizers; in parallel they fit a device call).
+sanitizer_jobs="${CARACAL_SANITIZER_JOBS:-1}"
+sanitized=()
+units=()
 for t in "$build"/tests/test_gpu_*; do
   [ "${CARACAL_SANITIZE:-1}" = 1 ] || break  # CARACAL_SANITIZE=0: tests only
   [ -x "$t" ] || continue
@@ -68,19 +76,60 @@ for t in "$build"/tests/test_gpu_*; do
   case $name in test_gpu_bench_smoke | test_gpu_soak_smoke) continue ;; esac
   # A binary none of whose tests match the filter would run no CUDA call (the sanitizer calls that
   # an error): say so instead.
-  if ! "$t" --gtest_list_tests --gtest_filter="$sanitizer_filter" 2>/dev/null | grep -q '^  '; then
+  listed=$("$t" --gtest_list_tests --gtest_filter="$sanitizer_filter" 2>/dev/null)
+  if ! grep -q '^  ' <<<"$listed"; then
     record "$name sanitizers" "no test matches the filter"
     continue
   fi
+  sanitized+=("$name")
+  if [ "$sanitizer_jobs" -gt 1 ]; then
+    filters=$(awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' <<<"$listed")
+  else
+    filters=$sanitizer_filter
+  fi
+  for tool in memcheck racecheck; do
+    i=0
+    while read -r filter; do
+      units+=("$t|$tool|$filter|$logs/$name.$tool.$i")
+      i=$((i + 1))
+    done <<<"$filters"
+  done
+done
+
+run_sanitizer_unit() {  # run_sanitizer_unit "BINARY|TOOL|FILTER|LOG-STEM": LOG-STEM.log, and "rc seconds" in LOG-STEM.rc
+  local t tool filter stem start rc
+  IFS='|' read -r t tool filter stem <<<"$1"
+  start=$(date +%s)
+  timeout "${CARACAL_SANITIZER_TIMEOUT:-900}" compute-sanitizer --tool "$tool" "$t" --gtest_brief=1 \
+    --gtest_filter="$filter" >"$stem.log" 2>&1
+  rc=$?
+  echo "$rc $(($(date +%s) - start))" >"$stem.rc"
+}
+for unit in "${units[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$sanitizer_jobs" ]; do wait -n; done
+  run_sanitizer_unit "$unit" &
+done
+wait
+
+for name in "${sanitized[@]}"; do
   for tool in memcheck racecheck; do
     log="$logs/$name.$tool.log"
-    timeout "${CARACAL_SANITIZER_TIMEOUT:-900}" compute-sanitizer --tool "$tool" "$t" --gtest_brief=1 \
-      --gtest_filter="$sanitizer_filter" >"$log" 2>&1
-    rc=$?
+    cat "$logs/$name.$tool".[0-9]*.log >"$log"
+    rc=0 longest=0 processes=0 cut=0
+    for f in "$logs/$name.$tool".[0-9]*.rc; do
+      read -r unit_rc seconds <"$f"
+      processes=$((processes + 1))
+      [ "$seconds" -le "$longest" ] || longest=$seconds
+      [ "$unit_rc" -eq 0 ] || rc=$unit_rc
+      [ "$unit_rc" -ne 124 ] || cut=$((cut + 1))
+    done
     sorted=$(python3 "$lib_dir/sanitizer_report.py" "$log")
     ours=$?
-    if [ "$ours" -eq 0 ] && [ "$rc" -eq 0 ]; then
-      record "$name $tool" "clean: $sorted"
+    took="$processes process(es), longest ${longest} s"
+    if [ "$cut" -gt 0 ]; then
+      record_failed "$name $tool" "CUT: $cut of $processes process(es) past ${CARACAL_SANITIZER_TIMEOUT:-900} s; $sorted"
+    elif [ "$ours" -eq 0 ] && [ "$rc" -eq 0 ]; then
+      record "$name $tool" "clean: $sorted ($took)"
     else
       tail -n 20 "$log"
       record_failed "$name $tool" "ERRORS: $sorted (see $name.$tool.log)"

@@ -2,7 +2,8 @@
 # scripts/gpu-check.sh's exit status and verdict, with stub builds and device tools (no GPU): a failing
 # or hanging test binary, sanitizer errors, a SASS without HGMMA or a build without test binaries
 # make it exit 1 with the failed steps named in the table and on the last line; a passing run
-# exits 0 and says "all passed", with OUT unset or set.
+# exits 0 and says "all passed", with OUT unset or set; the sanitizers run a test a process in
+# parallel with CARACAL_SANITIZER_JOBS, and a sanitizer run past its bound fails as cut.
 source "$(dirname "$0")/script_test_lib.sh"
 stub_device_tools
 
@@ -37,6 +38,12 @@ check_on_build "sanitizers only: the tests not run" "$work/bad" 1 "FAILED: test_
   "^test_gpu_b memcheck +ERRORS" -- CARACAL_TESTS=0
 check_on_build "sanitizers on named binaries only" "$work/bad" 0 "all passed" "" -- CARACAL_TESTS=0 \
   CARACAL_SANITIZE_BINARIES="test_gpu_a"
+check_on_build "sanitizers a test a process, in parallel" "$work/ok" 0 "all passed" \
+  "^test_gpu_a memcheck +clean: ours 0, nccl 0 \(1 process\(es\), longest 0 s\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
+check_on_build "sanitizers in parallel, a failing test" "$work/bad" 1 "FAILED: test_gpu_b memcheck, test_gpu_b racecheck" \
+  "^test_gpu_a racecheck +clean" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
+check_on_build "a sanitizer run past its bound" "$work/hang" 1 "FAILED: test_gpu_c memcheck, test_gpu_c racecheck" \
+  "^test_gpu_c memcheck +CUT: 1 of 1 process\(es\) past 1 s" -- CARACAL_TESTS=0 CARACAL_SANITIZER_TIMEOUT=1
 check_on_build "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
   "^test_gpu_a memcheck +ERRORS: ours 1, nccl 0" -- STUB_SANITIZER_ERRORS=1
 check_on_build "no HGMMA in the SASS" "$work/ok" 1 "FAILED: SASS HGMMA instructions" "" -- STUB_HGMMA=0
