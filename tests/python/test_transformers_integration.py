@@ -6,6 +6,7 @@ On the GPU: tiny random-init DeepSeek-V3 and Qwen3-MoE models against the eager 
 against "grouped_mm" in bf16 (logits, loss, every expert weight's gradient), two runs bitwise, and
 token counts that change between calls. The GPU bounds are provisional until measured on an H200
 (then ~3x the largest error measured)."""
+import contextlib
 import types
 import warnings
 
@@ -133,6 +134,44 @@ def expert_grads(model):
             if name.endswith(("experts.gate_up_proj", "experts.down_proj"))}
 
 
+def experts_modules(model):
+    return {name: m for name, m in model.named_modules() if isinstance(getattr(m, "gate_up_proj", None), torch.Tensor)}
+
+
+@contextlib.contextmanager
+def routed_as(reference, *models):
+    """`models` route every token as `reference` did in its latest forward: each experts module
+    receives the reference's top_k_index for its layer (its own top_k_weights stay). Two routers a
+    rounding apart (fp32 and bf16, or two bf16 models whose earlier layers summed in another order)
+    can break a near tie between two experts differently, and one token sent elsewhere moves its
+    layer's expert gradients by up to ~9% (2026-12-05, Qwen3-MoE with seed 2: the fp32 reference
+    against grouped_mm in one run, against Caracal in another): routing, not the experts' arithmetic."""
+    seen, hooks = {}, []
+
+    def record(name):
+        def hook(_module, args, kwargs):
+            seen[name] = args[1] if len(args) > 1 else kwargs["top_k_index"]
+        return hook
+
+    def pin(name):
+        def hook(_module, args, kwargs):
+            if len(args) > 1:
+                return (args[0], seen[name].clone(), *args[2:]), kwargs
+            return args, {**kwargs, "top_k_index": seen[name].clone()}
+        return hook
+
+    for name, module in experts_modules(reference).items():
+        hooks.append(module.register_forward_pre_hook(record(name), with_kwargs=True))
+    for model in models:
+        for name, module in experts_modules(model).items():
+            hooks.append(module.register_forward_pre_hook(pin(name), with_kwargs=True))
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 def step(model, ids):
     model.zero_grad(set_to_none=True)
     out = model(ids, labels=ids)
@@ -150,16 +189,21 @@ def test_matches_eager_fp32_and_grouped_mm_bf16(config, seed):
     grouped.load_state_dict(reference.state_dict())
     ids = torch.randint(0, VOCAB, (2, 48), device="cuda")
     integration._warned.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        logits, loss, grads = step(ours, ids)
+    with routed_as(reference, ours, grouped):
+        ref_logits, ref_loss, ref_grads = step(reference, ids)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logits, loss, grads = step(ours, ids)
+        bf_logits, bf_loss, bf_grads = step(grouped, ids)
     assert not caracal_warnings(caught), caracal_warnings(caught)
     assert integration._engines, "no experts module ran on Caracal"
-    ref_logits, ref_loss, ref_grads = step(reference, ids)
-    bf_logits, bf_loss, bf_grads = step(grouped, ids)
-    assert rel(logits, ref_logits) < 3e-2
+    # The logits likewise: a bf16 model's differ from the fp32 model's by its attention and heads
+    # too (2026-12-05, H100, one seed of DeepSeek-V3's tiny model: 5.0e-2 for Caracal's experts).
+    plain_logits_err = rel(bf_logits, ref_logits)
+    print(f"logits against fp32 eager: caracal {rel(logits, ref_logits):.3e}, grouped_mm {plain_logits_err:.3e}")
+    assert rel(logits, ref_logits) <= max(3e-2, 1.5 * plain_logits_err), (rel(logits, ref_logits), plain_logits_err)
     assert abs(loss.item() - ref_loss.item()) < 2e-2 * abs(ref_loss.item())
-    assert rel(logits, bf_logits) < 3e-2
+    assert rel(logits, bf_logits) <= max(3e-2, 1.5 * plain_logits_err), (rel(logits, bf_logits), plain_logits_err)
     assert grads.keys() == ref_grads.keys() and grads
     # A bf16 model's gradients differ from the fp32 model's by what bf16 attention and heads add on
     # the way back (layer 0 of Qwen3-MoE most: 2026-12-05, H100, above 5e-2 for Caracal's experts);
@@ -188,7 +232,8 @@ def test_token_counts_that_change_between_calls(seed):
     eager.load_state_dict(model.state_dict())
     for tokens in (16, 100, 7, 300, 16):
         ids = torch.randint(0, VOCAB, (1, tokens), device="cuda")
-        with torch.no_grad():
-            assert rel(model(ids).logits, eager(ids).logits) < 3e-2, tokens
+        with torch.no_grad(), routed_as(eager, model):
+            want = eager(ids).logits
+            assert rel(model(ids).logits, want) < 3e-2, tokens
     capacities = {c for engines in integration._engines.values() for c in engines}
     assert capacities <= {128, 256, 512}, capacities

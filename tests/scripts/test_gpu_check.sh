@@ -23,6 +23,16 @@ make_build "$work/ok" test_gpu_a:0 test_unit:0
 make_build "$work/bad" test_gpu_a:0 test_gpu_b:1
 make_build "$work/hang" test_gpu_c:0:30
 make_build "$work/empty"
+make_build "$work/killed"
+cat >"$work/killed/tests/test_gpu_k" <<'STUB'
+#!/usr/bin/env bash
+# Listed like a test binary; its first run is killed (exit 9, as the OOM killer leaves it), the next pass.
+for a in "$@"; do [ "$a" = --gtest_list_tests ] && { printf 'Stub.\n  Test\n'; exit 0; }; done
+mkdir "$(dirname "$0")/killed-once" 2>/dev/null && exit 9
+echo "[==========] 1 test from 1 test suite ran. (1 ms total)"
+echo "[  PASSED  ] 1 test."
+STUB
+chmod +x "$work/killed/tests/test_gpu_k"
 
 script_under_test=gpu-check.sh
 script_env=(-C "$work" -u OUT)
@@ -42,6 +52,8 @@ check_on_build "sanitizers a test a process, in parallel" "$work/ok" 0 "all pass
   "^test_gpu_a memcheck +clean: ours 0, nccl 0 \(1 process\(es\), longest 0 s\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
 check_on_build "sanitizers in parallel, a failing test" "$work/bad" 1 "FAILED: test_gpu_b memcheck, test_gpu_b racecheck" \
   "^test_gpu_a racecheck +clean" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
+check_on_build "a sanitizer process killed beside others runs again alone" "$work/killed" 0 "all passed" \
+  "^sanitizer processes rerun alone +1 \(killed beside others\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=2
 check_on_build "a sanitizer run past its bound" "$work/hang" 1 "FAILED: test_gpu_c memcheck, test_gpu_c racecheck" \
   "^test_gpu_c memcheck +CUT: 1 of 1 process\(es\) past 1 s" -- CARACAL_TESTS=0 CARACAL_SANITIZER_TIMEOUT=1
 check_on_build "sanitizer errors" "$work/ok" 1 "FAILED: test_gpu_a memcheck, test_gpu_a racecheck" \
