@@ -53,10 +53,14 @@ void deinterleave_gate_up_host(const T* gate_up, T* gate, T* up, int64_t experts
 
 // One rank's expert weights, bf16, 16-byte aligned.
 struct MoEWeights {
-  const __nv_bfloat16* w_gate_up = nullptr;         // [L][2I][D], interleaved
+  const __nv_bfloat16* w_gate_up = nullptr;         // [L][2I][D], its rows as w_gate_up_layout says
   const __nv_bfloat16* w_down = nullptr;            // [L][D][I]
   const __nv_bfloat16* shared_w_gate_up = nullptr;  // [2Is][D], interleaved; only with a shared expert
   const __nv_bfloat16* shared_w_down = nullptr;     // [D][Is]; only with a shared expert
+  // The routed experts' W_gate_up rows: interleaved (caracal::gemm::gate_up_row), or [gate; up]
+  // halves (Hugging Face's gate_up_proj), read in place; the backward writes d_w_gate_up in the
+  // same order. The same bits either way.
+  gemm::GateUpLayout w_gate_up_layout = gemm::GateUpLayout::kInterleaved;
 };
 
 // One local rank's forward.

@@ -29,7 +29,9 @@ class MoE(nn.Module):
 
     Parameters (dtype `dtype`: bf16 by default, or fp32 master weights that forward casts to bf16
     for the kernels): w_gate_up [R*L, 2I, D] with gate and up rows interleaved in groups of 8
-    (caracal.reference.split_gate_up), w_down [R*L, D, I], and for a shared expert
+    (caracal.reference.split_gate_up; gate_up_layout="halves": W_gate's I rows then W_up's, as
+    Hugging Face's gate_up_proj holds them, read and written in place with the same bits), w_down
+    [R*L, D, I], and for a shared expert
     shared_w_gate_up [2Is, D], shared_w_down [D, Is]. Their gradients are fp32 sums over the
     tokens, stored in the parameters' dtype (for bf16: rounded once, by the kernels).
     Initialization: uniform in +-1/sqrt(fan_in), as nn.Linear.
@@ -65,7 +67,7 @@ class MoE(nn.Module):
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
                  shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0,
-                 exchange_sms=0, fused_forward=True, ring_rows=0):
+                 exchange_sms=0, fused_forward=True, ring_rows=0, gate_up_layout="interleaved"):
         super().__init__()
         load()
         world = world or World.default()
@@ -81,11 +83,14 @@ class MoE(nn.Module):
         self.tokens_per_rank, self.normalize, self.router_scale = tokens_per_rank, normalize, float(router_scale)
         if dtype not in (torch.bfloat16, torch.float32):
             raise TypeError(f"caracal.MoE: dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+        if gate_up_layout not in ("interleaved", "halves"):
+            raise ValueError(f"caracal.MoE: gate_up_layout must be 'interleaved' or 'halves', got {gate_up_layout!r}")
+        self.gate_up_layout = gate_up_layout
         # bf16 parameters get bf16 weight gradients, which the engine keeps partial sums for; fp32
         # ones do without (MoELayerOptions::bf16_weight_gradients).
         key = (hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
                float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows),
-               dtype == torch.bfloat16)
+               dtype == torch.bfloat16, gate_up_layout)
         self._engine = world._engine(key)
         # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
         # attributes, so with an int every engine would compile its own graph.

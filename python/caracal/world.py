@@ -165,12 +165,12 @@ class _Engine:
 
     def __init__(self, world, ordinal, unique_id, hidden, intermediate, num_experts, top_k, shared_intermediate,
                  tokens_per_rank, normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows,
-                 bf16_weight_gradients):
+                 bf16_weight_gradients, gate_up_layout="interleaved"):
         self.ordinal = ordinal  # engines made on its world before it
         self.handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
-            fused_forward, ring_rows, bf16_weight_gradients, world.timeout)
+            fused_forward, ring_rows, bf16_weight_gradients, world.timeout, gate_up_layout)
         self.layer = torch.tensor(self.handle, dtype=torch.int64)  # what the traced ops take
         self._finalizer = None
         if world.backend == "loopback":

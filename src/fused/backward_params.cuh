@@ -20,10 +20,11 @@ namespace caracal::fused {
 
 // The GEMMs are the standalone kernels': gemm::DownDgradSwigluGemm, and for dx the routed experts'
 // gemm::GateUpDgradToHomeGemm and the shared expert's gemm::GateUpDgradGemm (its rows stored as
-// they are; the same operands by definition), hence the same bits.
-static_assert(std::is_same_v<gemm::DownDgradSwigluGemm::OperandA, gemm::GateUpDgradGemm::OperandA> &&
-                  std::is_same_v<gemm::DownDgradSwigluGemm::OperandB, gemm::GateUpDgradGemm::OperandB>,
-              "the producer loads every TMA operand the same way");
+// they are; the same operands by definition), hence the same bits. The producer loads each task's
+// operands as its GEMM does; the stages and the consumers' wgmmas serve both alike.
+static_assert(gemm::DownDgradSwigluGemm::OperandA::kMajor == gemm::GateUpDgradGemm::OperandA::kMajor &&
+                  gemm::DownDgradSwigluGemm::OperandB::kMajor == gemm::GateUpDgradGemm::OperandB::kMajor,
+              "the dgrad and dx tiles share the stages' layout");
 
 struct FusedBackwardRankParams {
   gemm::MainloopParams dgrad_mainloop;

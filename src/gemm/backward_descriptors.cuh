@@ -49,17 +49,19 @@ inline DownDgradSwigluDescriptors down_dgrad_swiglu_descriptors(const DownDgradS
                                     args.scaled_activation_out, args.workspace, o.tiles.n_blocks)};
 }
 
-// dx = d_gate_up · W_gate_up[e]: d_gate_up [rows][2I] K-major; W_gate_up [L][2I][D] read as it is
-// stored, K = 2I rows of N = D contiguous columns (MN-major).
+// dx = d_gate_up · W_gate_up[e]: d_gate_up [rows][2I] K-major; W_gate_up [L][2I][D] in either row
+// order through its gate/up view, K = 2I rows of N = D contiguous columns (MN-major).
 using GateUpDgradDescriptors = RowGemmOperands;
 
 inline GateUpDgradDescriptors gate_up_dgrad_descriptors(const GateUpDgradArgs& args) {
   const uint64_t d = uint64_t(args.hidden);
   const uint64_t i = uint64_t(args.intermediate);
   // GateUpDgradToHomeGemm's operands too.
-  const RowGemmOperands o = row_gemm_operands<GateUpDgradGemm>(args.rows, args.tile_queue,
-                                                               uint64_t(args.rows.buffer_rows()), args.d_gate_up,
-                                                               "d_gate_up", args.w_gate_up, "w_gate_up", d, 2 * i);
+  RowGemmOperands o = row_gemm_operands<GateUpDgradGemm>(args.rows, args.tile_queue, uint64_t(args.rows.buffer_rows()),
+                                                         args.d_gate_up, "d_gate_up", args.w_gate_up, "w_gate_up", d,
+                                                         2 * i);
+  o.mainloop.b = OperandMaps<GateUpDgradGemm::OperandB>::make_map<GateUpDgradGemm::Policy::B>(
+      args.w_gate_up, uint64_t(args.rows.num_experts), 2 * i, d, "w_gate_up", args.w_gate_up_layout);
   return o;
 }
 

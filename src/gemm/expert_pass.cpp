@@ -35,6 +35,7 @@ UpGateSwigluArgs up_gate_gemm_args(const ExpertPass& pass, const ExpertPassWeigh
   auto up = pass_args<UpGateSwigluArgs>(pass);
   up.x = pass.x;
   up.w_gate_up = weights.w_gate_up;
+  up.w_gate_up_layout = weights.w_gate_up_layout;
   up.activation_out = pass.activation;
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
   up.tile_queue = pass.tile_queue;
@@ -71,6 +72,7 @@ WeightGradArgs weight_grad_args(const ExpertPass& pass, const ExpertPassGradient
   wgrad.d_w_gate_up = grads.w_gate_up;
   wgrad.d_w_down = grads.w_down;
   wgrad.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
+  wgrad.d_w_gate_up_layout = grads.w_gate_up_layout;
   wgrad.d_w_down_bf16 = grads.w_down_bf16;
   wgrad.partial_in = grads.partial_in;
   wgrad.partial_out = grads.partial_out;
@@ -101,6 +103,7 @@ GateUpDgradArgs dx_gemm_args(const ExpertPass& pass, const ExpertPassWeights& we
   auto dx = pass_args<GateUpDgradArgs>(pass);
   dx.d_gate_up = pass.d_gate_up;
   dx.w_gate_up = weights.w_gate_up;
+  dx.w_gate_up_layout = weights.w_gate_up_layout;
   dx.dx_out = pass.dx;
   dx.tile_queue = pass.tile_queue;
   return dx;

@@ -71,6 +71,18 @@ struct OperandMaps<KMajorGateUpWeights> {
 };
 
 template <>
+struct OperandMaps<MNMajorGateUpWeights> {
+  // W_gate_up [L][k = 2I][n], its rows interleaved or in [gate; up] halves.
+  template <class Tile>
+  static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n, const char* what,
+                              GateUpLayout layout = GateUpLayout::kInterleaved) {
+    static_assert(std::is_same_v<typename Tile::Element, cute::bfloat16_t>, "the gate/up view: bf16 weights");
+    return make_gate_up_view_map(base, experts, k / 2, n, layout, Tile::kBlockK / MNMajorGateUpWeights::kGroupRows,
+                                 Tile::kMnBox, what);
+  }
+};
+
+template <>
 struct OperandMaps<MNMajorWeights> {
   template <class Tile>
   static CUtensorMap make_map(const void* base, uint64_t experts, uint64_t k, uint64_t n,

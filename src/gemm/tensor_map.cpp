@@ -87,19 +87,37 @@ CUtensorMap make_scale_map_3d(const void* base, uint64_t batch, uint64_t rows, u
   return encode(base, 3, dims, strides, box, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-CUtensorMap make_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
-                                  GateUpLayout layout, uint32_t box_groups, uint32_t box_cols, const char* what) {
+namespace {
+
+// The gate/up view of make_gate_up_view_map for elements of `bytes` bytes of type `type`.
+CUtensorMap gate_up_view(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols, GateUpLayout layout,
+                         uint32_t box_groups, uint32_t box_cols, const char* what, uint64_t bytes,
+                         CUtensorMapDataType type) {
   constexpr uint32_t kGroup = kGateUpInterleave;  // rows of a gate or up group
   CARACAL_CHECK(intermediate % kGroup == 0, "grouped GEMM: ", what,
                 ": the intermediate size must be a multiple of ", kGroup, " for the gate/up view, got ", intermediate);
-  const uint64_t row = cols * 2;  // bytes of a weight row
+  const uint64_t row = cols * bytes;  // bytes of a matrix row
   // (col, r, h, q, expert): row (q, h, r) of the interleaved order at 16 q + 8 h + r or h I + 8 q + r.
   const bool interleaved = layout == GateUpLayout::kInterleaved;
   const cuuint64_t dims[5] = {cols, kGroup, 2, intermediate / kGroup, experts};
   const cuuint64_t strides[4] = {row, (interleaved ? kGroup : intermediate) * row,
                                  (interleaved ? 2 * kGroup : kGroup) * row, 2 * intermediate * row};
   const cuuint32_t box[5] = {box_cols, kGroup, 2, box_groups, 1};
-  return encode(base, 5, dims, strides, box, what);
+  return encode(base, 5, dims, strides, box, what, type);
+}
+
+}  // namespace
+
+CUtensorMap make_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
+                                  GateUpLayout layout, uint32_t box_groups, uint32_t box_cols, const char* what) {
+  return gate_up_view(base, experts, intermediate, cols, layout, box_groups, box_cols, what, 2,
+                      CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+}
+
+CUtensorMap make_f32_gate_up_view_map(const void* base, uint64_t experts, uint64_t intermediate, uint64_t cols,
+                                      GateUpLayout layout, uint32_t box_groups, uint32_t box_cols, const char* what) {
+  return gate_up_view(base, experts, intermediate, cols, layout, box_groups, box_cols, what, kF32Bytes,
+                      CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
 }
 
 }  // namespace caracal::gemm

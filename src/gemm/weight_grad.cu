@@ -23,10 +23,12 @@ namespace {
 // grad[e] ([L][m][n], fp32 `grad` or bf16 `grad_bf16`) = sum over e's rows of lhs[r]^T rhs[r];
 // lhs [buffer rows][m], rhs [buffer rows][n]; bf16 partial sums (WeightGradArgs) in `partial_in`,
 // `partial_out` ([m][n] fp32).
+// With `gate_up` (dW_gate_up's launch), grad stored through its gate/up view in `layout`'s row order.
 WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bfloat16* lhs, int m,
                                          const char* lhs_name, const __nv_bfloat16* rhs, int n, const char* rhs_name,
                                          float* grad, __nv_bfloat16* grad_bf16, const char* grad_name,
-                                         const float* partial_in, float* partial_out, int num_ctas) {
+                                         const float* partial_in, float* partial_out, int num_ctas,
+                                         bool gate_up = false, GateUpLayout layout = GateUpLayout::kInterleaved) {
   uint64_t const buffer_rows = uint64_t(rows.buffer_rows());
   uint64_t const grad_rows = uint64_t(rows.num_experts) * uint64_t(m);
   using Policy = WeightGradGemm::Policy;  // the bf16 gradients' GEMM's too
@@ -42,9 +44,16 @@ WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bf
   WeightGradEpilogueParams& e = p.epilogue;
   e.grad_rows = m;
   e.grad_cols = n;
+  // dW_gate_up in halves goes through the view; the interleaved order keeps the plain 2-D map.
+  e.grad_view = gate_up && layout == GateUpLayout::kHalves;
+  e.partial_in_halves = 0;
+  uint64_t const experts = uint64_t(rows.num_experts);
+  constexpr uint32_t kSliceGroups = kChunkRows / (2 * kGateUpInterleave);
   if (grad_bf16 != nullptr) {
     launch.bf16 = true;
-    e.grad = make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
+    e.grad = e.grad_view ? make_gate_up_view_map(grad_bf16, experts, uint64_t(m / 2), uint64_t(n), layout,
+                                                 kSliceGroups, kChunkCols, grad_name)
+                         : make_tensor_map_2d(grad_bf16, grad_rows, uint64_t(n), kChunkRows, kChunkCols, grad_name);
     e.partial_in = partial_in;
     e.partial_in_expert_floats = 0;  // one expert's partial
     if (partial_out != nullptr) {
@@ -54,10 +63,13 @@ WeightGradLaunch make_weight_grad_launch(const ScheduleView& rows, const __nv_bf
     e.partial_out_expert_rows = 0;
     return launch;
   }
-  e.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
-  e.partial_out = e.grad;  // the fp32 gradient holds its own partial sums
+  e.grad = e.grad_view ? make_f32_gate_up_view_map(grad, experts, uint64_t(m / 2), uint64_t(n), layout, kSliceGroups,
+                                                    kChunkCols / 2, grad_name)
+                       : make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
+  e.partial_out = e.grad;  // the fp32 gradient holds its own partial sums (stored as the gradient is)
   e.partial_out_expert_rows = m;
   e.partial_in = grad;
+  e.partial_in_halves = e.grad_view ? m / 2 : 0;
   e.partial_in_expert_floats = int64_t(m) * n;
   return launch;
 }
@@ -82,10 +94,10 @@ std::array<WeightGradLaunch, 2> weight_grad_launches(const WeightGradArgs& args)
   const float* in_down = args.partial_in != nullptr ? args.partial_in + down_at : nullptr;
   float* out_down = args.partial_out != nullptr ? args.partial_out + down_at : nullptr;
   return {
-      // dW_gate_up[e] = d_gate_up^T x: [2I][D], rows interleaved like W_gate_up.
+      // dW_gate_up[e] = d_gate_up^T x: [2I][D], its rows in W_gate_up's order.
       make_weight_grad_launch(args.rows, args.d_gate_up, 2 * args.intermediate, "d_gate_up", args.x, args.hidden, "x",
                               args.d_w_gate_up, args.d_w_gate_up_bf16, "d_w_gate_up", args.partial_in,
-                              args.partial_out, args.num_ctas),
+                              args.partial_out, args.num_ctas, true, args.d_w_gate_up_layout),
       // dW_down[e] = dy^T (g hidden): [D][I].
       make_weight_grad_launch(args.rows, args.dy, args.hidden, "dy", args.scaled_activation, args.intermediate,
                               "scaled_activation", args.d_w_down, args.d_w_down_bf16, "d_w_down", in_down, out_down,

@@ -17,7 +17,7 @@ namespace caracal::gemm {
 using WeightGradParams = KernelParams<WeightTileParams, WeightGradEpilogueParams>;
 
 // One weight-gradient launch: p.epilogue.grad is the [num_experts * grad_rows][grad_cols] gradient
-// map, fp32 or (bf16) bf16.
+// map, fp32 or (bf16) bf16 (dW_gate_up in [gate; up] halves: its gate/up view).
 struct WeightGradLaunch {
   WeightGradParams params{};
   bool bf16 = false;

@@ -57,6 +57,14 @@ void append(std::vector<PointerArg>& out, std::vector<PointerArg> args, bool pre
 
 }  // namespace
 
+void check_gate_up_layout(const MoEWeights& weights, const char* fn, int local_rank) {
+  const auto layout = static_cast<int>(weights.w_gate_up_layout);
+  CARACAL_CHECK(weights.w_gate_up_layout == gemm::GateUpLayout::kInterleaved ||
+                    weights.w_gate_up_layout == gemm::GateUpLayout::kHalves,
+                fn, ": ranks[", local_rank,
+                "].weights.w_gate_up_layout must be gemm::GateUpLayout::kInterleaved or kHalves, got ", layout);
+}
+
 std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const LayerSizes& s, bool with_output) {
   const int T = s.tokens, k = s.top_k, D = s.hidden, I = s.intermediate, L = s.local_experts;
   const int Is = s.shared_intermediate;

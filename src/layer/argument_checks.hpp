@@ -40,6 +40,10 @@ std::vector<OutputBuffer> backward_outputs(const MoEBackwardArgs& args, const La
 // but required, given but forbidden, or misaligned.
 void check_pointer_args(const std::vector<PointerArg>& args, const char* fn, int local_rank);
 
+// Throws caracal::Error "<fn>: ranks[<local_rank>].weights.w_gate_up_layout ..." unless it is one
+// of gemm::GateUpLayout's values.
+void check_gate_up_layout(const MoEWeights& weights, const char* fn, int local_rank);
+
 // One argument struct per local rank.
 void check_rank_count(size_t given, int local_ranks, const char* fn);
 

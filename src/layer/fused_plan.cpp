@@ -38,7 +38,7 @@ class FusedPlan final : public LayerPlan {
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEWeights& w = ranks[l].weights;
       const RankState& rank = state_.ranks[l];
-      args.ranks.push_back({rank.routed, {w.w_gate_up, w.w_down}, state_.sizes.has_shared, rank.shared,
+      args.ranks.push_back({rank.routed, routed_weights(w), state_.sizes.has_shared, rank.shared,
                             {w.shared_w_gate_up, w.shared_w_down}, rank.local.buffers().ready_counters});
     }
     fused::zero_ready_counters(args, stream);
@@ -81,7 +81,7 @@ class FusedPlan final : public LayerPlan {
     if (dx_sums_ride) {
       const size_t l = 0;  // a world of one rank
       fused::weight_grads_with_dx_sums(world_, *state_.exchange, state_.config.router, window_pass(l, windows - 1),
-                                       window_gradients(ranks[l], l, windows - 1), stream);
+                                       window_gradients(ranks[l], forward[l].weights, l, windows - 1), stream);
     } else {
       state_.exchange->reverse_dispatch_filled_dx_slots(state_.config.router, stream, dx_slots());
     }
@@ -111,9 +111,10 @@ class FusedPlan final : public LayerPlan {
   }
   // Where its weight gradients go: bf16 ones keep the sums of an expert cut by the window's edges in
   // fp32, the partial buffers taking turns window by window.
-  gemm::ExpertPassGradients window_gradients(const MoEBackwardArgs& a, size_t l, int window) const {
+  gemm::ExpertPassGradients window_gradients(const MoEBackwardArgs& a, const MoEWeights& forward_weights, size_t l,
+                                             int window) const {
     const LocalBuffers& local = state_.ranks[l].local.buffers();
-    gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
+    gemm::ExpertPassGradients grads = routed_gradients(a, forward_weights);
     grads.partial_in = window > 0 ? local.weight_grad_partials[(window + 1) % 2] : nullptr;
     grads.partial_out = local.weight_grad_partials[window % 2];
     return grads;
@@ -135,7 +136,7 @@ class FusedPlan final : public LayerPlan {
       state_.exchange->dispatch(stream, x_rows);
       for (size_t l = 0; l < ranks.size(); ++l) {
         const MoEWeights& w = forward[l].weights;
-        gemm::expert_up_gate(window_pass(l, window), {w.w_gate_up, w.w_down}, stream);
+        gemm::expert_up_gate(window_pass(l, window), routed_weights(w), stream);
       }
     }
     // The launch pulls the other GPUs' dy rows (and, after the forward, macrobatch 0's x rows: the
@@ -158,7 +159,7 @@ class FusedPlan final : public LayerPlan {
       const MoEWeights& w = forward[l].weights;
       fused::FusedBackwardRank rank;
       rank.pass = window_pass(l, window);
-      rank.weights = {w.w_gate_up, w.w_down};
+      rank.weights = routed_weights(w);
       rank.ready_counters = state_.ranks[l].local.buffers().ready_counters;
       rank.has_shared = state_.sizes.has_shared && window == 0;
       rank.shared = state_.ranks[l].shared;
@@ -170,7 +171,8 @@ class FusedPlan final : public LayerPlan {
     }
     fused::fused_backward(world_, launch, stream);
     for (size_t l = 0; l < ranks.size() && weight_grads; ++l) {
-      gemm::expert_weight_grads(window_pass(l, window), window_gradients(ranks[l], l, window), stream);
+      gemm::expert_weight_grads(window_pass(l, window), window_gradients(ranks[l], forward[l].weights, l, window),
+                                stream);
     }
   }
 

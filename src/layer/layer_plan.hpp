@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "caracal/comm/world.hpp"
+#include "caracal/gemm/expert_pass.hpp"
 #include "caracal/moe_layer.hpp"
 #include "layer/layer_state.hpp"
 
@@ -35,6 +36,16 @@ class LayerPlan {
   virtual int ring_rows() const = 0;
   virtual transfer::DxSlots dx_slots() const = 0;
 };
+
+// A rank's routed experts' weights, and where their gradients go (in the weights' row order).
+inline gemm::ExpertPassWeights routed_weights(const MoEWeights& w) {
+  return {w.w_gate_up, w.w_down, w.w_gate_up_layout};
+}
+inline gemm::ExpertPassGradients routed_gradients(const MoEBackwardArgs& a, const MoEWeights& forward_weights) {
+  gemm::ExpertPassGradients grads{a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16};
+  grads.w_gate_up_layout = forward_weights.w_gate_up_layout;
+  return grads;
+}
 
 std::unique_ptr<LayerPlan> make_separate_launches_plan(LayerState& state, comm::World& world);
 // `comm_ctas`: MoELayerOptions::fused_comm_ctas, checked by the caller.

@@ -158,6 +158,7 @@ MoEContext MoELayer::context(uint64_t forward_id, const std::vector<MoEForwardAr
     const auto i = static_cast<size_t>(l);
     const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[i], impl_->state.sizes, false);
     layer::check_pointer_args(args, kContext, l);
+    layer::check_gate_up_layout(ranks[i].weights, kContext, l);
     layer::check_pointer_devices(args, impl_->state.ranks[i].owned(), world_.device(), kContext, l);
   }
   MoEContext context;
@@ -185,6 +186,7 @@ MoEContext MoELayer::forward(const std::vector<MoEForwardArgs>& ranks, cudaStrea
   for (int l = 0; l < world_.local_ranks(); ++l) {
     const std::vector<layer::PointerArg> args = layer::forward_pointer_args(ranks[static_cast<size_t>(l)], sizes);
     layer::check_pointer_args(args, kForward, l);
+    layer::check_gate_up_layout(ranks[static_cast<size_t>(l)].weights, kForward, l);
     layer::check_pointer_devices(args, state.ranks[static_cast<size_t>(l)].owned(), world_.device(), kForward, l);
   }
 

@@ -26,7 +26,7 @@ class SeparateLaunchesPlan final : public LayerPlan {
     state_.exchange->build_schedule(state_.config.router, stream);
     state_.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_forward(state_.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+      gemm::expert_forward(state_.ranks[l].routed, routed_weights(ranks[l].weights), stream);
     }
   }
 
@@ -38,7 +38,7 @@ class SeparateLaunchesPlan final : public LayerPlan {
     replay_schedule(state_, ranks, stream);
     state_.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_up_gate(state_.ranks[l].routed, {ranks[l].weights.w_gate_up, ranks[l].weights.w_down}, stream);
+      gemm::expert_up_gate(state_.ranks[l].routed, routed_weights(ranks[l].weights), stream);
     }
   }
 
@@ -48,10 +48,9 @@ class SeparateLaunchesPlan final : public LayerPlan {
     state_.exchange->reverse_combine(stream, transfer::PullRange{0, 0});
     for (size_t l = 0; l < ranks.size(); ++l) {
       const MoEBackwardArgs& a = ranks[l];
-      const gemm::ExpertPassWeights weights{forward[l].weights.w_gate_up, forward[l].weights.w_down};
+      const gemm::ExpertPassWeights weights = routed_weights(forward[l].weights);
       const gemm::ExpertPass& pass = state_.ranks[l].routed;
-      gemm::expert_backward_before_dx(pass, weights, {a.d_w_gate_up, a.d_w_down, a.d_w_gate_up_bf16, a.d_w_down_bf16},
-                                      stream);
+      gemm::expert_backward_before_dx(pass, weights, routed_gradients(a, forward[l].weights), stream);
       // dx rows straight into their home slots (reverse dispatch's push in the GEMM's epilogue),
       // after reverse_combine's barrier; published by the reverse dispatch's.
       const gemm::HomeSlots home{world_.device_heap_table(), state_.exchange->backward_buffers().dx_slots,

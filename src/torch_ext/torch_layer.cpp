@@ -50,7 +50,8 @@ Registry& registry() {
 
 }  // namespace
 
-TorchLayer::TorchLayer(const TorchLayerSpec& spec) : config(spec.config), device(spec.device) {
+TorchLayer::TorchLayer(const TorchLayerSpec& spec)
+    : config(spec.config), device(spec.device), gate_up_layout(spec.gate_up_layout) {
   CARACAL_CHECK(spec.backend == Backend::kLoopback || spec.unique_id.has_value(),
                 "caracal: the NCCL backend needs the unique id of the job");
   check_cuda(cudaSetDevice(spec.device), "cudaSetDevice(layer device)");

@@ -34,6 +34,7 @@ struct TorchLayerSpec {
   int ring_rows = 0;          // MoELayerOptions::ring_rows
   bool bf16_weight_gradients = true;  // MoELayerOptions::bf16_weight_gradients
   double timeout_s = 600.0;  // the world's wait timeout
+  gemm::GateUpLayout gate_up_layout = gemm::GateUpLayout::kInterleaved;  // of every w_gate_up it is given
 };
 
 struct TorchLayer {
@@ -42,6 +43,7 @@ struct TorchLayer {
 
   LayerConfig config;
   int device;
+  gemm::GateUpLayout gate_up_layout;  // MoEWeights::w_gate_up_layout of its calls
   MoELayerMemory memory;  // MoELayer::memory of the configuration and options it was built with
   comm::NcclComm comm;  // NCCL backend only; declared before the world that uses it
   std::unique_ptr<comm::World> world;

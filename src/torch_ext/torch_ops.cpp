@@ -62,13 +62,14 @@ T* ptr(const Tensor& t, int64_t offset = 0) {
 struct Dims {
   int64_t ranks, tokens, top_k, hidden, inter, local_experts, shared_inter;
   bool has_shared;
+  gemm::GateUpLayout gate_up_layout;  // of w_gate_up (TorchLayer::gate_up_layout)
 };
 
 Dims dims_of(const TorchLayer& l) {
   const LayerConfig& c = l.config;
   return Dims{l.world->local_ranks(), c.tokens_per_rank,     c.shape.top_k,
               c.shape.hidden,         c.shape.intermediate,  c.local_experts(),
-              c.shape.shared_intermediate, c.shape.num_shared_experts > 0};
+              c.shape.shared_intermediate, c.shape.num_shared_experts > 0, l.gate_up_layout};
 }
 
 // The weights: bf16, or fp32 (cast to bf16 for the kernels); all four of one dtype, which is
@@ -106,6 +107,7 @@ MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& ker
   MoEWeights w;
   w.w_gate_up = ptr<const bf16>(kernel[0], r * d.local_experts * 2 * d.inter * d.hidden);
   w.w_down = ptr<const bf16>(kernel[1], r * d.local_experts * d.hidden * d.inter);
+  w.w_gate_up_layout = d.gate_up_layout;
   if (d.has_shared) {
     w.shared_w_gate_up = ptr<const bf16>(kernel[2]);
     w.shared_w_down = ptr<const bf16>(kernel[3]);
@@ -129,7 +131,8 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                      int64_t shared_intermediate, int64_t ep_size, int64_t tokens_per_rank, bool normalize,
                      double router_scale, const std::string& backend, int64_t rank,
                      const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
-                     bool fused_forward, int64_t ring_rows, bool bf16_weight_gradients, double timeout_s) {
+                     bool fused_forward, int64_t ring_rows, bool bf16_weight_gradients, double timeout_s,
+                     const std::string& gate_up_layout) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -168,6 +171,10 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
   TORCH_CHECK_VALUE(timeout_s > 0.0 && timeout_s <= 3600.0,
                     "caracal.create_layer: timeout must be in (0, 3600] seconds, got ", timeout_s);
   spec.timeout_s = timeout_s;
+  TORCH_CHECK_VALUE(gate_up_layout == "interleaved" || gate_up_layout == "halves",
+                    "caracal.create_layer: gate_up_layout must be 'interleaved' or 'halves', got '", gate_up_layout,
+                    "'");
+  spec.gate_up_layout = gate_up_layout == "halves" ? gemm::GateUpLayout::kHalves : gemm::GateUpLayout::kInterleaved;
   if (spec.backend == Backend::kNccl) {
     TORCH_CHECK_VALUE(unique_id && unique_id->scalar_type() == at::kByte && unique_id->device().is_cpu() &&
                           unique_id->numel() == NCCL_UNIQUE_ID_BYTES,
@@ -402,7 +409,7 @@ TORCH_LIBRARY(caracal, m) {
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
-      "float timeout) -> int");
+      "float timeout, str gate_up_layout='interleaved') -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_holders(int layer) -> int");
   m.def("layer_memory(int layer) -> int[]");

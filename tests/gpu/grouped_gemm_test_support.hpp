@@ -210,6 +210,35 @@ inline void make_inputs(ExpertInputs& in, const Case& c, std::mt19937_64& rng, D
   ASSERT_NO_FATAL_FAILURE(in.d_count.upload(std::vector<int32_t>(c.counts.begin(), c.counts.end())));
 }
 
+// The experts' W_gate_up as Hugging Face's [gate; up] halves (GateUpLayout::kHalves): W_gate then
+// W_up for every expert, [L][2I][D].
+inline std::vector<uint16_t> gate_up_halves(const ExpertInputs& in) {
+  const size_t L = size_t(in.num_experts), ID = size_t(in.c.intermediate) * size_t(in.c.hidden);
+  std::vector<uint16_t> w(2 * L * ID);
+  for (size_t e = 0; e < L; ++e) {
+    std::copy_n(in.w_gate.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t(2 * e * ID));
+    std::copy_n(in.w_up.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t((2 * e + 1) * ID));
+  }
+  return w;
+}
+
+// [L][2I][cols] with its rows in the interleaved order (caracal::gemm::gate_up_row) put in [gate; up]
+// halves order.
+template <typename T>
+std::vector<T> interleaved_to_halves(const std::vector<T>& v, size_t experts, size_t intermediate, size_t cols) {
+  std::vector<T> out(v.size());
+  for (size_t e = 0; e < experts; ++e) {
+    for (size_t j = 0; j < intermediate; ++j) {
+      for (const bool up : {false, true}) {
+        const size_t from = (e * 2 * intermediate + size_t(caracal::gemm::gate_up_row(int64_t(j), up))) * cols;
+        const size_t to = (e * 2 * intermediate + (up ? intermediate : 0) + j) * cols;
+        std::copy_n(v.begin() + std::ptrdiff_t(from), cols, out.begin() + std::ptrdiff_t(to));
+      }
+    }
+  }
+  return out;
+}
+
 // A tile queue of kTileQueueWords words in `queue`, poisoned: the launcher zeroes the counter and the
 // kernels write the slots before they read them.
 inline void allocate_tile_queue(DeviceBuffer<uint32_t>& queue) {

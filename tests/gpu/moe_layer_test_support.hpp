@@ -196,14 +196,27 @@ struct RankBuffers {
   DeviceArray<float> scores, shared_scale, d_scores, d_shared_scale;
   DeviceArray<float> d_w_gate_up, d_w_down, d_shared_w_gate_up, d_shared_w_down;
 
-  RankBuffers(const LayerCase& c, const HostWeights& w, int rank) {
+  gemm::GateUpLayout gate_up_layout;  // of w_gate_up (and so of d_w_gate_up)
+
+  RankBuffers(const LayerCase& c, const HostWeights& w, int rank,
+              gemm::GateUpLayout layout = gemm::GateUpLayout::kInterleaved)
+      : gate_up_layout(layout) {
     const size_t T = static_cast<size_t>(c.tokens), k = static_cast<size_t>(c.top_k), D = kHidden,
                  I = kIntermediate, Is = kSharedIntermediate;
     const size_t L = static_cast<size_t>(c.experts / c.world);
     const size_t first = static_cast<size_t>(rank) * L;
     Bf16 gate_up(L * 2 * I * D);
-    interleave_gate_up_weights_host(w.gate.data() + first * I * D, w.up.data() + first * I * D, gate_up.data(),
-                                    static_cast<int64_t>(L), kIntermediate, kHidden);
+    if (layout == gemm::GateUpLayout::kHalves) {  // W_gate then W_up for every expert
+      for (size_t e = 0; e < L; ++e) {
+        std::copy_n(w.gate.begin() + static_cast<int64_t>((first + e) * I * D), I * D,
+                    gate_up.begin() + static_cast<int64_t>(2 * e * I * D));
+        std::copy_n(w.up.begin() + static_cast<int64_t>((first + e) * I * D), I * D,
+                    gate_up.begin() + static_cast<int64_t>((2 * e + 1) * I * D));
+      }
+    } else {
+      interleave_gate_up_weights_host(w.gate.data() + first * I * D, w.up.data() + first * I * D, gate_up.data(),
+                                      static_cast<int64_t>(L), kIntermediate, kHidden);
+    }
     w_gate_up = DeviceArray<uint16_t>(gate_up.size());
     w_gate_up.upload(gate_up);
     w_down = DeviceArray<uint16_t>(L * D * I);
@@ -276,6 +289,7 @@ struct RankBuffers {
     a.shared_scale = shared_scale.get();
     a.weights.w_gate_up = bf16_ptr(w_gate_up);
     a.weights.w_down = bf16_ptr(w_down);
+    a.weights.w_gate_up_layout = gate_up_layout;
     a.weights.shared_w_gate_up = bf16_ptr(shared_w_gate_up);
     a.weights.shared_w_down = bf16_ptr(shared_w_down);
     a.y = bf16_out(y);
@@ -300,8 +314,9 @@ struct RankBuffers {
 struct WorldBuffers {
   std::vector<RankBuffers> ranks;
 
-  WorldBuffers(const LayerCase& c, const HostWeights& w, const comm::World& world) {
-    for (int l = 0; l < world.local_ranks(); ++l) ranks.emplace_back(c, w, world.first_local_rank() + l);
+  WorldBuffers(const LayerCase& c, const HostWeights& w, const comm::World& world,
+               gemm::GateUpLayout layout = gemm::GateUpLayout::kInterleaved) {
+    for (int l = 0; l < world.local_ranks(); ++l) ranks.emplace_back(c, w, world.first_local_rank() + l, layout);
   }
   std::vector<MoEForwardArgs> forward_args() const {
     std::vector<MoEForwardArgs> out;
@@ -335,6 +350,7 @@ struct WorldBuffers {
 struct LayerSetup {
   MoELayerOptions options;
   layer::LayerExperiments experiments;
+  gemm::GateUpLayout gate_up_layout = gemm::GateUpLayout::kInterleaved;  // of the weights given
 };
 
 // v1's separate launches; rows_per_route: the exchange sends a row per route.
@@ -364,7 +380,7 @@ struct LoopbackLayer {
       : world(c.world, layer::ExperimentalLayer::memory(config_of(c), setup.options, setup.experiments).heap),
         owned_layer(layer::ExperimentalLayer::make(config_of(c), world, setup.options, setup.experiments)),
         layer(*owned_layer),
-        buffers(c, weights, world) {}
+        buffers(c, weights, world, setup.gate_up_layout) {}
   comm::LoopbackWorld world;
   std::unique_ptr<MoELayer> owned_layer;
   MoELayer& layer;

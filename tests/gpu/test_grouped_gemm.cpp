@@ -70,14 +70,8 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   auto up = up_gate_args(p, rows, p.d_activation.get(), gate_up, o.num_ctas);
   up.tile_queue = o.tile_queue ? queue.get() : nullptr;
   DeviceBuffer<uint16_t> halves;
-  if (o.halves) {  // W_gate then W_up for every expert: [L][2I][D]
-    const size_t L = size_t(p.num_experts), ID = size_t(p.c.intermediate) * size_t(p.c.hidden);
-    std::vector<uint16_t> w(2 * L * ID);
-    for (size_t e = 0; e < L; ++e) {
-      std::copy_n(p.w_gate.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t(2 * e * ID));
-      std::copy_n(p.w_up.begin() + std::ptrdiff_t(e * ID), ID, w.begin() + std::ptrdiff_t((2 * e + 1) * ID));
-    }
-    ASSERT_NO_FATAL_FAILURE(halves.upload(w));
+  if (o.halves) {
+    ASSERT_NO_FATAL_FAILURE(halves.upload(gate_up_halves(p)));
     up.w_gate_up = as_bf16(halves.get());
     up.w_gate_up_layout = caracal::gemm::GateUpLayout::kHalves;
   }

@@ -53,6 +53,7 @@ struct Problem : ExpertInputs {
   DeviceBuffer<uint16_t> d_d_gate_up, d_scaled_hidden, d_dx;
   DeviceBuffer<float> d_dg, d_workspace, d_dw_gate_up, d_dw_down;
   DeviceBuffer<uint16_t> d_dw_gate_up_bf16, d_dw_down_bf16;
+  DeviceBuffer<uint16_t> d_w_gate_up_halves;  // W_gate_up in [gate; up] halves (GateUpLayout::kHalves)
 };
 
 // Fills the inputs, runs the forward up/gate kernel for gate_up and hidden (as training does).
@@ -77,6 +78,7 @@ void make_problem(Problem& p, const Case& c) {
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down.allocate(L * D * I));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.allocate(L * D * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_halves.upload(gate_up_halves(p)));
 
   ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(
       up_gate_args(p, p.schedule(true), p.d_activation.get(), p.d_gate_up.get()), nullptr));
@@ -90,6 +92,7 @@ struct RunOptions {
   bool pass_counts = true;
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (dw_*_bf16) instead of fp32
   bool tile_queue = false;         // the dgrad and dx GEMMs' tiles from a tile queue, not at a fixed stride
+  bool halves = false;  // dx reads W_gate_up as [gate; up] halves and dW_gate_up is stored so (in place)
 };
 
 struct Outputs {
@@ -112,10 +115,11 @@ DownDgradSwigluArgs dgrad_args(Problem& p, const ScheduleView& rows, int num_cta
   return a;
 }
 
-GateUpDgradArgs dx_args(Problem& p, const ScheduleView& rows, int num_ctas) {
+GateUpDgradArgs dx_args(Problem& p, const ScheduleView& rows, int num_ctas, bool halves = false) {
   auto a = kernel_args<GateUpDgradArgs>(rows, p.c.hidden, p.c.intermediate, num_ctas);
   a.d_gate_up = as_bf16(p.d_d_gate_up.get());
-  a.w_gate_up = as_bf16(p.d_w_gate_up.get());
+  a.w_gate_up = as_bf16(halves ? p.d_w_gate_up_halves.get() : p.d_w_gate_up.get());
+  a.w_gate_up_layout = halves ? caracal::gemm::GateUpLayout::kHalves : caracal::gemm::GateUpLayout::kInterleaved;
   a.dx_out = as_bf16(p.d_dx.get());
   return a;
 }
@@ -133,6 +137,7 @@ WeightGradArgs weight_args(Problem& p, const ScheduleView& rows, const RunOption
     a.d_w_gate_up = p.d_dw_gate_up.get();
     a.d_w_down = p.d_dw_down.get();
   }
+  if (o.halves) a.d_w_gate_up_layout = caracal::gemm::GateUpLayout::kHalves;
   return a;
 }
 
@@ -151,7 +156,7 @@ void run_backward(Problem& p, const RunOptions& o, Outputs& out) {
   DownDgradSwigluArgs dgrad = dgrad_args(p, rows, o.num_ctas);
   dgrad.tile_queue = o.tile_queue ? queue.get() : nullptr;
   ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
-  GateUpDgradArgs dx = dx_args(p, rows, o.num_ctas);
+  GateUpDgradArgs dx = dx_args(p, rows, o.num_ctas, o.halves);
   dx.tile_queue = o.tile_queue ? queue.get() : nullptr;
   ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx, nullptr));
   ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(weight_args(p, rows, o), nullptr));
@@ -453,101 +458,137 @@ TEST(GroupedGemmBackwardBf16Grads, AreTheFp32GradientsRoundedOnce) {
 // weight gradients over the window, the weight gradients of experts cut by a window's edges
 // continuing from fp32 partials (bf16 ones through two partial buffers in turn). Every output is
 // bitwise the whole pass's: rings of 128 rows (expert 0's 300 rows over three windows, its sum
-// continued twice) and 384, fp32 and bf16 weight gradients.
+// continued twice) and 384, fp32 and bf16 weight gradients, W_gate_up interleaved and in halves
+// (an fp32 dW_gate_up in halves continues from its own rows in that order).
 TEST(GroupedGemmBackwardWindows, RingWindowsGiveTheWholePassBits) {
   CARACAL_REQUIRE_GPU();
   for (const bool bf16 : {false, true}) {
     for (const int ring : {128, 384}) {
-      SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + " weight gradients, a ring of " + std::to_string(ring));
+      for (const bool halves : {false, true}) {
+        SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + " weight gradients, a ring of " + std::to_string(ring) +
+                     (halves ? ", W_gate_up in [gate; up] halves" : ""));
+        Problem p;
+        RunOptions o;
+        o.bf16_weight_grads = bf16;
+        o.halves = halves;
+        Outputs whole;
+        ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, o, whole));
+        const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
+        const size_t rows = size_t(p.rows.offset.back());  // rows past the schedule's are not written
+        DeviceBuffer<uint16_t> ring_x, ring_dy, ring_gate_up, ring_activation, ring_dx;
+        ASSERT_NO_FATAL_FAILURE(ring_x.allocate(size_t(ring) * D));
+        ASSERT_NO_FATAL_FAILURE(ring_dy.allocate(size_t(ring) * D));
+        ASSERT_NO_FATAL_FAILURE(ring_gate_up.allocate(size_t(ring) * 2 * I));
+        ASSERT_NO_FATAL_FAILURE(ring_activation.allocate(size_t(ring) * I));
+        ASSERT_NO_FATAL_FAILURE(ring_dx.allocate(size_t(ring) * D));
+        DeviceBuffer<float> partials[2];
+        for (auto& b : partials) ASSERT_NO_FATAL_FAILURE(b.allocate(caracal::gemm::weight_grad_partial_floats(p.c.hidden, p.c.intermediate)));
+        for (auto* b : {&p.d_dg, &p.d_workspace, &p.d_dw_gate_up, &p.d_dw_down}) ASSERT_NO_FATAL_FAILURE(b->poison());
+        for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
+        // Each window's row outputs, gathered at their schedule rows.
+        std::vector<uint16_t> gate_up(rows * 2 * I), activation(rows * I), d_gate_up(rows * 2 * I),
+            scaled_activation(rows * I), dx(rows * D);
+        const auto rows_of = [](const DeviceBuffer<uint16_t>& ring_buffer, std::vector<uint16_t>& out, size_t first,
+                                size_t count, size_t cols) {
+          ASSERT_EQ(cudaMemcpy(out.data() + first * cols, ring_buffer.get(), count * cols * 2, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+        };
+        const int windows = (p.rows.capacity + ring - 1) / ring;
+        for (int w = 0; w < windows; ++w) {
+          const int first = w * ring, end = std::min(first + ring, p.rows.capacity);
+          ScheduleView view = p.schedule(true);
+          view.ring_rows = ring;
+          view.first_row = first;
+          view.end_row = end;
+          for (auto* b : {&ring_gate_up, &ring_activation, &ring_dx}) ASSERT_NO_FATAL_FAILURE(b->poison());
+          const size_t n = size_t(end - first);
+          CARACAL_ASSERT_CUDA(cudaMemcpy(ring_x.get(), p.d_x.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
+          CARACAL_ASSERT_CUDA(cudaMemcpy(ring_dy.get(), p.d_dy.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
+          auto up = up_gate_args(p, view, ring_activation.get(), ring_gate_up.get());
+          up.x = as_bf16(ring_x.get());
+          ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
+          CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+          const size_t real = std::min(n, rows > size_t(first) ? rows - size_t(first) : 0);
+          ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, gate_up, size_t(first), real, 2 * I));
+          ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, activation, size_t(first), real, I));
+
+          auto dgrad = dgrad_args(p, view, 0);
+          dgrad.dy = as_bf16(ring_dy.get());
+          dgrad.gate_up = as_bf16(ring_gate_up.get());
+          dgrad.d_gate_up_out = as_bf16(ring_gate_up.get());  // in place, as the layer runs it
+          dgrad.scaled_activation_out = as_bf16(ring_activation.get());
+          ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
+          auto grads = weight_args(p, view, o);
+          grads.x = as_bf16(ring_x.get());
+          grads.dy = as_bf16(ring_dy.get());
+          grads.d_gate_up = as_bf16(ring_gate_up.get());
+          grads.scaled_activation = as_bf16(ring_activation.get());
+          grads.partial_in = w > 0 ? partials[(w + 1) % 2].get() : nullptr;
+          grads.partial_out = partials[w % 2].get();
+          ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(grads, nullptr));
+          auto dx_window = dx_args(p, view, 0, o.halves);
+          dx_window.d_gate_up = as_bf16(ring_gate_up.get());
+          dx_window.dx_out = as_bf16(ring_dx.get());
+          ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx_window, nullptr));
+          CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
+          ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, d_gate_up, size_t(first), real, 2 * I));
+          ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, scaled_activation, size_t(first), real, I));
+          ASSERT_NO_FATAL_FAILURE(rows_of(ring_dx, dx, size_t(first), real, D));
+        }
+        Outputs windowed;
+        ASSERT_NO_FATAL_FAILURE(p.d_dg.download(windowed.dg));
+        ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(windowed.dw_gate_up));
+        ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(windowed.dw_down));
+        ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.download(windowed.dw_gate_up_bf16));
+        ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.download(windowed.dw_down_bf16));
+        const auto first_rows = [](const std::vector<uint16_t>& v, size_t count) {
+          return std::vector<uint16_t>(v.begin(), v.begin() + std::ptrdiff_t(count));
+        };
+        EXPECT_TRUE(same_bits(first_rows(p.gate_up, rows * 2 * I), gate_up)) << "the forward's gate_up differs";
+        EXPECT_TRUE(same_bits(first_rows(p.hidden, rows * I), activation)) << "the forward's activation differs";
+        EXPECT_TRUE(same_bits(first_rows(whole.d_gate_up, rows * 2 * I), d_gate_up)) << "d_gate_up differs";
+        EXPECT_TRUE(same_bits(first_rows(whole.scaled_activation, rows * I), scaled_activation))
+            << "scaled_activation differs";
+        EXPECT_TRUE(same_bits(first_rows(whole.dx, rows * D), dx)) << "dx differs";
+        EXPECT_TRUE(same_bits(whole.dg, windowed.dg)) << "dg differs";
+        if (bf16) {
+          EXPECT_TRUE(same_bits(whole.dw_gate_up_bf16, windowed.dw_gate_up_bf16)) << "dW_gate_up (bf16) differs";
+          EXPECT_TRUE(same_bits(whole.dw_down_bf16, windowed.dw_down_bf16)) << "dW_down (bf16) differs";
+        } else {
+          EXPECT_TRUE(same_bits(whole.dw_gate_up, windowed.dw_gate_up)) << "dW_gate_up differs";
+          EXPECT_TRUE(same_bits(whole.dw_down, windowed.dw_down)) << "dW_down differs";
+        }
+      }
+    }
+  }
+}
+
+// W_gate_up as Hugging Face's [gate; up] halves, read by dx and written by dW_gate_up in place
+// through the gate/up view: dx bitwise the interleaved layout's, dW_gate_up its rows permuted bit
+// for bit, fp32 and bf16 gradients, over the reference cases (0, 1, tile +- 1 rows an expert).
+TEST(GroupedGemmBackwardLayout, HalvesReadAndWrittenInPlaceGiveTheInterleavedBits) {
+  CARACAL_REQUIRE_GPU();
+  for (const Case& c : reference_cases()) {
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE("case " + c.name + (bf16 ? ", bf16 weight gradients" : ", fp32 weight gradients"));
       Problem p;
       RunOptions o;
       o.bf16_weight_grads = bf16;
-      Outputs whole;
-      ASSERT_NO_FATAL_FAILURE(run_case(p, kDeterminismCase, o, whole));
-      const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-      const size_t rows = size_t(p.rows.offset.back());  // rows past the schedule's are not written
-      DeviceBuffer<uint16_t> ring_x, ring_dy, ring_gate_up, ring_activation, ring_dx;
-      ASSERT_NO_FATAL_FAILURE(ring_x.allocate(size_t(ring) * D));
-      ASSERT_NO_FATAL_FAILURE(ring_dy.allocate(size_t(ring) * D));
-      ASSERT_NO_FATAL_FAILURE(ring_gate_up.allocate(size_t(ring) * 2 * I));
-      ASSERT_NO_FATAL_FAILURE(ring_activation.allocate(size_t(ring) * I));
-      ASSERT_NO_FATAL_FAILURE(ring_dx.allocate(size_t(ring) * D));
-      DeviceBuffer<float> partials[2];
-      for (auto& b : partials) ASSERT_NO_FATAL_FAILURE(b.allocate(caracal::gemm::weight_grad_partial_floats(p.c.hidden, p.c.intermediate)));
-      for (auto* b : {&p.d_dg, &p.d_workspace, &p.d_dw_gate_up, &p.d_dw_down}) ASSERT_NO_FATAL_FAILURE(b->poison());
-      for (auto* b : {&p.d_dw_gate_up_bf16, &p.d_dw_down_bf16}) ASSERT_NO_FATAL_FAILURE(b->poison());
-      // Each window's row outputs, gathered at their schedule rows.
-      std::vector<uint16_t> gate_up(rows * 2 * I), activation(rows * I), d_gate_up(rows * 2 * I),
-          scaled_activation(rows * I), dx(rows * D);
-      const auto rows_of = [](const DeviceBuffer<uint16_t>& ring_buffer, std::vector<uint16_t>& out, size_t first,
-                              size_t count, size_t cols) {
-        ASSERT_EQ(cudaMemcpy(out.data() + first * cols, ring_buffer.get(), count * cols * 2, cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-      };
-      const int windows = (p.rows.capacity + ring - 1) / ring;
-      for (int w = 0; w < windows; ++w) {
-        const int first = w * ring, end = std::min(first + ring, p.rows.capacity);
-        ScheduleView view = p.schedule(true);
-        view.ring_rows = ring;
-        view.first_row = first;
-        view.end_row = end;
-        for (auto* b : {&ring_gate_up, &ring_activation, &ring_dx}) ASSERT_NO_FATAL_FAILURE(b->poison());
-        const size_t n = size_t(end - first);
-        CARACAL_ASSERT_CUDA(cudaMemcpy(ring_x.get(), p.d_x.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
-        CARACAL_ASSERT_CUDA(cudaMemcpy(ring_dy.get(), p.d_dy.get() + size_t(first) * D, n * D * 2, cudaMemcpyDeviceToDevice));
-        auto up = up_gate_args(p, view, ring_activation.get(), ring_gate_up.get());
-        up.x = as_bf16(ring_x.get());
-        ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
-        CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-        const size_t real = std::min(n, rows > size_t(first) ? rows - size_t(first) : 0);
-        ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, gate_up, size_t(first), real, 2 * I));
-        ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, activation, size_t(first), real, I));
-
-        auto dgrad = dgrad_args(p, view, 0);
-        dgrad.dy = as_bf16(ring_dy.get());
-        dgrad.gate_up = as_bf16(ring_gate_up.get());
-        dgrad.d_gate_up_out = as_bf16(ring_gate_up.get());  // in place, as the layer runs it
-        dgrad.scaled_activation_out = as_bf16(ring_activation.get());
-        ASSERT_NO_THROW(caracal::gemm::grouped_down_dgrad_swiglu(dgrad, nullptr));
-        auto grads = weight_args(p, view, o);
-        grads.x = as_bf16(ring_x.get());
-        grads.dy = as_bf16(ring_dy.get());
-        grads.d_gate_up = as_bf16(ring_gate_up.get());
-        grads.scaled_activation = as_bf16(ring_activation.get());
-        grads.partial_in = w > 0 ? partials[(w + 1) % 2].get() : nullptr;
-        grads.partial_out = partials[w % 2].get();
-        ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(grads, nullptr));
-        auto dx_window = dx_args(p, view, 0);
-        dx_window.d_gate_up = as_bf16(ring_gate_up.get());
-        dx_window.dx_out = as_bf16(ring_dx.get());
-        ASSERT_NO_THROW(caracal::gemm::grouped_gate_up_dgrad(dx_window, nullptr));
-        CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-        ASSERT_NO_FATAL_FAILURE(rows_of(ring_gate_up, d_gate_up, size_t(first), real, 2 * I));
-        ASSERT_NO_FATAL_FAILURE(rows_of(ring_activation, scaled_activation, size_t(first), real, I));
-        ASSERT_NO_FATAL_FAILURE(rows_of(ring_dx, dx, size_t(first), real, D));
-      }
-      Outputs windowed;
-      ASSERT_NO_FATAL_FAILURE(p.d_dg.download(windowed.dg));
-      ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up.download(windowed.dw_gate_up));
-      ASSERT_NO_FATAL_FAILURE(p.d_dw_down.download(windowed.dw_down));
-      ASSERT_NO_FATAL_FAILURE(p.d_dw_gate_up_bf16.download(windowed.dw_gate_up_bf16));
-      ASSERT_NO_FATAL_FAILURE(p.d_dw_down_bf16.download(windowed.dw_down_bf16));
-      const auto first_rows = [](const std::vector<uint16_t>& v, size_t count) {
-        return std::vector<uint16_t>(v.begin(), v.begin() + std::ptrdiff_t(count));
-      };
-      EXPECT_TRUE(same_bits(first_rows(p.gate_up, rows * 2 * I), gate_up)) << "the forward's gate_up differs";
-      EXPECT_TRUE(same_bits(first_rows(p.hidden, rows * I), activation)) << "the forward's activation differs";
-      EXPECT_TRUE(same_bits(first_rows(whole.d_gate_up, rows * 2 * I), d_gate_up)) << "d_gate_up differs";
-      EXPECT_TRUE(same_bits(first_rows(whole.scaled_activation, rows * I), scaled_activation))
-          << "scaled_activation differs";
-      EXPECT_TRUE(same_bits(first_rows(whole.dx, rows * D), dx)) << "dx differs";
-      EXPECT_TRUE(same_bits(whole.dg, windowed.dg)) << "dg differs";
+      Outputs interleaved, halves;
+      ASSERT_NO_FATAL_FAILURE(run_case(p, c, o, interleaved));
+      o.halves = true;
+      ASSERT_NO_FATAL_FAILURE(run_backward(p, o, halves));
+      const size_t L = size_t(p.num_experts), I = size_t(c.intermediate), D = size_t(c.hidden);
+      EXPECT_TRUE(same_bits(interleaved.d_gate_up, halves.d_gate_up)) << "d_gate_up differs";
+      EXPECT_TRUE(same_bits(interleaved.dx, halves.dx)) << "dx differs";
       if (bf16) {
-        EXPECT_TRUE(same_bits(whole.dw_gate_up_bf16, windowed.dw_gate_up_bf16)) << "dW_gate_up (bf16) differs";
-        EXPECT_TRUE(same_bits(whole.dw_down_bf16, windowed.dw_down_bf16)) << "dW_down (bf16) differs";
+        EXPECT_TRUE(same_bits(interleaved_to_halves(interleaved.dw_gate_up_bf16, L, I, D), halves.dw_gate_up_bf16))
+            << "dW_gate_up (bf16) is not the interleaved one's rows in halves order";
+        EXPECT_TRUE(same_bits(interleaved.dw_down_bf16, halves.dw_down_bf16)) << "dW_down (bf16) differs";
       } else {
-        EXPECT_TRUE(same_bits(whole.dw_gate_up, windowed.dw_gate_up)) << "dW_gate_up differs";
-        EXPECT_TRUE(same_bits(whole.dw_down, windowed.dw_down)) << "dW_down differs";
+        EXPECT_TRUE(same_bits(interleaved_to_halves(interleaved.dw_gate_up, L, I, D), halves.dw_gate_up))
+            << "dW_gate_up is not the interleaved one's rows in halves order";
+        EXPECT_TRUE(same_bits(interleaved.dw_down, halves.dw_down)) << "dW_down differs";
       }
     }
   }

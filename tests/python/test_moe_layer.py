@@ -7,7 +7,7 @@ from gpu_requirements import SKIP_MARKER
 torch = pytest.importorskip("torch", reason=SKIP_MARKER + "PyTorch not installed")
 
 import caracal  # noqa: E402
-from caracal.reference import moe_reference, round_bf16, router_gates  # noqa: E402
+from caracal.reference import join_gate_up, moe_reference, round_bf16, router_gates, split_gate_up  # noqa: E402
 from routing import make_routing  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -267,6 +267,29 @@ def test_fused_forward_gives_v1s_bits(seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("path", [dict(), dict(fused_forward=False), dict(ring_rows=128)], ids=["fused", "v1", "ring"])
+def test_gate_up_halves_give_the_interleaved_bits(path, dtype, seed):
+    """gate_up_layout="halves": w_gate_up holds W_gate's rows then W_up's (Hugging Face's
+    gate_up_proj), read and written in place; y and every gradient are the interleaved layer's bits,
+    w_gate_up's gradient in the halves' order."""
+    world = caracal.World.loopback(2)
+    a = caracal.MoE(tokens_per_rank=128, world=world, dtype=dtype, **path, **SMALL)
+    b = caracal.MoE(tokens_per_rank=128, world=world, dtype=dtype, gate_up_layout="halves", **path, **SMALL)
+    state = a.state_dict()
+    state["w_gate_up"] = torch.cat(split_gate_up(state["w_gate_up"]), dim=1)
+    b.load_state_dict(state)
+    inputs = random_inputs(a, "zipf")
+    (ya, ga), (yb, gb) = run_caracal(a, *inputs), run_caracal(b, *inputs)
+    gb["w_gate_up"] = join_gate_up(*gb["w_gate_up"].chunk(2, dim=1))
+    assert_same_step((ya, ga), (yb, gb))
+
+
+def test_gate_up_layout_is_checked():
+    with pytest.raises(ValueError, match="gate_up_layout must be 'interleaved' or 'halves', got 'gate_up'"):
+        caracal.MoE(tokens_per_rank=128, gate_up_layout="gate_up", **SMALL)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("routing", ["zipf", "all_to_one"])
 def test_small_ring_gives_v1s_gradient_bits(routing, dtype, seed):
     """A ring of 128 rows (many macrobatches, walked by both passes; the backward recomputes every
@@ -402,7 +425,7 @@ def test_create_layer_refuses_what_would_not_fit_an_int():
         a = dict(hidden=128, intermediate=128, num_experts=8, top_k=2, shared_intermediate=0, ep_size=2,
                  tokens_per_rank=16, normalize=True, router_scale=1.0, backend="loopback", rank=0, unique_id=None,
                  device=0, gemm_ctas=0, exchange_sms=0, fused_forward=True, ring_rows=0, bf16_weight_gradients=True,
-                 timeout=600.0)
+                 timeout=600.0, gate_up_layout="interleaved")
         a.update(changes)
         return torch.ops.caracal.create_layer(*a.values())
     for changes, message in ((dict(rank=2), r"rank must be in \[0, ep_size = 2\), got 2"),
@@ -411,6 +434,7 @@ def test_create_layer_refuses_what_would_not_fit_an_int():
                              (dict(gemm_ctas=2**31), r"gemm_ctas must be in \[0, 2147483647\]"),
                              (dict(exchange_sms=-1), r"exchange_sms must be in \[0, 2147483647\]"),
                              (dict(ep_size=2**31), r"ep_size must be in \[1, 2147483647\]"),
-                             (dict(timeout=float("nan")), r"timeout must be in \(0, 3600\] seconds")):
+                             (dict(timeout=float("nan")), r"timeout must be in \(0, 3600\] seconds"),
+                             (dict(gate_up_layout="gate_up"), r"gate_up_layout must be 'interleaved' or 'halves'")):
         with pytest.raises(ValueError, match=message):
             create(**changes)

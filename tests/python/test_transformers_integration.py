@@ -1,7 +1,7 @@
 """caracal.integrations.transformers: "caracal" as a Hugging Face transformers experts
 implementation. Without a GPU: the registration, the module's own forward (bit for bit the eager
 one) with one warning naming why wherever Caracal does not run, every unsupported variant named,
-the [gate; up] halves gathered into Caracal's layout and their gradient back, the capacity rule.
+the capacity rule.
 On the GPU: tiny random-init DeepSeek-V3 and Qwen3-MoE models against the eager experts in fp32 and
 against "grouped_mm" in bf16 (logits, loss, every expert weight's gradient), two runs bitwise, and
 token counts that change between calls. The GPU bounds are provisional until measured on an H200
@@ -21,7 +21,6 @@ from transformers import AutoModelForCausalLM, DeepseekV3Config, Qwen3MoeConfig 
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, use_experts_implementation  # noqa: E402
 
 import caracal.integrations.transformers as integration  # noqa: E402
-from caracal.reference import join_gate_up, split_gate_up  # noqa: E402
 
 VOCAB = 512
 
@@ -104,18 +103,6 @@ def test_every_unsupported_variant_is_named(variant, reason):
     module = _experts_class(**variant)
     why = integration.unsupported(module, torch.zeros(3, 128))
     assert reason in why, why
-
-
-def test_gate_up_halves_gather_into_caracals_layout_and_their_gradient_back(seed):
-    experts, inter, hidden = 3, 48, 5
-    gate, up = torch.randn(experts, inter, hidden), torch.randn(experts, inter, hidden)
-    halves = torch.cat([gate, up], dim=1).requires_grad_()
-    interleaved = integration.interleave_gate_up(halves)
-    assert torch.equal(interleaved, join_gate_up(gate, up))
-    grad = torch.randn_like(interleaved)
-    interleaved.backward(grad)
-    d_gate, d_up = split_gate_up(grad)
-    assert torch.equal(halves.grad, torch.cat([d_gate, d_up], dim=1))
 
 
 def test_capacity_is_the_next_power_of_two_from_128():

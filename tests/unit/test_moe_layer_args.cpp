@@ -320,6 +320,14 @@ TEST(MoELayerArgs, ForwardPointers) {
   a = valid_forward(false);
   a.weights.shared_w_gate_up = fake<const __nv_bfloat16>(0x600);
   expect_error([&] { check_forward(a, false); }, {"ranks[3].weights.shared_w_gate_up must be null"});
+
+  a = valid_forward(false);
+  a.weights.w_gate_up_layout = gemm::GateUpLayout::kHalves;
+  EXPECT_NO_THROW(layer::check_gate_up_layout(a.weights, "MoELayer::forward", 3));
+  a.weights.w_gate_up_layout = static_cast<gemm::GateUpLayout>(7);
+  expect_error([&] { layer::check_gate_up_layout(a.weights, "MoELayer::forward", 3); },
+               {"MoELayer::forward: ranks[3].weights.w_gate_up_layout must be gemm::GateUpLayout::kInterleaved or "
+                "kHalves, got 7"});
 }
 
 MoEBackwardArgs valid_backward(bool shared, bool scaled) {

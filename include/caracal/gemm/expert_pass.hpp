@@ -35,19 +35,21 @@ struct ExpertPass {
 
 // The experts' weights as the layer holds them (MoEWeights: bf16 in any precision).
 struct ExpertPassWeights {
-  const __nv_bfloat16* w_gate_up = nullptr;  // [experts][2I][D] interleaved
+  const __nv_bfloat16* w_gate_up = nullptr;  // [experts][2I][D], its rows as w_gate_up_layout says
   const __nv_bfloat16* w_down = nullptr;     // [experts][D][I]
+  GateUpLayout w_gate_up_layout = GateUpLayout::kInterleaved;
 };
 
 // Where the weight gradients go: fp32, or bf16 (one rounding of the fp32 sums); one of each pair.
 struct ExpertPassGradients {
-  float* w_gate_up = nullptr;               // [experts][2I][D] interleaved
+  float* w_gate_up = nullptr;               // [experts][2I][D], its rows as w_gate_up_layout says
   float* w_down = nullptr;                  // [experts][D][I]
   __nv_bfloat16* w_gate_up_bf16 = nullptr;  // instead of w_gate_up
   __nv_bfloat16* w_down_bf16 = nullptr;     // instead of w_down
   // bf16 gradients over a window of the rows (WeightGradArgs::partial_in, partial_out).
   const float* partial_in = nullptr;
   float* partial_out = nullptr;
+  GateUpLayout w_gate_up_layout = GateUpLayout::kInterleaved;  // the weights' (ExpertPassWeights)
 };
 
 // gate_up and the activation (F1, F2), then out = activation · W_down^T (F3).

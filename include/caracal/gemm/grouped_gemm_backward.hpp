@@ -48,7 +48,8 @@ struct GateUpDgradArgs {
   int hidden = 0;                              // D: the N of this GEMM
   int intermediate = 0;                        // I: its K is 2I
   const __nv_bfloat16* d_gate_up = nullptr;    // [buffer rows][2I] interleaved
-  const __nv_bfloat16* w_gate_up = nullptr;    // [L][2I][D] interleaved, as in the forward
+  const __nv_bfloat16* w_gate_up = nullptr;    // [L][2I][D], its rows as w_gate_up_layout says
+  GateUpLayout w_gate_up_layout = GateUpLayout::kInterleaved;  // either: the same dx bits
   __nv_bfloat16* dx_out = nullptr;             // [buffer rows][D]
   int num_ctas = 0;
   uint32_t* tile_queue = nullptr;  // kTileQueueWords words, or nullptr (caracal/gemm/grouped_gemm.hpp)
@@ -65,10 +66,13 @@ struct WeightGradArgs {
   // Outputs, in fp32 or in bf16: exactly one pointer of each pair. bf16 is the same fp32 sum
   // rounded once to nearest-even bf16 (what autograd yields for bf16 parameters) and halves the
   // bytes stored.
-  float* d_w_gate_up = nullptr;                // [L][2I][D], rows interleaved like W_gate_up
+  float* d_w_gate_up = nullptr;                // [L][2I][D], its rows as d_w_gate_up_layout says
   float* d_w_down = nullptr;                   // [L][D][I]
   __nv_bfloat16* d_w_gate_up_bf16 = nullptr;   // [L][2I][D]
   __nv_bfloat16* d_w_down_bf16 = nullptr;      // [L][D][I]
+  // The row order dW_gate_up is stored in (that of the W_gate_up it is the gradient of): either
+  // holds the same values, rows permuted.
+  GateUpLayout d_w_gate_up_layout = GateUpLayout::kInterleaved;
   // bf16 gradients over a window of the rows (rows.first_row > 0 or rows.end_row > 0: a
   // macrobatch of the ring) keep the fp32 sums of an expert whose rows go on outside it here:
   // partial_in, what the window before stopped at (needed with first_row > 0), and partial_out,

@@ -10,7 +10,8 @@ forward receives hidden_states [N, D], top_k_index [N, k] and top_k_weights [N, 
 model's router has already normalized and scaled (Caracal adds neither: g = the weight given), and
 returns the weighted sum of the experts' outputs; gradients reach hidden_states, top_k_weights and
 the module's own parameters gate_up_proj [E, 2I, D] ([gate; up] halves) and down_proj [E, D, I],
-so `save_pretrained` and `from_pretrained` round-trip unchanged.
+which the kernels read and write in place (the engines' gate_up_layout "halves": no copy, no
+conversion), so `save_pretrained` and `from_pretrained` round-trip unchanged.
 
 A module Caracal does not run falls back to the module's own forward, with one warning per module
 class naming why: weights with a bias, transposed or not concatenated, experts without a gate, a
@@ -22,9 +23,7 @@ are empty slots.
 Each call may hold any number of tokens (transformers packs sequences): the engine's capacity is
 the largest count seen, rounded up to a power of two (at least 128), and an engine of a larger
 capacity is made only when a call needs it; the smaller ones stay alive, as backwards of their
-forwards may still be pending. Until the kernels read the [gate; up] halves in place (issue 48),
-each call gathers gate_up_proj into Caracal's layout (rows interleaved in groups of 8; a copy of
-E x 2I x D values, its gradient gathered back).
+forwards may still be pending.
 """
 import warnings
 import weakref
@@ -67,10 +66,9 @@ def experts_forward(module, hidden_states, top_k_index, top_k_weights):
     ids = nn.functional.pad(ids, (0, 0, 0, capacity - tokens), value=-1) if pad else ids
     scores = top_k_weights.float()
     scores = nn.functional.pad(scores, (0, 0, 0, capacity - tokens)) if pad else scores
-    w_gate_up = interleave_gate_up(module.gate_up_proj)
     y, _forward_id = torch.ops.caracal.moe_forward(engine.layer, x.contiguous(), ids.contiguous(),
-                                                   scores.contiguous(), w_gate_up, module.down_proj, None, None,
-                                                   None)
+                                                   scores.contiguous(), module.gate_up_proj, module.down_proj, None,
+                                                   None, None)
     return y[:tokens] if pad else y
 
 
@@ -110,36 +108,6 @@ def _is_silu(act):
     return type(act) in (nn.SiLU, SiLUActivation)
 
 
-def interleave_gate_up(gate_up):
-    """[E, 2I, D] with gate rows [0, I) and up rows [I, 2I) -> Caracal's layout (gate and up rows
-    interleaved in groups of 8: caracal.reference.join_gate_up), differentiably."""
-    return _Interleave.apply(gate_up)
-
-
-class _Interleave(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate_up):
-        order = _interleaved_order(gate_up.shape[1], gate_up.device)
-        ctx.save_for_backward(order)
-        return gate_up.index_select(1, order)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (order,) = ctx.saved_tensors
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.numel(), device=order.device)
-        return grad.index_select(1, inverse)  # a gather both ways: deterministic
-
-
-def _interleaved_order(two_i, device):
-    """Row r of the interleaved matrix is row order[r] of the [gate; up] one."""
-    inter, group = two_i // 2, GATE_UP_INTERLEAVE
-    r = torch.arange(two_i, device=device)
-    block, within = r // (2 * group), r % (2 * group)
-    j = block * group + within % group
-    return torch.where(within < group, j, inter + j)
-
-
 def _capacity(tokens):
     return max(128, 1 << max(0, int(tokens) - 1).bit_length())
 
@@ -156,7 +124,7 @@ def _engine_for(module, tokens, top_k):
     experts, two_i, hidden = module.gate_up_proj.shape
     world = World.default(module.gate_up_proj.device)
     bf16_gradients = module.gate_up_proj.dtype == torch.bfloat16
-    key = (hidden, two_i // 2, experts, top_k, 0, capacity, False, 1.0, 0, 0, True, 0, bf16_gradients)
+    key = (hidden, two_i // 2, experts, top_k, 0, capacity, False, 1.0, 0, 0, True, 0, bf16_gradients, "halves")
     engine = world._engine(key)
     engine.tokens_per_rank = capacity
     engines[capacity] = engine

@@ -121,6 +121,16 @@ class ChunkStoreRing {
     }
     index_ = (index_ + 1) % kChunkBuffers;
   }
+  // The same through a 5-D map (the gate/up view, src/gemm/tensor_map.hpp): coordinates c0..c4.
+  __device__ void store(CUtensorMap const* map, int c0, int c1, int c2, int c3, int c4) {
+    cutlass::arch::fence_view_async_shared();
+    sync();
+    if (leader_) {
+      cute::SM90_TMA_STORE_5D::copy(map, buffers_ + index_ * kChunkElements, c0, c1, c2, c3, c4);
+      cute::tma_store_arrive();
+    }
+    index_ = (index_ + 1) % kChunkBuffers;
+  }
 
   // The rows of a chunk whose units this thread stores in scatter(): scatter_row(j), j below this.
   static constexpr int kScatterRowsPerThread = kChunkRows * 8 / kWarpgroupThreads;

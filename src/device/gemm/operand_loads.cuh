@@ -128,7 +128,7 @@ struct KMajorGateUpWeights {
   }
 };
 
-// Expert weights [L][K][N]: the backward dgrad's B (W_down, W_gate_up as stored).
+// Expert weights [L][K][N]: the backward dgrad's B (W_down).
 struct MNMajorWeights {
   static constexpr Major kMajor = Major::MN;
   template <class Tile>
@@ -138,6 +138,24 @@ struct MNMajorWeights {
     for (int j = 0; j < Tile::kRows / Tile::kMnBox; ++j) {
       load_3d(map, full, to, smem + j * Tile::kMnBox * Tile::kBlockK,
               mn_box<Tile>(mn + j * Tile::kMnBox, mn_extent), k, expert);
+    }
+  }
+};
+
+// W_gate_up [L][K = 2I][N] in either row order, through its 5-D view (make_gate_up_view_map): each
+// BlockK x kMnBox box lands as MNMajorWeights' does, its K rows in the interleaved order. The
+// backward dx GEMM's B (bf16).
+struct MNMajorGateUpWeights {
+  static constexpr Major kMajor = Major::MN;
+  static constexpr int kGroupRows = 2 * kGateUpInterleave;  // a gate group and its up group
+  template <class Tile>
+  __device__ static void load(CUtensorMap const* map, uint64_t* full, typename Tile::Element* smem, int mn,
+                              int mn_extent, int k, int expert, uint16_t to = 0) {
+    static_assert(Tile::kBlockK % kGroupRows == 0, "a box of whole gate/up groups");
+    CUTE_UNROLL
+    for (int j = 0; j < Tile::kRows / Tile::kMnBox; ++j) {
+      load_5d(map, full, to, smem + j * Tile::kMnBox * Tile::kBlockK, mn_box<Tile>(mn + j * Tile::kMnBox, mn_extent),
+              0, 0, k / kGroupRows, expert);
     }
   }
 };

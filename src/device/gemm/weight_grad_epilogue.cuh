@@ -19,7 +19,8 @@
 namespace caracal::gemm {
 
 // Both store a warpgroup's slice chunk by chunk through the chunk ring's TMA stores (p.grad views
-// the gradients as [num_experts * grad_rows][grad_cols]), so the warpgroup goes on to its next tile
+// the gradients as [num_experts * grad_rows][grad_cols], or dW_gate_up through its gate/up view in
+// either row order), so the warpgroup goes on to its next tile
 // while they drain. kBf16: 64-column bf16 chunks, the fp32 sums rounded once (nearest even), as
 // autograd rounds fp32 gradients of bf16 parameters; otherwise 32-column fp32 chunks.
 //
@@ -36,6 +37,10 @@ struct WeightGradEpilogueParams {
   int64_t partial_in_expert_floats;  // floats between experts there: grad_rows * grad_cols, or 0
   int grad_rows;                     // M of one expert's gradient
   int grad_cols;                     // N, a multiple of 64
+  // grad is W_gate_up's gradient through its gate/up view (src/gemm/tensor_map.hpp: 5-D, a slice's
+  // interleaved rows stored in the order memory holds), at (col, 0, 0, row / 16, expert).
+  bool grad_view;
+  int partial_in_halves;  // I when partial_in's rows lie in [gate; up] halves order (an fp32 gradient so stored), else 0
 };
 
 // An accumulator's bits, copied through a register move: fed straight into the shared-memory
@@ -62,14 +67,18 @@ struct WeightGradTmaEpilogue {
     if (tile.k_tiles == 0 || slice_row >= p.grad_rows || !window.continues) return false;
     int const thread = int(threadIdx.x) % kWarpgroupThreads;
     int const lane = thread % 32;
-    const float* src = p.partial_in + tile.expert * p.partial_in_expert_floats +
-                       int64_t(slice_row + 16 * (thread / 32) + lane / 4) * p.grad_cols + tile.n_begin + 2 * (lane % 4);
+    // The thread's rows r and r + 8 (r % 16 < 8: a gate row of the interleaved order and its up row).
+    int const r = slice_row + 16 * (thread / 32) + lane / 4;
+    const float* src = p.partial_in + tile.expert * p.partial_in_expert_floats + tile.n_begin + 2 * (lane % 4);
     CUTE_UNROLL
     for (int t = 0; t < kBlockN / 8; ++t) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
+        int const row = p.partial_in_halves != 0 ? h * p.partial_in_halves + 8 * (r / 16) + r % 8 : r + 8 * h;
         float2 v = make_float2(0.0f, 0.0f);
-        if (tile.n_begin + 8 * t < p.grad_cols) v = *reinterpret_cast<const float2*>(src + 8 * h * p.grad_cols + 8 * t);
+        if (tile.n_begin + 8 * t < p.grad_cols) {
+          v = *reinterpret_cast<const float2*>(src + int64_t(row) * p.grad_cols + 8 * t);
+        }
         acc(4 * t + 2 * h) = v.x;
         acc(4 * t + 2 * h + 1) = v.y;
       }
@@ -85,18 +94,27 @@ struct WeightGradTmaEpilogue {
     if (slice_row >= p.grad_rows) return;  // uniform over the warpgroup
     if constexpr (kBf16) {
       if (window.stops) {  // the sum goes on in the next window
-        store_slice<false>(p, &p.partial_out, tile.expert * p.partial_out_expert_rows + slice_row, tile, acc,
-                           active, ring);
+        store_slice<false>(p, &p.partial_out, SliceAt{tile.expert * p.partial_out_expert_rows + slice_row}, tile,
+                           acc, active, ring);
         return;
       }
     }
-    store_slice<kBf16>(p, &p.grad, tile.expert * p.grad_rows + slice_row, tile, acc, active, ring);
+    SliceAt const at =
+        p.grad_view ? SliceAt{slice_row / 16, tile.expert} : SliceAt{tile.expert * p.grad_rows + slice_row};
+    store_slice<kBf16>(p, &p.grad, at, tile, acc, active, ring);
   }
 
  private:
-  // The slice at `row` of `map`'s tensor: bf16 (kChunkBf16) or fp32 chunks.
+  // Where a slice goes: row `row` of a 2-D map, or with expert >= 0 gate/up group `row` of that
+  // expert's view.
+  struct SliceAt {
+    int row;
+    int expert = -1;
+  };
+
+  // The slice at `at` of `map`'s tensor: bf16 (kChunkBf16) or fp32 chunks.
   template <bool kChunkBf16, class Accum>
-  __device__ static void store_slice(Params const& p, CUtensorMap const* map, int row, TileCoord const& tile,
+  __device__ static void store_slice(Params const& p, CUtensorMap const* map, SliceAt at, TileCoord const& tile,
                                      Accum const& acc, bool active, ChunkStoreRing& ring) {
     constexpr int kCols = kChunkBf16 ? kChunkCols : kChunkCols / 2;  // columns of an 8 KiB chunk
     CUTE_UNROLL
@@ -124,7 +142,11 @@ struct WeightGradTmaEpilogue {
       } else {
         ring.write_f32(words);
       }
-      ring.store(map, tile.n_begin + c * kCols, row);
+      if (at.expert >= 0) {
+        ring.store(map, tile.n_begin + c * kCols, 0, 0, at.row, at.expert);
+      } else {
+        ring.store(map, tile.n_begin + c * kCols, at.row);
+      }
     }
   }
 };
