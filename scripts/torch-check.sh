@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The PyTorch check, run on a GPU machine (issue 6): pytest of tests/python, the training example
-# (per-block compiled, two runs, bitwise-identical losses, a PNG of the loss) and the benchmark against the plain
-# PyTorch layer; a short summary last, then "FAILED: <steps>" or "all passed" (exit status 1 when a
+# (per-block compiled, two runs, bitwise-identical losses, a PNG of the loss), the Hugging Face
+# training example (examples/train_hf_model.py, when transformers is installed) and the benchmark
+# against the plain PyTorch layer; a short summary last, then "FAILED: <steps>" or "all passed" (exit status 1 when a
 # step failed). Uses the installed package, or a built extension given as
 #   scripts/torch-check.sh [path/to/libcaracal_torch.so]      (logs and plots go to $OUT if set)
 set -uo pipefail
@@ -30,6 +31,17 @@ if "$python" "$root/examples/train_moe.py" --compile --plot "$logs/train_moe_los
   record "train_moe.py" "$(grep -E '^loss:' "$logs/train_moe.log") | $(grep -E 'bitwise' "$logs/train_moe.log")"
 else
   record_failed "train_moe.py" "FAILED (see train_moe.log)"
+fi
+
+# Issue 48: a small Hugging Face model trained with Caracal's experts and with transformers' own
+# (needs the optional transformers).
+if ! "$python" -c 'import transformers' >/dev/null 2>&1; then
+  record "train_hf_model.py" "skipped: transformers not installed"
+elif "$python" "$root/examples/train_hf_model.py" --plot "$logs/train_hf_model_loss.png" \
+    --json "$logs/train_hf_model.json" 2>&1 | tee "$logs/train_hf_model.log"; then
+  record "train_hf_model.py" "$(grep -E "^caracal's final loss" "$logs/train_hf_model.log") | $(grep -E 'bitwise' "$logs/train_hf_model.log")"
+else
+  record_failed "train_hf_model.py" "FAILED (see train_hf_model.log)"
 fi
 
 if "$python" "$root/bench/python/torch_layer_bench.py" --json "$logs/torch_layer_bench.json" 2>&1 \

@@ -5,8 +5,8 @@
 source "$(dirname "$0")/script_test_lib.sh"
 stub_device_tools
 
-# The stub Python: pytest, the example and the benchmark exit STUB_PYTEST_RC, STUB_TRAIN_RC and
-# STUB_BENCH_RC (0).
+# The stub Python: pytest, the examples and the benchmark exit STUB_PYTEST_RC, STUB_TRAIN_RC,
+# STUB_HF_RC and STUB_BENCH_RC (0).
 cat >"$work/python" <<'STUB'
 #!/usr/bin/env bash
 if [ "$1" = -m ] && [ "$2" = pytest ]; then
@@ -16,6 +16,7 @@ fi
 [ "$1" = -c ] && { echo 2.11.0+stub; exit 0; }
 case "$1" in
   */train_moe.py) echo "loss: 10.4 -> 4.1"; echo "2 runs bitwise identical: yes"; exit "${STUB_TRAIN_RC:-0}" ;;
+  */train_hf_model.py) echo "caracal's final loss against grouped_mm's: +0.10% (tolerance 2%)"; echo "two caracal runs bitwise equal: yes"; exit "${STUB_HF_RC:-0}" ;;
   */torch_layer_bench.py) echo "model deepseek-v3"; echo "  | caracal | 1.00 |"; exit "${STUB_BENCH_RC:-0}" ;;
 esac
 echo "stub python: unexpected $*" >&2
@@ -34,4 +35,6 @@ check "all passing, OUT unset" 0 "all passed" "^train_moe.py +loss: 10.4 -> 4.1 
 check "a failing pytest" 1 "FAILED: pytest" "^pytest +FAILED, exit 1: 1 failed, 2 passed" -- STUB_PYTEST_RC=1
 check "a failing example and benchmark" 1 "FAILED: train_moe.py, torch_layer_bench.py" \
   "^torch_layer_bench.py +FAILED \(see torch_layer_bench.log\)$" -- STUB_TRAIN_RC=1 STUB_BENCH_RC=2
+check "the HF example" 0 "all passed" "^train_hf_model.py +caracal's final loss against grouped_mm's: \+0.10%" --
+check "a failing HF example" 1 "FAILED: train_hf_model.py" "^train_hf_model.py +FAILED" -- STUB_HF_RC=1
 finish test_torch_check
