@@ -1,10 +1,11 @@
 """caracal.integrations.transformers: "caracal" as a Hugging Face transformers experts
 implementation. Without a GPU: the registration, the module's own forward (bit for bit the eager
 one) with one warning naming why wherever Caracal does not run, every unsupported variant named,
-the capacity rule.
+the capacity rule, save_pretrained / from_pretrained bit for bit.
 On the GPU: tiny random-init DeepSeek-V3 and Qwen3-MoE models against the eager experts in fp32 and
-against "grouped_mm" in bf16 (logits, loss, every expert weight's gradient), two runs bitwise, and
-token counts that change between calls. The GPU bounds are provisional until measured on an H200
+against "grouped_mm" in bf16 (logits, loss, every expert weight's gradient), two runs bitwise,
+token counts that change between calls, gradient accumulation, activation checkpointing, and
+torch.compile without a recompile per token count. The GPU bounds are provisional until measured on an H200
 (then ~3x the largest error measured)."""
 import contextlib
 import types
@@ -224,3 +225,67 @@ def test_token_counts_that_change_between_calls(seed):
             assert rel(model(ids).logits, want) < 3e-2, tokens
     capacities = {c for engines in integration._engines.values() for c in engines}
     assert capacities <= {128, 256, 512}, capacities
+
+
+def test_save_pretrained_round_trips(tmp_path, seed):
+    """The weights are the model's own parameters ([gate; up] halves as transformers holds them):
+    saved and loaded back bit for bit, by a model on Caracal's experts too."""
+    model = AutoModelForCausalLM.from_config(deepseek_config(), experts_implementation="caracal")
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, experts_implementation="caracal")
+    assert loaded.config._experts_implementation == "caracal"
+    want, got = model.state_dict(), loaded.state_dict()
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+
+
+@pytest.mark.gpu
+def test_gradient_accumulation_adds_the_micro_batches(seed):
+    """Two micro-batches' backwards accumulate into .grad as autograd adds them: the sum of each
+    alone, bit for bit (each forward's backward replays what the other overwrote)."""
+    model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
+    first, second = (torch.randint(0, VOCAB, (2, 40), device="cuda") for _ in range(2))
+    grads_first, grads_second = step(model, first)[2], step(model, second)[2]
+    model.zero_grad(set_to_none=True)
+    losses = [model(ids, labels=ids).loss for ids in (first, second)]  # both forwards pending
+    for loss in losses:
+        loss.backward()
+    for name, g in expert_grads(model).items():
+        assert torch.equal(g, grads_first[name] + grads_second[name]), name
+
+
+@pytest.mark.gpu
+def test_activation_checkpointing_gives_the_same_gradients(seed):
+    """With transformers' gradient checkpointing the experts' forward runs again inside the
+    backward: the gradients are those of the plain step."""
+    model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
+    ids = torch.randint(0, VOCAB, (2, 48), device="cuda")
+    plain = step(model, ids)
+    model.gradient_checkpointing_enable()
+    model.train()
+    checkpointed = step(model, ids)
+    assert torch.equal(plain[1], checkpointed[1])
+    for name, g in checkpointed[2].items():
+        assert rel(g, plain[2][name]) <= 1e-3, (name, rel(g, plain[2][name]))
+
+
+@pytest.mark.gpu
+def test_torch_compile_does_not_recompile_for_each_token_count(seed):
+    """torch.compile(dynamic=True): token counts within one engine's capacity (128) reuse the first
+    call's graphs; the logits match the uncompiled model's."""
+    model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
+    compiled_graphs = []
+
+    def counting_backend(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(model, backend=counting_backend, dynamic=True)
+    counts = []
+    for tokens in (40, 56, 72):
+        ids = torch.randint(0, VOCAB, (1, tokens), device="cuda")
+        with torch.no_grad():
+            assert rel(compiled(ids).logits, model(ids).logits) < 1e-2, tokens
+        counts.append(len(compiled_graphs))
+    assert counts[0] > 0 and counts[1] == counts[0] and counts[2] == counts[0], counts
