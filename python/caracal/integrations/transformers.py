@@ -20,6 +20,14 @@ gate other than SiLU(gate) * up, tensors not on a CUDA device, hidden_states tha
 the layer refuses (its error is the warning). Expert ids at or past E (transformers' sentinels of expert parallelism)
 are empty slots.
 
+Expert parallelism: transformers' own (`DistributedConfig(tp_size=W, ep_size=W)` under torchrun)
+gives each rank E/W experts and every token (attention tensor-parallel), hands the experts module
+its local weights and the ids remapped to its experts (the others to the sentinel E/W, an empty
+slot here), and all-reduces the ranks' outputs: each rank's experts then run on Caracal as a
+one-rank engine, with no token exchange. Caracal's own exchange (`caracal.World.from_process_group`:
+each rank its own tokens, the experts' rows pulled over NVLink) has no entry point in transformers;
+use `caracal.MoE` for it. Neither path has run on two GPUs yet.
+
 Each call may hold any number of tokens (transformers packs sequences): the engine's capacity is
 the largest count seen, rounded up to a power of two (at least 128), and an engine of a larger
 capacity is made only when a call needs it; the smaller ones stay alive, as backwards of their
