@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ._extension import load
-from .world import World
+from .world import EngineKey, World
 
 
 class MoE(nn.Module):
@@ -88,9 +88,9 @@ class MoE(nn.Module):
         self.gate_up_layout = gate_up_layout
         # bf16 parameters get bf16 weight gradients, which the engine keeps partial sums for; fp32
         # ones do without (MoELayerOptions::bf16_weight_gradients).
-        key = (hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
-               float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows),
-               dtype == torch.bfloat16, gate_up_layout)
+        key = EngineKey(hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
+                        float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows),
+                        dtype == torch.bfloat16, gate_up_layout)
         self._engine = world._engine(key)
         # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
         # attributes, so with an int every engine would compile its own graph.

@@ -10,6 +10,12 @@ import torch.distributed as dist
 # Unique ids shared so far per process group (keys of the store must not repeat).
 _ids_shared = collections.Counter()
 
+# The configuration of an engine (caracal.MoE's arguments, and the weights' dtype and gate/up layout):
+# layers with equal keys on one World share one engine.
+EngineKey = collections.namedtuple(
+    "EngineKey", "hidden intermediate num_experts top_k shared_intermediate tokens_per_rank normalize router_scale "
+    "gemm_ctas exchange_sms fused_forward ring_rows bf16_weight_gradients gate_up_layout")
+
 # World.default()'s worlds, per device.
 _default_worlds = {}
 

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from ..reference import GATE_UP_INTERLEAVE
-from ..world import World
+from ..world import EngineKey, World
 
 IMPLEMENTATION = "caracal"
 
@@ -132,7 +132,9 @@ def _engine_for(module, tokens, top_k):
     experts, two_i, hidden = module.gate_up_proj.shape
     world = World.default(module.gate_up_proj.device)
     bf16_gradients = module.gate_up_proj.dtype == torch.bfloat16
-    key = (hidden, two_i // 2, experts, top_k, 0, capacity, False, 1.0, 0, 0, True, 0, bf16_gradients, "halves")
+    key = EngineKey(hidden=hidden, intermediate=two_i // 2, num_experts=experts, top_k=top_k, shared_intermediate=0,
+                    tokens_per_rank=capacity, normalize=False, router_scale=1.0, gemm_ctas=0, exchange_sms=0,
+                    fused_forward=True, ring_rows=0, bf16_weight_gradients=bf16_gradients, gate_up_layout="halves")
     engine = world._engine(key)
     engine.tokens_per_rank = capacity
     engines[capacity] = engine
