@@ -358,34 +358,37 @@ TEST(GpuMoELayerDeterminism, BitwiseAcrossRunsCtaCountsAndTheZeroCopyPath) {
 // The routed experts' W_gate_up as Hugging Face's [gate; up] halves (MoEWeights::w_gate_up_layout),
 // read and written in place: every output bitwise the interleaved layer's, d_w_gate_up its rows in
 // the halves' order; on v1, the fused path, and the fused path over a ring of 128 rows
-// (macrobatches, the backward's replayed up/gate tiles, weight gradients continued across them).
+// (macrobatches, the backward's replayed up/gate tiles, weight gradients continued across them); at
+// W = 2 and at W = 1 (where the weight-gradient kernel runs the dx sums on its idle warps).
 TEST(GpuMoELayerLayout, HalvesGiveTheInterleavedBits) {
   CARACAL_REQUIRE_GPU();
-  const LayerCase c{"layout_W2", 2, 77, 8, 3, true, true, kNormalizedScaled, RoutingCase::kZipf};
-  const SeededStep s(c, RoutingCase::kZipf);
-  const size_t L = static_cast<size_t>(c.experts / c.world), I = kIntermediate, D = kHidden;
-  const std::pair<const char*, LayerSetup> setups[] = {
-      {"v1", v1_setup()}, {"fused", fused_setup()}, {"fused, a ring of 128 rows", fused_setup(0, 128)}};
-  for (auto [name, setup] : setups) {
-    SCOPED_TRACE(name);
-    const std::vector<RankOutputs> interleaved = run_once(c, s, setup);
-    setup.gate_up_layout = gemm::GateUpLayout::kHalves;
-    std::vector<RankOutputs> halves = run_once(c, s, setup);
-    for (RankOutputs& r : halves) {  // back to the interleaved order, to compare
-      std::vector<float> rows(r.d_w_gate_up.size());
-      for (size_t e = 0; e < L; ++e) {
-        for (size_t j = 0; j < I; ++j) {
-          for (const bool up : {false, true}) {
-            const size_t from = (e * 2 * I + (up ? I : 0) + j) * D;
-            const size_t to = (e * 2 * I + static_cast<size_t>(gemm::gate_up_row(static_cast<int64_t>(j), up))) * D;
-            std::copy_n(r.d_w_gate_up.begin() + static_cast<int64_t>(from), D,
-                        rows.begin() + static_cast<int64_t>(to));
+  for (const LayerCase& c : {LayerCase{"layout_W2", 2, 77, 8, 3, true, true, kNormalizedScaled, RoutingCase::kZipf},
+                             LayerCase{"layout_W1", 1, 150, 8, 4, true, false, kNormalized, RoutingCase::kZipf}}) {
+    const SeededStep s(c, RoutingCase::kZipf);
+    const size_t L = static_cast<size_t>(c.experts / c.world), I = kIntermediate, D = kHidden;
+    const std::pair<const char*, LayerSetup> setups[] = {
+        {"v1", v1_setup()}, {"fused", fused_setup()}, {"fused, a ring of 128 rows", fused_setup(0, 128)}};
+    for (auto [name, setup] : setups) {
+      SCOPED_TRACE(c.name + ", " + name);
+      const std::vector<RankOutputs> interleaved = run_once(c, s, setup);
+      setup.gate_up_layout = gemm::GateUpLayout::kHalves;
+      std::vector<RankOutputs> halves = run_once(c, s, setup);
+      for (RankOutputs& r : halves) {  // back to the interleaved order, to compare
+        std::vector<float> rows(r.d_w_gate_up.size());
+        for (size_t e = 0; e < L; ++e) {
+          for (size_t j = 0; j < I; ++j) {
+            for (const bool up : {false, true}) {
+              const size_t from = (e * 2 * I + (up ? I : 0) + j) * D;
+              const size_t to = (e * 2 * I + static_cast<size_t>(gemm::gate_up_row(static_cast<int64_t>(j), up))) * D;
+              std::copy_n(r.d_w_gate_up.begin() + static_cast<int64_t>(from), D,
+                          rows.begin() + static_cast<int64_t>(to));
+            }
           }
         }
+        r.d_w_gate_up = std::move(rows);
       }
-      r.d_w_gate_up = std::move(rows);
+      expect_same_bits(interleaved, halves, std::string(name) + ", W_gate_up in halves");
     }
-    expect_same_bits(interleaved, halves, std::string(name) + ", W_gate_up in halves");
   }
 }
 
