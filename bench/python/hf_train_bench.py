@@ -153,6 +153,21 @@ def main():
     device = torch.device(args.device)
     import caracal.integrations.transformers  # noqa: F401  registers "caracal"
     model_config(args.model, args.layers, args.seq)  # a bad --model fails before any model is built
+    # What the weights, their gradients and AdamW's two states take (bf16: 8 bytes a parameter),
+    # counted on the meta device, against the GPU's memory: a run that cannot fit stops here.
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(
+            model_config(args.model, args.layers, args.seq), dtype=torch.bfloat16).parameters())
+    state_gib = 8 * params / 2**30
+    print(f"{args.model}, {args.layers} layers: {params / 1e9:.2f} G parameters, {state_gib:.1f} GiB with their "
+          f"gradients and AdamW's states (bf16), before activations")
+    if device.type == "cuda":
+        total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        if state_gib > 0.8 * total_gib:
+            print(f"hf_train_bench: {state_gib:.1f} GiB of weights and optimizer state will not fit beside the "
+                  f"activations in {total_gib:.0f} GiB: give fewer --layers", file=sys.stderr)
+            return 1
     timer = Timer(device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     vocab = model_config(args.model, args.layers, args.seq).vocab_size
