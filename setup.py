@@ -6,7 +6,8 @@ Build isolation must be off: the extension is compiled against the PyTorch alrea
 The CMake build directory is build-python/ (or $CARACAL_PYTHON_BUILD_DIR), so rebuilds are
 incremental. It needs the CUDA toolkit (nvcc 13.0) with NCCL 2.28 and the CUTLASS headers
 (scripts/install-deps.sh puts them in .deps/; or set CUTLASS_DIR in the environment); the tools,
-benchmarks and tests are not built (-DCARACAL_TOOLS=OFF).
+benchmarks and tests are not built (-DCARACAL_TOOLS=OFF). Compile jobs: $CMAKE_BUILD_PARALLEL_LEVEL,
+else one a core within 4 GiB of available memory each.
 """
 import os
 import shutil
@@ -19,6 +20,18 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 
 
+def build_jobs():
+    """Parallel compile jobs: one per core, at most one per 4 GiB of available memory (a CUTLASS
+    translation unit takes ~4 GB)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemAvailable:"))
+        by_memory = max(1, available_kib // (4 << 20))
+    except (OSError, StopIteration, ValueError):
+        by_memory = 4
+    return max(1, min(os.cpu_count() or 1, by_memory))
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         import torch.utils
@@ -29,8 +42,7 @@ class CMakeBuild(build_ext):
                       f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", *cutlass]
         env = dict(os.environ, PATH=f"/usr/local/cuda/bin:{os.environ.get('PATH', '')}")
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), *cmake_args], check=True, env=env)
-        # CUTLASS translation units take ~4 GB each: keep parallelism within memory.
-        jobs = str(min(os.cpu_count() or 1, 4))
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(build_jobs())
         subprocess.run(["cmake", "--build", str(build), "--target", "caracal_torch", "-j", jobs], check=True, env=env)
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,14 +3,27 @@
 #   - Debian packages: compiler toolchain, CMake, Ninja, ccache, GoogleTest, nlohmann-json, CLI11;
 #   - CUTLASS/CuTe headers from PyPI (nvidia-cutlass, pinned) into .deps/ (git-ignored).
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) must already be installed under /usr/local/cuda.
+#   scripts/install-deps.sh [--python]
+# --python: only what the PyTorch extension's build needs (`pip install --no-build-isolation .`:
+# compiler, CMake, Ninja, CUTLASS; not the tools' GoogleTest, nlohmann-json, CLI11, ccache).
+# A tool already on PATH (a pip-installed cmake or ninja) counts as installed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cutlass_version=4.2.0.0
 cutlass_dir="$root/.deps/nvidia-cutlass-$cutlass_version"
+python_only=0
+case "${1:-}" in
+  "") ;;
+  --python) python_only=1 ;;
+  *) echo "install-deps: unknown argument '$1' (expected nothing or --python)" >&2; exit 2 ;;
+esac
 
-apt_packages=(g++ cmake ninja-build ccache libgtest-dev nlohmann-json3-dev libcli11-dev python3)
+apt_packages=(g++ cmake ninja-build python3)
+((python_only)) || apt_packages+=(ccache libgtest-dev nlohmann-json3-dev libcli11-dev)
+declare -A command_of=([g++]=g++ [cmake]=cmake [ninja-build]=ninja [ccache]=ccache [python3]=python3)
 missing=()
 for p in "${apt_packages[@]}"; do
+  if [ -n "${command_of[$p]:-}" ] && command -v "${command_of[$p]}" >/dev/null 2>&1; then continue; fi
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ((${#missing[@]})); then
