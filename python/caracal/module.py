@@ -248,7 +248,7 @@ class MoE(nn.Module):
 class _ClosedEngine:
     """What a closed layer runs on: handle 0 names no layer, and the ops say so."""
     handle = 0
-    layer = torch.tensor(0, dtype=torch.int64)
+    layer = torch.tensor(0, dtype=torch.int64, device="cpu")
 
 
 _CLOSED = _ClosedEngine()

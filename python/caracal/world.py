@@ -156,7 +156,7 @@ class World:
         store = dist.distributed_c10d._get_default_store()
         if self.rank == 0:
             store.set(store_key, bytes(torch.ops.caracal.nccl_unique_id().tolist()))
-        return torch.tensor(list(store.get(store_key)), dtype=torch.uint8)
+        return torch.tensor(list(store.get(store_key)), dtype=torch.uint8, device="cpu")
 
     def __repr__(self):
         return (f"caracal.World({self.backend}, size={self.size}, rank={self.rank}, device={self.device}, "
@@ -177,7 +177,8 @@ class _Engine:
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
             fused_forward, ring_rows, bf16_weight_gradients, world.timeout, gate_up_layout)
-        self.layer = torch.tensor(self.handle, dtype=torch.int64)  # what the traced ops take
+        self.layer = torch.tensor(self.handle, dtype=torch.int64, device="cpu")  # what the traced ops take (on the CPU
+        # whatever the default device: a model built under `with torch.device("cuda")` makes engines too)
         self._finalizer = None
         if world.backend == "loopback":
             self._finalizer = weakref.finalize(self, torch.ops.caracal.destroy_layer, self.handle)

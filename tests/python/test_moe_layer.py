@@ -179,6 +179,16 @@ def test_no_tokens_at_all(seed):
     assert all(grads[name].abs().max() == 0 for name, _ in moe.named_parameters())
 
 
+def test_built_under_a_default_cuda_device(seed):
+    """A layer (and its engine) made inside `with torch.device("cuda")`, as models are built, runs as
+    one made outside it: its engine handle stays a CPU tensor."""
+    world = caracal.World.loopback(2)
+    with torch.device("cuda"):
+        moe = caracal.MoE(tokens_per_rank=48, world=world, **SMALL)  # a configuration no other test makes
+    assert moe._engine.layer.device.type == "cpu"
+    assert_matches(moe, random_inputs(moe, "uniform"))
+
+
 def test_int64_ids_are_narrowed_without_wrapping(seed):
     """int64 ids give the int32 ids' bits; one outside int32 (2^32 + 1 would wrap onto expert 1)
     is raised by check() as out of range."""

@@ -214,6 +214,24 @@ def test_two_runs_are_bitwise_equal(seed):
 
 
 @pytest.mark.gpu
+def test_model_built_under_a_default_cuda_device_runs_on_caracal(seed):
+    """`with torch.device("cuda"): from_config(...)`, as the examples build models: the engines made
+    there run (no fallback) and match the eager experts."""
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal",
+                                                 dtype=torch.bfloat16)
+        eager = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="eager", dtype=torch.bfloat16)
+    eager.load_state_dict(model.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 24), device="cuda")
+    integration._warned.clear()
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad(), routed_as(eager, model):
+        warnings.simplefilter("always")
+        want = eager(ids).logits
+        assert rel(model(ids).logits, want) < 3e-2
+    assert caracal_warnings(caught) == []
+
+
+@pytest.mark.gpu
 def test_token_counts_that_change_between_calls(seed):
     model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
     eager = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="eager").cuda().bfloat16()

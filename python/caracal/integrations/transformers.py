@@ -120,15 +120,18 @@ def _capacity(tokens):
     return max(128, 1 << max(0, int(tokens) - 1).bit_length())
 
 
+@torch.compiler.disable
 def _engine_for(module, tokens, top_k):
-    """The engine of `module`'s configuration with room for `tokens` tokens (made on first need)."""
+    """The engine of `module`'s configuration with room for `tokens` tokens (made on first need).
+    Never traced by torch.compile: it runs on the call's real token count, so a compiled model's
+    graphs guard only on the count fitting the engine (`tokens <= capacity`), not on its value."""
     from .._extension import load
     load()
-    capacity = _capacity(tokens)
     engines = _engines.setdefault(module, {})
     fitting = [c for c in engines if c >= tokens]
     if fitting:
         return engines[min(fitting)]
+    capacity = _capacity(tokens)
     experts, two_i, hidden = module.gate_up_proj.shape
     world = World.default(module.gate_up_proj.device)
     bf16_gradients = module.gate_up_proj.dtype == torch.bfloat16
