@@ -13,8 +13,8 @@
 #     scripts/install-deps.sh --python && pip install --no-build-isolation ".[transformers]"
 #   then, where a GPU is present, the README's transformers example as written (its marked block).
 # CARACAL_FRESH_SYSTEM_TORCH=1: for a machine that cannot download (the GPU machine): the venv
-#   sees the system's PyTorch (and transformers) through --system-site-packages, and the CUTLASS
-#   headers come from this checkout's .deps/ (scripts/install-deps.sh run here beforehand).
+#   sees python3's own packages (its PyTorch, transformers, setuptools; pip with no index), and
+#   the CUTLASS headers come from this checkout's .deps/ (scripts/install-deps.sh run beforehand).
 # Exit status non-zero when any step failed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,8 +26,12 @@ case "$extras" in ""|transformers) ;; *) echo "test-fresh-install: CARACAL_FRESH
 mkdir -p "$work"
 if [ ! -x "$venv/bin/python" ]; then
   if [ "$system_torch" = 1 ]; then
-    echo "test-fresh-install: python3 -m venv --system-site-packages $venv (the system's PyTorch)"
-    python3 -m venv --system-site-packages "$venv"
+    # Not --system-site-packages: where python3 is itself a venv's (the GPU machine's), that would
+    # give the base interpreter's packages, not python3's. A .pth file adds python3's own instead.
+    outer_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "test-fresh-install: python3 -m venv $venv, seeing $outer_site (the system's PyTorch)"
+    python3 -m venv "$venv"
+    echo "$outer_site" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/system_torch.pth"
   else
     echo "test-fresh-install: python3 -m venv $venv; pip install torch==2.11.0"
     python3 -m venv "$venv"
@@ -43,6 +47,7 @@ else  # a checkout without its .git (the device machine's copy): the tree withou
       --exclude='./.venv-torch' --exclude='__pycache__' --exclude='*.egg-info' -cf - . | tar -C "$work/caracal" -xf -
 fi
 if [ "$system_torch" = 1 ]; then
+  export PIP_NO_INDEX=1  # nothing to download: every requirement must already be there
   [ -d "$root/.deps" ] || { echo "test-fresh-install: no $root/.deps (run scripts/install-deps.sh here first)" >&2; exit 1; }
   cp -r "$root/.deps" "$work/caracal/.deps"
 fi
