@@ -14,7 +14,8 @@
 #   then, where a GPU is present, the README's transformers example as written (its marked block).
 # CARACAL_FRESH_SYSTEM_TORCH=1: for a machine that cannot download (the GPU machine): the venv
 #   sees python3's own packages (its PyTorch, transformers, setuptools; pip with no index), and
-#   the CUTLASS headers come from this checkout's .deps/ (scripts/install-deps.sh run beforehand).
+#   the CUTLASS headers come from this checkout's .deps/ (scripts/install-deps.sh run beforehand),
+#   and the source is this working tree as it is (not a clone of HEAD).
 # Exit status non-zero when any step failed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,9 +40,10 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 rm -rf "$work/caracal"
-if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+if [ "$system_torch" != 1 ]; then
   git clone -q "$root" "$work/caracal"
-else  # a checkout without its .git (the device machine's copy): the tree without what git ignores
+else  # the GPU machine's copy of a working tree (its .git, if any, is not this tree's): the tree
+      # as it is, without what git ignores
   mkdir -p "$work/caracal"
   tar -C "$root" --exclude='./build' --exclude='./build-*' --exclude='./.deps' --exclude='./.whl' \
       --exclude='./.venv-torch' --exclude='__pycache__' --exclude='*.egg-info' -cf - . | tar -C "$work/caracal" -xf -
