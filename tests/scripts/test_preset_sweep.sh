@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in --json) out=$2 ;; --experts) experts=$2 ;; --tokens) tokens=$2 ;; esac
   shift
 done
-fused=3.0 v1='{"forward": {"ms": 1.0}, "fwd_bwd": {"ms": 3.1}}' bwd=1.04
+fused=3.0 v1='{"forward": {"ms": 1.0}, "backward": {"ms": 2.1}, "fwd_bwd": {"ms": 3.1}}' bwd=1.04
 has "${STUB_SLOW:-}" && fused=3.41
 has "${STUB_BWD:-}" && bwd=1.5
 has "${STUB_NO_V1:-}" && v1='{"skipped": "does not fit: stub"}'
@@ -78,7 +78,7 @@ check() {  # check NAME WANT_RC LAST_LINE [PATTERN...] -- ENV...
 }
 
 check "a passing sweep" 0 "all passed" \
-  '^\| alpha E8 T4096 \| 2048 / 768 / 8 / 0 \| 1\.030 \| 1\.040 \| 3\.000 \| 3\.100 \| 0\.968 \| 0\.60 \| 0\.58 \| PASS \|$' \
+  '^\| alpha E8 T4096 \| 2048 / 768 / 8 / 0 \| 1\.030 \| 1\.040 \| 3\.000 \| 3\.100 \| 0\.968 \| 1\.000, 0\.952 \| 0\.60 \| 0\.58 \| PASS \|$' \
   '^\| beta \| - \|.*\| refused: its experts have biases and a clamped SwiGLU \|$' \
   '^qwen3-30b-a3b E128 T8192 +PASS \([0-9]+ s\)$' '^beta +refused: its experts have biases' -- QUICK=0
 # The rows, in order, with the sweep's arguments.
@@ -102,6 +102,8 @@ assert j["targets"] == {"max_fused_over_v1": 1.0, "max_forward_over_gemms_alone"
 alpha = j["rows"][2]
 assert alpha["bench"]["layer"]["local_experts"] == 8 and alpha["json"] == "bench_alpha_E8_T4096.json", alpha
 assert abs(alpha["fused_over_v1"] - 3.0 / 3.1) < 1e-9
+assert (alpha["fused_backward_ms"], alpha["v1_backward_ms"]) == (2.0, 2.1), alpha
+assert abs(alpha["backward_fused_over_v1"] - 2.0 / 2.1) < 1e-9 and alpha["forward_fused_over_v1"] == 1.0, alpha
 PY
 grep -q '^| qwen3-30b-a3b E16 T8192 |' "$work/out/preset-sweep.md" 2>/dev/null || fail "no table in preset-sweep.md"
 

@@ -221,6 +221,7 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   if (v1_shortfall.empty()) {
     const LayerTimes v1 = time_layer_on_backend(c, routing, a, false);
     r.forward_v1 = {v1.forward, fwd_flops, tokens};
+    r.backward_v1 = {v1.backward, 2.0 * fwd_flops, tokens};
     r.step_v1 = {v1.step, 3.0 * fwd_flops, tokens};
   } else {
     r.v1_skipped = "does not fit: " + v1_shortfall;

@@ -125,6 +125,7 @@ void print_run(const RunResult& r) {
   }
   if (r.v1_skipped.empty()) {
     print_pass(r, "forward v1", r.forward_v1, r.cublas.forward_ms, r.nccl.forward_ms);
+    print_pass(r, "backward v1", r.backward_v1, r.cublas.backward_ms, r.nccl.backward_ms);
     print_pass(r, "fwd+bwd v1", r.step_v1, r.cublas.step_ms(), r.nccl.step_ms());
   } else {
     char head[32];
@@ -155,7 +156,9 @@ nlohmann::json run_json(const RunResult& r) {
           {"fwd_bwd", pass_json(r.step)},
           {"forward_path", "fused"},
           {"v1", r.v1_skipped.empty()
-                     ? nlohmann::json{{"forward", pass_json(r.forward_v1)}, {"fwd_bwd", pass_json(r.step_v1)}}
+                     ? nlohmann::json{{"forward", pass_json(r.forward_v1)},
+                                      {"backward", pass_json(r.backward_v1)},
+                                      {"fwd_bwd", pass_json(r.step_v1)}}
                      : nlohmann::json{{"skipped", r.v1_skipped}}},
           {"baselines",
            {{"cublas_dense", baseline_json(r.cublas, r)}, {"nccl_exchange_plus_gemms", baseline_json(r.nccl, r)}}}};

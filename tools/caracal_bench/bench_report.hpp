@@ -29,7 +29,7 @@ struct RunResult {
   int64_t tokens_per_rank = 0;
   int64_t tokens_per_gpu = 0;
   Pass forward, backward, step;  // the default path: the fused forward
-  Pass forward_v1, step_v1;      // MoELayer v1's forward (separate launches), same run
+  Pass forward_v1, backward_v1, step_v1;  // MoELayer v1 (separate launches), same run
   std::string v1_skipped;        // why v1 did not run (its buffers do not fit), or empty
   Baseline cublas, nccl;
 };

@@ -30,6 +30,7 @@ RunResult median_of_rounds(const std::vector<RunResult>& rounds) {
   set_median(rounds, m.backward.ms, [](const RunResult& r) { return r.backward.ms; });
   set_median(rounds, m.step.ms, [](const RunResult& r) { return r.step.ms; });
   set_median(rounds, m.forward_v1.ms, [](const RunResult& r) { return r.forward_v1.ms; });
+  set_median(rounds, m.backward_v1.ms, [](const RunResult& r) { return r.backward_v1.ms; });
   set_median(rounds, m.step_v1.ms, [](const RunResult& r) { return r.step_v1.ms; });
   for (Baseline RunResult::*b : {&RunResult::cublas, &RunResult::nccl}) {
     set_median(rounds, (m.*b).forward_ms, [b](const RunResult& r) { return (r.*b).forward_ms; });
