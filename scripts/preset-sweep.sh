@@ -10,8 +10,9 @@
 # then one table (scripts/lib/preset_sweep.py; markdown, for docs/PERF.md): per shape its forward
 # and backward over their GEMMs alone, fused and v1 fwd+bwd ms and fused / v1 (and each pass's, timed
 # apart), cuBLAS dense over both, and each row PASS or MISS against issue 49's targets on the
-# medians of rounds: fused fwd+bwd <= v1's x MAX_FUSED_OVER_V1 (1.00: never slower), forward and backward <= MAX_OVER_GEMMS (1.06)
-# x their GEMMs alone; a row whose v1 or GEMMs alone did not run is a MISS too.
+# medians of rounds: fused fwd+bwd <= v1's x MAX_FUSED_OVER_V1 (1.00: never slower), forward and
+# backward <= MAX_OVER_GEMMS (1.06) x their GEMMs alone; a row whose v1 or GEMMs alone did not run
+# is a MISS too.
 # Usage: [QUICK=1] scripts/preset-sweep.sh [build-dir]     (build-dir holds caracal, caracal-bench
 #        and COMMIT, as scripts/stage-gpu-build.sh stages them; default build)
 #   QUICK=1: --rounds 1 --reps 5 (one round, noisier; checks the pipeline and gross regressions).
