@@ -5,18 +5,22 @@
 # and builds, they are not the layer's sustained time (caracal bench's). Run on the device machine:
 #   scripts/kernel-times.sh NEW [OLD]      (build folders holding caracal-bench with --profile-step)
 # BENCH_ARGS sets the case (default: DeepSeek-V3 with 32 experts, W = 1, T = 4096), PROFILE_PATH
-# the layer (fused, the default, or v1: caracal-bench --profile-path). The CSVs and
-# ncu's logs go to $OUT if set, else /tmp/caracal-kernel-times. Exit status 1 when a run failed.
+# the layer (fused, the default, or v1: caracal-bench --profile-path). CACHE_CONTROL=none keeps
+# the caches between kernels as a step leaves them (ncu's default, all, flushes them before each
+# kernel: each starts cold). The CSVs and ncu's logs go to $OUT if set, else
+# /tmp/caracal-kernel-times. Exit status 1 when a run failed or CACHE_CONTROL is not all or none.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 new="${1:?usage: scripts/kernel-times.sh NEW [OLD]}"
+cache_control="${CACHE_CONTROL:-all}"
+case "$cache_control" in all|none) ;; *) echo "kernel-times: CACHE_CONTROL must be all or none, got '$cache_control'" >&2; exit 1 ;; esac
 old="${2:-}"
 build="$new"
 source "$root/scripts/lib/profile-step.sh"
 failed=0
 profile() {  # profile SIDE BUILD: 0 when its CSV is there
   # shellcheck disable=SC2086  # BENCH_ARGS splits into arguments
-  ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+  ncu --profile-from-start off --clock-control none --cache-control "$cache_control" --metrics gpu__time_duration.sum --csv --print-units base \
     --log-file "$out/kernels_$1.csv" "$2/caracal-bench" $args --no-validate --profile-step \
     --profile-path "${PROFILE_PATH:-fused}" --quiet \
     >"$out/bench_$1.log" 2>&1 && return 0

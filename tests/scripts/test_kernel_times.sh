@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/kernel-times.sh's own logic, with a stub ncu (no GPU): one build's kernels in launch order
 # with their microseconds (from any unit ncu prints) and the total; two builds side by side, kernels
-# whose names differ marked; a failing ncu run makes the exit status 1.
+# whose names differ marked; a failing ncu run makes the exit status 1; ncu flushes the caches
+# before each kernel unless CACHE_CONTROL=none, and another value is refused by name.
 source "$(dirname "$0")/script_test_lib.sh"
 
 mkdir -p "$work/bin" "$work/new" "$work/old"
@@ -13,6 +14,7 @@ cat >"$work/bin/ncu" <<'STUB'
 [ "${STUB_FAIL:-0}" = 1 ] && exit 3
 while [ $# -gt 0 ]; do
   [ "$1" = --log-file ] && log=$2
+  [ "$1" = --cache-control ] && echo "$2" >>"$STUB_CACHE_LOG"
   case "$1" in */caracal-bench) bench=$1 ;; esac
   shift
 done
@@ -28,7 +30,7 @@ case "$bench" in */old/*) slow=4.70; last=copy_kernel ;; esac
 } >"$log"
 STUB
 chmod +x "$work/bin/ncu"
-export PATH="$work/bin:$PATH"
+export PATH="$work/bin:$PATH" STUB_CACHE_LOG="$work/cache-control"
 
 expect_status 0 "one build" env OUT="$work/out1" bash "$root/scripts/kernel-times.sh" "$work/new"
 grep -qE '^ +1 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "one build: the fused kernel in us"
@@ -39,6 +41,12 @@ grep -q 'old old-commit vs new new-commit' <<<"$out" || fail "two builds: the co
 grep -qE '^ +1 +4700\.0 +4630\.0  fused::fused_forward_kernel$' <<<"$out" || fail "two builds: side by side"
 grep -q 'transfer::copy_kernel  <>  transfer::combine_kernel' <<<"$out" || fail "two builds: differing names marked"
 
+[ "$(cat "$work/cache-control")" = "$(printf 'all\nall\nall')" ] || fail "ncu's caches not flushed by default: $(cat "$work/cache-control")"
+rm -f "$work/cache-control"
+expect_status 0 "caches kept" env CACHE_CONTROL=none OUT="$work/out5" bash "$root/scripts/kernel-times.sh" "$work/new"
+[ "$(cat "$work/cache-control")" = none ] || fail "CACHE_CONTROL=none: ncu got $(cat "$work/cache-control")"
+expect_status 1 "bad CACHE_CONTROL" env CACHE_CONTROL=some OUT="$work/out6" bash "$root/scripts/kernel-times.sh" "$work/new"
+grep -q "kernel-times: CACHE_CONTROL must be all or none, got 'some'" <<<"$out" || fail "bad CACHE_CONTROL: not named"
 STUB_FAIL=1 OUT="$work/out3" bash "$root/scripts/kernel-times.sh" "$work/new" >/dev/null 2>&1 && fail "a failing ncu: exit status 0"
 # An OLD build that cannot run (before --profile-step): NEW's table still, and exit status 1.
 expect_status 1 "a failing OLD" env STUB_FAIL_OLD=1 OUT="$work/out4" bash "$root/scripts/kernel-times.sh" "$work/new" "$work/old"
