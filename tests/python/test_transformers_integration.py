@@ -232,6 +232,30 @@ def test_model_built_under_a_default_cuda_device_runs_on_caracal(seed):
 
 
 @pytest.mark.gpu
+@CONFIGS
+def test_bf16_autocast_of_an_fp32_model_runs_on_caracal(config, seed):
+    """An fp32 model under torch.autocast(bf16), as mixed-precision training runs it: the experts run on
+    Caracal (no fallback) from the fp32 weights, return fp32 hidden states as the eager experts do,
+    and match the eager experts under the same autocast; the expert weights' gradients are fp32."""
+    model = AutoModelForCausalLM.from_config(config(), experts_implementation="caracal").cuda()
+    eager = AutoModelForCausalLM.from_config(config(), experts_implementation="eager").cuda()
+    eager.load_state_dict(model.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 40), device="cuda")
+    integration._warned.clear()
+    with warnings.catch_warnings(record=True) as caught, routed_as(eager, model):
+        warnings.simplefilter("always")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            want = step(eager, ids)  # first: routed_as pins the model to its routing
+            ours = step(model, ids)
+    assert caracal_warnings(caught) == []
+    assert ours[0].dtype == want[0].dtype
+    assert rel(ours[0].float(), want[0].float()) < 3e-2
+    for name, g in ours[2].items():
+        assert g.dtype == torch.float32, name
+        assert rel(g, want[2][name]) <= 5e-2, (name, rel(g, want[2][name]))
+
+
+@pytest.mark.gpu
 def test_token_counts_that_change_between_calls(seed):
     model = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="caracal").cuda().bfloat16()
     eager = AutoModelForCausalLM.from_config(qwen_config(), experts_implementation="eager").cuda().bfloat16()

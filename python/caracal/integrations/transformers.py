@@ -13,12 +13,16 @@ the module's own parameters gate_up_proj [E, 2I, D] ([gate; up] halves) and down
 which the kernels read and write in place (the engines' gate_up_layout "halves": no copy, no
 conversion), so `save_pretrained` and `from_pretrained` round-trip unchanged.
 
+Under torch.autocast (an fp32 model, as mixed-precision training runs it), the experts compute in
+bf16 whatever the autocast dtype, from the fp32 weights, and return the hidden states' dtype, as the
+module's own forward does; gradients reach the fp32 weights in fp32.
+
 A module Caracal does not run falls back to the module's own forward, with one warning per module
 class naming why: weights with a bias, transposed or not concatenated, experts without a gate, a
 gate other than SiLU(gate) * up, tensors not on a CUDA device, hidden_states that are not bf16
-(Caracal computes in bf16: run the model in bf16, or under autocast), no built extension, or shapes
-the layer refuses (its error is the warning). Expert ids at or past E (transformers' sentinels of expert parallelism)
-are empty slots.
+outside autocast (Caracal computes in bf16: run the model in bf16, or under autocast), no built
+extension, or shapes the layer refuses (its error is the warning). Expert ids at or past E
+(transformers' sentinels of expert parallelism) are empty slots.
 
 Expert parallelism: transformers' own (`DistributedConfig(tp_size=W, ep_size=W)` under torchrun)
 gives each rank E/W experts and every token (attention tensor-parallel), hands the experts module
@@ -70,14 +74,15 @@ def experts_forward(module, hidden_states, top_k_index, top_k_weights):
     capacity = engine.tokens_per_rank
     ids = torch.where(top_k_index < num_experts, top_k_index, -1).to(torch.int32)
     pad = tokens < capacity
-    x = nn.functional.pad(hidden_states, (0, 0, 0, capacity - tokens)) if pad else hidden_states
+    x = hidden_states.to(torch.bfloat16)  # under autocast, an fp32 model's hidden states (unchanged if bf16)
+    x = nn.functional.pad(x, (0, 0, 0, capacity - tokens)) if pad else x
     ids = nn.functional.pad(ids, (0, 0, 0, capacity - tokens), value=-1) if pad else ids
     scores = top_k_weights.float()
     scores = nn.functional.pad(scores, (0, 0, 0, capacity - tokens)) if pad else scores
     y, _forward_id = torch.ops.caracal.moe_forward(engine.layer, x.contiguous(), ids.contiguous(),
                                                    scores.contiguous(), module.gate_up_proj, module.down_proj, None,
                                                    None, None)
-    return y[:tokens] if pad else y
+    return (y[:tokens] if pad else y).to(hidden_states.dtype)  # the dtype the module's own forward returns
 
 
 def unsupported(module, hidden_states):
@@ -100,7 +105,7 @@ def unsupported(module, hidden_states):
         return "it has no gate_up_proj [E, 2I, D] and down_proj [E, D, I] weights"
     if not hidden_states.is_cuda or not all(w.device == hidden_states.device for w in weights):
         return "its tensors are not all on one CUDA device"
-    if hidden_states.dtype != torch.bfloat16:
+    if hidden_states.dtype != torch.bfloat16 and not torch.is_autocast_enabled("cuda"):
         return (f"hidden_states are {hidden_states.dtype} (Caracal computes in bf16: run the model in bf16 or under "
                 "autocast)")
     if any(w.dtype not in (torch.bfloat16, torch.float32) for w in weights):
