@@ -8,11 +8,13 @@ GPU holds), bf16 on one device, built once per experts implementation ("caracal"
   - the experts alone ("the MoE layers' time"): each layer's experts module forward + backward on
     the inputs the model gave it (captured from one step: hidden states, top_k_index,
     top_k_weights), median over --reps, summed over the layers.
-Then each implementation against grouped_mm, and the experts' share of the step, a table last.
+Then each implementation against grouped_mm, and the experts' share of the step, a table last;
+with --profile, one more step per implementation under torch.profiler: the GPU's busy time, the
+span of its work and the idle time between (a step whose host cannot keep the GPU fed shows idle).
 
 Usage: python3 bench/python/hf_train_bench.py [--model deepseek-v3|qwen3-30b-a3b|tiny] [--layers 3]
            [--batch 4] [--seq 1024] [--impls caracal,grouped_mm,eager] [--warmup 3] [--reps 10]
-           [--device cuda] [--json OUT.json]
+           [--device cuda] [--json OUT.json] [--profile]
 Exit status 1 when an implementation failed to run, or "caracal" fell back to the model's own
 experts on a GPU (its row says why).
 """
@@ -71,6 +73,39 @@ class Timer:
         return 1e3 * (time.perf_counter() - begin)
 
 
+def gpu_timeline(step, device):
+    """One step under torch.profiler: the GPU's busy time (the union of its kernels' and copies'
+    intervals), the span from the first to the last, and their count; on the CPU, None."""
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize(device)
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    busy, span = busy_and_span(spans)
+    return {"gpu_busy_ms": busy / 1e3, "gpu_span_ms": span / 1e3, "gpu_idle_ms": (span - busy) / 1e3,
+            "gpu_events": len(spans)}
+
+
+def busy_and_span(intervals):
+    """The length of the union of [start, end) intervals, and from the first start to the last end."""
+    busy, span, ordered = 0.0, 0.0, sorted(intervals)
+    if ordered:
+        open_start, open_end = ordered[0]
+        for start, end in ordered[1:]:
+            if start > open_end:
+                busy += open_end - open_start
+                open_start, open_end = start, end
+            else:
+                open_end = max(open_end, end)
+        busy += open_end - open_start
+        span = max(end for _, end in ordered) - ordered[0][0]
+    return busy, span
+
+
 def experts_modules(model):
     return [m for _, m in model.named_modules() if isinstance(getattr(m, "gate_up_proj", None), torch.Tensor)]
 
@@ -108,6 +143,7 @@ def bench_impl(impl, args, device, ids, timer):
         for _ in range(args.warmup):
             step()
         steps = [timer(step) for _ in range(args.reps)]
+        timeline = gpu_timeline(step, device) if args.profile else None
 
         layers = capture_experts_inputs(model, ids)
         dys = [torch.randn_like(hidden) for _, hidden, _, _ in layers]
@@ -127,6 +163,8 @@ def bench_impl(impl, args, device, ids, timer):
     step_ms = statistics.median(steps)
     row = {"impl": impl, "step_ms": step_ms, "steps_ms": steps, "tokens_per_s": tokens / step_ms * 1e3,
            "experts_ms": experts, "experts_layers": len(layers), "fell_back": fell_back}
+    if timeline is not None:
+        row["timeline"] = timeline
     del model, optimizer, layers
     if device.type == "cuda":
         row["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -147,6 +185,8 @@ def main():
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more step under torch.profiler: the GPU's busy and idle time in it")
     args = parser.parse_args()
     if args.layers < 1 or args.batch < 1 or args.seq < 1 or args.reps < 1 or args.warmup < 0:
         parser.error("--layers, --batch, --seq and --reps must be positive, --warmup non-negative")
@@ -201,6 +241,17 @@ def main():
         note = f"  fell back: {'; '.join(r['fell_back'])}" if r["fell_back"] else ""
         print(f"{r['impl']:<12} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {r['experts_ms']:11.2f} {share:6.2f} "
               f"{step_x:7.3f} {experts_x:9.3f}{note}")
+    if args.profile:
+        print("\none step under torch.profiler (GPU kernels and copies; idle: the span's time no GPU work covers)")
+        for r in rows:
+            t = r.get("timeline")
+            if "error" in r:
+                continue
+            if t is None:
+                print(f"{r['impl']:<12} no GPU timeline on {device}")
+            else:
+                print(f"{r['impl']:<12} GPU busy {t['gpu_busy_ms']:8.2f} ms of a {t['gpu_span_ms']:8.2f} ms span, "
+                      f"idle {t['gpu_idle_ms']:7.2f} ms, {t['gpu_events']} kernels and copies")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

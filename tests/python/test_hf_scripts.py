@@ -27,15 +27,26 @@ def run(*args, script=SCRIPT):
 def test_tiny_model_on_the_cpu(tmp_path):
     out = tmp_path / "hf.json"
     r = run("--model", "tiny", "--layers", "2", "--batch", "2", "--seq", "16", "--warmup", "0", "--reps", "2",
-            "--device", "cpu", "--impls", "caracal,eager", "--json", str(out))
+            "--device", "cpu", "--impls", "caracal,eager", "--json", str(out), "--profile")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "all ran"
+    assert "caracal      no GPU timeline on cpu" in r.stdout
     rows = {row["impl"]: row for row in json.loads(out.read_text())["rows"]}
     assert rows.keys() == {"caracal", "eager"}
     assert rows["caracal"]["fell_back"] and "not all on one CUDA device" in rows["caracal"]["fell_back"][0]
     for row in rows.values():
         assert row["experts_layers"] == 2 and row["step_ms"] > 0 and row["experts_ms"] > 0
         assert len(row["steps_ms"]) == 2
+
+
+def test_gpu_busy_time_is_the_union_of_the_intervals():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hf_train_bench", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.busy_and_span([]) == (0.0, 0.0)
+    # [0, 4) and [2, 6) overlap into [0, 6); [7, 8) apart; [8, 9) touching it; [1, 3) inside.
+    assert bench.busy_and_span([(7, 8), (0, 4), (2, 6), (8, 9), (1, 3)]) == (8, 9)
 
 
 def test_bad_model_is_refused_by_name():
