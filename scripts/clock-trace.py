@@ -15,11 +15,12 @@ share of the busy samples it was active in (sw power cap, hw slowdown, thermal, 
 (a path that draws more power can run slower in sustained replays than its kernels do alone).
 
 Exit status: the command's; 2 when the arguments are bad or NVML (the nvidia-ml-py package, and
-a driver) is not there.
+a driver) is not there. SIGTERM (`timeout`) stops the command too.
 """
 import argparse
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -163,6 +164,11 @@ def main(argv=None):
         thread.join()
         print(f"clock-trace: could not run {command[0]!r}: {e}", file=sys.stderr)
         return 2
+    def stop_the_command(signum, _frame):  # `timeout` stops this process: the command goes too
+        process.terminate()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_the_command)
     for line in process.stdout:
         now = time.monotonic()
         sys.stdout.write(line)

@@ -17,6 +17,8 @@
 #        and COMMIT, as scripts/stage-gpu-build.sh stages them; default build)
 #   QUICK=1: --rounds 1 --reps 5 (one round, noisier; checks the pipeline and gross regressions).
 #   ROUNDS (3; QUICK 1), REPS (20; QUICK 5), WARMUP (5): caracal-bench's --rounds, --reps, --warmup.
+#   CLOCK_TRACE=1: each bench under scripts/clock-trace.py (NVML: the SM clock, power and
+#   clock-event reasons per phase), and a second table of each path's during its fwd+bwd replays.
 #   STEP_TIMEOUT (150 s; QUICK 90): the bound on each bench; SWEEP_BUDGET_S (540): no bench starts
 #   once the sweep has run this long, and none runs past it (those rows fail: "not run").
 # Runtime (estimated, nine timed rows): per round and rep a bench runs ~20 forwards' worth of work
@@ -48,6 +50,8 @@ case "$quick" in
   *) usage_error "QUICK: expected 0 or 1, got '$quick'" ;;
 esac
 warmup=${WARMUP:-5}
+clock_trace=${CLOCK_TRACE:-0}
+case "$clock_trace" in 0 | 1) ;; *) usage_error "CLOCK_TRACE: expected 0 or 1, got '$clock_trace'" ;; esac
 budget=${SWEEP_BUDGET_S:-540}
 for v in rounds reps warmup step_limit budget; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || usage_error "$v: expected a whole number, got '${!v}'"
@@ -84,8 +88,10 @@ row() {
   echo "==== $name: caracal-bench $* ${common[*]} --json $json" >>"$log"
   local first t0=$SECONDS status what
   first=$(($(wc -l <"$log") + 1))
-  rm -f "$json"
-  timeout -k 10 "$limit" "$build/caracal-bench" "$@" "${common[@]}" --json "$json" >>"$log" 2>&1
+  local trace_json="$out/clock_${name// /_}.json" trace=()
+  rm -f "$json" "$trace_json"
+  [ "$clock_trace" = 1 ] && trace=(python3 "$root/scripts/clock-trace.py" --interval-ms 20 --json "$trace_json" --)
+  timeout -k 10 "$limit" "${trace[@]}" "$build/caracal-bench" "$@" "${common[@]}" --json "$json" >>"$log" 2>&1
   status=$?
   case $status in
     0) what=ok ;;

@@ -13,7 +13,9 @@
       docs/PERF.md) and writes OUT_DIR/preset-sweep.md (the same), OUT_DIR/preset-sweep.json (every
       row, its figures, verdict and its bench's whole JSON; for docs/results/) and
       OUT_DIR/verdicts.tsv (NAME<TAB>VERDICT<TAB>TEXT, a line a row in order; VERDICT PASS,
-      REFUSED, MISS or FAILED; TEXT with the bench's seconds where it ran).
+      REFUSED, MISS or FAILED; TEXT with the bench's seconds where it ran). Where a row's bench ran
+      under scripts/clock-trace.py (OUT_DIR/clock_<row>.json beside bench_<row>.json), a second
+      table gives each path's SM clock, power and clock-event reasons during its fwd+bwd replays.
 
 A row that ran PASSes when every target holds on its medians of rounds: fused fwd+bwd / v1's
 <= --max-fused-over-v1 (1.00: never slower), forward and backward / their GEMMs alone <=
@@ -24,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 
 TOKENS = 4096
@@ -89,6 +92,42 @@ def misses(f, gaps, max_v1, max_gemms):
     return out
 
 
+def clocks(trace):
+    """From scripts/clock-trace.py's JSON of a row's bench: per path (fused, v1), the medians over the
+    rounds of its fwd+bwd phases' SM clock (MHz) and mean power (W), and the clock-event reasons
+    seen in them (their largest share of a phase's busy samples)."""
+    out = {}
+    for path, marker in (("fused", "(fused forward): forward+backward"), ("v1", "(v1 forward): forward+backward")):
+        phases = [p for p in trace["phases"] if p["phase"].endswith(marker) and p.get("busy_samples")]
+        if not phases:
+            continue
+        out[f"{path}_fwd_bwd_sm_mhz"] = statistics.median(p["sm_mhz_median"] for p in phases)
+        out[f"{path}_fwd_bwd_watts"] = statistics.median(p["watts_mean"] for p in phases)
+        reasons = {}
+        for p in phases:
+            for reason, share in p["reasons"].items():
+                reasons[reason] = max(reasons.get(reason, 0.0), share)
+        out[f"{path}_fwd_bwd_reasons"] = reasons
+    return out
+
+
+def clock_table(rows):
+    """The rows' clocks during the fwd+bwd replays (markdown), or '' when no row has them."""
+    traced = [r for r in rows if "fused_fwd_bwd_sm_mhz" in r or "v1_fwd_bwd_sm_mhz" in r]
+    if not traced:
+        return ""
+    lines = ["| shape | SM MHz f+b, fused / v1 | W f+b, fused / v1 | clock-event reasons, fused / v1 |",
+             "|---|---|---|---|"]
+    for r in traced:
+        def reasons(path):
+            seen = r.get(f"{path}_fwd_bwd_reasons", {})
+            return ", ".join(f"{k} {v:.0%}" for k, v in seen.items()) or "none"
+        lines.append(f"| {r['name']} | {cell(r, 'fused_fwd_bwd_sm_mhz', '.0f')} / {cell(r, 'v1_fwd_bwd_sm_mhz', '.0f')} "
+                     f"| {cell(r, 'fused_fwd_bwd_watts', '.0f')} / {cell(r, 'v1_fwd_bwd_watts', '.0f')} "
+                     f"| {reasons('fused')} / {reasons('v1')} |")
+    return "\n".join(lines)
+
+
 def read_manifest(path):
     rows = []
     with open(path) as fh:
@@ -119,6 +158,14 @@ def judge(row, max_v1, max_gemms):
         return
     row.update(f)
     row["bench"] = bench
+    folder, name = os.path.split(row["json"])
+    trace_path = os.path.join(folder, "clock_" + name[len("bench_"):]) if name.startswith("bench_") else ""
+    if trace_path and os.path.exists(trace_path):  # CLOCK_TRACE=1 (scripts/clock-trace.py)
+        try:
+            with open(trace_path) as fh:
+                row.update(clocks(json.load(fh)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            row["clock_trace_error"] = f"{type(e).__name__}: {e}"
     row["misses"] = misses(f, gaps, max_v1, max_gemms)
     row["verdict"] = "MISS" if row["misses"] else "PASS"
     row["text"] = "MISS: " + "; ".join(row["misses"]) if row["misses"] else "PASS"
@@ -153,6 +200,10 @@ def report(args):
     for r in rows:
         judge(r, args.max_fused_over_v1, args.max_over_gemms)
     text = table(rows, args.max_fused_over_v1, args.max_over_gemms)
+    clock_text = clock_table(rows)
+    if clock_text:
+        text += "\n\nThe GPU during each path's fwd+bwd replays (scripts/clock-trace.py, NVML; medians over the rounds):\n\n" \
+            + clock_text
     print(text)
     with open(os.path.join(args.out_dir, "preset-sweep.md"), "w") as fh:
         fh.write(text + "\n")

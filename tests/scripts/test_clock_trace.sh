@@ -2,7 +2,8 @@
 # scripts/clock-trace.py with a stub pynvml (no GPU): the command's output passed through and its
 # exit status returned; a phase per progress line (and "(start)" before the first), each with the
 # clocks, power and clock-event reasons of its busy samples, in the table and the JSON; NVML that
-# cannot start, a missing command and a bad --phase each exit 2 naming why.
+# cannot start, a missing command and a bad --phase each exit 2 naming why; stopped by `timeout`,
+# it stops the command.
 source "$(dirname "$0")/script_test_lib.sh"
 mkdir -p "$work/stub"
 cat >"$work/stub/pynvml.py" <<'STUB'
@@ -45,6 +46,14 @@ fused = j["phases"][-2]
 assert fused["busy_samples"] >= 10 and fused["sm_mhz_median"] == 1755 and fused["reasons"] == {"sw power cap": 1.0}, fused
 assert j["exit_status"] == 3 and j["power_limit_w"] == 700 and j["gpu"] == "NVIDIA H200", j
 PY
+
+# `timeout` stops clock-trace: the command it runs stops too (none left running).
+timeout 2 python3 "$trace" -- bash -c "echo \$\$ >'$work/child.pid'; exec sleep 30" >/dev/null 2>&1
+rc=$?
+[ "$rc" -eq 124 ] || fail "under timeout: exit $rc, want 124"
+sleep 0.5
+child=$(cat "$work/child.pid" 2>/dev/null)
+[ -n "$child" ] && ! kill -0 "$child" 2>/dev/null || fail "the command outlived clock-trace (pid ${child:-?})"
 
 run_and_expect "NVML that cannot start" 2 "clock-trace: NVML could not open GPU 0: Driver Not Loaded" "" \
   env STUB_NVML_FAIL=1 python3 "$trace" -- true

@@ -5,7 +5,8 @@
 # passed" and writes the table and the combined JSON; a row where fused is slower than v1, or a
 # pass over its GEMMs alone past 1.06, or v1 not run, is a MISS; a bench that fails or times out, or
 # a row the budget leaves unrun, is a failed step; each of those exits 1 naming the rows on the
-# last line.
+# last line. CLOCK_TRACE=1 runs each bench under scripts/clock-trace.py (a stub NVML here) and adds a
+# table of each path's clocks.
 source "$(dirname "$0")/script_test_lib.sh"
 stub_device_tools
 
@@ -36,6 +37,10 @@ echo "$*" >>"$(dirname "$0")/bench-args"
 has() { [ -n "${1:-}" ] && [[ "$args" == *"$1"* ]]; }
 has "${STUB_HANG:-}" && exec sleep 30
 if has "${STUB_FAIL:-}"; then echo "caracal bench: error: stub failure"; exit 1; fi
+for path in fused v1; do  # the progress lines a phase of scripts/clock-trace.py starts at
+  echo "caracal bench: T=1 ($path forward): forward+backward" >&2
+  sleep 0.1
+done
 while [ $# -gt 0 ]; do
   case "$1" in --json) out=$2 ;; --experts) experts=$2 ;; --tokens) tokens=$2 ;; esac
   shift
@@ -128,6 +133,35 @@ check "the budget spent" 1 \
 [ ! -s "$build/bench-args" ] || fail "the budget spent: a bench ran: $(cat "$build/bench-args")"
 check "QUICK=1" 0 "all passed" "^preset-sweep: rounds 1, reps 5," -- QUICK=1
 grep -q -- "--rounds 1 --reps 5 --warmup 5" "$build/bench-args" || fail "QUICK=1: $(cat "$build/bench-args")"
+# CLOCK_TRACE=1, with a stub NVML: each bench under scripts/clock-trace.py, a table of each path's
+# clocks during its fwd+bwd replays, the row's figures in the JSON.
+mkdir -p "$work/nvml"
+cat >"$work/nvml/pynvml.py" <<'STUB'
+class NVMLError(Exception):
+    pass
+NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+def nvmlInit(): pass
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetName(handle): return "NVIDIA H200"
+def nvmlDeviceGetEnforcedPowerLimit(handle): return 700000
+def nvmlDeviceGetFieldValues(handle, ids): raise NVMLError("Not Supported")
+def nvmlDeviceGetPowerUsage(handle): return 650000
+def nvmlDeviceGetClockInfo(handle, kind): return 1830 if kind == NVML_CLOCK_SM else 3201
+def nvmlDeviceGetTemperature(handle, sensor): return 50
+def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0x4
+STUB
+check "CLOCK_TRACE=1" 0 "all passed" \
+  '^\| alpha E8 T4096 \| 1830 / 1830 \| 650 / 650 \| sw power cap 100% / sw power cap 100% \|$' -- \
+  CLOCK_TRACE=1 PYTHONPATH="$work/nvml"
+python3 - "$work/out/preset-sweep.json" <<'PY' || fail "CLOCK_TRACE=1: the JSON's clocks"
+import json, sys
+rows = {r["name"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+alpha = rows["alpha E8 T4096"]
+assert alpha["fused_fwd_bwd_sm_mhz"] == 1830 and alpha["v1_fwd_bwd_watts"] == 650, alpha
+assert alpha["v1_fwd_bwd_reasons"] == {"sw power cap": 1.0}, alpha
+assert "fused_fwd_bwd_sm_mhz" not in rows["beta"], rows["beta"]
+PY
+check "a bad CLOCK_TRACE" 2 "preset-sweep: CLOCK_TRACE: expected 0 or 1, got 'yes'" -- CLOCK_TRACE=yes
 check "a bad QUICK" 2 "preset-sweep: QUICK: expected 0 or 1, got 'yes'" -- QUICK=yes
 check "a bad ROUNDS" 2 "preset-sweep: rounds: expected a whole number, got 'x'" -- ROUNDS=x
 finish test_preset_sweep
