@@ -154,21 +154,29 @@ def main(argv=None):
             samples.append((time.monotonic(), *sampler.sample()))
             stop.wait(args.interval_ms / 1000.0)
 
-    thread = threading.Thread(target=sample_until_stopped, daemon=True)
-    thread.start()
-    marks = []
+    # SIGTERM (`timeout`) stops the command too. It is blocked while the command starts, so that no
+    # command outlives this process; the command starts with it unblocked.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                   preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}))
     except OSError as e:
-        stop.set()
-        thread.join()
         print(f"clock-trace: could not run {command[0]!r}: {e}", file=sys.stderr)
         return 2
-    def stop_the_command(signum, _frame):  # `timeout` stops this process: the command goes too
+
+    def stop_the_command(signum, _frame):
         process.terminate()
+        try:
+            process.wait(timeout=10)  # reaped: gone before this process is
+        except subprocess.TimeoutExpired:
+            process.kill()
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop_the_command)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one that came meanwhile is handled here
+    thread = threading.Thread(target=sample_until_stopped, daemon=True)  # after the fork: no thread is forked
+    thread.start()
+    marks = []
     for line in process.stdout:
         now = time.monotonic()
         sys.stdout.write(line)
