@@ -49,7 +49,7 @@ check_on_build "sanitizers only: the tests not run" "$work/bad" 1 "FAILED: test_
 check_on_build "sanitizers on named binaries only" "$work/bad" 0 "all passed" "" -- CARACAL_TESTS=0 \
   CARACAL_SANITIZE_BINARIES="test_gpu_a"
 check_on_build "sanitizers a test a process, in parallel" "$work/ok" 0 "all passed" \
-  "^test_gpu_a memcheck +clean: ours 0, nccl 0 \(1 process\(es\), longest 0 s\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
+  "^test_gpu_a memcheck +clean: ours 0, nccl 0 \(1 process\(es\), longest [0-9]+ s\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
 check_on_build "sanitizers in parallel, a failing test" "$work/bad" 1 "FAILED: test_gpu_b memcheck, test_gpu_b racecheck" \
   "^test_gpu_a racecheck +clean" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
 check_on_build "a sanitizer process killed beside others runs again alone" "$work/killed" 0 "all passed" \
