@@ -102,3 +102,28 @@ exit $2
 STUB
   chmod +x "$1"
 }
+
+# stub_nvml DIR: a pynvml module in DIR (put DIR on PYTHONPATH) for scripts/clock-trace.py: one
+# H200 at a 700 W limit whose every sample reads an SM clock of 1755 MHz, memory 3201 MHz, 690 W
+# (no instant reading: the average), 55 C and the sw power cap; nvmlInit fails with
+# STUB_NVML_FAIL set.
+stub_nvml() {
+  mkdir -p "$1"
+  cat >"$1/pynvml.py" <<'STUB'
+import os
+class NVMLError(Exception):
+    pass
+NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+def nvmlInit():
+    if os.environ.get("STUB_NVML_FAIL"):
+        raise NVMLError("Driver Not Loaded")
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetName(handle): return b"NVIDIA H200"
+def nvmlDeviceGetEnforcedPowerLimit(handle): return 700000
+def nvmlDeviceGetFieldValues(handle, ids): raise NVMLError("Not Supported")
+def nvmlDeviceGetPowerUsage(handle): return 690000
+def nvmlDeviceGetClockInfo(handle, kind): return 1755 if kind == NVML_CLOCK_SM else 3201
+def nvmlDeviceGetTemperature(handle, sensor): return 55
+def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0x4
+STUB
+}

@@ -5,24 +5,7 @@
 # cannot start, a missing command and a bad --phase each exit 2 naming why; stopped by `timeout`,
 # it stops the command.
 source "$(dirname "$0")/script_test_lib.sh"
-mkdir -p "$work/stub"
-cat >"$work/stub/pynvml.py" <<'STUB'
-import os
-class NVMLError(Exception):
-    pass
-NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
-def nvmlInit():
-    if os.environ.get("STUB_NVML_FAIL"):
-        raise NVMLError("Driver Not Loaded")
-def nvmlDeviceGetHandleByIndex(index): return index
-def nvmlDeviceGetName(handle): return b"NVIDIA H200"
-def nvmlDeviceGetEnforcedPowerLimit(handle): return 700000
-def nvmlDeviceGetFieldValues(handle, ids): raise NVMLError("Not Supported")
-def nvmlDeviceGetPowerUsage(handle): return 690000
-def nvmlDeviceGetClockInfo(handle, kind): return 1755 if kind == NVML_CLOCK_SM else 3201
-def nvmlDeviceGetTemperature(handle, sensor): return 55
-def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0x4
-STUB
+stub_nvml "$work/stub"
 export PYTHONPATH="$work/stub${PYTHONPATH:+:$PYTHONPATH}"
 trace="$root/scripts/clock-trace.py"
 bench='echo "caracal bench: T=8 (fused forward): forward"; sleep 0.3; echo "caracal bench: T=8 (v1 forward): forward+backward"; sleep 0.3; echo done; exit 3'

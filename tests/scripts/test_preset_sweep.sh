@@ -135,29 +135,15 @@ check "QUICK=1" 0 "all passed" "^preset-sweep: rounds 1, reps 5," -- QUICK=1
 grep -q -- "--rounds 1 --reps 5 --warmup 5" "$build/bench-args" || fail "QUICK=1: $(cat "$build/bench-args")"
 # CLOCK_TRACE=1, with a stub NVML: each bench under scripts/clock-trace.py, a table of each path's
 # clocks during its fwd+bwd replays, the row's figures in the JSON.
-mkdir -p "$work/nvml"
-cat >"$work/nvml/pynvml.py" <<'STUB'
-class NVMLError(Exception):
-    pass
-NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
-def nvmlInit(): pass
-def nvmlDeviceGetHandleByIndex(index): return index
-def nvmlDeviceGetName(handle): return "NVIDIA H200"
-def nvmlDeviceGetEnforcedPowerLimit(handle): return 700000
-def nvmlDeviceGetFieldValues(handle, ids): raise NVMLError("Not Supported")
-def nvmlDeviceGetPowerUsage(handle): return 650000
-def nvmlDeviceGetClockInfo(handle, kind): return 1830 if kind == NVML_CLOCK_SM else 3201
-def nvmlDeviceGetTemperature(handle, sensor): return 50
-def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0x4
-STUB
+stub_nvml "$work/nvml"
 check "CLOCK_TRACE=1" 0 "all passed" \
-  '^\| alpha E8 T4096 \| 1830 / 1830 \| 650 / 650 \| sw power cap 100% / sw power cap 100% \|$' -- \
+  '^\| alpha E8 T4096 \| 1755 / 1755 \| 690 / 690 \| sw power cap 100% / sw power cap 100% \|$' -- \
   CLOCK_TRACE=1 PYTHONPATH="$work/nvml"
 python3 - "$work/out/preset-sweep.json" <<'PY' || fail "CLOCK_TRACE=1: the JSON's clocks"
 import json, sys
 rows = {r["name"]: r for r in json.load(open(sys.argv[1]))["rows"]}
 alpha = rows["alpha E8 T4096"]
-assert alpha["fused_fwd_bwd_sm_mhz"] == 1830 and alpha["v1_fwd_bwd_watts"] == 650, alpha
+assert alpha["fused_fwd_bwd_sm_mhz"] == 1755 and alpha["v1_fwd_bwd_watts"] == 690, alpha
 assert alpha["v1_fwd_bwd_reasons"] == {"sw power cap": 1.0}, alpha
 assert "fused_fwd_bwd_sm_mhz" not in rows["beta"], rows["beta"]
 PY
