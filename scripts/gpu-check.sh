@@ -9,7 +9,9 @@
 # Usage: [CARACAL_SANITIZE=0] [CARACAL_TESTS=0] [CARACAL_TEST_TIMEOUT=s] [CARACAL_SANITIZER_TIMEOUT=s]
 #        [CARACAL_SANITIZER_JOBS=N]
 #        scripts/gpu-check.sh [build-dir]   (CARACAL_SANITIZE=0: the tests only; CARACAL_TESTS=0: the
-#        sanitizers and the SASS check only, for a device call of their own; CARACAL_SANITIZE_BINARIES="test_gpu_a
+#        sanitizers and the SASS check only, for a device call of their own; CARACAL_TEST_BINARIES="test_gpu_a
+#        test_gpu_b": these test binaries only (a subsystem's suites, and the errors they measure, in one
+#        short call); CARACAL_SANITIZE_BINARIES="test_gpu_a
 #        test_gpu_b": the sanitizers on these binaries only, to spread them over calls;
 #        CARACAL_SANITIZER_JOBS=N: one test a sanitizer process, N at a time; logs: $OUT/gpu-check-logs.tgz and $OUT/errors.txt when
 # OUT is set: the device tool brings back at most 8 files). Exit status 1 when a test binary failed
@@ -36,8 +38,9 @@ binaries=0
 for t in "$build"/tests/test_*; do
   [ "${CARACAL_TESTS:-1}" = 1 ] || break  # CARACAL_TESTS=0: sanitizers only
   [ -x "$t" ] || continue
-  binaries=$((binaries + 1))
   name=$(basename "$t")
+  if [ -n "${CARACAL_TEST_BINARIES:-}" ] && [[ " $CARACAL_TEST_BINARIES " != *" $name "* ]]; then continue; fi
+  binaries=$((binaries + 1))
   # A bound per binary: a hung kernel fails its binary and the check goes on (the device tool's
   # call would otherwise end with nothing to show).
   timeout "${CARACAL_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 >"$logs/$name.log" 2>&1
@@ -55,7 +58,8 @@ for t in "$build"/tests/test_*; do
     record_failed "$name" "FAILED (see $name.log)"
   fi
 done
-[ "$binaries" -gt 0 ] || [ "${CARACAL_TESTS:-1}" != 1 ] || record_failed "test binaries" "none in $build/tests"
+[ "$binaries" -gt 0 ] || [ "${CARACAL_TESTS:-1}" != 1 ] ||
+  record_failed "test binaries" "none in $build/tests${CARACAL_TEST_BINARIES:+ of CARACAL_TEST_BINARIES ($CARACAL_TEST_BINARIES)}"
 
 # The sanitizers run a small subset of each GPU suite (they slow kernels down 10-100x). The stall
 # tests are timing tests (200 ms timeouts) and stay out.

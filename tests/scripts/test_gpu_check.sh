@@ -2,8 +2,9 @@
 # scripts/gpu-check.sh's exit status and verdict, with stub builds and device tools (no GPU): a failing
 # or hanging test binary, sanitizer errors, a SASS without HGMMA or a build without test binaries
 # make it exit 1 with the failed steps named in the table and on the last line; a passing run
-# exits 0 and says "all passed", with OUT unset or set; the sanitizers run a test a process in
-# parallel with CARACAL_SANITIZER_JOBS, and a sanitizer run past its bound fails as cut.
+# exits 0 and says "all passed", with OUT unset or set; CARACAL_TEST_BINARIES runs the named binaries
+# only; the sanitizers run a test a process in parallel with CARACAL_SANITIZER_JOBS, and a sanitizer
+# run past its bound fails as cut.
 source "$(dirname "$0")/script_test_lib.sh"
 stub_device_tools
 
@@ -48,6 +49,13 @@ check_on_build "sanitizers only: the tests not run" "$work/bad" 1 "FAILED: test_
   "^test_gpu_b memcheck +ERRORS" -- CARACAL_TESTS=0
 check_on_build "sanitizers on named binaries only" "$work/bad" 0 "all passed" "" -- CARACAL_TESTS=0 \
   CARACAL_SANITIZE_BINARIES="test_gpu_a"
+check_on_build "named test binaries only" "$work/bad" 0 "all passed" "^test_gpu_a +ok: 1 run, 0 skipped$" -- \
+  CARACAL_SANITIZE=0 CARACAL_TEST_BINARIES="test_gpu_a"
+check_on_build "named test binaries, one failing" "$work/bad" 1 "FAILED: test_gpu_b" "" -- CARACAL_SANITIZE=0 \
+  CARACAL_TEST_BINARIES="test_gpu_a test_gpu_b"
+check_on_build "named test binaries none of which is built" "$work/bad" 1 "FAILED: test binaries" \
+  "^test binaries +none in .* of CARACAL_TEST_BINARIES \(test_gpu_z\)$" -- \
+  CARACAL_SANITIZE=0 CARACAL_TEST_BINARIES="test_gpu_z"
 check_on_build "sanitizers a test a process, in parallel" "$work/ok" 0 "all passed" \
   "^test_gpu_a memcheck +clean: ours 0, nccl 0 \(1 process\(es\), longest [0-9]+ s\)$" -- CARACAL_TESTS=0 CARACAL_SANITIZER_JOBS=4
 check_on_build "sanitizers in parallel, a failing test" "$work/bad" 1 "FAILED: test_gpu_b memcheck, test_gpu_b racecheck" \
