@@ -198,6 +198,25 @@ double Fp8Gemms::up_difference() const { return difference(cutlass_up_out_, gate
 
 double Fp8Gemms::down_difference() const { return difference(cutlass_down_out_, y_, c_.hidden); }
 
+uint64_t Fp8Gemms::output_digest() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto add = [&](const Bf16Array& a, int cols) {
+    for (size_t e = 0; e < c_.counts.size(); ++e) {
+      std::vector<uint16_t> bits(size_t(c_.counts[e]) * size_t(cols));
+      BENCH_CUDA(cudaMemcpy(bits.data(), a.get() + size_t(offsets_[e]) * size_t(cols), bits.size() * sizeof(uint16_t),
+                            cudaMemcpyDeviceToHost));
+      for (const uint16_t b : bits) h = (h ^ b) * 0x100000001b3ull;
+    }
+  };
+  add(gate_up_, 2 * c_.intermediate);
+  add(hidden_, c_.intermediate);
+  add(y_, c_.hidden);
+  add(d_gate_up_, 2 * c_.intermediate);
+  add(scaled_activation_, c_.intermediate);
+  add(dx_, c_.hidden);
+  return h;
+}
+
 double Fp8Gemms::difference(const Bf16Array& theirs, const Bf16Array& ours, int cols) const {
   double diff = 0.0, norm = 0.0;
   for (size_t e = 0; e < c_.counts.size(); ++e) {

@@ -40,6 +40,9 @@ class Fp8Gemms {
   // rows (every 7th row of each expert).
   double up_difference() const;
   double down_difference() const;
+  // FNV-1a (64-bit) over the bits of the real rows of our last up (gate_up and the activation), down,
+  // dgrad (d_gate_up, g·activation) and dx outputs: two builds with equal digests computed the same bits.
+  uint64_t output_digest() const;
 
  private:
   struct Rows {  // e4m3 rows and their scales [K/128][capacity]

@@ -105,6 +105,7 @@ void print_fp8_line(const CaseResult& r) {
               "", tflops("fp8_up_gate_swiglu") / tflops("up_gate_swiglu"), tflops("fp8_down") / tflops("down"),
               tflops("fp8_dgrad_swiglu") / tflops("dgrad_swiglu"), tflops("fp8_dx") / tflops("dx"),
               tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"));
+  std::printf("%-31s FP8 outputs' digest %016llx\n", "", static_cast<unsigned long long>(r.fp8_output_digest));
 }
 
 nlohmann::json timing_json(const Timing& t) {
@@ -182,6 +183,9 @@ nlohmann::json case_json(const Case& c, const CaseResult& r) {
   if (r.cutlass_fp8_up_rel_diff >= 0.0) {
     j["cutlass_fp8_up_rel_diff"] = r.cutlass_fp8_up_rel_diff;
     j["cutlass_fp8_down_rel_diff"] = r.cutlass_fp8_down_rel_diff;
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(r.fp8_output_digest));
+    j["fp8_output_digest"] = digest;
   }
   for (const auto& [k, t] : r.timings) j["results"][k] = timing_json(t);
   return j;

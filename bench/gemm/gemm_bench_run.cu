@@ -399,6 +399,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     BENCH_CUDA(cudaDeviceSynchronize());
     r.cutlass_fp8_up_rel_diff = fp8->up_difference();
     r.cutlass_fp8_down_rel_diff = fp8->down_difference();
+    r.fp8_output_digest = fp8->output_digest();
     time_fp8(*fp8, flops, pad, time_it);
   }
   time_in_rounds(kernels, warmup, reps, r.timings);

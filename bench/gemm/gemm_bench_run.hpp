@@ -35,6 +35,7 @@ struct CaseResult {
   // CUTLASS's blockwise FP8 outputs against our FP8 GEMMs' (gemm_bench_fp8.hpp): -1 = not run.
   double cutlass_fp8_up_rel_diff = -1.0;
   double cutlass_fp8_down_rel_diff = -1.0;
+  uint64_t fp8_output_digest = 0;  // Fp8Gemms::output_digest after the first run of each; 0 = not run
 };
 
 // `l2_bytes`: the GPU's L2, which sets how many input sets rotate; `with_fp8`: also the FP8 GEMMs
