@@ -18,21 +18,40 @@
 
 namespace caracal::gemm {
 
+// One float of shared memory by ld.shared (through a generic pointer the compiler emits generic
+// loads). Volatile: it stays after the stage's full-barrier wait, where the mainloop puts it.
+__device__ inline float load_shared_float(float const* p) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+  return v;
+}
+
 // A scaled operand's scale of MN index `mn` (a row of A, a column of B) in its stage's ScaleTile.
 template <class Tile>
 __device__ float scale_at(float const* scales, int mn) {
   if constexpr (Tile::kScale == ScaleKind::kPerRowBlock) {
-    return scales[mn];
+    return load_shared_float(scales + mn);
   } else {
-    return scales[int(fp8_weight_scale_at(mn / kScaleBlock))];
+    return load_shared_float(scales + int(fp8_weight_scale_at(mn / kScaleBlock)));
   }
 }
 
-// A consumer thread's promotion: the wgmmas accumulate a k step in `partial`; after_k_tile adds it,
+// A consumer thread's promotion: the wgmmas accumulate a k step in `partial`; promote() adds it,
 // scaled, to the tile's accumulators `accum` and has the next step's first wgmma overwrite it.
+// Per k step, as CUTLASS's blockwise collective: load_scales (before the wgmmas) reads the thread's
+// scales from the stage into registers, prepare (while they run) multiplies them into one factor
+// per (row, 128-column block), and after the wgmmas retire the stage is released before promote's
+// FFMAs, which read registers only.
 template <class Policy, class Accum>
 struct BlockScaledAccumulation {
   using PartialSums = decltype(cute::make_fragment_like(std::declval<Accum&>()));
+  using A = typename Policy::A;
+  using B = typename Policy::B;
+  // B's scales are one per 128-column block: a thread's factors are few (its two rows times the
+  // tile's column blocks). Per-column scales of B would need one register per column.
+  static_assert(B::kScale == ScaleKind::kPerBlock, "B scaled per 128 x 128 block");
+  static constexpr int kColumnBlocks = B::kRows / kScaleBlock;
+  static constexpr bool kPromotes = true;
 
   Accum& accum;
   PartialSums partial;
@@ -40,6 +59,9 @@ struct BlockScaledAccumulation {
   float const* scales_b;
   int row;     // the thread's first accumulator row in the tile (its second: row + 8)
   int column;  // its first accumulator column (gemm_config.cuh's pattern)
+  float row_scale[2];
+  float column_scale[kColumnBlocks];
+  float factor[2][kColumnBlocks];
 
   __device__ PartialSums& mma_accumulators() { return partial; }
   template <class TiledMma>
@@ -47,20 +69,30 @@ struct BlockScaledAccumulation {
     if (!continued) cute::clear(accum);
     tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
   }
-  // Value i = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`.
-  template <class TiledMma>
-  __device__ void after_k_tile(TiledMma& tiled_mma, int stage) {
-    using A = typename Policy::A;
-    using B = typename Policy::B;
-    cute::warpgroup_wait<0>();
-    cute::warpgroup_fence_operand(partial);
+  // After the stage's full barrier, before its wgmmas.
+  __device__ void load_scales(int stage) {
     float const* const sa = scales_a + stage * ScaleTile<A>::kSlot;
     float const* const sb = scales_b + stage * ScaleTile<B>::kSlot;
-    float const row_scale[2] = {scale_at<A>(sa, row), scale_at<A>(sa, row + 8)};
+    row_scale[0] = scale_at<A>(sa, row);
+    row_scale[1] = scale_at<A>(sa, row + 8);
+    CUTE_UNROLL
+    for (int b = 0; b < kColumnBlocks; ++b) column_scale[b] = scale_at<B>(sb, b * kScaleBlock);
+  }
+  // While the wgmmas run; every lane's scale loads have returned once it has passed this.
+  __device__ void prepare() {
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      CUTE_UNROLL
+      for (int b = 0; b < kColumnBlocks; ++b) factor[r][b] = row_scale[r] * column_scale[b];
+    }
+  }
+  // Value i = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`: column block
+  // 8*t / 128 (column < 8).
+  template <class TiledMma>
+  __device__ void promote(TiledMma& tiled_mma) {
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(accum)); ++i) {
-      float const column_scale = scale_at<B>(sb, column + 8 * (i / 4) + i % 2);
-      accum(i) += partial(i) * (row_scale[(i / 2) % 2] * column_scale);
+      accum(i) += partial(i) * factor[(i / 2) % 2][8 * (i / 4) / kScaleBlock];
     }
     tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
   }

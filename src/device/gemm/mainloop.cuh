@@ -49,9 +49,13 @@ struct MainloopStorage {
 // collective's promotion(accum) gives mma_tile an object with
 //   mma_accumulators()              the registers the wgmmas accumulate in
 //   begin(tiled_mma, continued)     before the tile's first wgmma (`continued`: accum holds a partial)
-//   after_k_tile(tiled_mma, stage)  after a k tile's wgmmas, all but that batch retired
+//   kPromotes                       whether each k tile's sums are promoted: then also
+//     load_scales(stage)            before a k tile's wgmmas, its stage landed
+//     prepare()                     while they run
+//     promote(tiled_mma)            once they retired and the stage was released
 template <class Accum>
 struct DirectAccumulation {
+  static constexpr bool kPromotes = false;
   Accum& accum;
 
   __device__ Accum& mma_accumulators() const { return accum; }
@@ -61,8 +65,10 @@ struct DirectAccumulation {
   __device__ void begin(TiledMma& tiled_mma, bool continued) const {
     tiled_mma.accumulate_ = continued ? cute::GMMA::ScaleOut::One : cute::GMMA::ScaleOut::Zero;
   }
+  __device__ void load_scales(int /*stage*/) const {}
+  __device__ void prepare() const {}
   template <class TiledMma>
-  __device__ void after_k_tile(TiledMma&, int /*stage*/) const {}  // nothing to promote
+  __device__ void promote(TiledMma&) const {}
 };
 
 // The stage scales a consumer thread of an unscaled policy reads: none.
@@ -190,8 +196,11 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
   }
 
   // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
-  // accumulators between two register sets, which forces a full wait).
+  // accumulators between two register sets, which forces a full wait). Unpromoted, one batch of
+  // wgmmas stays in flight across the stage waits; promoted, each k tile's batch retires before its
+  // sums are promoted (the next batch overwrites them).
   auto promotion = scales.promotion(accum);
+  constexpr bool kPromotes = decltype(promotion)::kPromotes;
   auto& mma_accum = promotion.mma_accumulators();
   promotion.begin(tiled_mma, continued);
   typename Pipeline::State release = st;
@@ -199,6 +208,7 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
   for (int k = 0; k < k_tiles; ++k) {
     pipe.consumer_wait(st);
     if (gathered) cutlass::arch::fence_view_async_shared();
+    promotion.load_scales(st.stage);
     warpgroup_fence_operand(mma_accum);
     warpgroup_arrive();
     CUTE_UNROLL
@@ -207,19 +217,28 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
       tiled_mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<1>();  // the previous k tile's wgmmas are done: its stage can be refilled
-    warpgroup_fence_operand(mma_accum);
-    promotion.after_k_tile(tiled_mma, st.stage);  // reads the stage's scales before it is released
-    if (k > 0) {
-      pipe.consumer_release(release, lane);
-      release.advance();
+    if constexpr (kPromotes) {
+      promotion.prepare();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(mma_accum);
+      pipe.consumer_release(st, lane);  // the wgmmas and the scale loads are done with the stage
+      promotion.promote(tiled_mma);
+    } else {
+      warpgroup_wait<1>();  // the previous k tile's wgmmas are done: its stage can be refilled
+      warpgroup_fence_operand(mma_accum);
+      if (k > 0) {
+        pipe.consumer_release(release, lane);
+        release.advance();
+      }
     }
     st.advance();
   }
 
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(mma_accum);
-  pipe.consumer_release(release, lane);
+  if constexpr (!kPromotes) {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(mma_accum);
+    pipe.consumer_release(release, lane);
+  }
 }
 
 }  // namespace caracal::gemm
