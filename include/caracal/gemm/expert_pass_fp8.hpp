@@ -1,0 +1,95 @@
+#pragma once
+// One group of SwiGLU experts in DeepSeek-V3's FP8 recipe over expert-contiguous rows, forward and
+// backward (issue 47): the bf16 rows quantized per 1 x 128 block, the FP8 GEMMs
+// (caracal/gemm/grouped_gemm_fp8.hpp, grouped_gemm_backward_fp8.hpp) on the experts' e4m3 weights,
+// the bf16 weight-gradient GEMMs (caracal/gemm/expert_pass.hpp's) on the bf16 rows. Rows, padding,
+// determinism and the in-place rules as the bf16 pass's (caracal/gemm/expert_pass.hpp).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "caracal/gemm/expert_pass.hpp"
+#include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
+#include "caracal/gemm/grouped_gemm_fp8.hpp"
+
+namespace caracal::gemm {
+
+// The row buffers of one FP8 pass: every one has rows.buffer_rows() rows; the e4m3 ones in the
+// layout the FP8 GEMMs read (Fp8RowOutput: codes [buffer rows][K], scales [K / 128][buffer rows]),
+// written by the pass from their bf16 twins. D and I are multiples of 128.
+struct Fp8ExpertPass {
+  ScheduleView rows;
+  int hidden = 0;                       // D
+  int intermediate = 0;                 // I
+  int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
+  uint32_t* tile_queue = nullptr;       // the GEMMs' (caracal/gemm/grouped_gemm.hpp), or nullptr
+  const __nv_bfloat16* x = nullptr;     // [buffer rows][D] (the weight gradients read it too)
+  Fp8RowOutput x_fp8;                   // K = D: x quantized (forward)
+  __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
+  __nv_bfloat16* activation = nullptr;  // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
+  Fp8RowOutput activation_fp8;          // K = I: the activation quantized (forward)
+  __nv_bfloat16* out = nullptr;         // [buffer rows][D] forward output E(x)
+  const __nv_bfloat16* dy = nullptr;    // [buffer rows][D] backward input, g not applied
+  Fp8RowOutput dy_fp8;                  // K = D: dy quantized (backward)
+  const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
+  __nv_bfloat16* d_gate_up = nullptr;   // [buffer rows][2I]; may be gate_up
+  Fp8RowOutput d_gate_up_fp8;           // K = 2I: d_gate_up in e4m3 (the dx GEMM's operand)
+  float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
+  float* workspace = nullptr;           // fp8_down_dgrad_workspace_floats(rows.row_capacity, I)
+  __nv_bfloat16* dx = nullptr;          // [buffer rows][D] backward output; may be x
+};
+
+// The experts' weights in e4m3 with their 128 x 128 block scales, each in both orientations (FP8
+// wgmma reads K-major operands only): quant::QuantizeWeightsArgs' codes / scales and codes_t /
+// scales_t of W_gate_up [L][2I][D] (interleaved rows, grouped_gemm.hpp's gate_up_row) and of
+// W_down [L][D][I].
+struct Fp8ExpertWeights {
+  Fp8WeightOperand w_gate_up;    // N = 2I, K = D
+  Fp8WeightOperand w_gate_up_t;  // [L][D][2I]: N = D, K = 2I
+  Fp8WeightOperand w_down;       // N = D, K = I
+  Fp8WeightOperand w_down_t;     // [L][I][D]: N = I, K = D
+};
+
+// Where quantize_expert_weights writes them: the sizes in bytes (codes) and floats (scales) of a
+// group of `experts` experts, and the buffers.
+struct Fp8ExpertWeightSizes {
+  size_t w_gate_up_codes = 0;     // each orientation's
+  size_t w_gate_up_scales = 0;    // [L][D / 128][row of 2I / 128 blocks]
+  size_t w_gate_up_scales_t = 0;  // [L][2I / 128][row of D / 128 blocks]
+  size_t w_down_codes = 0;
+  size_t w_down_scales = 0;       // [L][I / 128][row of D / 128 blocks]
+  size_t w_down_scales_t = 0;     // [L][D / 128][row of I / 128 blocks]
+};
+Fp8ExpertWeightSizes fp8_expert_weight_sizes(int experts, int hidden, int intermediate);
+
+struct Fp8ExpertWeightBuffers {
+  __nv_fp8_e4m3* w_gate_up_codes = nullptr;
+  float* w_gate_up_scales = nullptr;
+  __nv_fp8_e4m3* w_gate_up_codes_t = nullptr;
+  float* w_gate_up_scales_t = nullptr;
+  __nv_fp8_e4m3* w_down_codes = nullptr;
+  float* w_down_scales = nullptr;
+  __nv_fp8_e4m3* w_down_codes_t = nullptr;
+  float* w_down_scales_t = nullptr;
+
+  Fp8ExpertWeights operands() const;
+};
+
+// The bf16 weights (interleaved W_gate_up: weights.w_gate_up_layout must be kInterleaved) into
+// `out`, exact scales. Enqueued on `stream`.
+void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int hidden, int intermediate,
+                             const Fp8ExpertWeightBuffers& out, cudaStream_t stream);
+
+// x quantized, gate_up and the activation (F1, F2), the activation quantized, out (F3).
+void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+// dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), the weight gradients from
+// the bf16 rows (B5: x, dy, d_gate_up, g·activation), then dx (B3) from the e4m3 d_gate_up. In place
+// as the bf16 pass may run (d_gate_up over gate_up, dx over x). grads.w_gate_up_layout must be
+// kInterleaved.
+void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream);
+
+}  // namespace caracal::gemm

@@ -1,0 +1,140 @@
+#include "caracal/gemm/expert_pass_fp8.hpp"
+
+#include "caracal/error.hpp"
+#include "quant/quantize_fp8.hpp"
+
+namespace caracal::gemm {
+namespace {
+
+template <typename Args>
+Args pass_args(const Fp8ExpertPass& pass) {
+  Args a;
+  a.rows = pass.rows;
+  a.hidden = pass.hidden;
+  a.intermediate = pass.intermediate;
+  a.num_ctas = pass.num_ctas;
+  a.tile_queue = pass.tile_queue;
+  return a;
+}
+
+Fp8RowOperand operand(const Fp8RowOutput& rows) { return {rows.codes, rows.scales}; }
+
+// `values` [buffer rows][cols] into `out`, in the layout the FP8 GEMMs read (padding rows, zero,
+// become zero codes under the smallest scale).
+void quantize_pass_rows(const Fp8ExpertPass& pass, const __nv_bfloat16* values, int cols, const Fp8RowOutput& out,
+                        cudaStream_t stream) {
+  quant::QuantizeRowsArgs q;
+  q.values = values;
+  q.rows = pass.rows.buffer_rows();
+  q.cols = cols;
+  q.codes = out.codes;
+  q.scales = out.scales;
+  q.scale_row_stride = 1;
+  q.scale_block_stride = q.rows;
+  quant::quantize_rows(q, stream);
+}
+
+}  // namespace
+
+Fp8ExpertWeightSizes fp8_expert_weight_sizes(int experts, int hidden, int intermediate) {
+  const auto blocks = [](int extent) { return quant::weight_blocks(extent); };
+  const auto row = [&](int extent) { return size_t(quant::weight_scale_row(blocks(extent))); };
+  const size_t L = size_t(experts), D = size_t(hidden), I = size_t(intermediate);
+  Fp8ExpertWeightSizes s;
+  s.w_gate_up_codes = L * 2 * I * D;
+  s.w_gate_up_scales = L * size_t(blocks(hidden)) * row(2 * intermediate);
+  s.w_gate_up_scales_t = L * size_t(blocks(2 * intermediate)) * row(hidden);
+  s.w_down_codes = L * D * I;
+  s.w_down_scales = L * size_t(blocks(intermediate)) * row(hidden);
+  s.w_down_scales_t = L * size_t(blocks(hidden)) * row(intermediate);
+  return s;
+}
+
+Fp8ExpertWeights Fp8ExpertWeightBuffers::operands() const {
+  return {{w_gate_up_codes, w_gate_up_scales},
+          {w_gate_up_codes_t, w_gate_up_scales_t},
+          {w_down_codes, w_down_scales},
+          {w_down_codes_t, w_down_scales_t}};
+}
+
+void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int hidden, int intermediate,
+                             const Fp8ExpertWeightBuffers& out, cudaStream_t stream) {
+  CARACAL_CHECK(weights.w_gate_up_layout == GateUpLayout::kInterleaved,
+                "quantize_expert_weights: weights.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  quant::QuantizeWeightsArgs gate_up;
+  gate_up.weights = weights.w_gate_up;
+  gate_up.experts = experts;
+  gate_up.n = 2 * int64_t(intermediate);
+  gate_up.k = hidden;
+  gate_up.codes = out.w_gate_up_codes;
+  gate_up.scales = out.w_gate_up_scales;
+  gate_up.codes_t = out.w_gate_up_codes_t;
+  gate_up.scales_t = out.w_gate_up_scales_t;
+  quant::quantize_weights(gate_up, stream);
+  quant::QuantizeWeightsArgs down;
+  down.weights = weights.w_down;
+  down.experts = experts;
+  down.n = hidden;
+  down.k = intermediate;
+  down.codes = out.w_down_codes;
+  down.scales = out.w_down_scales;
+  down.codes_t = out.w_down_codes_t;
+  down.scales_t = out.w_down_scales_t;
+  quant::quantize_weights(down, stream);
+}
+
+void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
+  quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
+  auto up = pass_args<Fp8UpGateSwigluArgs>(pass);
+  up.x = operand(pass.x_fp8);
+  up.w_gate_up = weights.w_gate_up;
+  up.activation_out = pass.activation;
+  up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
+  grouped_up_gate_swiglu(up, stream);
+
+  quantize_pass_rows(pass, pass.activation, pass.intermediate, pass.activation_fp8, stream);
+  auto down = pass_args<Fp8DownProjArgs>(pass);
+  down.activation = operand(pass.activation_fp8);
+  down.w_down = weights.w_down;
+  down.y_out = pass.out;
+  grouped_down_proj(down, stream);
+}
+
+void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
+  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
+                "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);
+  auto dgrad = pass_args<Fp8DownDgradSwigluArgs>(pass);
+  dgrad.dy = operand(pass.dy_fp8);
+  dgrad.w_down_t = weights.w_down_t;
+  dgrad.gate_up = pass.gate_up;
+  dgrad.gates = pass.gates;
+  dgrad.d_gate_up_out = pass.d_gate_up;
+  dgrad.d_gate_up_fp8_out = pass.d_gate_up_fp8;
+  dgrad.scaled_activation_out = pass.activation;
+  dgrad.d_gates_out = pass.dg;
+  dgrad.workspace = pass.workspace;
+  grouped_down_dgrad_swiglu(dgrad, stream);
+
+  // The weight gradients on the bf16 rows, before dx may overwrite x.
+  ExpertPass bf16_rows;
+  bf16_rows.rows = pass.rows;
+  bf16_rows.hidden = pass.hidden;
+  bf16_rows.intermediate = pass.intermediate;
+  bf16_rows.num_ctas = pass.num_ctas;
+  bf16_rows.tile_queue = pass.tile_queue;
+  bf16_rows.x = pass.x;
+  bf16_rows.dy = pass.dy;
+  bf16_rows.d_gate_up = pass.d_gate_up;
+  bf16_rows.activation = pass.activation;
+  expert_weight_grads(bf16_rows, grads, stream);
+
+  auto dx = pass_args<Fp8GateUpDgradArgs>(pass);
+  dx.d_gate_up = operand(pass.d_gate_up_fp8);
+  dx.w_gate_up_t = weights.w_gate_up_t;
+  dx.dx_out = pass.dx;
+  grouped_gate_up_dgrad(dx, stream);
+}
+
+}  // namespace caracal::gemm
