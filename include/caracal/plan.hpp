@@ -19,7 +19,7 @@ struct PlanOptions {
   int64_t sm_count = 132;     // H200 / H100 SXM; in [1, kMaxPlanSms]
   int64_t tile_m = 128;       // GEMM tile rows: each expert segment is padded to it; in [1, kMaxPlanTile]
   int64_t tile_n = 256;       // GEMM tile columns; in [1, kMaxPlanTile]
-  double tflops = 806.0;      // matrix rate: bf16 cuBLAS dense GEMM measured on an H200 (DESIGN §6)
+  double tflops = 806.0;      // matrix rate (default_plan_tflops: bf16's)
   double nvlink_gbs = 370.0;  // per direction: what NCCL reaches on NVLink 4 (DESIGN §6)
   int64_t ring_rows = 0;      // 0 = sized from the balanced step (see Plan::ring_rows); at most kMaxPlanRingRows
   // The layer may be asked for bf16 weight gradients (MoELayerOptions::bf16_weight_gradients):
@@ -27,6 +27,11 @@ struct PlanOptions {
   bool bf16_weight_gradients = true;
   void validate() const;
 };
+
+// The matrix rate a plan of `precision` assumes unless told: dense cuBLAS GEMMs measured on an
+// H200 on random data, bf16 806 TFLOP/s (DESIGN §6), FP8 1,135 (issue 47: 1,060-1,210 over its
+// shapes; the layer's FP8 GEMMs are DeepSeek-V3's block-scaled ones).
+double default_plan_tflops(Precision precision);
 
 struct Spread {
   double min = 0, mean = 0, max = 0;

@@ -270,4 +270,6 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   return plan;
 }
 
+double default_plan_tflops(Precision precision) { return precision == Precision::kFP8 ? 1135.0 : 806.0; }
+
 }  // namespace caracal

@@ -143,6 +143,13 @@ TEST(Planner, SingleRankMovesNothingOverNvlink) {
   EXPECT_DOUBLE_EQ(p.roofline.backward_flops, 2 * expected);  // nothing replayed
 }
 
+// The plan's default matrix rate is its precision's (dense cuBLAS on an H200): FP8 1,135, bf16 806.
+TEST(Planner, DefaultRateIsThePrecisions) {
+  EXPECT_DOUBLE_EQ(default_plan_tflops(Precision::kBF16), 806.0);
+  EXPECT_DOUBLE_EQ(default_plan_tflops(Precision::kFP8), 1135.0);
+  EXPECT_DOUBLE_EQ(PlanOptions{}.tflops, default_plan_tflops(Precision::kBF16));
+}
+
 TEST(Planner, MemoryOfATinyLayerByHand) {
   const LayerConfig c = config_of(LayerShape{64, 128, 4, 2, 1, 64}, 2, 10);
   PlanOptions o;

@@ -21,6 +21,7 @@ struct PlanArgs {
   ShapeOptions shape;
   int64_t ep = 1;
   bool ep_given = false;  // --ep on the command line (a trace sets W otherwise)
+  bool tflops_given = false;  // --tflops on the command line (else the precision's default_plan_tflops)
   int64_t tokens = 0;
   std::string routing = "uniform";
   std::string trace;
@@ -71,6 +72,7 @@ int run_plan(const PlanArgs& a) {
   if (preset) config.router = preset->router;
 
   PlanOptions options = a.options;
+  if (!a.tflops_given) options.tflops = default_plan_tflops(config.precision);
   std::tie(options.tile_m, options.tile_n) = parse_tile(a.tile);
   options.validate();  // before a trace is read or a routing made
 
@@ -131,8 +133,9 @@ Runner add_plan_command(CLI::App& app) {
   cmd->add_option("--precision", args->precision, "bf16 | fp8")->capture_default_str();
   cmd->add_option("--sms", args->options.sm_count, "SMs per GPU, in [1, 1024]")->capture_default_str();
   cmd->add_option("--tile", args->tile, "GEMM tile MxN, each side in [1, 1024]")->capture_default_str();
-  cmd->add_option("--tflops", args->options.tflops, "Matrix rate for the compute time")
-      ->capture_default_str();
+  CLI::Option* tflops = cmd->add_option(
+      "--tflops", args->options.tflops,
+      "Matrix rate for the compute time (default: dense cuBLAS on an H200, 806 for bf16, 1135 for fp8)");
   cmd->add_option("--nvlink-gbs", args->options.nvlink_gbs, "NVLink GB/s per direction")
       ->capture_default_str();
   cmd->add_option("--ring-rows", args->options.ring_rows,
@@ -143,8 +146,9 @@ Runner add_plan_command(CLI::App& app) {
                 "partial sums for bf16 ones");
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->add_flag("--quiet", args->quiet, "No progress output");
-  return [args, ep] {
+  return [args, ep, tflops] {
     args->ep_given = ep->count() > 0;
+    args->tflops_given = tflops->count() > 0;
     return run_plan(*args);
   };
 }
