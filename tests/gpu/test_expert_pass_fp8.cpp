@@ -328,8 +328,18 @@ std::vector<std::string> pass_failures(const Problem& p, const Outputs& o) {
   }
   close("d_gate_up", 2 * I, rounded(d_gate_up), o.d_gate_up, kFp8DgradBound);
   const QuantizedRows dgu8 = host_rows(o.d_gate_up, cap, 2 * I);
-  same("d_gate_up codes", differing(o.d_gate_up8, dgu8.codes));
-  same("d_gate_up scales", differing(o.d_gate_up8_scales, dgu8.scales));
+  // The dgrad writes the e4m3 d_gate_up of the rows below expert_offset[L] only (the quantizers:
+  // every buffer row).
+  const size_t written = size_t(p.rows.offset.back()), blocks = 2 * I / 128;
+  size_t codes = 0, scales = 0;
+  for (size_t i = 0; i < written * 2 * I; ++i) codes += o.d_gate_up8[i] != dgu8.codes[i];
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t r = 0; r < written; ++r) {
+      scales += std::memcmp(&o.d_gate_up8_scales[b * cap + r], &dgu8.scales[b * cap + r], sizeof(float)) != 0;
+    }
+  }
+  same("d_gate_up codes", codes);
+  same("d_gate_up scales", scales);
   close("dx", D, rounded(row_gemm(p, dgu8.values, gu_t.values, D, 2 * I)), o.dx, kFp8DxBound);
 
   // dW_gate_up[e][n][d] = sum_rows d_gate_up[row][n] x[row][d]; dW_down[e][d][i] = sum_rows dy[row][d]
