@@ -36,14 +36,12 @@ __device__ float scale_at(float const* scales, int mn) {
   }
 }
 
-// A consumer thread's promotion, one k step behind (mainloop.cuh's promoting mma_tile): the wgmmas
-// of k tile k accumulate in partial set k % 2 while set (k - 1) % 2 is added, scaled, to the tile's
-// accumulators `accum`, so the FFMAs run under the next tile's wgmmas; the tiles are still added in
-// k order (the same bits as promoting each right after its wgmmas). Per k step and set, as
-// CUTLASS's blockwise collective: load_scales (before the wgmmas) reads the thread's scales from the
-// stage into registers, prepare (before the wait) multiplies them into one factor per (row,
-// 128-column block), and once the wgmmas retired the stage is released before promote's FFMAs,
-// which read registers only.
+// A consumer thread's promotion: the wgmmas accumulate a k step in `partial`; promote() adds it,
+// scaled, to the tile's accumulators `accum` and has the next step's first wgmma overwrite it.
+// Per k step, as CUTLASS's blockwise collective: load_scales (before the wgmmas) reads the thread's
+// scales from the stage into registers, prepare (while they run) multiplies them into one factor
+// per (row, 128-column block), and after the wgmmas retire the stage is released before promote's
+// FFMAs, which read registers only.
 template <class Policy, class Accum>
 struct BlockScaledAccumulation {
   using PartialSums = decltype(cute::make_fragment_like(std::declval<Accum&>()));
@@ -56,55 +54,47 @@ struct BlockScaledAccumulation {
   static constexpr bool kPromotes = true;
 
   Accum& accum;
-  PartialSums partial0;
-  PartialSums partial1;
+  PartialSums partial;
   float const* scales_a;  // stage 0's ScaleTile of A; stage s at s * ScaleTile<A>::kSlot
   float const* scales_b;
   int row;     // the thread's first accumulator row in the tile (its second: row + 8)
   int column;  // its first accumulator column (gemm_config.cuh's pattern)
-  float row_scale[2][2];
-  float column_scale[2][kColumnBlocks];
-  float factor[2][2][kColumnBlocks];
+  float row_scale[2];
+  float column_scale[kColumnBlocks];
+  float factor[2][kColumnBlocks];
 
-  template <int J>
-  __device__ PartialSums& partial() {
-    if constexpr (J == 0) {
-      return partial0;
-    } else {
-      return partial1;
-    }
-  }
-  __device__ void begin(bool continued) {
+  __device__ PartialSums& mma_accumulators() { return partial; }
+  template <class TiledMma>
+  __device__ void begin(TiledMma& tiled_mma, bool continued) {
     if (!continued) cute::clear(accum);
+    tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
   }
   // After the stage's full barrier, before its wgmmas.
-  template <int J>
   __device__ void load_scales(int stage) {
     float const* const sa = scales_a + stage * ScaleTile<A>::kSlot;
     float const* const sb = scales_b + stage * ScaleTile<B>::kSlot;
-    row_scale[J][0] = scale_at<A>(sa, row);
-    row_scale[J][1] = scale_at<A>(sa, row + 8);
+    row_scale[0] = scale_at<A>(sa, row);
+    row_scale[1] = scale_at<A>(sa, row + 8);
     CUTE_UNROLL
-    for (int b = 0; b < kColumnBlocks; ++b) column_scale[J][b] = scale_at<B>(sb, b * kScaleBlock);
+    for (int b = 0; b < kColumnBlocks; ++b) column_scale[b] = scale_at<B>(sb, b * kScaleBlock);
   }
-  // Every lane's scale loads of set J have returned once it has passed this.
-  template <int J>
+  // While the wgmmas run; every lane's scale loads have returned once it has passed this.
   __device__ void prepare() {
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       CUTE_UNROLL
-      for (int b = 0; b < kColumnBlocks; ++b) factor[J][r][b] = row_scale[J][r] * column_scale[J][b];
+      for (int b = 0; b < kColumnBlocks; ++b) factor[r][b] = row_scale[r] * column_scale[b];
     }
   }
   // Value i = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`: column block
   // 8*t / 128 (column < 8).
-  template <int J>
-  __device__ void promote() {
-    PartialSums& p = partial<J>();
+  template <class TiledMma>
+  __device__ void promote(TiledMma& tiled_mma) {
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(accum)); ++i) {
-      accum(i) += p(i) * factor[J][(i / 2) % 2][8 * (i / 4) / kScaleBlock];
+      accum(i) += partial(i) * factor[(i / 2) % 2][8 * (i / 4) / kScaleBlock];
     }
+    tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
   }
 };
 
@@ -119,8 +109,7 @@ struct BlockStageScales {
   __device__ BlockScaledAccumulation<Policy, Accum> promotion(Accum& accum) const {
     int const lane = thread % 32;
     int const row = (thread / kWarpgroupThreads) * kWarpgroupRows + (thread % kWarpgroupThreads) / 32 * 16 + lane / 4;
-    return {accum, cute::make_fragment_like(accum), cute::make_fragment_like(accum), scales_a, scales_b, row,
-            2 * (lane % 4)};
+    return {accum, cute::make_fragment_like(accum), scales_a, scales_b, row, 2 * (lane % 4)};
   }
 };
 

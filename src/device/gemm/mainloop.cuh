@@ -46,13 +46,13 @@ struct MainloopStorage {
 };
 
 // How the wgmmas of an unscaled policy accumulate: straight into the tile's accumulators. A
-// collective's promotion(accum) gives mma_tile an object with kPromotes; unpromoted (this one):
+// collective's promotion(accum) gives mma_tile an object with
 //   mma_accumulators()              the registers the wgmmas accumulate in
 //   begin(tiled_mma, continued)     before the tile's first wgmma (`continued`: accum holds a partial)
-// promoted (block_scaled_mainloop.cuh's), two sets J of partial sums taking turns, k tile by k tile:
-//   begin(continued); partial<J>(); load_scales<J>(stage) before a k tile's wgmmas, its stage
-//   landed; prepare<J>() before they are waited for; promote<J>() once they retired and the stage
-//   was released.
+//   kPromotes                       whether each k tile's sums are promoted: then also
+//     load_scales(stage)            before a k tile's wgmmas, its stage landed
+//     prepare()                     while they run
+//     promote(tiled_mma)            once they retired and the stage was released
 template <class Accum>
 struct DirectAccumulation {
   static constexpr bool kPromotes = false;
@@ -65,6 +65,10 @@ struct DirectAccumulation {
   __device__ void begin(TiledMma& tiled_mma, bool continued) const {
     tiled_mma.accumulate_ = continued ? cute::GMMA::ScaleOut::One : cute::GMMA::ScaleOut::Zero;
   }
+  __device__ void load_scales(int /*stage*/) const {}
+  __device__ void prepare() const {}
+  template <class TiledMma>
+  __device__ void promote(TiledMma&) const {}
 };
 
 // The stage scales a consumer thread of an unscaled policy reads: none.
@@ -167,68 +171,6 @@ __device__ void load_tile(typename Collective::Params const& p, typename Gemm::E
   }
 }
 
-// mma_tile of a promoting collective: k tile k's wgmmas accumulate in partial set k % 2 and are
-// issued before set (k - 1) % 2 is promoted, so that promotion's FFMAs run under them; the tile's
-// stages are released in k order, each once its wgmmas retired. Two wgmma sites (one per set), each
-// always on its own registers.
-template <class TiledMma, class FragA, class FragB, class Promotion, class Pipeline>
-__device__ void mma_tile_promoted(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB, Promotion& promotion,
-                                  Pipeline const& pipe, typename Pipeline::State& st, int k_tiles, int lane,
-                                  bool gathered, bool continued) {
-  using namespace cute;
-  promotion.begin(continued);
-  typename Pipeline::State retiring = st;  // the oldest k tile not yet promoted
-  auto issue = [&](auto set) {  // k tile st's wgmmas into set `set`
-    constexpr int J = decltype(set)::value;
-    auto& partial = promotion.template partial<J>();
-    pipe.consumer_wait(st);
-    if (gathered) cutlass::arch::fence_view_async_shared();
-    promotion.template load_scales<J>(st.stage);
-    warpgroup_fence_operand(partial);
-    warpgroup_arrive();
-    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-      cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), partial);
-      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    st.advance();
-  };
-  auto retire = [&](auto set, auto in_flight) {  // the oldest tile (in set `set`) promoted
-    constexpr int J = decltype(set)::value;
-    promotion.template prepare<J>();
-    warpgroup_wait<decltype(in_flight)::value>();  // all but the newest `in_flight` batches retired
-    warpgroup_fence_operand(promotion.template partial<J>());
-    pipe.consumer_release(retiring, lane);  // its wgmmas and scale loads are done with the stage
-    retiring.advance();
-    promotion.template promote<J>();
-  };
-  if (k_tiles == 0) return;  // callers pass active == false then; nothing to walk either way
-  issue(Int<0>{});
-  if (k_tiles == 1) {
-    retire(Int<0>{}, Int<0>{});
-    return;
-  }
-  issue(Int<1>{});
-  retire(Int<0>{}, Int<1>{});
-  int k = 2;
-  CUTE_NO_UNROLL
-  for (; k + 2 <= k_tiles; k += 2) {
-    issue(Int<0>{});
-    retire(Int<1>{}, Int<1>{});
-    issue(Int<1>{});
-    retire(Int<0>{}, Int<1>{});
-  }
-  if (k < k_tiles) {  // an odd count: the last tile in set 0
-    issue(Int<0>{});
-    retire(Int<1>{}, Int<1>{});
-    retire(Int<0>{}, Int<0>{});
-  } else {
-    retire(Int<1>{}, Int<0>{});
-  }
-}
-
 // Consumer warpgroup (of a TmaPipeline or a TmaPairPipeline): accumulates its 64 x kBlockN slice
 // of the tile in `accum`, keeping one batch of wgmmas in flight while it waits for the next stage;
 // `scales` (its collective's stage_scales) decide how each k tile's wgmmas accumulate there. With
@@ -253,38 +195,46 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
     return;
   }
 
+  // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
+  // accumulators between two register sets, which forces a full wait). Unpromoted, one batch of
+  // wgmmas stays in flight across the stage waits; promoted, each k tile's batch retires before its
+  // sums are promoted (the next batch overwrites them).
   auto promotion = scales.promotion(accum);
-  if constexpr (decltype(promotion)::kPromotes) {
-    mma_tile_promoted(tiled_mma, tCrA, tCrB, promotion, pipe, st, k_tiles, lane, gathered, continued);
-    return;
-  } else {
-    // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
-    // accumulators between two register sets, which forces a full wait); one batch of wgmmas stays
-    // in flight across the stage waits.
-    auto& mma_accum = promotion.mma_accumulators();
-    promotion.begin(tiled_mma, continued);
-    typename Pipeline::State release = st;
-    CUTE_NO_UNROLL
-    for (int k = 0; k < k_tiles; ++k) {
-      pipe.consumer_wait(st);
-      if (gathered) cutlass::arch::fence_view_async_shared();
+  constexpr bool kPromotes = decltype(promotion)::kPromotes;
+  auto& mma_accum = promotion.mma_accumulators();
+  promotion.begin(tiled_mma, continued);
+  typename Pipeline::State release = st;
+  CUTE_NO_UNROLL
+  for (int k = 0; k < k_tiles; ++k) {
+    pipe.consumer_wait(st);
+    if (gathered) cutlass::arch::fence_view_async_shared();
+    promotion.load_scales(st.stage);
+    warpgroup_fence_operand(mma_accum);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+      cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), mma_accum);
+      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    if constexpr (kPromotes) {
+      promotion.prepare();
+      warpgroup_wait<0>();
       warpgroup_fence_operand(mma_accum);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-        cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), mma_accum);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
+      pipe.consumer_release(st, lane);  // the wgmmas and the scale loads are done with the stage
+      promotion.promote(tiled_mma);
+    } else {
       warpgroup_wait<1>();  // the previous k tile's wgmmas are done: its stage can be refilled
       warpgroup_fence_operand(mma_accum);
       if (k > 0) {
         pipe.consumer_release(release, lane);
         release.advance();
       }
-      st.advance();
     }
+    st.advance();
+  }
 
+  if constexpr (!kPromotes) {
     warpgroup_wait<0>();
     warpgroup_fence_operand(mma_accum);
     pipe.consumer_release(release, lane);
