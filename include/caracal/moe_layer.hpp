@@ -197,9 +197,12 @@ class MoELayer {
   // the same configuration and the options that lay out the heap or change what ranks send, as
   // resolved on each (the default ring follows the SM count: give ring_rows on mixed GPUs). Throws
   // caracal::Error, naming the field and the value expected, for an invalid config
-  // (LayerConfig::validate), precision other than bf16, ep_size != world.world_size(), or a world
-  // heap smaller than heap_bytes(config, options). `world` must outlive the layer; its current
-  // device must be world.device() in every call.
+  // (LayerConfig::validate), ep_size != world.world_size(), or a world heap smaller than
+  // heap_bytes(config, options). `world` must outlive the layer; its current device must be
+  // world.device() in every call. Precision FP8: the routed experts in DeepSeek-V3's recipe
+  // (gemm::Fp8ExpertPass) on v1's launches, whatever options.fused_forward says; the rows cross
+  // ranks in bf16 and are quantized on the expert side; the shared expert stays bf16; W_gate_up
+  // interleaved only (MoEWeights::w_gate_up_layout halves is refused by name at forward).
   MoELayer(const LayerConfig& config, comm::World& world, const MoELayerOptions& options = {});
   ~MoELayer();
   MoELayer(const MoELayer&) = delete;

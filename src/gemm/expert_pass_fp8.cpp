@@ -84,6 +84,11 @@ void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int 
 }
 
 void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
+  expert_up_gate(pass, weights, stream);
+  expert_down(pass, weights, stream);
+}
+
+void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
   quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
   auto up = pass_args<Fp8UpGateSwigluArgs>(pass);
   up.x = operand(pass.x_fp8);
@@ -91,7 +96,9 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
   up.activation_out = pass.activation;
   up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
   grouped_up_gate_swiglu(up, stream);
+}
 
+void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
   quantize_pass_rows(pass, pass.activation, pass.intermediate, pass.activation_fp8, stream);
   auto down = pass_args<Fp8DownProjArgs>(pass);
   down.activation = operand(pass.activation_fp8);

@@ -1,6 +1,7 @@
 #pragma once
 // How a MoELayer runs its passes, chosen once at construction: v1's separate launches over buffers
-// of every row, or the fused launches over a ring of rows (MoELayerOptions::fused_forward). Both
+// of every row, the fused launches over a ring of rows (MoELayerOptions::fused_forward), or, in
+// FP8, v1's launches with the FP8 expert pass. Both
 // work on the layer's LayerState; MoELayer checks the arguments, stages the inputs and dy, scales
 // the shared expert's rows and copies and poisons the outputs around them. Every call enqueues on
 // `stream` only.
@@ -48,6 +49,8 @@ inline gemm::ExpertPassGradients routed_gradients(const MoEBackwardArgs& a, cons
 }
 
 std::unique_ptr<LayerPlan> make_separate_launches_plan(LayerState& state, comm::World& world);
+// An FP8 layer's (LayerSizes::fp8): v1's launches with the routed experts' FP8 pass.
+std::unique_ptr<LayerPlan> make_fp8_launches_plan(LayerState& state);
 // `comm_ctas`: MoELayerOptions::fused_comm_ctas, checked by the caller.
 std::unique_ptr<LayerPlan> make_fused_plan(LayerState& state, comm::World& world, int comm_ctas);
 

@@ -53,7 +53,7 @@ constexpr size_t field_count() {
 }  // namespace
 
 bool runs_fused(const LayerConfig& config, const MoELayerOptions& options) {
-  return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks;
+  return options.fused_forward && config.ep_size <= fused::kFusedMaxLocalRanks && config.precision == Precision::kBF16;
 }
 
 bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& options,
@@ -131,7 +131,7 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   shape.hidden = config.shape.hidden;
   shape.num_experts = config.shape.num_experts;
   shape.tile_m = kTileM;  // expert segments padded to the grouped GEMMs' M tile
-  shape.precision = config.precision;
+  shape.precision = Precision::kBF16;  // the rows cross in bf16 in either precision (LayerSizes::rows)
   return shape;
 }
 
@@ -145,9 +145,9 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoEL
   options.expert_out = !fused;
   // The dx GEMM stores the rows home (gemm::gate_up_dgrad_to_home, fused::fused_backward); the
   // fused backward leaves those of tokens on other ranks in a ring of expert_dx rows to sum them
-  // per (token, rank) first.
+  // per (token, rank) first; the FP8 dx GEMM stores them in expert_dx for reverse_dispatch.
   options.ring_rows = fused ? sizes.ring_rows : 0;
-  options.expert_dx = fused && sums_dx_per_token_rank(config, layer_options, experiments);
+  options.expert_dx = (fused && sums_dx_per_token_rank(config, layer_options, experiments)) || sizes.fp8;
   options.max_sms = layer_options.exchange_sms;
   options.rows_per_route = experiments.rows_per_route;
   return options;
@@ -159,8 +159,6 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows, bool bf16_weigh
   } catch (const Error& e) {
     throw Error(std::string("MoELayer: invalid LayerConfig: ") + e.what());
   }
-  CARACAL_CHECK(config.precision == Precision::kBF16, "MoELayer: precision must be bf16 (FP8 is not in v1), got ",
-                to_string(config.precision));
   const transfer::ExchangeSizes exchange = transfer::exchange_sizes(exchange_shape(config), config.ep_size);
 
   LayerSizes s;
@@ -172,7 +170,8 @@ LayerSizes layer_sizes(const LayerConfig& config, int ring_rows, bool bf16_weigh
   s.local_experts = static_cast<int>(exchange.local_experts);
   s.has_shared = config.shape.num_shared_experts > 0;
   s.shared_intermediate = as_int(config.shape.shared_intermediate, "shared_intermediate");
-  s.rows = row_format(config.precision);
+  s.rows = row_format(Precision::kBF16);
+  s.fp8 = config.precision == Precision::kFP8;
   s.routed_rows = static_cast<int>(exchange.row_capacity / kTileM * kTileM);
   CARACAL_CHECK(ring_rows >= 0 && ring_rows % kTileM == 0, "MoELayer: ring_rows must be 0 or a multiple of ", kTileM,
                 ", got ", ring_rows);

@@ -21,8 +21,11 @@ struct LayerSizes {
   int local_experts = 0;        // L
   bool has_shared = false;
   int shared_intermediate = 0;  // Is (0 without a shared expert)
-  // The layer's precision's rows (x, dy, the activation), in the exchange's heap and the local buffers.
+  // The rows of x, dy and the activation in the exchange's heap and the local buffers: bf16 in
+  // either precision (an FP8 layer quantizes them on the expert side, into its own buffers).
   RowFormat rows;
+  // The routed experts run DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass, on v1's launches).
+  bool fp8 = false;
   // Rows of the routed grouped GEMMs: the exchange's row capacity W*T*k + L*127 rounded down to
   // a multiple of 128. Every schedule fits: its padded segments total at most the capacity and
   // are a multiple of 128.
@@ -43,7 +46,7 @@ struct LayerSizes {
   bool shared_rows_in_place() const { return shared_rows == tokens; }
 };
 
-// Validates `config` for the layer (LayerConfig::validate, bf16 only in v1, the exchange's limits)
+// Validates `config` for the layer (LayerConfig::validate, the exchange's limits)
 // and derives the sizes: with ring_rows = 0 v1's (row buffers of routed_rows rows), else a fused
 // layer's over a ring of min(ring_rows, routed_rows) rows (a multiple of 128), with the weight
 // gradients' partial sums if bf16 ones may be asked for and the ring is shorter than the rows. Throws

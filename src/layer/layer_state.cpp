@@ -10,7 +10,7 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   // The GEMMs take their row tiles in order from the rank's tile queue (their operands then stay in
   // L2), which serves at most kTileQueueMaxCtas CTAs; more take them at a fixed stride.
   const bool tile_queue = gemm_ctas <= gemm::kTileQueueMaxCtas;
-  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, nullptr, nullptr};
+  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, {}, {}, nullptr, nullptr};
   const LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
   const transfer::RouterBuffers& router = exchange.router_buffers();
@@ -45,6 +45,29 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   routed.dg = at(bwd.expert_dg);
   routed.workspace = local.workspace;
   routed.dx = nullptr;  // the dx rows go to their home slots (gemm::gate_up_dgrad_to_home)
+  if (sizes.fp8) {
+    gemm::Fp8ExpertPass& fp8 = state.routed_fp8;
+    fp8.rows = routed.rows;
+    fp8.hidden = routed.hidden;
+    fp8.intermediate = routed.intermediate;
+    fp8.num_ctas = routed.num_ctas;
+    fp8.tile_queue = routed.tile_queue;
+    fp8.x = routed.x;
+    fp8.x_fp8 = local.x_fp8;
+    fp8.gate_up = routed.gate_up;
+    fp8.activation = routed.activation;
+    fp8.activation_fp8 = local.activation_fp8;
+    fp8.out = routed.out;
+    fp8.dy = routed.dy;
+    fp8.dy_fp8 = local.dy_fp8;
+    fp8.gates = routed.gates;
+    fp8.d_gate_up = routed.d_gate_up;  // in place over gate_up
+    fp8.d_gate_up_fp8 = local.d_gate_up_fp8;
+    fp8.dg = routed.dg;
+    fp8.workspace = routed.workspace;
+    fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
+    state.weights_fp8 = local.weights_fp8;
+  }
   if (!sizes.has_shared) return state;
 
   gemm::ExpertPass& shared = state.shared;

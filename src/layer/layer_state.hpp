@@ -11,6 +11,7 @@
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/comm/world.hpp"
 #include "caracal/gemm/expert_pass.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/transfer/token_exchange.hpp"
@@ -25,6 +26,8 @@ struct RankState {
   LocalMemory local;
   MoELayerBuffers io;             // the exchange's input/output buffers (zero-copy path)
   gemm::ExpertPass routed;        // L experts over the schedule's rows
+  gemm::Fp8ExpertPass routed_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
+  gemm::Fp8ExpertWeightBuffers weights_fp8;  // where its forward and backward quantize the weights
   gemm::ExpertPass shared;        // the shared expert over the rank's tokens (unused without one)
   __nv_bfloat16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
   __nv_bfloat16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch

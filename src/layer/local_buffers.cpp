@@ -8,6 +8,7 @@
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
 
@@ -53,8 +54,29 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
     b.weight_grad_partials[0] = block.take<float>(partial);
     b.weight_grad_partials[1] = block.take<float>(partial);
   }
-  b.workspace =
-      block.take<float>(static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate)));
+  const size_t workspace = s.fp8 ? gemm::fp8_down_dgrad_workspace_floats(s.routed_rows, s.intermediate)
+                                 : gemm::down_dgrad_workspace_floats(s.routed_rows, s.intermediate);
+  b.workspace = block.take<float>(static_cast<int64_t>(workspace));
+  if (s.fp8) {
+    const auto scaled_rows = [&](int64_t cols) {
+      return gemm::Fp8RowOutput{block.take<__nv_fp8_e4m3>(rows * cols), block.take<float>(cols / 128 * rows)};
+    };
+    b.x_fp8 = scaled_rows(D);
+    b.activation_fp8 = scaled_rows(I);
+    b.dy_fp8 = scaled_rows(D);
+    b.d_gate_up_fp8 = scaled_rows(2 * I);
+    const gemm::Fp8ExpertWeightSizes w = gemm::fp8_expert_weight_sizes(s.local_experts, s.hidden, s.intermediate);
+    const auto codes = [&](size_t n) { return block.take<__nv_fp8_e4m3>(static_cast<int64_t>(n)); };
+    const auto floats = [&](size_t n) { return block.take<float>(static_cast<int64_t>(n)); };
+    b.weights_fp8.w_gate_up_codes = codes(w.w_gate_up_codes);
+    b.weights_fp8.w_gate_up_scales = floats(w.w_gate_up_scales);
+    b.weights_fp8.w_gate_up_codes_t = codes(w.w_gate_up_codes);
+    b.weights_fp8.w_gate_up_scales_t = floats(w.w_gate_up_scales_t);
+    b.weights_fp8.w_down_codes = codes(w.w_down_codes);
+    b.weights_fp8.w_down_scales = floats(w.w_down_scales);
+    b.weights_fp8.w_down_codes_t = codes(w.w_down_codes);
+    b.weights_fp8.w_down_scales_t = floats(w.w_down_scales_t);
+  }
   // The fused forward's counters and task slots, and between forwards the fused backward's.
   const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),
                                    fused::backward_ready_counter_words(static_cast<int>(s.ring_rows),

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "caracal/comm/cuda_memory.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/precision_traits.hpp"
 #include "layer/layer_sizes.hpp"
@@ -33,6 +34,12 @@ struct LocalBuffers {
   // The row-tile GEMMs' tile queue (gemm::kTileQueueWords words): the routed and the shared
   // experts' GEMMs take turns on the layer's one stream, so they share it.
   uint32_t* tile_queue = nullptr;
+
+  // FP8 layers (LayerSizes::fp8): the routed rows in e4m3 with their 1 x 128 scales (codes
+  // [routed_rows][K], scales [K / 128][routed_rows]: gemm::Fp8ExpertPass), and the local experts'
+  // weights quantized (gemm::fp8_expert_weight_sizes).
+  gemm::Fp8RowOutput x_fp8, activation_fp8, dy_fp8, d_gate_up_fp8;
+  gemm::Fp8ExpertWeightBuffers weights_fp8;
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one;
   // x, out and dy also null where LayerSizes::shared_rows_in_place, the exchange's buffers serving).

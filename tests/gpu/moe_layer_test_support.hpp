@@ -59,6 +59,7 @@ struct LayerCase {
   bool shared_scale = false;  // the forward gets a per-token shared-output scale
   RouterNormalization router;
   RoutingCase routing = RoutingCase::kUniform;
+  Precision precision = Precision::kBF16;
 };
 
 inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
@@ -74,6 +75,7 @@ inline LayerConfig config_of(const LayerCase& c) {
   config.ep_size = c.world;
   config.tokens_per_rank = c.tokens;
   config.router = c.router;
+  config.precision = c.precision;
   return config;
 }
 

@@ -697,11 +697,15 @@ TEST(GpuMoELayerApi, ConstructorRejectsAMismatchedWorldOrASmallHeap) {
   expect_error([&] { MoELayer layer(config, four); }, {"config.ep_size (2) must equal the world's size (4)"});
   comm::LoopbackWorld small(2, MoELayer::heap_bytes(config) / 2);
   expect_error([&] { MoELayer layer(config, small); }, {"bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options))"});
+  // An FP8 layer (v1's buffers and expert_dx): half its heap refused by name, its own taken.
   LayerConfig fp8 = config;
   fp8.precision = Precision::kFP8;
   fp8.shape.shared_intermediate = 256;  // FP8 needs multiples of 128
-  comm::LoopbackWorld two(2, 1 << 20);
-  expect_error([&] { MoELayer layer(fp8, two); }, {"precision must be bf16"});
+  comm::LoopbackWorld half_heap(2, MoELayer::heap_bytes(fp8) / 2);
+  expect_error([&] { MoELayer layer(fp8, half_heap); }, {"bytes of symmetric heap per rank (MoELayer::heap_bytes(config, options))"});
+  comm::LoopbackWorld fp8_heap(2, MoELayer::heap_bytes(fp8));
+  const MoELayer layer(fp8, fp8_heap);
+  EXPECT_EQ(layer.ring_rows(), 0) << "an FP8 layer runs v1's launches";
 }
 
 // The activations come from the allocator the options name (the PyTorch binding's caching

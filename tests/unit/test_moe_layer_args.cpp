@@ -10,6 +10,7 @@
 #include "caracal/comm/world.hpp"
 #include "caracal/error.hpp"
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/plan.hpp"
 #include "caracal/presets.hpp"
@@ -148,10 +149,32 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
   }
 }
 
+// An FP8 layer runs v1's buffers plus its e4m3 rows and scales (x, the activation, dy, d_gate_up)
+// and its quantized weights (both orientations) in the local block, and expert_dx in the heap.
+TEST(MoELayerMemory, Fp8AddsItsScaledRowsAndWeights) {
+  LayerConfig fp8 = small_config(false);
+  fp8.precision = Precision::kFP8;
+  MoELayerOptions v1;
+  v1.fused_forward = false;
+  const MoELayerMemory f = MoELayer::memory(fp8), b = MoELayer::memory(small_config(false), v1);
+  EXPECT_EQ(f.heap, MoELayer::memory(fp8, v1).heap) << "an FP8 layer runs v1's launches";
+  EXPECT_GT(f.heap, b.heap) << "expert_dx";
+  const size_t rows = 4480, L = 2;  // as LayerSizes' test: W*T*k + L*127 rounded down to 128
+  const auto scaled = [&](size_t cols) { return aligned_bytes(rows * cols, 1) + aligned_bytes(cols / 128 * rows, 4); };
+  const gemm::Fp8ExpertWeightSizes w = gemm::fp8_expert_weight_sizes(int(L), 256, 128);
+  const size_t weights = 2 * aligned_bytes(w.w_gate_up_codes, 1) + aligned_bytes(w.w_gate_up_scales, 4) +
+                         aligned_bytes(w.w_gate_up_scales_t, 4) + 2 * aligned_bytes(w.w_down_codes, 1) +
+                         aligned_bytes(w.w_down_scales, 4) + aligned_bytes(w.w_down_scales_t, 4);
+  const size_t workspace = aligned_bytes(gemm::fp8_down_dgrad_workspace_floats(int(rows), 128), 4) -
+                           aligned_bytes(gemm::down_dgrad_workspace_floats(int(rows), 128), 4);
+  EXPECT_EQ(f.local - b.local, scaled(256) + scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace);
+}
+
 TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
   LayerConfig fp8 = small_config(false);
   fp8.precision = Precision::kFP8;
-  expect_error([&] { MoELayer::memory(fp8); }, {"precision must be bf16"});
+  fp8.shape.hidden = 192;
+  expect_error([&] { MoELayer::memory(fp8); }, {"MoELayer: invalid LayerConfig", "hidden must be a multiple of 128"});
   LayerConfig odd = small_config(false);
   odd.shape.hidden = 100;
   expect_error([&] { MoELayer::memory(odd); }, {"MoELayer: invalid LayerConfig", "hidden must be a multiple of 64"});

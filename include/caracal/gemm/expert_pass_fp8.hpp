@@ -85,6 +85,10 @@ void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int 
 
 // x quantized, gate_up and the activation (F1, F2), the activation quantized, out (F3).
 void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+// Its two halves: x quantized, gate_up and the activation (what backward reads: MoELayer replays
+// this); then the activation quantized and out.
+void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
 // dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), the weight gradients from
 // the bf16 rows (B5: x, dy, d_gate_up, g·activation), then dx (B3) from the e4m3 d_gate_up. In place
 // as the bf16 pass may run (d_gate_up over gate_up, dx over x). grads.w_gate_up_layout must be
