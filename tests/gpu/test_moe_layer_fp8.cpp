@@ -1,9 +1,8 @@
 // Tests of the FP8 layer (LayerConfig::precision = kFP8: v1's launches with the routed experts'
 // gemm::Fp8ExpertPass; the rows cross ranks in bf16, the shared expert stays bf16).
 //   GPU: every output of every rank against the fp64 reference of the unquantized layer, within
-//   provisional bounds of what e4m3 costs (kFp8AgainstBf16Bounds: the first GPU run prints the
-//   errors, and the bounds become ~3x those); loopback worlds of 1, 2 and 4 ranks, adversarial
-//   routings (Zipf, all to one expert, empty slots); bitwise repeats; a backward after another
+//   bounds of what e4m3 costs (kFp8AgainstBf16Bounds, ~3x the measured errors); loopback worlds of
+//   1, 2 and 4 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise repeats; a backward after another
 //   forward (the replay); the [gate; up] halves refused by name. Not yet: the fp64 reference of
 //   the quantized operands (the bound that measures the kernels), the shared expert in FP8 layers
 //   (kSharedIntermediate is not a multiple of 128).
@@ -23,10 +22,10 @@ namespace caracal::layer_test {
 namespace {
 
 // What e4m3 operands cost against the unquantized layer: ~2^-4 relative a value, averaged over K.
-// Provisional, ~3x a numpy emulation of the FP8 pipeline on these shapes (y and dx ~6.3% Frobenius,
-// ~9% the worst row; weight gradients ~5.3%): the first GPU run's errors replace them.
+// ~3x the errors measured on an H100 (2026-12-06): y and dx 6.4% Frobenius, 9.4% the worst row;
+// weight gradients 5.5%, 5.6%; d_topk_scores 1.2e-2 B_t (a numpy emulation predicted the same).
 constexpr LayerBounds kFp8AgainstBf16Bounds{
-    {1.9e-1, 2.7e-1}, {1.9e-1, 2.7e-1}, {1.6e-1, 2.4e-1}, {1.6e-1, 2.4e-1}, 1e-1, 5e-2};
+    {1.9e-1, 2.8e-1}, {1.9e-1, 2.8e-1}, {1.6e-1, 1.7e-1}, {1.6e-1, 1.7e-1}, 1e-1, 4e-2};
 
 std::vector<LayerCase> fp8_cases() {
   using R = RoutingCase;
