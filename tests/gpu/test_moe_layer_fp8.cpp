@@ -2,10 +2,10 @@
 // gemm::Fp8ExpertPass; the rows cross ranks in bf16, the shared expert stays bf16).
 //   GPU: every output of every rank against the fp64 reference of the unquantized layer, within
 //   bounds of what e4m3 costs (kFp8AgainstBf16Bounds, ~3x the measured errors); loopback worlds of
-//   1, 2 and 4 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise repeats; a backward after another
-//   forward (the replay); the [gate; up] halves refused by name. Not yet: the fp64 reference of
-//   the quantized operands (the bound that measures the kernels), the shared expert in FP8 layers
-//   (kSharedIntermediate is not a multiple of 128).
+//   1, 2 and 4 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise
+//   repeats; a backward after another forward (the replay); the [gate; up] halves refused by
+//   name. Not yet: the fp64 reference of the quantized operands (the bound that measures the
+//   kernels), the shared expert in FP8 layers (kSharedIntermediate is not a multiple of 128).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
