@@ -132,7 +132,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                      double router_scale, const std::string& backend, int64_t rank,
                      const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
                      bool fused_forward, int64_t ring_rows, bool bf16_weight_gradients, double timeout_s,
-                     const std::string& gate_up_layout) {
+                     const std::string& gate_up_layout, const std::string& precision) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -175,6 +175,12 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                     "caracal.create_layer: gate_up_layout must be 'interleaved' or 'halves', got '", gate_up_layout,
                     "'");
   spec.gate_up_layout = gate_up_layout == "halves" ? gemm::GateUpLayout::kHalves : gemm::GateUpLayout::kInterleaved;
+  TORCH_CHECK_VALUE(precision == "bf16" || precision == "fp8", "caracal.create_layer: precision must be 'bf16' or 'fp8', got '",
+                    precision, "'");
+  spec.config.precision = precision == "fp8" ? Precision::kFP8 : Precision::kBF16;
+  // The FP8 GEMMs read W_gate_up interleaved (MoELayer refuses the halves at forward; here, at once).
+  TORCH_CHECK_VALUE(precision != "fp8" || spec.gate_up_layout == gemm::GateUpLayout::kInterleaved,
+                    "caracal.create_layer: precision 'fp8' needs gate_up_layout 'interleaved', got 'halves'");
   if (spec.backend == Backend::kNccl) {
     TORCH_CHECK_VALUE(unique_id && unique_id->scalar_type() == at::kByte && unique_id->device().is_cpu() &&
                           unique_id->numel() == NCCL_UNIQUE_ID_BYTES,
@@ -409,7 +415,7 @@ TORCH_LIBRARY(caracal, m) {
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
-      "float timeout, str gate_up_layout='interleaved') -> int");
+      "float timeout, str gate_up_layout='interleaved', str precision='bf16') -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("layer_holders(int layer) -> int");
   m.def("layer_memory(int layer) -> int[]");

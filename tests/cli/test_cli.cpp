@@ -287,7 +287,8 @@ TEST(Cli, BadTraceFilesGetOneClearErrorLine) {
 // `caracal bench` (tools/caracal_bench, exec'd by `caracal`): its argument errors come before it
 // touches the GPU, so they read the same on every machine.
 TEST(Cli, BenchBadInputGetsOneClearErrorLine) {
-  expect_clean_error("bench --model deepseek-v3 --precision fp8", "not implemented yet");
+  expect_clean_error("bench --model qwen3-30b-a3b --hidden 2880 --precision fp8", "multiple of 128 for fp8");
+  expect_clean_error("bench --model deepseek-v3 --precision fp8 --profile-step --profile-path v1", "--profile-path");
   expect_clean_error("bench --model deepseek-v3 --precision fp16", "--precision");
   expect_clean_error("bench --model deepseek-v9", "unknown preset 'deepseek-v9'");
   expect_clean_error("bench --model deepseek-v3 --ep 3", "divisible");

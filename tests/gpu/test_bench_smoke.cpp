@@ -251,6 +251,47 @@ TEST(BenchSmoke, RoundsReportTheMedianOfEachFigure) {
   EXPECT_NE(r.out.find("by round: forward"), std::string::npos) << r.out;
 }
 
+// --precision fp8: the FP8 layer validated against the unquantized layer's reference within the FP8
+// bounds (beside the bf16 fused layer and v1 within theirs), then timed beside the bf16 fused layer
+// and bf16 v1; the GEMMs-alone ratios are the bf16 fused layer's.
+TEST(BenchSmoke, Fp8TimesTheFp8LayerBesideBf16) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 1 --tokens 256 --precision fp8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(r.json.is_object()) << r.out;
+  EXPECT_EQ(r.json.at("precision").get<std::string>(), "fp8");
+  const nlohmann::json& v = r.json.at("validation");
+  EXPECT_TRUE(v.at("passed").get<bool>()) << v.dump(2);
+  std::vector<std::string> names;
+  for (const nlohmann::json& layer : v.at("layers")) {
+    const std::string name = layer.at("layer").get<std::string>();
+    names.push_back(name);
+    expect_outputs_within_bounds(layer);
+    EXPECT_EQ(layer.at("precision").get<std::string>(), name == "fp8" ? "fp8" : "bf16");
+    const double y_bound = layer.at("outputs")[0].at("bound").at("frobenius").get<double>();
+    EXPECT_EQ(layer.at("outputs")[0].at("output").get<std::string>(), "y");
+    if (name == "fp8") {
+      EXPECT_GT(y_bound, 0.1) << "the FP8 layer is held to the FP8 bounds";
+    } else {
+      EXPECT_LT(y_bound, 0.01) << name << " is held to the bf16 bounds";
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"fp8", "fused", "v1"}));
+  const nlohmann::json& run = r.json.at("runs").at(0);
+  EXPECT_EQ(run.at("forward_path").get<std::string>(), "fp8 (v1's launches)");
+  for (const char* pass : {"forward", "backward", "fwd_bwd"}) {
+    expect_pass(run.at(pass), pass);
+    expect_pass(run.at("bf16_fused").at(pass), "bf16 fused");
+    expect_pass(run.at("v1").at(pass), "v1");
+  }
+  const nlohmann::json& nccl = run.at("baselines").at("nccl_exchange_plus_gemms");
+  EXPECT_DOUBLE_EQ(nccl.at("forward_over_gemms_alone").get<double>(),
+                   run.at("bf16_fused").at("forward").at("ms").get<double>() /
+                       nccl.at("gemms_alone_forward_ms").get<double>());
+  EXPECT_NE(r.out.find("fp8 over bf16 (fused): forward"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp8 over bf16 v1"), std::string::npos) << r.out;
+}
+
 TEST(BenchSmoke, ProfileStepRunsOneStepWithoutTiming) {
   CARACAL_REQUIRE_GPU();
   const BenchRun r = run_bench(std::string(kTinyShape) + " --ep 2 --tokens 256 --no-validate --profile-step");

@@ -1,7 +1,7 @@
 // Tests of the FP8 layer (LayerConfig::precision = kFP8: v1's launches with the routed experts'
 // gemm::Fp8ExpertPass; the rows cross ranks in bf16, the shared expert stays bf16).
 //   GPU: every output of every rank against the fp64 reference of the unquantized layer, within
-//   bounds of what e4m3 costs (kFp8AgainstBf16Bounds, ~3x the measured errors); loopback worlds of
+//   bounds of what e4m3 costs (checks::kFp8LayerBounds, ~3x the measured errors); loopback worlds of
 //   1, 2 and 4 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise
 //   repeats; a backward after another forward (the replay); the [gate; up] halves refused by
 //   name. Not yet: the fp64 reference of the quantized operands (the bound that measures the
@@ -20,12 +20,6 @@
 
 namespace caracal::layer_test {
 namespace {
-
-// What e4m3 operands cost against the unquantized layer: ~2^-4 relative a value, averaged over K.
-// ~3x the errors measured on an H100 (2026-12-06): y and dx 6.4% Frobenius, 9.4% the worst row;
-// weight gradients 5.5%, 5.6%; d_topk_scores 1.2e-2 B_t (a numpy emulation predicted the same).
-constexpr LayerBounds kFp8AgainstBf16Bounds{
-    {1.9e-1, 2.8e-1}, {1.9e-1, 2.8e-1}, {1.6e-1, 1.7e-1}, {1.6e-1, 1.7e-1}, 1e-1, 4e-2};
 
 std::vector<LayerCase> fp8_cases() {
   using R = RoutingCase;
@@ -50,7 +44,7 @@ TEST_P(GpuMoELayerFp8, CloseToTheUnquantizedReference) {
   const Stream stream;
   ASSERT_NO_THROW(run_step(l.layer, l.buffers, stream));
   const StepExpected want = reference_step(c, reference_layer(c, s.weights), s.step, 0, false, false);
-  for (const std::string& f : step_failures(c, s.step, want, l.buffers.download(), true, kFp8AgainstBf16Bounds)) {
+  for (const std::string& f : step_failures(c, s.step, want, l.buffers.download(), true, checks::kFp8LayerBounds)) {
     ADD_FAILURE() << f;
   }
 }

@@ -8,7 +8,8 @@
 //    validation_check.hpp), saying what it did not validate, and refuses to time if it fails.
 // 2. For each tokens-per-rank value: times forward, backward and forward+backward of the layer
 //    (layer_timing.hpp: random weights and inputs, warm-up, the median of CUDA-event-bracketed
-//    runs), and the baselines in the same run (baselines.hpp):
+//    runs; with --precision fp8 the FP8 layer, then the bf16 fused layer), bf16 v1, and the
+//    baselines in the same run (baselines.hpp, bf16):
 //      (a) at W = 1: the NCCL host-synchronized exchange (bench/baselines/nccl_baseline_exchange.hpp,
 //          dispatch + combine, once per forward and once per backward) + the same grouped GEMMs as
 //          the layer (its expert_forward / expert_backward) on the rows the exchange delivered,
@@ -57,7 +58,9 @@ namespace {
 void check_options(const BenchOptions& a) {
   CARACAL_CHECK(a.precision == "bf16" || a.precision == "fp8", "--precision: expected bf16 or fp8, got '",
                 a.precision, "'");
-  CARACAL_CHECK(a.precision != "fp8", "--precision fp8: not implemented yet (MoELayer v1 runs bf16)");
+  CARACAL_CHECK(!(a.fp8() && a.profile_step && a.profile_path != "fused"),
+                "--profile-path: with --precision fp8, --profile-step profiles the FP8 layer (on v1's launches); "
+                "leave --profile-path at fused, got '", a.profile_path, "'");
   CARACAL_CHECK(a.backend == "loopback" || a.backend == "nccl", "--backend: expected loopback or nccl, got '",
                 a.backend, "'");
   CARACAL_CHECK(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);
@@ -70,7 +73,7 @@ void check_options(const BenchOptions& a) {
 LayerConfig base_config(const BenchOptions& a, const ModelPreset* preset) {
   LayerConfig base;
   base.shape = a.shape.shape();
-  base.precision = Precision::kBF16;
+  base.precision = a.fp8() ? Precision::kFP8 : Precision::kBF16;
   if (preset) base.router = preset->router;
   base.ep_size = a.ep;
   return base;
@@ -148,7 +151,8 @@ nlohmann::json validate(const std::vector<LayerConfig>& configs, const RoutingSp
                     " T=" + std::to_string(plan.small.tokens_per_rank) + ")");
     const ValidationRun run = run_validation_step(plan, layer, a.seed);
     results.push_back({layer, run.rounding.ring_rows,
-                       check_step(plan.small, plan.routing, run.ranks, run.rounding, plan.bf16_weight_grads)});
+                       check_step(validated_config(plan, layer), plan.routing, run.ranks, run.rounding,
+                                  plan.bf16_weight_grads, validated_bounds(layer))});
   }
   print_validation(plan, results);
   const nlohmann::json validation = validation_json(plan, results);
@@ -196,9 +200,18 @@ LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, c
   return t;
 }
 
+LayerConfig in_bf16(LayerConfig c) {
+  c.precision = Precision::kBF16;
+  return c;
+}
+
+// The layer of `c` (with --precision fp8 the FP8 one, else the fused one), bf16 v1 and, with
+// --precision fp8, the bf16 fused layer, then the baselines, in turn.
 RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOptions& a) {
   const int W = int(c.ep_size);
+  const LayerConfig bf16 = in_bf16(c);
   RunResult r;
+  r.fp8 = a.fp8();
   r.tokens_per_rank = c.tokens_per_rank;
   r.tokens_per_gpu = a.nccl() ? c.tokens_per_rank : c.tokens_per_rank * W;
   const Routing routing = make_routing(spec, W, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
@@ -206,20 +219,27 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   // it fits too.
   std::string v1_shortfall;
   for (int d = 0; d < (a.nccl() ? W : 1); ++d) {
-    const std::string shortfall = memory_shortfall(c, a, true, a.nccl() ? 1 : W, d);
+    const std::string shortfall = memory_shortfall(c, a, !r.fp8, a.nccl() ? 1 : W, d);
     CARACAL_CHECK(shortfall.empty(), shortfall, ": lower --tokens or --experts");
-    if (v1_shortfall.empty()) v1_shortfall = memory_shortfall(c, a, false, a.nccl() ? 1 : W, d);
+    if (v1_shortfall.empty()) v1_shortfall = memory_shortfall(bf16, a, false, a.nccl() ? 1 : W, d);
   }
 
-  const LayerTimes t = time_layer_on_backend(c, routing, a, true);
+  // The FP8 layer runs v1's launches whatever MoELayerOptions::fused_forward says.
+  const LayerTimes t = time_layer_on_backend(c, routing, a, !r.fp8);
   const double fwd_flops = c.shape.forward_flops(r.tokens_per_gpu);
   const double tokens = double(r.tokens_per_gpu);
   r.forward = {t.forward, fwd_flops, tokens};
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
+  if (r.fp8) {  // the bf16 default path (its memory is within the FP8 layer's)
+    const LayerTimes f = time_layer_on_backend(bf16, routing, a, true);
+    r.forward_bf16 = {f.forward, fwd_flops, tokens};
+    r.backward_bf16 = {f.backward, 2.0 * fwd_flops, tokens};
+    r.step_bf16 = {f.step, 3.0 * fwd_flops, tokens};
+  }
   // The layer's own previous path, in the same run (a world and layer of its own).
   if (v1_shortfall.empty()) {
-    const LayerTimes v1 = time_layer_on_backend(c, routing, a, false);
+    const LayerTimes v1 = time_layer_on_backend(bf16, routing, a, false);
     r.forward_v1 = {v1.forward, fwd_flops, tokens};
     r.backward_v1 = {v1.backward, 2.0 * fwd_flops, tokens};
     r.step_v1 = {v1.step, 3.0 * fwd_flops, tokens};
@@ -229,9 +249,9 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   }
 
   progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": cuBLAS dense baseline");
-  r.cublas = time_cublas(c, r.tokens_per_gpu, a, 0);
+  r.cublas = time_cublas(bf16, r.tokens_per_gpu, a, 0);
   if (W == 1) progress(a, "T=" + std::to_string(c.tokens_per_rank) + ": NCCL exchange + grouped-GEMM baseline");
-  r.nccl = time_nccl_baseline(c, routing, a, 0);
+  r.nccl = time_nccl_baseline(bf16, routing, a, 0);
   return r;
 }
 
@@ -249,13 +269,14 @@ int run(const BenchOptions& a) {
   out["validation"] = validate(configs, spec, a, gpus, out);
 
   if (a.profile_step) {  // no timing: one step of the layer per token count, for a profiler
-    const bool fused = a.profile_path == "fused";
+    const bool fused = a.profile_path == "fused" && !a.fp8();
     for (const LayerConfig& c : configs) {
       const Routing routing =
           make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
       (void)time_layer_on_backend(c, routing, a, fused);
       std::cout << "  profiled T=" << c.tokens_per_rank << ": one forward and backward of the "
-                << (fused ? "fused layer" : "v1 layer") << " between cudaProfilerStart and cudaProfilerStop\n";
+                << (a.fp8() ? "FP8 layer" : fused ? "fused layer" : "v1 layer")
+                << " between cudaProfilerStart and cudaProfilerStop\n";
     }
     out["profiled"] = true;
     write_json(a, out);
@@ -307,7 +328,10 @@ void add_options(CLI::App& app, BenchOptions& a) {
       ->delimiter(',');
   app.add_option("--routing", a.routing, "uniform | zipf[:exponent] | all-to-one[:expert]")->capture_default_str();
   app.add_option("--seed", a.seed, "Seed of the routing and the data")->capture_default_str();
-  app.add_option("--precision", a.precision, "bf16 | fp8 (fp8: not implemented yet)")->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "bf16 | fp8 (fp8: the FP8 layer timed, DeepSeek-V3's block-scaled e4m3 on v1's launches, beside the "
+                 "bf16 fused layer and bf16 v1)")
+      ->capture_default_str();
   app.add_option("--warmup", a.warmup, "Untimed runs per pass (at least; and at least 200 ms of them)")->capture_default_str();
   app.add_option("--reps", a.reps, "Timed runs per pass (the median is reported)")->capture_default_str();
   app.add_option("--rounds", a.rounds,

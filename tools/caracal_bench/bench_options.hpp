@@ -36,6 +36,9 @@ struct BenchOptions {
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (the PyTorch module's for bf16 weights)
 
   bool nccl() const { return backend == "nccl"; }
+  // --precision fp8: the timed layer is the FP8 one (LayerConfig::precision kFP8), the bf16 fused
+  // layer and bf16 v1 beside it.
+  bool fp8() const { return precision == "fp8"; }
 };
 
 inline void progress(const BenchOptions& a, const std::string& line) {

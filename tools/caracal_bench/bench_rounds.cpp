@@ -29,6 +29,9 @@ RunResult median_of_rounds(const std::vector<RunResult>& rounds) {
   set_median(rounds, m.forward.ms, [](const RunResult& r) { return r.forward.ms; });
   set_median(rounds, m.backward.ms, [](const RunResult& r) { return r.backward.ms; });
   set_median(rounds, m.step.ms, [](const RunResult& r) { return r.step.ms; });
+  set_median(rounds, m.forward_bf16.ms, [](const RunResult& r) { return r.forward_bf16.ms; });
+  set_median(rounds, m.backward_bf16.ms, [](const RunResult& r) { return r.backward_bf16.ms; });
+  set_median(rounds, m.step_bf16.ms, [](const RunResult& r) { return r.step_bf16.ms; });
   set_median(rounds, m.forward_v1.ms, [](const RunResult& r) { return r.forward_v1.ms; });
   set_median(rounds, m.backward_v1.ms, [](const RunResult& r) { return r.backward_v1.ms; });
   set_median(rounds, m.step_v1.ms, [](const RunResult& r) { return r.step_v1.ms; });
@@ -43,7 +46,8 @@ RunResult median_of_rounds(const std::vector<RunResult>& rounds) {
 RoundRatios over_gemms_alone_by_round(const std::vector<RunResult>& rounds) {
   RoundRatios ratios;
   for (const RunResult& r : rounds) {
-    if (!r.nccl.available || r.nccl.exchange_ms <= 0.0) return {};
+    // The GEMMs alone are bf16's: no measure of an FP8 layer.
+    if (r.fp8 || !r.nccl.available || r.nccl.exchange_ms <= 0.0) return {};
     ratios.forward.push_back(r.forward.ms / (r.nccl.forward_ms - r.nccl.exchange_ms));
     ratios.backward.push_back(r.backward.ms / (r.nccl.backward_ms - r.nccl.exchange_ms));
   }

@@ -116,12 +116,13 @@ RankStep download_rank(const MoELayer& layer, const LayerInputs& in, const Sizes
 
 // The step on `world`'s local ranks, into out.ranks. Collective for NCCL worlds.
 void run_on(comm::World& world, const ValidationPlan& p, const ValidatedLayer& v, uint64_t seed, ValidationRun& out) {
-  const Sizes s(p.small);
+  const LayerConfig config = validated_config(p, v);
+  const Sizes s(config);
   const std::unique_ptr<MoELayer> built =
-      layer::ExperimentalLayer::make(p.small, world, v.setup.options, v.setup.experiments);
+      layer::ExperimentalLayer::make(config, world, v.setup.options, v.setup.experiments);
   MoELayer& layer = *built;
   const bench::Stream stream;
-  const LayerInputs in = make_inputs(layer, world, p.small, p.routing, seed, p.bf16_weight_grads, stream.get());
+  const LayerInputs in = make_inputs(layer, world, config, p.routing, seed, p.bf16_weight_grads, stream.get());
   const std::function<void(cudaStream_t)> step = [&](cudaStream_t st) {
     const MoEContext context = layer.forward(in.forward, st);
     layer.backward(in.backward, context, st);
@@ -147,7 +148,7 @@ void run_on(comm::World& world, const ValidationPlan& p, const ValidatedLayer& v
 
 ValidationRun run_validation_step(const ValidationPlan& p, const ValidatedLayer& v, uint64_t seed) {
   const int W = int(p.small.ep_size);
-  const size_t heap = layer::ExperimentalLayer::memory(p.small, v.setup.options, v.setup.experiments).heap;
+  const size_t heap = layer::ExperimentalLayer::memory(validated_config(p, v), v.setup.options, v.setup.experiments).heap;
   ValidationRun out;
   out.ranks.resize(size_t(W));
   if (p.backend != "nccl") {

@@ -14,6 +14,7 @@ namespace {
 constexpr int64_t kSmallHidden = 256;
 constexpr int64_t kSmallIntermediate = 128;
 constexpr int64_t kSmallShared = 192;
+constexpr int64_t kSmallSharedFp8 = 256;
 constexpr int64_t kSmallTokens = 37;
 
 std::string shape_text(const LayerConfig& c) {
@@ -31,18 +32,25 @@ std::string tokens_text(const std::vector<LayerConfig>& timed) {
   return s.str();
 }
 
-// The fused layers: one per distinct ring choice, each with the timed steps it stands for.
+LayerConfig in_bf16(LayerConfig c) {
+  c.precision = Precision::kBF16;
+  return c;
+}
+
+// The bf16 fused layers: one per distinct ring choice, each with the timed steps it stands for.
 std::vector<ValidatedLayer> fused_layers(const BenchOptions& a, const std::vector<LayerConfig>& timed,
                                          const RoutingSpec& spec, const ValidationPlan& p, int sms) {
   const LayerSetup setup = layer_setup(a, true);
+  const LayerConfig small = in_bf16(p.small);
   std::vector<ValidatedLayer> out;
-  for (const LayerConfig& c : timed) {
+  for (const LayerConfig& timed_config : timed) {
+    const LayerConfig c = in_bf16(timed_config);
     const Routing routing = make_routing(spec, c.ep_size, c.tokens_per_rank, c.shape.top_k, c.shape.num_experts);
     TimedRing t;
     t.tokens = c.tokens_per_rank;
     t.rows = resolved_ring(c, setup.options.ring_rows, sms);
     t.macrobatches = macrobatches(routing, c.shape.num_experts, t.rows);
-    const RingChoice ring = choose_ring(setup.options.ring_rows, t.macrobatches, p.small, p.routing, sms);
+    const RingChoice ring = choose_ring(setup.options.ring_rows, t.macrobatches, small, p.routing, sms);
     const auto same = std::find_if(out.begin(), out.end(), [&](const ValidatedLayer& l) { return l.ring.option == ring.option; });
     if (same != out.end()) {
       same->timed.push_back(t);
@@ -60,6 +68,19 @@ std::vector<ValidatedLayer> fused_layers(const BenchOptions& a, const std::vecto
   return out;
 }
 
+// What the plan does not cover, in plain words.
+void add_not_validated(const BenchOptions& a, const std::vector<LayerConfig>& timed, ValidationPlan& p) {
+  p.not_validated.push_back("the timed size: validated at " + shape_text(p.small) +
+                            " T=" + std::to_string(p.small.tokens_per_rank) + " per rank, timed at " +
+                            shape_text(timed.front()) + " " + tokens_text(timed) +
+                            " per rank (the same W, router, backend and routing kind)");
+  if (a.graph) {
+    p.not_validated.push_back(
+        "the forward-only and backward-only graphs the timing replays (captured apart from the same calls): "
+        "validated through the forward+backward graph's replays");
+  }
+}
+
 }  // namespace
 
 LayerConfig small_config(const LayerConfig& config) {
@@ -70,7 +91,8 @@ LayerConfig small_config(const LayerConfig& config) {
   small.shape.intermediate = kSmallIntermediate;
   small.shape.num_experts = W * L;
   small.shape.top_k = std::min(config.shape.top_k, W * L);
-  small.shape.shared_intermediate = config.shape.num_shared_experts > 0 ? kSmallShared : 0;
+  const int64_t shared = config.precision == Precision::kFP8 ? kSmallSharedFp8 : kSmallShared;
+  small.shape.shared_intermediate = config.shape.num_shared_experts > 0 ? shared : 0;
   small.tokens_per_rank = kSmallTokens;
   return small;
 }
@@ -92,25 +114,39 @@ ValidationPlan plan_validation(const BenchOptions& a, const std::vector<LayerCon
   p.backend = a.backend;
   p.bf16_weight_grads = a.bf16_weight_grads;
   p.graph = a.graph;
-  // --profile-step runs one layer: the one it profiles.
-  if (!a.profile_step || a.profile_path == "fused") p.layers = fused_layers(a, timed, spec, p, sms);
+  // --profile-step runs one layer: the one it profiles (with --precision fp8, the FP8 layer).
+  if (a.fp8()) {
+    ValidatedLayer fp8;
+    fp8.name = "fp8";
+    fp8.precision = Precision::kFP8;
+    fp8.setup = fp8.timed_setup = layer_setup(a, false);
+    p.layers.push_back(fp8);
+    if (a.profile_step) {
+      add_not_validated(a, timed, p);
+      return p;
+    }
+  }
+  if (!a.profile_step || a.profile_path == "fused") {
+    for (ValidatedLayer& l : fused_layers(a, timed, spec, p, sms)) p.layers.push_back(l);
+  }
   if (!a.profile_step || a.profile_path == "v1") {
     ValidatedLayer v1;
     v1.name = "v1";
     v1.setup = v1.timed_setup = layer_setup(a, false);
     p.layers.push_back(v1);
   }
-
-  p.not_validated.push_back("the timed size: validated at " + shape_text(p.small) +
-                            " T=" + std::to_string(p.small.tokens_per_rank) + " per rank, timed at " +
-                            shape_text(timed.front()) + " " + tokens_text(timed) +
-                            " per rank (the same W, router, backend and routing kind)");
-  if (a.graph) {
-    p.not_validated.push_back(
-        "the forward-only and backward-only graphs the timing replays (captured apart from the same calls): "
-        "validated through the forward+backward graph's replays");
-  }
+  add_not_validated(a, timed, p);
   return p;
+}
+
+LayerConfig validated_config(const ValidationPlan& p, const ValidatedLayer& v) {
+  LayerConfig c = p.small;
+  c.precision = v.precision;
+  return c;
+}
+
+const checks::LayerBounds& validated_bounds(const ValidatedLayer& v) {
+  return v.precision == Precision::kFP8 ? checks::kFp8LayerBounds : checks::kLayerBounds;
 }
 
 }  // namespace caracal::bench_tool

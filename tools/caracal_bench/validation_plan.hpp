@@ -10,14 +10,15 @@
 #include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
 #include "caracal/routing.hpp"
+#include "layer_bounds.hpp"
 #include "layer_options.hpp"
 #include "validation_ring.hpp"
 
 namespace caracal::bench_tool {
 
-// The timed configuration scaled down: D = 256, I = 128, shared I = 192 (when there is a shared
-// expert), the same W, k (at most the experts) and router, min(L, 4) experts per rank and 37
-// tokens per rank.
+// The timed configuration scaled down: D = 256, I = 128, shared I = 192 (256 in FP8, whose
+// dimensions are multiples of 128; when there is a shared expert), the same W, k (at most the
+// experts), router and precision, min(L, 4) experts per rank and 37 tokens per rank.
 LayerConfig small_config(const LayerConfig& config);
 
 // The routing spec for the small configuration (an all-to-one target wrapped into its experts).
@@ -32,7 +33,8 @@ struct TimedRing {
 
 // One layer the validation runs.
 struct ValidatedLayer {
-  std::string name;               // "fused" or "v1"
+  std::string name;               // "fused", "v1" or "fp8"
+  Precision precision = Precision::kBF16;  // "fp8": kFP8 (the FP8 layer runs v1's launches)
   LayerSetup setup;        // timed_setup, but the fused layer's ring_rows from `ring`
   LayerSetup timed_setup;  // layer_setup(a, fused): what is timed
   RingChoice ring;                // the fused layer's
@@ -53,9 +55,17 @@ struct ValidationPlan {
 };
 
 // The validation of `timed` (each tokens-per-rank value's configuration, checked) with routing
-// `spec` on devices of `sms` SMs: a fused layer per distinct validation ring the timed steps ask
-// for (choose_ring), and v1 unless --profile-step (which runs the fused layer only).
+// `spec` on devices of `sms` SMs: with --precision fp8 the FP8 layer first; a bf16 fused layer per
+// distinct validation ring the timed steps ask for (choose_ring), and bf16 v1. --profile-step
+// validates the one layer it profiles.
 ValidationPlan plan_validation(const BenchOptions& a, const std::vector<LayerConfig>& timed, const RoutingSpec& spec,
                                int sms);
+
+// The configuration layer `v` of `p` is validated at: the small one in the layer's precision.
+LayerConfig validated_config(const ValidationPlan& p, const ValidatedLayer& v);
+
+// The bounds layer `v`'s outputs are held to (checks::kFp8LayerBounds for the FP8 layer: against
+// the unquantized reference).
+const checks::LayerBounds& validated_bounds(const ValidatedLayer& v);
 
 }  // namespace caracal::bench_tool
