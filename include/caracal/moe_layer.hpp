@@ -61,6 +61,12 @@ struct MoEWeights {
   // halves (Hugging Face's gate_up_proj), read in place; the backward writes d_w_gate_up in the
   // same order. The same bits either way.
   gemm::GateUpLayout w_gate_up_layout = gemm::GateUpLayout::kInterleaved;
+  // FP8 layers only (LayerConfig::precision kFP8): the routed experts' weights already quantized,
+  // a block of MoELayer::fp8_weight_bytes() bytes that MoELayer::quantize_weights wrote from
+  // w_gate_up and w_down, 256-byte aligned; the layer reads it as it is (so quantize again after
+  // each change of the weights, e.g. once per optimizer step). Null: the layer quantizes w_gate_up
+  // and w_down into its own block at every forward, replay and backward.
+  const void* w_fp8 = nullptr;
 };
 
 // One local rank's forward.
@@ -224,6 +230,14 @@ class MoELayer {
   // ring_rows() before one row goes home (the fused backward at W > 1; one bf16 rounding per group
   // of several rows, src/fused/dx_group_sums.cuh), rather than sending a row per route.
   bool groups_dx_rows() const;
+
+  // FP8 layers: the bytes of one local rank's routed weights quantized (MoEWeights::w_fp8), and
+  // their quantization from `weights`' w_gate_up and w_down (interleaved) into `w_fp8` (256-byte
+  // aligned device memory of world.device(), that many bytes), enqueued on `stream`: e4m3 with
+  // 128 x 128 block scales, in both orientations. Throws caracal::Error on a bf16 layer or a bad
+  // argument.
+  size_t fp8_weight_bytes() const;
+  void quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStream_t stream) const;
 
   // y = MoE(x) for every local rank (ranks.size() == world.local_ranks()). Enqueues on `stream`;
   // throws caracal::Error before enqueuing anything for a bad argument (naming ranks[i] and the

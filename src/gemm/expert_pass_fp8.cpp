@@ -50,6 +50,60 @@ Fp8ExpertWeightSizes fp8_expert_weight_sizes(int experts, int hidden, int interm
   return s;
 }
 
+namespace {
+
+// Carves buffers of `count` T each, 256-byte aligned, in order from `base` (null: only counts).
+class WeightBlock {
+ public:
+  explicit WeightBlock(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* take(size_t count) {
+    constexpr size_t kAlignment = 256;
+    T* const at = base_ ? reinterpret_cast<T*>(base_ + bytes_) : nullptr;
+    bytes_ += (count * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    return at;
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  char* base_;
+  size_t bytes_ = 0;
+};
+
+Fp8ExpertWeightBuffers carve(WeightBlock& block, int experts, int hidden, int intermediate) {
+  const Fp8ExpertWeightSizes s = fp8_expert_weight_sizes(experts, hidden, intermediate);
+  Fp8ExpertWeightBuffers b;
+  b.w_gate_up_codes = block.take<__nv_fp8_e4m3>(s.w_gate_up_codes);
+  b.w_gate_up_scales = block.take<float>(s.w_gate_up_scales);
+  b.w_gate_up_codes_t = block.take<__nv_fp8_e4m3>(s.w_gate_up_codes);
+  b.w_gate_up_scales_t = block.take<float>(s.w_gate_up_scales_t);
+  b.w_down_codes = block.take<__nv_fp8_e4m3>(s.w_down_codes);
+  b.w_down_scales = block.take<float>(s.w_down_scales);
+  b.w_down_codes_t = block.take<__nv_fp8_e4m3>(s.w_down_codes);
+  b.w_down_scales_t = block.take<float>(s.w_down_scales_t);
+  return b;
+}
+
+}  // namespace
+
+size_t fp8_expert_weight_bytes(int experts, int hidden, int intermediate) {
+  WeightBlock block(nullptr);
+  (void)carve(block, experts, hidden, intermediate);
+  return block.bytes();
+}
+
+Fp8ExpertWeightBuffers fp8_expert_weight_buffers(void* block, int experts, int hidden, int intermediate) {
+  CARACAL_CHECK(block != nullptr && reinterpret_cast<uintptr_t>(block) % 256 == 0,
+                "fp8_expert_weight_buffers: block must be a 256-byte aligned device pointer, got ", block);
+  WeightBlock weights(block);
+  return carve(weights, experts, hidden, intermediate);
+}
+
+Fp8ExpertWeights fp8_expert_weight_operands(const void* block, int experts, int hidden, int intermediate) {
+  // The GEMMs only read the operands: the carving needs no write access.
+  return fp8_expert_weight_buffers(const_cast<void*>(block), experts, hidden, intermediate).operands();
+}
+
 Fp8ExpertWeights Fp8ExpertWeightBuffers::operands() const {
   return {{w_gate_up_codes, w_gate_up_scales},
           {w_gate_up_codes_t, w_gate_up_scales_t},

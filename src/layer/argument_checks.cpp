@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "caracal/error.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 
 namespace caracal::layer {
 
 namespace {
 
 constexpr size_t kMatrixAlignment = 16;  // TMA boxes and 16-byte vector copies
+constexpr size_t kFp8WeightAlignment = 256;  // gemm::fp8_expert_weight_buffers' block
 constexpr const char* kNoShared = "the layer has no shared expert";
 
 std::string dims(std::initializer_list<std::pair<const char*, int>> parts, const char* type) {
@@ -82,6 +84,15 @@ std::vector<PointerArg> forward_pointer_args(const MoEForwardArgs& a, const Laye
       s.has_shared));
   out.push_back(shared_only(
       matrix(a.weights.shared_w_down, "weights.shared_w_down", dims({{"D", D}, {"Is", Is}}, "bf16")), s.has_shared));
+  PointerArg fp8{a.weights.w_fp8, "weights.w_fp8", "", kFp8WeightAlignment, Presence::kOptional, {}};
+  if (s.fp8) {
+    fp8.shape = std::to_string(gemm::fp8_expert_weight_bytes(L, D, I)) +
+                " bytes of quantized weights (MoELayer::quantize_weights)";
+  } else {
+    fp8.presence = Presence::kForbidden;
+    fp8.why = "the layer is bf16 (LayerConfig::precision)";
+  }
+  out.push_back(fp8);
   if (with_output) out.push_back(matrix(a.y, "y", dims({{"T", T}, {"D", D}}, "bf16")));
   return out;
 }

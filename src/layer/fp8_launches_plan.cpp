@@ -6,8 +6,9 @@
 // backward: (replay: stage inputs | shared up/gate | build_schedule | dispatch | weights quantized,
 //           routed up/gate) | (dy staged) | reverse_combine | weights quantized, the routed
 //           experts' FP8 backward (dx into expert_dx) | shared expert's backward | reverse_dispatch
-// The weights are quantized at every forward, replay and backward: a layer's engine may have run
-// another layer's weights in between.
+// Weights given quantized (MoEWeights::w_fp8) are read as they are; the others are quantized at
+// every forward, replay and backward (a layer's engine may have run another layer's weights in
+// between).
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass_fp8.hpp"
 #include "layer/layer_plan.hpp"
@@ -73,13 +74,17 @@ class Fp8LaunchesPlan final : public LayerPlan {
                     "order), got the [gate; up] halves");
     }
   }
-  // Rank l's routed weights quantized into its buffers (interleaved W_gate_up only: the halves
-  // layout is refused by name).
+  // Rank l's routed weights quantized: those the caller gave (MoEWeights::w_fp8), else quantized
+  // into the rank's block (interleaved W_gate_up only: the halves layout is refused by name).
   gemm::Fp8ExpertWeights quantized_weights(size_t l, const MoEWeights& weights, cudaStream_t stream) {
-    const RankState& rank = state_.ranks[l];
-    gemm::quantize_expert_weights(routed_weights(weights), state_.sizes.local_experts, state_.sizes.hidden,
-                                  state_.sizes.intermediate, rank.weights_fp8, stream);
-    return rank.weights_fp8.operands();
+    const LayerSizes& s = state_.sizes;
+    if (weights.w_fp8 != nullptr) {
+      return gemm::fp8_expert_weight_operands(weights.w_fp8, s.local_experts, s.hidden, s.intermediate);
+    }
+    const gemm::Fp8ExpertWeightBuffers own =
+        gemm::fp8_expert_weight_buffers(state_.ranks[l].weights_fp8, s.local_experts, s.hidden, s.intermediate);
+    gemm::quantize_expert_weights(routed_weights(weights), s.local_experts, s.hidden, s.intermediate, own, stream);
+    return own.operands();
   }
 
   LayerState& state_;

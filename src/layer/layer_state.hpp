@@ -27,7 +27,7 @@ struct RankState {
   MoELayerBuffers io;             // the exchange's input/output buffers (zero-copy path)
   gemm::ExpertPass routed;        // L experts over the schedule's rows
   gemm::Fp8ExpertPass routed_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
-  gemm::Fp8ExpertWeightBuffers weights_fp8;  // where its forward and backward quantize the weights
+  uint8_t* weights_fp8 = nullptr;  // where its passes quantize weights not given quantized (MoEWeights::w_fp8)
   gemm::ExpertPass shared;        // the shared expert over the rank's tokens (unused without one)
   __nv_bfloat16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
   __nv_bfloat16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch

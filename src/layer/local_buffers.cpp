@@ -65,17 +65,8 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
     b.activation_fp8 = scaled_rows(I);
     b.dy_fp8 = scaled_rows(D);
     b.d_gate_up_fp8 = scaled_rows(2 * I);
-    const gemm::Fp8ExpertWeightSizes w = gemm::fp8_expert_weight_sizes(s.local_experts, s.hidden, s.intermediate);
-    const auto codes = [&](size_t n) { return block.take<__nv_fp8_e4m3>(static_cast<int64_t>(n)); };
-    const auto floats = [&](size_t n) { return block.take<float>(static_cast<int64_t>(n)); };
-    b.weights_fp8.w_gate_up_codes = codes(w.w_gate_up_codes);
-    b.weights_fp8.w_gate_up_scales = floats(w.w_gate_up_scales);
-    b.weights_fp8.w_gate_up_codes_t = codes(w.w_gate_up_codes);
-    b.weights_fp8.w_gate_up_scales_t = floats(w.w_gate_up_scales_t);
-    b.weights_fp8.w_down_codes = codes(w.w_down_codes);
-    b.weights_fp8.w_down_scales = floats(w.w_down_scales);
-    b.weights_fp8.w_down_codes_t = codes(w.w_down_codes);
-    b.weights_fp8.w_down_scales_t = floats(w.w_down_scales_t);
+    b.weights_fp8 = block.take<uint8_t>(
+        static_cast<int64_t>(gemm::fp8_expert_weight_bytes(s.local_experts, s.hidden, s.intermediate)));
   }
   // The fused forward's counters and task slots, and between forwards the fused backward's.
   const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),

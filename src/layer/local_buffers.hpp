@@ -39,7 +39,7 @@ struct LocalBuffers {
   // [routed_rows][K], scales [K / 128][routed_rows]: gemm::Fp8ExpertPass), and the local experts'
   // weights quantized (gemm::fp8_expert_weight_sizes).
   gemm::Fp8RowOutput x_fp8, activation_fp8, dy_fp8, d_gate_up_fp8;
-  gemm::Fp8ExpertWeightBuffers weights_fp8;
+  uint8_t* weights_fp8 = nullptr;  // gemm::fp8_expert_weight_bytes: where the weights are quantized
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one;
   // x, out and dy also null where LayerSizes::shared_rows_in_place, the exchange's buffers serving).

@@ -9,6 +9,7 @@
 
 #include "caracal/error.hpp"
 #include "fused/fused_forward.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
 #include "layer/layer_experiments.hpp"
@@ -139,6 +140,33 @@ MoELayerBuffers MoELayer::buffers(int local_rank) const {
 int MoELayer::ring_rows() const { return impl_->plan->ring_rows(); }
 
 bool MoELayer::groups_dx_rows() const { return impl_->plan->dx_slots() == transfer::DxSlots::kPerTokenRank; }
+
+size_t MoELayer::fp8_weight_bytes() const {
+  const layer::LayerSizes& s = impl_->state.sizes;
+  CARACAL_CHECK(s.fp8, "MoELayer::fp8_weight_bytes: the layer is bf16 (LayerConfig::precision kFP8 quantizes weights)");
+  return gemm::fp8_expert_weight_bytes(s.local_experts, s.hidden, s.intermediate);
+}
+
+void MoELayer::quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStream_t stream) const {
+  constexpr const char* kQuantize = "MoELayer::quantize_weights";
+  const layer::LayerSizes& s = impl_->state.sizes;
+  CARACAL_CHECK(s.fp8, kQuantize, ": the layer is bf16 (LayerConfig::precision kFP8 quantizes weights)");
+  layer::check_current_device(world_.device(), kQuantize);
+  CARACAL_CHECK(weights.w_gate_up_layout == gemm::GateUpLayout::kInterleaved, kQuantize,
+                ": weights.w_gate_up_layout must be interleaved (the FP8 GEMMs' order), got the [gate; up] halves");
+  const int L = s.local_experts, D = s.hidden, I = s.intermediate;
+  const auto aligned = [](const void* p, uintptr_t alignment) {
+    return p != nullptr && reinterpret_cast<uintptr_t>(p) % alignment == 0;
+  };
+  CARACAL_CHECK(aligned(weights.w_gate_up, 16), kQuantize, ": weights.w_gate_up must be a 16-byte aligned device pointer to [L=",
+                L, "][2I=", 2 * I, "][D=", D, "] bf16, got ", weights.w_gate_up);
+  CARACAL_CHECK(aligned(weights.w_down, 16), kQuantize, ": weights.w_down must be a 16-byte aligned device pointer to [L=", L,
+                "][D=", D, "][I=", I, "] bf16, got ", weights.w_down);
+  CARACAL_CHECK(aligned(w_fp8, 256), kQuantize, ": w_fp8 must be a 256-byte aligned device pointer to ",
+                fp8_weight_bytes(), " bytes (MoELayer::fp8_weight_bytes), got ", w_fp8);
+  gemm::quantize_expert_weights(layer::routed_weights(weights), L, D, I,
+                                gemm::fp8_expert_weight_buffers(w_fp8, L, D, I), stream);
+}
 
 void MoELayer::check() { impl_->state.exchange->check(); }
 

@@ -279,6 +279,7 @@ TEST(BenchSmoke, Fp8TimesTheFp8LayerBesideBf16) {
   EXPECT_EQ(names, (std::vector<std::string>{"fp8", "fused", "v1"}));
   const nlohmann::json& run = r.json.at("runs").at(0);
   EXPECT_EQ(run.at("forward_path").get<std::string>(), "fp8 (v1's launches)");
+  EXPECT_GT(run.at("fp8_weight_quantization_ms").get<double>(), 0.0);
   for (const char* pass : {"forward", "backward", "fwd_bwd"}) {
     expect_pass(run.at(pass), pass);
     expect_pass(run.at("bf16_fused").at(pass), "bf16 fused");

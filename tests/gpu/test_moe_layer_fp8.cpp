@@ -85,6 +85,65 @@ TEST(GpuMoELayerFp8Steps, BackwardAfterAnotherForward) {
   expect_same_bits(direct, replayed, "a backward after another forward");
 }
 
+// Weights given quantized (MoELayer::quantize_weights into MoEWeights::w_fp8, as a training loop
+// does once a step) give the bits of those the layer quantizes at every call; a block given over
+// stale weights is read as it is (the layer does not quantize it again).
+TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
+  CARACAL_REQUIRE_GPU();
+  const SeededStep s(kRepeatCase, kRepeatCase.routing);
+  const std::vector<RankOutputs> own = run_once(kRepeatCase, s);
+  LoopbackLayer l(kRepeatCase, s.weights);
+  const Stream stream;
+  l.buffers.prepare(s.step, l.world);
+  std::vector<MoEForwardArgs> forward = l.buffers.forward_args();
+  std::vector<test::DeviceBuffer<uint8_t>> blocks(forward.size());
+  for (size_t r = 0; r < forward.size(); ++r) {
+    ASSERT_NO_FATAL_FAILURE(blocks[r].allocate(l.layer.fp8_weight_bytes()));
+    l.layer.quantize_weights(forward[r].weights, blocks[r].get(), stream.get());
+    forward[r].weights.w_fp8 = blocks[r].get();
+  }
+  const MoEContext context = l.layer.forward(forward, stream.get());
+  l.layer.backward(l.buffers.backward_args(), context, stream.get());
+  stream.sync();
+  EXPECT_NO_THROW(l.layer.check());
+  expect_same_bits(own, l.buffers.download(), "weights given quantized");
+
+  // A zeroed block: y is the shared expert's alone (the routed experts read zero weights).
+  for (test::DeviceBuffer<uint8_t>& b : blocks) ASSERT_EQ(cudaMemset(b.get(), 0, b.bytes()), cudaSuccess);
+  (void)l.layer.forward(forward, stream.get());
+  stream.sync();
+  const std::vector<RankOutputs> zeroed = l.buffers.download();
+  EXPECT_NE(zeroed[0].y, own[0].y) << "the layer quantized the weights again over the block it was given";
+}
+
+// MoEWeights::w_fp8 and quantize_weights belong to FP8 layers: a bf16 layer refuses them by name.
+TEST(GpuMoELayerFp8Steps, Bf16LayersRefuseQuantizedWeights) {
+  CARACAL_REQUIRE_GPU();
+  LayerCase bf16 = kRepeatCase;
+  bf16.precision = Precision::kBF16;
+  const SeededStep s(bf16, bf16.routing);
+  LoopbackLayer l(bf16, s.weights);
+  l.buffers.prepare(s.step, l.world);
+  const Stream stream;
+  test::DeviceBuffer<uint8_t> block;
+  ASSERT_NO_FATAL_FAILURE(block.allocate(256));
+  EXPECT_THROW((void)l.layer.fp8_weight_bytes(), Error);
+  std::vector<MoEForwardArgs> forward = l.buffers.forward_args();
+  try {
+    l.layer.quantize_weights(forward[0].weights, block.get(), stream.get());
+    ADD_FAILURE() << "a bf16 layer quantized weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+  forward[0].weights.w_fp8 = block.get();
+  try {
+    (void)l.layer.forward(forward, stream.get());
+    ADD_FAILURE() << "a bf16 layer took weights.w_fp8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weights.w_fp8"), std::string::npos) << e.what();
+  }
+}
+
 // The FP8 GEMMs read W_gate_up interleaved: the halves layout is refused by name, not misread.
 TEST(GpuMoELayerFp8Steps, RefusesTheHalvesLayout) {
   CARACAL_REQUIRE_GPU();

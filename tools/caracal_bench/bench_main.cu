@@ -231,6 +231,7 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.forward = {t.forward, fwd_flops, tokens};
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
+  r.quantize_ms = t.quantize;
   if (r.fp8) {  // the bf16 default path (its memory is within the FP8 layer's)
     const LayerTimes f = time_layer_on_backend(bf16, routing, a, true);
     r.forward_bf16 = {f.forward, fwd_flops, tokens};

@@ -99,24 +99,44 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
     const bench::CapturedGraph* graph = graphs.back().get();
     return [graph, &stream] { graph->launch(stream.get()); };
   };
+  // FP8: each local rank's weights quantized into a block of its own.
+  const bool fp8 = c.precision == Precision::kFP8;
+  std::vector<MoEForwardArgs> forward_args = in.forward;
+  std::vector<comm::DeviceMemory<uint8_t>> w_fp8;
+  const auto quantize = [&] {
+    for (size_t l = 0; l < w_fp8.size(); ++l) layer.quantize_weights(forward_args[l].weights, w_fp8[l].get(), stream.get());
+  };
+  if (fp8) {
+    for (MoEForwardArgs& f : forward_args) {
+      w_fp8.push_back(comm::device_alloc<uint8_t>(layer.fp8_weight_bytes(), "bench: the FP8 weights"));
+      f.weights.w_fp8 = w_fp8.back().get();
+    }
+    quantize();
+  }
   LayerTimes t;
   MoEContext context;
   const bool talk = world.first_local_rank() == 0;
   const std::string where =
-      "T=" + std::to_string(c.tokens_per_rank) + (fused_forward ? " (fused forward): " : " (v1 forward): ");
+      "T=" + std::to_string(c.tokens_per_rank) +
+      (fp8 ? " (fp8): " : fused_forward ? " (fused forward): " : " (v1 forward): ");
   if (talk) progress(a, where + "forward");
-  t.forward = median(as_timed([&] { context = layer.forward(in.forward, stream.get()); }));
+  if (fp8) {
+    if (talk) progress(a, where + "the weights quantized");
+    t.quantize = median(as_timed(quantize));
+  }
+  t.forward = median(as_timed([&] { context = layer.forward(forward_args, stream.get()); }));
   layer.check();
   if (talk) progress(a, where + "backward");
   // Each backward after a forward of its own, untimed: a backward consumes its forward's activations
   // (it works in place), so a second one would replay the forward.
-  const auto forward = [&] { context = layer.forward(in.forward, stream.get()); };
+  const auto forward = [&] { context = layer.forward(forward_args, stream.get()); };
   forward();  // the forward the captured backward belongs to
   t.backward = median(as_timed([&] { layer.backward(in.backward, context, stream.get()); }), forward);
   layer.check();
   if (talk) progress(a, where + "forward+backward");
   t.step = median(as_timed([&] {
-    context = layer.forward(in.forward, stream.get());
+    if (fp8) quantize();  // once a step
+    context = layer.forward(forward_args, stream.get());
     layer.backward(in.backward, context, stream.get());
   }));
   check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(bench)");

@@ -13,6 +13,7 @@ namespace caracal::bench_tool {
 
 struct LayerTimes {
   double forward = 0.0, backward = 0.0, step = 0.0;  // ms
+  double quantize = 0.0;  // FP8 layers: every local rank's weights quantized (MoELayer::quantize_weights)
 };
 
 // Why a layer (fused, or v1) of `c` with every local rank's weights and fp32 gradients does not
@@ -21,7 +22,10 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
                              int device);
 
 // Times the layer over `world`, whose local ranks this thread drives, with the fused forward or
-// v1's (MoELayerOptions::fused_forward). Collective for NCCL worlds.
+// v1's (MoELayerOptions::fused_forward). An FP8 layer (c.precision) gets its weights quantized by
+// the caller (MoEWeights::w_fp8) as after an optimizer step: the forward and the backward read them
+// as they are, forward+backward quantizes them first (once a step), and the quantization is timed
+// apart. Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward);
 

@@ -78,6 +78,14 @@ struct Fp8ExpertWeightBuffers {
   Fp8ExpertWeights operands() const;
 };
 
+// All of them in one block: its size in bytes (each buffer 256-byte aligned), and the buffers carved
+// from `block` (256-byte aligned, that many bytes) in a fixed order, the one MoELayer::quantize_weights
+// writes and MoEWeights::w_fp8 names.
+size_t fp8_expert_weight_bytes(int experts, int hidden, int intermediate);
+Fp8ExpertWeightBuffers fp8_expert_weight_buffers(void* block, int experts, int hidden, int intermediate);
+// The operands of a block quantize_expert_weights wrote (read only).
+Fp8ExpertWeights fp8_expert_weight_operands(const void* block, int experts, int hidden, int intermediate);
+
 // The bf16 weights (interleaved W_gate_up: weights.w_gate_up_layout must be kInterleaved) into
 // `out`, exact scales. Enqueued on `stream`.
 void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int hidden, int intermediate,
