@@ -1,22 +1,9 @@
 #include "caracal/gemm/expert_pass.hpp"
 
 #include "caracal/gemm/grouped_gemm_backward.hpp"
+#include "gemm/pass_args.hpp"
 
 namespace caracal::gemm {
-namespace {
-
-// `Args` with the pass's rows, shape and CTA count; each GEMM's operands are set after.
-template <typename Args>
-Args pass_args(const ExpertPass& pass) {
-  Args a;
-  a.rows = pass.rows;
-  a.hidden = pass.hidden;
-  a.intermediate = pass.intermediate;
-  a.num_ctas = pass.num_ctas;
-  return a;
-}
-
-}  // namespace
 
 void expert_forward(const ExpertPass& pass, const ExpertPassWeights& weights, cudaStream_t stream) {
   expert_up_gate(pass, weights, stream);

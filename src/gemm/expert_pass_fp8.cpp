@@ -1,18 +1,16 @@
 #include "caracal/gemm/expert_pass_fp8.hpp"
 
 #include "caracal/error.hpp"
+#include "gemm/pass_args.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::gemm {
 namespace {
 
+// An FP8 GEMM's arguments with the pass's rows, shape, CTA count and tile queue.
 template <typename Args>
-Args pass_args(const Fp8ExpertPass& pass) {
-  Args a;
-  a.rows = pass.rows;
-  a.hidden = pass.hidden;
-  a.intermediate = pass.intermediate;
-  a.num_ctas = pass.num_ctas;
+Args fp8_gemm_args(const Fp8ExpertPass& pass) {
+  Args a = pass_args<Args>(pass);
   a.tile_queue = pass.tile_queue;
   return a;
 }
@@ -144,7 +142,7 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
 
 void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
   quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
-  auto up = pass_args<Fp8UpGateSwigluArgs>(pass);
+  auto up = fp8_gemm_args<Fp8UpGateSwigluArgs>(pass);
   up.x = operand(pass.x_fp8);
   up.w_gate_up = weights.w_gate_up;
   up.activation_out = pass.activation;
@@ -154,7 +152,7 @@ void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
 
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
   quantize_pass_rows(pass, pass.activation, pass.intermediate, pass.activation_fp8, stream);
-  auto down = pass_args<Fp8DownProjArgs>(pass);
+  auto down = fp8_gemm_args<Fp8DownProjArgs>(pass);
   down.activation = operand(pass.activation_fp8);
   down.w_down = weights.w_down;
   down.y_out = pass.out;
@@ -166,7 +164,7 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
                 "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
   quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);
-  auto dgrad = pass_args<Fp8DownDgradSwigluArgs>(pass);
+  auto dgrad = fp8_gemm_args<Fp8DownDgradSwigluArgs>(pass);
   dgrad.dy = operand(pass.dy_fp8);
   dgrad.w_down_t = weights.w_down_t;
   dgrad.gate_up = pass.gate_up;
@@ -191,7 +189,7 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   bf16_rows.activation = pass.activation;
   expert_weight_grads(bf16_rows, grads, stream);
 
-  auto dx = pass_args<Fp8GateUpDgradArgs>(pass);
+  auto dx = fp8_gemm_args<Fp8GateUpDgradArgs>(pass);
   dx.d_gate_up = operand(pass.d_gate_up_fp8);
   dx.w_gate_up_t = weights.w_gate_up_t;
   dx.dx_out = pass.dx;
