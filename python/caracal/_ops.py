@@ -5,13 +5,13 @@ import torch
 
 @torch.library.register_fake("caracal::moe_forward")
 def _moe_forward_fake(layer, x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
-                      shared_scale):
+                      shared_scale, w_fp8=None):
     return x.new_empty(x.shape), torch.empty((), dtype=torch.int64, device="cpu")
 
 
 @torch.library.register_fake("caracal::moe_backward")
 def _moe_backward_fake(layer, forward_id, x, topk_idx, topk_scores, shared_scale, dy, w_gate_up, w_down,
-                       shared_w_gate_up, shared_w_down):
+                       shared_w_gate_up, shared_w_down, w_fp8=None):
     f32 = dict(dtype=torch.float32, device=dy.device)
     rows = dy.shape[0]
     has_shared = shared_w_gate_up is not None
@@ -25,13 +25,20 @@ def _moe_backward_fake(layer, forward_id, x, topk_idx, topk_scores, shared_scale
             torch.empty(rows if shared_scale is not None else 0, **f32))
 
 
+@torch.library.register_fake("caracal::quantize_weights")
+def _quantize_weights_fake(layer, w_gate_up, w_down, w_fp8):
+    return None
+
+
 def _setup_context(ctx, inputs, output):
-    """Saves what backward needs: the forward's inputs and weights (the layer replays the forward
-    from them when it ran another forward since) and the forward's id."""
-    layer, x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up, shared_w_down, shared_scale = inputs
+    """Saves what backward needs: the forward's inputs and weights, FP8 layers' quantized ones among
+    them (the layer replays the forward from them when it ran another forward since) and the
+    forward's id."""
+    layer, x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up, shared_w_down, shared_scale = inputs[:9]
+    w_fp8 = inputs[9] if len(inputs) > 9 else None
     _y, forward_id = output
     ctx.save_for_backward(layer, forward_id, x, topk_idx, topk_scores, shared_scale, w_gate_up, w_down,
-                          shared_w_gate_up, shared_w_down)
+                          shared_w_gate_up, shared_w_down, w_fp8)
 
 
 def _backward(ctx, dy, _d_forward_id):
@@ -43,7 +50,8 @@ def _backward(ctx, dy, _d_forward_id):
     return (None, dx, None, d_scores, d_w_gate_up, d_w_down,
             d_shared_w_gate_up if has_shared else None,
             d_shared_w_down if has_shared else None,
-            d_shared_scale if shared_scale is not None else None)
+            d_shared_scale if shared_scale is not None else None,
+            None)  # w_fp8: the weights' quantization, no gradient
 
 
 torch.library.register_autograd("caracal::moe_forward", _backward, setup_context=_setup_context)

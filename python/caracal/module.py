@@ -64,9 +64,11 @@ class MoE(nn.Module):
     step in one macrobatch): any routing runs on any ring, a smaller one only adds macrobatches
     (the backward then recomputes their up/gate GEMMs); the engine's memory follows the ring.
     `precision="fp8"` runs the routed experts in DeepSeek-V3's block-scaled e4m3 recipe (rows and
-    gradients per 1x128, weights per 128x128 blocks, quantized by the layer at every call from the
-    bf16 or fp32 weights, which stay the masters; the weight gradients from the bf16 rows), on v1's
-    separate launches whatever `fused_forward` says; the shared expert stays bf16. D, I and the
+    gradients per 1x128, weights per 128x128 blocks; the weight gradients from the bf16 rows), on
+    v1's separate launches whatever `fused_forward` says; the shared expert stays bf16. The bf16 or
+    fp32 weights stay the masters: the module keeps them quantized (1 byte a weight, both
+    orientations, not in the state dict) and quantizes them again at the first forward after they
+    change (an optimizer step, load_state_dict: their version counter), not at every call. D, I and the
     shared I must be multiples of 128 and gate_up_layout interleaved. Against the bf16 layer it
     costs ~6% relative error on y, x's gradient and the weight gradients (the README's "FP8").
     """
@@ -119,6 +121,12 @@ class MoE(nn.Module):
             self.register_parameter("shared_w_gate_up", None)
             self.register_parameter("shared_w_down", None)
         self.reset_parameters()
+        # FP8: the routed weights quantized, a row per local rank, refreshed when they change
+        # (_quantized_weights); not state: rebuilt from the weights.
+        fp8_bytes = torch.ops.caracal.fp8_weight_bytes(self._engine.handle)
+        self.register_buffer("_w_fp8", torch.empty(world.local_ranks, fp8_bytes, dtype=torch.uint8,
+                                                   device=world.device) if fp8_bytes else None, persistent=False)
+        self._w_fp8_of = None  # the weights (identity and version) _w_fp8 holds
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -216,8 +224,23 @@ class MoE(nn.Module):
         y, _forward_id = torch.ops.caracal.moe_forward(
             self._layer, pad(x, 0), pad(topk_idx, -1), pad(topk_scores.float(), 0),
             self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down,
-            None if shared_scale is None else pad(shared_scale, 0))
+            None if shared_scale is None else pad(shared_scale, 0), self._quantized_weights())
         return self._unpad(y, tokens)
+
+    @torch.compiler.disable
+    def _quantized_weights(self):
+        """FP8 layers: _w_fp8, quantized again only when w_gate_up or w_down changed since (another
+        tensor, or a bumped version counter: an optimizer step, load_state_dict, any in-place write),
+        so once an optimizer step rather than at every forward, replay and backward. None for bf16."""
+        if self._w_fp8 is None:
+            return None
+        of = (self.w_gate_up, self.w_gate_up._version, self.w_down, self.w_down._version, self._w_fp8)
+        if self._w_fp8_of is None or any(a is not b if isinstance(a, torch.Tensor) else a != b
+                                         for a, b in zip(of, self._w_fp8_of)):
+            with torch.no_grad():
+                torch.ops.caracal.quantize_weights(self._layer, self.w_gate_up, self.w_down, self._w_fp8)
+            self._w_fp8_of = of
+        return self._w_fp8
 
     def _rows_of(self, x):
         """R * t, the rows of this call: a multiple of R, at most R * tokens_per_rank."""

@@ -103,8 +103,12 @@ std::vector<Tensor> kernel_weights(const Tensor& w_gate_up, const Tensor& w_down
           shared_w_down ? to_bf16(*shared_w_down) : Tensor()};
 }
 
-MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& kernel) {
+// FP8 layers: the routed weights of every local rank quantized by quantize_weights, uint8
+// [local ranks][MoELayer::fp8_weight_bytes()] (rows 256-byte aligned); checked by check_w_fp8.
+MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& kernel,
+                        const std::optional<Tensor>& w_fp8) {
   MoEWeights w;
+  if (w_fp8) w.w_fp8 = ptr<const uint8_t>(*w_fp8, r * w_fp8->size(1));
   w.w_gate_up = ptr<const bf16>(kernel[0], r * d.local_experts * 2 * d.inter * d.hidden);
   w.w_down = ptr<const bf16>(kernel[1], r * d.local_experts * d.hidden * d.inter);
   w.w_gate_up_layout = d.gate_up_layout;
@@ -282,7 +286,8 @@ int64_t handle_of(const char* op, const Tensor& layer) {
 // Every local rank's forward arguments over the stacked tensors (y: null when not given).
 std::vector<MoEForwardArgs> forward_args(const Dims& d, const Tensor& x, const Tensor& topk_idx,
                                          const Tensor& topk_scores, const std::optional<Tensor>& shared_scale,
-                                         const std::vector<Tensor>& kernel, const Tensor* y) {
+                                         const std::vector<Tensor>& kernel, const std::optional<Tensor>& w_fp8,
+                                         const Tensor* y) {
   std::vector<MoEForwardArgs> args(static_cast<size_t>(d.ranks));
   for (int64_t r = 0; r < d.ranks; ++r) {
     MoEForwardArgs& a = args[static_cast<size_t>(r)];
@@ -290,10 +295,22 @@ std::vector<MoEForwardArgs> forward_args(const Dims& d, const Tensor& x, const T
     a.topk_idx = ptr<const int32_t>(topk_idx, r * d.tokens * d.top_k);
     a.topk_scores = ptr<const float>(topk_scores, r * d.tokens * d.top_k);
     a.shared_scale = shared_scale ? ptr<const float>(*shared_scale, r * d.tokens) : nullptr;
-    a.weights = rank_weights(d, r, kernel);
+    a.weights = rank_weights(d, r, kernel, w_fp8);
     a.y = y != nullptr ? ptr<bf16>(*y, r * d.tokens * d.hidden) : nullptr;
   }
   return args;
+}
+
+// The blocks of quantized weights (rank_weights): only for FP8 layers, uint8 [local ranks][bytes],
+// contiguous on the layer's device, each row 256-byte aligned.
+void check_w_fp8(const char* op, const TorchLayer& l, const Dims& d, const std::optional<Tensor>& w_fp8) {
+  if (!w_fp8) return;
+  TORCH_CHECK_VALUE(l.config.precision == Precision::kFP8, "caracal.", op,
+                    ": w_fp8 must be None: the layer is bf16 (precision='fp8' quantizes weights)");
+  const int64_t bytes = static_cast<int64_t>(l.layer->fp8_weight_bytes());
+  check_tensor(op, "w_fp8", *w_fp8, l.device, at::kByte, {d.ranks, bytes});
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(w_fp8->data_ptr()) % 256 == 0, "caracal.", op,
+                    ": w_fp8 must be 256-byte aligned (a tensor of its own, not a view at an offset)");
 }
 
 // The forward's inputs, checked as moe_forward and moe_backward take them.
@@ -313,18 +330,19 @@ std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, con
                                        const Tensor& topk_scores, const Tensor& w_gate_up, const Tensor& w_down,
                                        const std::optional<Tensor>& shared_w_gate_up,
                                        const std::optional<Tensor>& shared_w_down,
-                                       const std::optional<Tensor>& shared_scale) {
+                                       const std::optional<Tensor>& shared_scale, const std::optional<Tensor>& w_fp8) {
   const char* op = "moe_forward";
   const auto l = find_layer(handle_of(op, layer));
   const Dims d = dims_of(*l);
   check_inputs(op, *l, d, x, topk_idx, topk_scores, shared_scale);
   check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  check_w_fp8(op, *l, d, w_fp8);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   Tensor y = at::empty({d.ranks * d.tokens, d.hidden}, x.options());
   // The bf16 weights live until the kernels that read them have run (the caching allocator
   // orders their reuse after the stream's work).
   const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
-  const std::vector<MoEForwardArgs> args = forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, &y);
+  const std::vector<MoEForwardArgs> args = forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, w_fp8, &y);
   const uint64_t forward_id = translate_errors(op, [&] {
     l->layer->check();  // a failure of earlier work surfaces here, before new work is enqueued
     return l->layer->forward(args, at::cuda::getCurrentCUDAStream().stream()).forward_id();
@@ -337,7 +355,8 @@ std::tuple<Tensor, Tensor> moe_forward(const Tensor& layer, const Tensor& x, con
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
     const Tensor& layer, const Tensor& forward_id, const Tensor& x, const Tensor& topk_idx, const Tensor& topk_scores,
     const std::optional<Tensor>& shared_scale, const Tensor& dy, const Tensor& w_gate_up, const Tensor& w_down,
-    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down) {
+    const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down,
+    const std::optional<Tensor>& w_fp8) {
   const char* op = "moe_backward";
   const auto l = find_layer(handle_of(op, layer));
   const Dims d = dims_of(*l);
@@ -347,6 +366,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
   check_inputs(op, *l, d, x, topk_idx, topk_scores, shared_scale);
   check_tensor(op, "dy", dy, l->device, at::kBFloat16, {rows, d.hidden});
   check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
+  check_w_fp8(op, *l, d, w_fp8);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
   // fp32 weights are cast again: the same bf16 values the forward read.
   const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
@@ -393,7 +413,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
     l->layer->check();
     const MoEContext context = l->layer->context(
         static_cast<uint64_t>(forward_id.item<int64_t>()),
-        forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, nullptr));
+        forward_args(d, x, topk_idx, topk_scores, shared_scale, kernel, w_fp8, nullptr));
     l->layer->backward(args, context, at::cuda::getCurrentCUDAStream().stream());
   });
   // Summed in a fixed order (rank 0, 1, ...): deterministic.
@@ -407,6 +427,32 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
           d_shared_scale};
 }
 
+// FP8 layers: every local rank's routed weights quantized into its row of w_fp8 (what moe_forward
+// and moe_backward read when given it), on the current stream.
+void quantize_weights(const Tensor& layer, const Tensor& w_gate_up, const Tensor& w_down, const Tensor& w_fp8) {
+  const char* op = "quantize_weights";
+  const auto l = find_layer(handle_of(op, layer));
+  const Dims d = dims_of(*l);
+  TORCH_CHECK_VALUE(l->config.precision == Precision::kFP8, "caracal.", op,
+                    ": the layer is bf16 (precision='fp8' quantizes weights)");
+  check_weights(op, *l, d, w_gate_up, w_down, std::nullopt, std::nullopt);
+  check_w_fp8(op, *l, d, w_fp8);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
+  const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, std::nullopt, std::nullopt);
+  translate_errors(op, [&] {
+    for (int64_t r = 0; r < d.ranks; ++r) {
+      MoEWeights w = rank_weights(d, r, kernel, std::nullopt);
+      l->layer->quantize_weights(w, ptr<uint8_t>(w_fp8, r * w_fp8.size(1)), at::cuda::getCurrentCUDAStream().stream());
+    }
+  });
+}
+
+// Bytes of one local rank's quantized weights (0: a bf16 layer).
+int64_t fp8_weight_bytes(int64_t handle) {
+  const auto l = find_layer(handle);
+  return l->config.precision == Precision::kFP8 ? static_cast<int64_t>(l->layer->fp8_weight_bytes()) : 0;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(caracal, m) {
@@ -417,6 +463,8 @@ TORCH_LIBRARY(caracal, m) {
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
       "float timeout, str gate_up_layout='interleaved', str precision='bf16') -> int");
   m.def("destroy_layer(int layer) -> ()");
+  m.def("quantize_weights(Tensor layer, Tensor w_gate_up, Tensor w_down, Tensor(a!) w_fp8) -> ()");
+  m.def("fp8_weight_bytes(int layer) -> int");
   m.def("layer_holders(int layer) -> int");
   m.def("layer_memory(int layer) -> int[]");
   m.def("check(int layer) -> ()");
@@ -427,15 +475,18 @@ TORCH_LIBRARY(caracal, m) {
   m.def("fault_flag(int layer) -> Tensor");
   m.def(
       "moe_forward(Tensor layer, Tensor x, Tensor topk_idx, Tensor topk_scores, Tensor w_gate_up, Tensor w_down, "
-      "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale) -> (Tensor y, Tensor forward_id)");
+      "Tensor? shared_w_gate_up, Tensor? shared_w_down, Tensor? shared_scale, Tensor? w_fp8=None) -> "
+      "(Tensor y, Tensor forward_id)");
   m.def(
       "moe_backward(Tensor layer, Tensor forward_id, Tensor x, Tensor topk_idx, Tensor topk_scores, "
       "Tensor? shared_scale, Tensor dy, Tensor w_gate_up, Tensor w_down, Tensor? shared_w_gate_up, "
-      "Tensor? shared_w_down) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, Tensor d_w_down, "
+      "Tensor? shared_w_down, Tensor? w_fp8=None) -> (Tensor dx, Tensor d_topk_scores, Tensor d_w_gate_up, "
+      "Tensor d_w_down, "
       "Tensor d_shared_w_gate_up, Tensor d_shared_w_down, Tensor d_shared_scale)");
   m.impl("nccl_unique_id", &nccl_unique_id);
   m.impl("create_layer", &create_layer);
   m.impl("destroy_layer", &destroy_layer);
+  m.impl("fp8_weight_bytes", &fp8_weight_bytes);
   m.impl("layer_holders", &layer_holders);
   m.impl("layer_memory", &layer_memory);
   m.impl("check", &check_layer);
@@ -449,6 +500,7 @@ TORCH_LIBRARY(caracal, m) {
 TORCH_LIBRARY_IMPL(caracal, CUDA, m) {
   m.impl("moe_forward", &moe_forward);
   m.impl("moe_backward", &moe_backward);
+  m.impl("quantize_weights", &quantize_weights);
 }
 
 }  // namespace caracal::torch_ext

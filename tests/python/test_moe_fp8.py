@@ -74,3 +74,25 @@ def test_fp8_arguments_are_checked():
         caracal.MoE(tokens_per_rank=128, precision="fp8", gate_up_layout="halves", **FP8_SMALL)
     with pytest.raises(ValueError, match="multiple of 128 for fp8"):
         caracal.MoE(tokens_per_rank=128, precision="fp8", **dict(FP8_SMALL, intermediate=192))
+
+
+def test_fp8_weights_quantized_again_only_when_they_change(seed):
+    """The layer quantizes its weights once per version of them: an optimizer step (and any in-place
+    write) is seen at the next forward, bitwise as a fresh layer with the new weights; unchanged
+    weights are not quantized again (a block zeroed behind the layer's back stays zero)."""
+    moe = caracal.MoE(tokens_per_rank=64, precision="fp8", **FP8_SMALL)
+    x, idx, scores, dy, _ = random_inputs(moe, "uniform")
+    opt = torch.optim.SGD(moe.parameters(), lr=0.5)
+    run_caracal(moe, x, idx, scores, dy)
+    opt.step()
+    fresh = caracal.MoE(tokens_per_rank=64, precision="fp8", **FP8_SMALL)
+    fresh.load_state_dict(moe.state_dict())
+    y_stepped, g_stepped = run_caracal(moe, x, idx, scores, dy)
+    y_fresh, g_fresh = run_caracal(fresh, x, idx, scores, dy)
+    assert torch.equal(y_stepped, y_fresh), "the optimizer step was not seen"
+    for name in g_stepped:
+        assert torch.equal(g_stepped[name], g_fresh[name]), name
+    with torch.no_grad():
+        moe._w_fp8.zero_()  # not the weights: the layer must read the block as it is
+        y_zeroed = moe(x, idx, scores)
+    assert not torch.equal(y_zeroed, y_stepped), "the layer quantized unchanged weights again"
