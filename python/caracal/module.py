@@ -122,10 +122,11 @@ class MoE(nn.Module):
             self.register_parameter("shared_w_down", None)
         self.reset_parameters()
         # FP8: the routed weights quantized, a row per local rank, refreshed when they change
-        # (_quantized_weights); not state: rebuilt from the weights.
+        # (_quantized_weights). A plain attribute, not a buffer: neither state nor anything DDP
+        # should broadcast (each rank's are its own experts').
         fp8_bytes = torch.ops.caracal.fp8_weight_bytes(self._engine.handle)
-        self.register_buffer("_w_fp8", torch.empty(world.local_ranks, fp8_bytes, dtype=torch.uint8,
-                                                   device=world.device) if fp8_bytes else None, persistent=False)
+        self._w_fp8 = (torch.empty(world.local_ranks, fp8_bytes, dtype=torch.uint8, device=world.device)
+                       if fp8_bytes else None)
         self._w_fp8_of = None  # the weights (identity and version) _w_fp8 holds
 
     @torch.no_grad()
@@ -224,21 +225,29 @@ class MoE(nn.Module):
         y, _forward_id = torch.ops.caracal.moe_forward(
             self._layer, pad(x, 0), pad(topk_idx, -1), pad(topk_scores.float(), 0),
             self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down,
-            None if shared_scale is None else pad(shared_scale, 0), self._quantized_weights())
+            None if shared_scale is None else pad(shared_scale, 0),
+            None if self._w_fp8 is None else self._quantized_weights())
         return self._unpad(y, tokens)
 
     @torch.compiler.disable
     def _quantized_weights(self):
         """FP8 layers: _w_fp8, quantized again only when w_gate_up or w_down changed since (another
-        tensor, or a bumped version counter: an optimizer step, load_state_dict, any in-place write),
-        so once an optimizer step rather than at every forward, replay and backward. None for bf16."""
-        if self._w_fp8 is None:
-            return None
-        of = (self.w_gate_up, self.w_gate_up._version, self.w_down, self.w_down._version, self._w_fp8)
-        if self._w_fp8_of is None or any(a is not b if isinstance(a, torch.Tensor) else a != b
-                                         for a, b in zip(of, self._w_fp8_of)):
+        tensor, or a bumped version counter: an optimizer step, load_state_dict, an in-place op;
+        writes through `.data` bump nothing and are missed), so once an optimizer step rather than
+        at every forward, replay and backward. Under CUDA-graph capture the quantization goes into
+        the graph (a replay checks no version), and so it does at every call on inference tensors
+        (no version counter). Outside torch.compile's graphs (so no fullgraph for FP8 layers)."""
+        capturing = torch.cuda.is_current_stream_capturing()
+        untracked = torch.is_inference(self.w_gate_up) or torch.is_inference(self.w_down)
+        of = None if capturing or untracked else (self.w_gate_up, self.w_gate_up._version, self.w_down,
+                                                  self.w_down._version)
+        if of is None or self._w_fp8_of is None or any(a is not b if isinstance(a, torch.Tensor) else a != b
+                                                       for a, b in zip(of, self._w_fp8_of)):
             with torch.no_grad():
                 torch.ops.caracal.quantize_weights(self._layer, self.w_gate_up, self.w_down, self._w_fp8)
+            # The op writes through a raw pointer: bump the version so that a pending backward that
+            # saved the old quantization raises instead of differentiating with the new one.
+            torch.autograd.graph.increment_version(self._w_fp8)
             self._w_fp8_of = of
         return self._w_fp8
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "caracal/error.hpp"
 #include "fused/fused_forward.hpp"
@@ -164,6 +165,17 @@ void MoELayer::quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStre
                 "][D=", D, "][I=", I, "] bf16, got ", weights.w_down);
   CARACAL_CHECK(aligned(w_fp8, 256), kQuantize, ": w_fp8 must be a 256-byte aligned device pointer to ",
                 fp8_weight_bytes(), " bytes (MoELayer::fp8_weight_bytes), got ", w_fp8);
+  const layer::RelaxedCaptureScope relaxed;  // pointer queries inside a caller's capture
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{weights.w_gate_up, "weights.w_gate_up"},
+                                {weights.w_down, "weights.w_down"},
+                                {w_fp8, "w_fp8"}}) {
+    cudaPointerAttributes a{};
+    const cudaError_t err = cudaPointerGetAttributes(&a, p);
+    if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky: cleared for later calls
+    const bool on_device = err == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged);
+    CARACAL_CHECK(on_device && (a.type == cudaMemoryTypeManaged || a.device == world_.device()), kQuantize, ": ", name,
+                  " must point to device memory of device ", world_.device(), ", got ", p);
+  }
   gemm::quantize_expert_weights(layer::routed_weights(weights), L, D, I,
                                 gemm::fp8_expert_weight_buffers(w_fp8, L, D, I), stream);
 }

@@ -432,7 +432,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
 void quantize_weights(const Tensor& layer, const Tensor& w_gate_up, const Tensor& w_down, const Tensor& w_fp8) {
   const char* op = "quantize_weights";
   const auto l = find_layer(handle_of(op, layer));
-  const Dims d = dims_of(*l);
+  Dims d = dims_of(*l);
+  d.has_shared = false;  // the routed weights only: the shared expert stays bf16
   TORCH_CHECK_VALUE(l->config.precision == Precision::kFP8, "caracal.", op,
                     ": the layer is bf16 (precision='fp8' quantizes weights)");
   check_weights(op, *l, d, w_gate_up, w_down, std::nullopt, std::nullopt);

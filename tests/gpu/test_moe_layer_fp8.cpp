@@ -108,8 +108,10 @@ TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
   EXPECT_NO_THROW(l.layer.check());
   expect_same_bits(own, l.buffers.download(), "weights given quantized");
 
-  // A zeroed block: y is the shared expert's alone (the routed experts read zero weights).
-  for (test::DeviceBuffer<uint8_t>& b : blocks) ASSERT_EQ(cudaMemset(b.get(), 0, b.bytes()), cudaSuccess);
+  // A zeroed block: y is zero (no shared expert; the routed experts read zero weights).
+  for (test::DeviceBuffer<uint8_t>& b : blocks) {
+    ASSERT_EQ(cudaMemsetAsync(b.get(), 0, b.bytes(), stream.get()), cudaSuccess);
+  }
   (void)l.layer.forward(forward, stream.get());
   stream.sync();
   const std::vector<RankOutputs> zeroed = l.buffers.download();

@@ -49,8 +49,8 @@ def run_caracal(moe, x, idx, scores, dy, scale=None):
 
 def groups_dx_rows(moe):
     """Whether the layer sums a token's dx rows per (token, rank) (MoELayer::groups_dx_rows): the
-    fused path's backward at 1 < W <= 8."""
-    return moe.fused_forward and 1 < moe.world.size <= 8
+    fused path's backward at 1 < W <= 8; FP8 layers run v1's launches)."""
+    return moe.fused_forward and getattr(moe, "precision", "bf16") == "bf16" and 1 < moe.world.size <= 8
 
 
 def assert_same_step(first, second, dx_aside=False):

@@ -221,6 +221,10 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   for (int d = 0; d < (a.nccl() ? W : 1); ++d) {
     const std::string shortfall = memory_shortfall(c, a, !r.fp8, a.nccl() ? 1 : W, d);
     CARACAL_CHECK(shortfall.empty(), shortfall, ": lower --tokens or --experts");
+    if (r.fp8) {  // the bf16 fused layer timed beside it
+      const std::string bf16_shortfall = memory_shortfall(bf16, a, true, a.nccl() ? 1 : W, d);
+      CARACAL_CHECK(bf16_shortfall.empty(), bf16_shortfall, " (the bf16 fused layer): lower --tokens or --experts");
+    }
     if (v1_shortfall.empty()) v1_shortfall = memory_shortfall(bf16, a, false, a.nccl() ? 1 : W, d);
   }
 
@@ -232,7 +236,7 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
   r.quantize_ms = t.quantize;
-  if (r.fp8) {  // the bf16 default path (its memory is within the FP8 layer's)
+  if (r.fp8) {  // the bf16 default path
     const LayerTimes f = time_layer_on_backend(bf16, routing, a, true);
     r.forward_bf16 = {f.forward, fwd_flops, tokens};
     r.backward_bf16 = {f.backward, 2.0 * fwd_flops, tokens};

@@ -11,6 +11,7 @@
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "caracal/moe_layer.hpp"
 #include "cuda_graph.hpp"
 #include "cuda_stream.hpp"
@@ -25,13 +26,17 @@ namespace {
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
 // Bytes of one local rank's weights + gradients (fp32, or bf16) + the memory of a layer built with
-// `setup`.
+// `setup` (+ for an FP8 layer the block of its weights quantized, which time_layer allocates).
 double rank_bytes(const LayerConfig& c, const LayerSetup& setup, bool bf16_gradients) {
   const MoELayerMemory m = layer::ExperimentalLayer::memory(c, setup.options, setup.experiments);
   const double L = double(c.local_experts()), D = double(c.shape.hidden), I = double(c.shape.intermediate),
                Is = double(c.shape.shared_intermediate) * double(c.shape.num_shared_experts);
   const double weights = 3.0 * (L * I + Is) * D;
-  return double(m.heap) + double(m.local) + weights * (2.0 + (bf16_gradients ? 2.0 : 4.0));
+  const double quantized = c.precision == Precision::kFP8
+                               ? double(gemm::fp8_expert_weight_bytes(int(c.local_experts()), int(c.shape.hidden),
+                                                                      int(c.shape.intermediate)))
+                               : 0.0;
+  return double(m.heap) + double(m.local) + weights * (2.0 + (bf16_gradients ? 2.0 : 4.0)) + quantized;
 }
 
 // The timed layer of `a`'s command line: the fused one, or v1's.
