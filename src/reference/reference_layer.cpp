@@ -5,7 +5,9 @@
 #include <string>
 
 #include "caracal/bf16.hpp"
+#include "caracal/block_fp8.hpp"
 #include "caracal/error.hpp"
+#include "caracal/gemm/gate_up_order.hpp"
 
 namespace caracal {
 
@@ -176,6 +178,46 @@ void score_gradients(const ReferenceInputs& in, int64_t token, const RouterNorma
   }
 }
 
+// ---- FP8 operands (ReferenceOptions::fp8_routed) ------------------------------------------------
+
+// `n` values of one row as an FP8 GEMM reads them: per 1 x 128 block of the stored values.
+std::vector<double> fp8_row(const double* values, int64_t n) {
+  return dequantize(quantize_rows(std::vector<float>(values, values + n), 1, n));
+}
+
+// A gate/up pair of rows of I each in the interleaved order ([2I], gate_up_row), and back.
+std::vector<double> interleave(const double* gate, const double* up, int64_t I, int64_t cols) {
+  std::vector<double> out(static_cast<size_t>(2 * I * cols));
+  for (int64_t j = 0; j < I; ++j) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[static_cast<size_t>(gemm::gate_up_row(j, false) * cols + c)] = gate[j * cols + c];
+      out[static_cast<size_t>(gemm::gate_up_row(j, true) * cols + c)] = up[j * cols + c];
+    }
+  }
+  return out;
+}
+void deinterleave(const std::vector<double>& in, int64_t I, int64_t cols, double* gate, double* up) {
+  for (int64_t j = 0; j < I; ++j) {
+    for (int64_t c = 0; c < cols; ++c) {
+      gate[j * cols + c] = in[static_cast<size_t>(gemm::gate_up_row(j, false) * cols + c)];
+      up[j * cols + c] = in[static_cast<size_t>(gemm::gate_up_row(j, true) * cols + c)];
+    }
+  }
+}
+
+// An expert's weights as the FP8 GEMMs read them (per 128 x 128 block of W_gate_up interleaved and
+// of W_down).
+ExpertWeights fp8_weights(const ExpertWeights& w) {
+  const int64_t D = w.hidden, I = w.intermediate;
+  const auto blocks = [](const std::vector<double>& v, int64_t rows, int64_t cols) {
+    return dequantize(quantize_blocks(std::vector<float>(v.begin(), v.end()), rows, cols));
+  };
+  ExpertWeights q = ExpertWeights::zeros(D, I);
+  deinterleave(blocks(interleave(w.gate.data(), w.up.data(), I, D), 2 * I, D), I, D, q.gate.data(), q.up.data());
+  q.down = blocks(w.down, D, I);
+  return q;
+}
+
 // ---- One expert on one row -------------------------------------------------------------------
 
 ExpertActivations make_activations(int64_t rows, int64_t intermediate, int64_t hidden) {
@@ -215,28 +257,36 @@ SavedRow saved_row_of(const ExpertActivations& a, int64_t row) {
   return {a.gate.data() + ri, a.up.data() + ri, a.swiglu.data() + ri};
 }
 
-void expert_forward(const ExpertWeights& w, const double* x, StorePrecision store,
-                    ActivationRow out) {
+// `w`: the weights the GEMMs read (fp8_weights' with `fp8`, whose x and activation are then
+// quantized per 1 x 128 block).
+void expert_forward(const ExpertWeights& w, const double* x_in, StorePrecision store, ActivationRow out, bool fp8) {
   const int64_t D = w.hidden;
   const int64_t I = w.intermediate;
+  const std::vector<double> x_fp8 = fp8 ? fp8_row(x_in, D) : std::vector<double>();
+  const double* x = fp8 ? x_fp8.data() : x_in;
   for (int64_t i = 0; i < I; ++i) {
     const auto r = static_cast<size_t>(i * D);
     out.gate[i] = store(dot(w.gate.data() + r, x, D));                 // F1
     out.up[i] = store(dot(w.up.data() + r, x, D));                     // F1
     out.swiglu[i] = store(silu(out.gate[i]) * out.up[i]);              // F2
   }
+  const std::vector<double> act_fp8 = fp8 ? fp8_row(out.swiglu, I) : std::vector<double>();
+  const double* act = fp8 ? act_fp8.data() : out.swiglu;
   for (int64_t d = 0; d < D; ++d) {
-    out.output[d] = store(dot(w.down.data() + static_cast<size_t>(d * I), out.swiglu, I));  // F3
+    out.output[d] = store(dot(w.down.data() + static_cast<size_t>(d * I), act, I));  // F3
   }
 }
 
 // Backward of one route with weight `weight` (g_j, or the shared scale). Accumulates the weight
-// gradients into `grad`, writes the route's dx row and returns dL/dweight = <dy, E(x)>.
-double expert_backward(const ExpertWeights& w, const double* x, const double* dy, double weight,
-                       SavedRow saved, StorePrecision store, ExpertGradients& grad,
-                       double* dx_row) {
+// gradients into `grad`, writes the route's dx row and returns dL/dweight = <dy, E(x)>. `w`: the
+// weights the GEMMs read (fp8_weights' with `fp8`, whose B1 dy and B3 d_gate_up are then
+// quantized per 1 x 128 block; B5 reads the bf16 rows).
+double expert_backward(const ExpertWeights& w, const double* x, const double* dy_in, double weight, SavedRow saved,
+                       StorePrecision store, ExpertGradients& grad, double* dx_row, bool fp8) {
   const int64_t D = w.hidden;
   const int64_t I = w.intermediate;
+  const std::vector<double> dy_fp8 = fp8 ? fp8_row(dy_in, D) : std::vector<double>();
+  const double* dy = fp8 ? dy_fp8.data() : dy_in;
   // W_down^T dy, before the weight is applied: this is what keeps dL/dweight exact at weight 0.
   std::vector<double> down_t_dy(static_cast<size_t>(I), 0.0);
   std::vector<double> weighted_swiglu(static_cast<size_t>(I));
@@ -246,29 +296,48 @@ double expert_backward(const ExpertWeights& w, const double* x, const double* dy
     double* grad_row = grad.down.data() + static_cast<size_t>(d * I);
     for (int64_t i = 0; i < I; ++i) {
       down_t_dy[i] += down_row[i] * dy[d];
-      grad_row[i] += dy[d] * weighted_swiglu[i];  // B5
+      grad_row[i] += dy_in[d] * weighted_swiglu[i];  // B5
     }
   }
   const double d_weight = dot(down_t_dy.data(), saved.swiglu, I);  // B1
 
-  for (int64_t d = 0; d < D; ++d) dx_row[d] = 0.0;
+  std::vector<double> d_gate(static_cast<size_t>(I)), d_up(static_cast<size_t>(I));
   for (int64_t i = 0; i < I; ++i) {
     const double d_swiglu = weight * down_t_dy[i];  // B1: not rounded
-    const double d_gate = store(d_swiglu * saved.up[i] * silu_derivative(saved.gate[i]));  // B2
-    const double d_up = store(d_swiglu * silu(saved.gate[i]));                             // B2
+    d_gate[i] = store(d_swiglu * saved.up[i] * silu_derivative(saved.gate[i]));  // B2
+    d_up[i] = store(d_swiglu * silu(saved.gate[i]));                             // B2
+  }
+  std::vector<double> dx_gate = d_gate, dx_up = d_up;  // what B3 reads
+  if (fp8) deinterleave(fp8_row(interleave(d_gate.data(), d_up.data(), I, 1).data(), 2 * I), I, 1, dx_gate.data(), dx_up.data());
+  for (int64_t d = 0; d < D; ++d) dx_row[d] = 0.0;
+  for (int64_t i = 0; i < I; ++i) {
     const auto r = static_cast<size_t>(i * D);
     const double* gate_row = w.gate.data() + r;
     const double* up_row = w.up.data() + r;
     double* grad_gate_row = grad.gate.data() + r;
     double* grad_up_row = grad.up.data() + r;
     for (int64_t d = 0; d < D; ++d) {
-      grad_gate_row[d] += d_gate * x[d];  // B5
-      grad_up_row[d] += d_up * x[d];      // B5
-      dx_row[d] += d_gate * gate_row[d] + d_up * up_row[d];
+      grad_gate_row[d] += d_gate[i] * x[d];  // B5
+      grad_up_row[d] += d_up[i] * x[d];      // B5
+      dx_row[d] += dx_gate[i] * gate_row[d] + dx_up[i] * up_row[d];
     }
   }
   for (int64_t d = 0; d < D; ++d) dx_row[d] = store(dx_row[d]);  // B3
   return d_weight;
+}
+
+// The routed experts' weights as the GEMMs read them: fp8_weights' with options.fp8_routed.
+std::vector<ExpertWeights> routed_gemm_weights(const ReferenceLayer& layer, const ReferenceOptions& options) {
+  if (!options.fp8_routed) return {};
+  CARACAL_CHECK(options.round_intermediates_to_bf16, kWhere,
+                "options.fp8_routed needs options.round_intermediates_to_bf16 (the FP8 operands quantize stored bf16 values)");
+  const int64_t D = layer.hidden(), I = layer.experts.front().intermediate;
+  CARACAL_CHECK(D % kFp8Block == 0 && I % kFp8Block == 0, kWhere, "options.fp8_routed needs D and I multiples of ",
+                kFp8Block, ", got D = ", D, ", I = ", I);
+  std::vector<ExpertWeights> q;
+  q.reserve(layer.experts.size());
+  for (const ExpertWeights& w : layer.experts) q.push_back(fp8_weights(w));
+  return q;
 }
 
 double shared_scale_of(const ReferenceInputs& in, int64_t token) {
@@ -303,6 +372,7 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
   CARACAL_CHECK(options.route_groups.empty() || static_cast<int64_t>(options.route_groups.size()) == T * k,
                 "reference_forward: options.route_groups must be empty or hold T * k = ", T * k, " entries, got ",
                 options.route_groups.size());
+  const std::vector<ExpertWeights> fp8 = routed_gemm_weights(layer, options);
   std::vector<double> sum(static_cast<size_t>(D));
   // F4's sums of one token: its groups' ids and sums, in order of appearance.
   std::vector<int64_t> group_ids;
@@ -312,7 +382,7 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
     std::fill(sum.begin(), sum.end(), 0.0);
     if (layer.shared) {
       const ActivationRow row = row_of(result.shared, t);
-      expert_forward(*layer.shared, x, store, row);
+      expert_forward(*layer.shared, x, store, row, false);
       const double scale = shared_scale_of(inputs, t);
       for (int64_t d = 0; d < D; ++d) sum[d] += store(scale * row.output[d]);  // F4: the scaled row as stored
     }
@@ -323,7 +393,8 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       const int32_t expert = inputs.topk_idx[static_cast<size_t>(route)];
       if (expert < 0) continue;
       const ActivationRow row = row_of(result.routed, route);
-      expert_forward(layer.experts[static_cast<size_t>(expert)], x, store, row);
+      const auto e = static_cast<size_t>(expert);
+      expert_forward(options.fp8_routed ? fp8[e] : layer.experts[e], x, store, row, options.fp8_routed);
       const double g = result.gates[static_cast<size_t>(route)];
       const int64_t id = options.route_groups.empty() ? expert / per_rank
                                                       : options.route_groups[static_cast<size_t>(route)];
@@ -372,6 +443,7 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
   CARACAL_CHECK(groups.empty() || static_cast<int64_t>(groups.size()) == T * k,
                 "reference_backward: options.dx_route_groups must be empty or hold T * k = ", T * k, " entries, got ",
                 groups.size());
+  const std::vector<ExpertWeights> fp8_gemm_weights = routed_gemm_weights(layer, forward.options);
   std::vector<double> dx_sum(static_cast<size_t>(D));
   std::vector<double> dx_row(static_cast<size_t>(D));
   std::vector<double> d_gates(static_cast<size_t>(k));
@@ -385,7 +457,7 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
     if (layer.shared) {
       const double d_scale =
           expert_backward(*layer.shared, x, dy_t, shared_scale_of(inputs, t),
-                          saved_row_of(forward.shared, t), store, *grads.d_shared, dx_row.data());
+                          saved_row_of(forward.shared, t), store, *grads.d_shared, dx_row.data(), false);
       if (!grads.d_shared_scale.empty()) grads.d_shared_scale[static_cast<size_t>(t)] = d_scale;
       for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];
     }
@@ -397,10 +469,11 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
       d_gates[j] = 0.0;
       if (expert < 0) continue;
       const auto e = static_cast<size_t>(expert);
-      d_gates[j] = expert_backward(layer.experts[e], x, dy_t,
+      const bool fp8 = forward.options.fp8_routed;
+      d_gates[j] = expert_backward(fp8 ? fp8_gemm_weights[e] : layer.experts[e], x, dy_t,
                                    forward.gates[static_cast<size_t>(route)],
                                    saved_row_of(forward.routed, route), store, grads.d_experts[e],
-                                   dx_row.data());
+                                   dx_row.data(), fp8);
       const int64_t id = groups.empty() ? -1 : groups[static_cast<size_t>(route)];
       if (id < 0) {
         for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];

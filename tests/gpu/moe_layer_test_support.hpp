@@ -459,15 +459,12 @@ struct StepExpected {
 };
 
 // The reference of every rank (in parallel: they are independent), and the routed experts'
-// weight gradients summed over the ranks whose tokens they served. `ring_rows` > 0: y as a fused
-// layer with that ring sums it (one bf16 row per token, rank and macrobatch); 0: per (token, rank);
-// `per_route`: a row per route (layer::LayerExperiments::rows_per_route). `dx_groups`: dx as a layer that
-// groups its dx rows sums it (MoELayer::groups_dx_rows: one bf16 row per token, other rank and
-// macrobatch of ring_rows; 0: a ring that holds the step).
+// weight gradients summed over the ranks whose tokens they served, for a layer that rounds as
+// `rounding` says (checks::LayerRounding; fp8_routed: an FP8 layer's quantized operands).
 inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
-                                   int64_t ring_rows = 0, bool per_route = false, bool dx_groups = false) {
-  const std::vector<ReferenceOptions> options = checks::layer_reference_options(
-      c.router, s.routing, c.experts, checks::LayerRounding{ring_rows, per_route, dx_groups});
+                                   const checks::LayerRounding& rounding) {
+  const std::vector<ReferenceOptions> options =
+      checks::layer_reference_options(c.router, s.routing, c.experts, rounding);
   std::vector<std::future<RankExpected>> futures;
   for (int r = 0; r < c.world; ++r) {
     futures.push_back(std::async(std::launch::async, [&, r]() {
@@ -500,6 +497,15 @@ inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& lay
     out.routed.push_back(std::move(sum));
   }
   return out;
+}
+// The same with the rounding's fields: `ring_rows` > 0: y as a fused layer with that ring sums it
+// (one bf16 row per token, rank and macrobatch); 0: per (token, rank); `per_route`: a row per route
+// (layer::LayerExperiments::rows_per_route). `dx_groups`: dx as a layer that groups its dx rows
+// sums it (MoELayer::groups_dx_rows: one bf16 row per token, other rank and macrobatch of
+// ring_rows; 0: a ring that holds the step).
+inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
+                                   int64_t ring_rows = 0, bool per_route = false, bool dx_groups = false) {
+  return reference_step(c, layer, s, checks::LayerRounding{ring_rows, per_route, dx_groups, false});
 }
 
 // ---- Comparisons ------------------------------------------------------------------------------------
