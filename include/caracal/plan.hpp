@@ -58,6 +58,14 @@ struct MemoryPlan {
   int64_t layer_local = 0;
   int64_t v1_layer_heap = 0;
   int64_t v1_layer_local = 0;
+  // FP8 plans: the FP8 layer as it runs today (v1's launches, rows crossing in bf16): v1's bf16
+  // buffers, expert_dx over every row (reverse dispatch takes the dx rows home), the routed rows in
+  // e4m3 with their 1 x 128 scales (x, activation, dy, d_gate_up), the FP8 dgrad's wider workspace
+  // and the weights quantized in both orientations; its weights stay bf16 (`weights` counts the
+  // design's e4m3 ones). 0 for bf16 plans.
+  int64_t fp8_layer_heap = 0;
+  int64_t fp8_layer_local = 0;
+  int64_t fp8_layer_weights = 0;
   int64_t total() const { return symmetric + ring + schedule + saved + partials + weights; }
 };
 
@@ -75,6 +83,8 @@ struct RooflinePlan {
   int64_t today_backward_nvlink_bytes = 0;
   int64_t v1_forward_nvlink_bytes = 0;
   int64_t v1_backward_nvlink_bytes = 0;
+  // FP8 plans: the design's bytes are FP8 rows + scales; today's FP8 layer moves bf16 rows, so
+  // today_* are a bf16 layer's.
   double forward_compute_ms = 0, forward_nvlink_ms = 0;
   double backward_compute_ms = 0, backward_nvlink_ms = 0;
   const char* forward_bound() const { return forward_nvlink_ms > forward_compute_ms ? "nvlink" : "compute"; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "caracal/block_fp8.hpp"
 #include "caracal/error.hpp"
 #include "caracal/row_format.hpp"
 #include "caracal/schedule.hpp"
@@ -129,6 +130,25 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   // activation over the routed rows.
   m.v1_layer_heap = m.symmetric + schedule_heap + 3 * capacity * D * 2;
   m.v1_layer_local = routed_rows * ring_local_row + m.schedule - schedule_heap + m.saved;
+  if (c.precision == Precision::kFP8) {
+    LayerConfig bf16 = c;
+    bf16.precision = Precision::kBF16;
+    const MemoryPlan b = plan_memory(bf16, ring_rows, tile_m, bf16_weight_gradients);
+    const int64_t block = kFp8Block;
+    const auto scaled_rows = [&](int64_t cols) { return routed_rows * cols + cols / block * routed_rows * 4; };
+    // A weight block's scales: a row of fp8_weight_scale_row(blocks) floats per block of the other
+    // dimension (caracal/gemm/grouped_gemm_fp8.hpp: 16 bytes a scale, rows of whole 128-byte boxes).
+    const auto scale_row = [](int64_t blocks) { return (4 * blocks + 31) / 32 * 32; };
+    const auto quantized = [&](int64_t rows, int64_t cols) {  // a [rows][cols] weight in both orientations
+      const int64_t rb = ceil_div(rows, block), cb = ceil_div(cols, block);
+      return 2 * rows * cols + (cb * scale_row(rb) + rb * scale_row(cb)) * 4;
+    };
+    m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2;
+    m.fp8_layer_local = b.v1_layer_local + scaled_rows(D) + scaled_rows(I) + scaled_rows(D) + scaled_rows(2 * I) +
+                        L * (quantized(2 * I, D) + quantized(D, I)) +
+                        routed_rows * (ceil_div(I, block) - ceil_div(I, 256)) * 4;  // dgrad partials per 128, not 256
+    m.fp8_layer_weights = b.weights;
+  }
   return m;
 }
 
@@ -267,6 +287,13 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   rf.backward_nvlink_ms = static_cast<double>(rf.backward_nvlink_bytes) / bytes_per_ms;
 
   plan.memory = plan_memory(config, plan.ring_rows, options.tile_m, options.bf16_weight_gradients);
+  if (config.precision == Precision::kFP8) {  // today's FP8 layer moves bf16 rows
+    LayerConfig bf16 = config;
+    bf16.precision = Precision::kBF16;
+    const Plan b = make_plan(bf16, routing, routing_source, options);
+    rf.today_forward_nvlink_bytes = b.roofline.today_forward_nvlink_bytes;
+    rf.today_backward_nvlink_bytes = b.roofline.today_backward_nvlink_bytes;
+  }
   return plan;
 }
 

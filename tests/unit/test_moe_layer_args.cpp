@@ -447,6 +447,20 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
         fp32_layer.bf16_weight_gradients = false;
         expect_within(fp32_plan.memory.layer_local, MoELayer::memory(config, fp32_layer, 132).local, "fp32 local");
         EXPECT_EQ(plan.memory.layer_local - fp32_plan.memory.layer_local, plan.memory.partials);
+        // The FP8 layer as it runs today (v1's launches), where the shape allows FP8.
+        if (config.shape.hidden % 128 != 0 || config.shape.intermediate % 128 != 0 ||
+            config.shape.shared_intermediate % 128 != 0) {
+          continue;
+        }
+        LayerConfig fp8 = config;
+        fp8.precision = Precision::kFP8;
+        const Plan fp8_plan = make_plan(fp8, routing, "uniform", {});
+        const MoELayerMemory exact_fp8 = MoELayer::memory(fp8, {}, 132);
+        expect_within(fp8_plan.memory.fp8_layer_heap, exact_fp8.heap, "fp8 heap");
+        expect_within(fp8_plan.memory.fp8_layer_local, exact_fp8.local, "fp8 local");
+        EXPECT_EQ(fp8_plan.roofline.today_forward_nvlink_bytes, plan.roofline.today_forward_nvlink_bytes)
+            << "FP8 rows cross in bf16 today";
+        EXPECT_EQ(fp8_plan.memory.fp8_layer_weights, plan.memory.weights) << "an FP8 layer's weights stay bf16";
       }
     }
   }

@@ -78,7 +78,12 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
      << format("   (heap %.1f + local %.1f + weights)\n", static_cast<double>(m.layer_heap) / (1 << 20),
                static_cast<double>(m.layer_local) / (1 << 20));
   os << "  MoELayer v1            " << mib(m.v1_layer_heap + m.v1_layer_local + m.weights)
-     << "   (buffers for every route of every rank on this one)\n\n";
+     << "   (buffers for every route of every rank on this one)\n";
+  if (c.precision == Precision::kFP8) {
+    os << "  MoELayer fp8 today     " << mib(m.fp8_layer_heap + m.fp8_layer_local + m.fp8_layer_weights)
+       << "   (v1's launches, rows in bf16: v1's buffers, e4m3 rows, quantized + bf16 weights)\n";
+  }
+  os << "\n";
 
   os << "Roofline, busiest rank          forward    backward\n";
   os << format("  TFLOP                      %9.3f   %9.3f\n", rf.forward_flops * 1e-12, rf.backward_flops * 1e-12);
@@ -86,9 +91,10 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << format("  NVLink MB (busier dir.)    %9.1f   %9.1f\n", static_cast<double>(rf.forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.backward_nvlink_bytes) * 1e-6);
   os << format("  NVLink ms                  %9.3f   %9.3f\n", rf.forward_nvlink_ms, rf.backward_nvlink_ms);
-  os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (a row per (token, rank) both ways)\n",
+  os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (a row per (token, rank) both ways%s)\n",
                static_cast<double>(rf.today_forward_nvlink_bytes) * 1e-6,
-               static_cast<double>(rf.today_backward_nvlink_bytes) * 1e-6);
+               static_cast<double>(rf.today_backward_nvlink_bytes) * 1e-6,
+               c.precision == Precision::kFP8 ? "; FP8 rows cross in bf16 today" : "");
   os << format("  NVLink MB, per route (v1)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.v1_backward_nvlink_bytes) * 1e-6);
   os << format("  bound                      %9s   %9s\n", rf.forward_bound(), rf.backward_bound());
@@ -139,7 +145,10 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                        {"layer_heap", m.layer_heap},
                        {"layer_local", m.layer_local},
                        {"v1_layer_heap", m.v1_layer_heap},
-                       {"v1_layer_local", m.v1_layer_local}};
+                       {"v1_layer_local", m.v1_layer_local},
+                       {"fp8_layer_heap", m.fp8_layer_heap},
+                       {"fp8_layer_local", m.fp8_layer_local},
+                       {"fp8_layer_weights", m.fp8_layer_weights}};
   j["roofline"] = {{"forward",
                     {{"flops", rf.forward_flops},
                      {"compute_ms", rf.forward_compute_ms},
