@@ -113,26 +113,24 @@ void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int 
                              const Fp8ExpertWeightBuffers& out, cudaStream_t stream) {
   CARACAL_CHECK(weights.w_gate_up_layout == GateUpLayout::kInterleaved,
                 "quantize_expert_weights: weights.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
-  quant::QuantizeWeightsArgs gate_up;
-  gate_up.weights = weights.w_gate_up;
-  gate_up.experts = experts;
-  gate_up.n = 2 * int64_t(intermediate);
-  gate_up.k = hidden;
-  gate_up.codes = out.w_gate_up_codes;
-  gate_up.scales = out.w_gate_up_scales;
-  gate_up.codes_t = out.w_gate_up_codes_t;
-  gate_up.scales_t = out.w_gate_up_scales_t;
-  quant::quantize_weights(gate_up, stream);
-  quant::QuantizeWeightsArgs down;
-  down.weights = weights.w_down;
-  down.experts = experts;
-  down.n = hidden;
-  down.k = intermediate;
-  down.codes = out.w_down_codes;
-  down.scales = out.w_down_scales;
-  down.codes_t = out.w_down_codes_t;
-  down.scales_t = out.w_down_scales_t;
-  quant::quantize_weights(down, stream);
+  // One [experts][n][k] weight into its codes and scales, both orientations.
+  const auto quantize = [&](const __nv_bfloat16* w, int64_t n, int64_t k, __nv_fp8_e4m3* codes, float* scales,
+                            __nv_fp8_e4m3* codes_t, float* scales_t) {
+    quant::QuantizeWeightsArgs a;
+    a.weights = w;
+    a.experts = experts;
+    a.n = n;
+    a.k = k;
+    a.codes = codes;
+    a.scales = scales;
+    a.codes_t = codes_t;
+    a.scales_t = scales_t;
+    quant::quantize_weights(a, stream);
+  };
+  quantize(weights.w_gate_up, 2 * int64_t(intermediate), hidden, out.w_gate_up_codes, out.w_gate_up_scales,
+           out.w_gate_up_codes_t, out.w_gate_up_scales_t);
+  quantize(weights.w_down, hidden, intermediate, out.w_down_codes, out.w_down_scales, out.w_down_codes_t,
+           out.w_down_scales_t);
 }
 
 void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {

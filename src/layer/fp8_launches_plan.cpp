@@ -23,12 +23,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
 
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
     check_layouts(ranks);
-    for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
-      gemm::expert_forward(state_.ranks[l].shared,
-                           {ranks[l].weights.shared_w_gate_up, ranks[l].weights.shared_w_down}, stream);
-    }
-    state_.exchange->build_schedule(state_.config.router, stream);
-    state_.exchange->dispatch(stream);
+    shared_forward_and_dispatch(state_, ranks, stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state_.ranks[l].routed_fp8, quantized_weights(l, ranks[l].weights, stream), stream);
     }

@@ -124,6 +124,15 @@ void replay_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args,
   state.exchange->build_schedule(state.config.router, stream);
 }
 
+void shared_forward_and_dispatch(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
+  for (size_t l = 0; l < args.size() && state.sizes.has_shared; ++l) {
+    gemm::expert_forward(state.ranks[l].shared, {args[l].weights.shared_w_gate_up, args[l].weights.shared_w_down},
+                         stream);
+  }
+  state.exchange->build_schedule(state.config.router, stream);
+  state.exchange->dispatch(stream);
+}
+
 void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,
                      cudaStream_t stream) {
   const RankState& rank = state.ranks[l];

@@ -63,6 +63,9 @@ void stage_inputs(LayerState& state, const std::vector<MoEForwardArgs>& args, cu
 // The forward's inputs staged again, the shared expert's up/gate and the schedule (and the gates):
 // what every plan's backward reads of forward `args`, bitwise as the first time.
 void replay_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
+// v1's launches up to the routed experts (the separate-launches plans, bf16 and FP8): the shared
+// expert's forward, the schedule (and the gates), the dispatch of every row.
+void shared_forward_and_dispatch(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
 // The shared expert's backward in launches of its own, its dx copied into the exchange's slot.
 void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,
                      cudaStream_t stream);

@@ -19,12 +19,7 @@ class SeparateLaunchesPlan final : public LayerPlan {
   SeparateLaunchesPlan(LayerState& state, comm::World& world) : state_(state), world_(world) {}
 
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
-    for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
-      gemm::expert_forward(state_.ranks[l].shared,
-                           {ranks[l].weights.shared_w_gate_up, ranks[l].weights.shared_w_down}, stream);
-    }
-    state_.exchange->build_schedule(state_.config.router, stream);
-    state_.exchange->dispatch(stream);
+    shared_forward_and_dispatch(state_, ranks, stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state_.ranks[l].routed, routed_weights(ranks[l].weights), stream);
     }

@@ -29,6 +29,18 @@ constexpr ErrorBound kFp8DownBound{2.6e-3, 3.2e-3};
 constexpr ErrorBound kFp8DgradBound{2e-3, 4e-3};  // d_gate, d_up
 constexpr ErrorBound kFp8DxBound{2e-3, 2.4e-3};
 
+// Each expert's [rows][cols] matrix of `w` transposed to [cols][rows] (the weights' second
+// orientation).
+inline std::vector<float> transposed(const std::vector<float>& w, size_t experts, size_t rows, size_t cols) {
+  std::vector<float> t(w.size());
+  for (size_t e = 0; e < experts; ++e) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) t[(e * cols + c) * rows + r] = w[(e * rows + r) * cols + c];
+    }
+  }
+  return t;
+}
+
 inline std::vector<float> floats_of(const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) v[i] = caracal::bf16_to_float(bits[i]);

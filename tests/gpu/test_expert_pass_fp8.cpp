@@ -211,16 +211,6 @@ std::vector<uint16_t> interleaved_gate_up(const Problem& p) {
   return w;
 }
 
-std::vector<float> transposed(const std::vector<float>& w, size_t experts, size_t rows, size_t cols) {
-  std::vector<float> t(w.size());
-  for (size_t e = 0; e < experts; ++e) {
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t c = 0; c < cols; ++c) t[(e * cols + c) * rows + r] = w[(e * rows + r) * cols + c];
-    }
-  }
-  return t;
-}
-
 // out[row][n] = sum_k a[row][k] * w[e][n][k] over each expert's real rows ([capacity][N]; 0 elsewhere).
 std::vector<double> row_gemm(const Problem& p, const std::vector<double>& a, const std::vector<double>& w, size_t n,
                              size_t k) {

@@ -46,17 +46,6 @@ constexpr uint8_t kPoisonCode = 0xFF;  // what poison() leaves in a code buffer 
 
 // ---- Problems -----------------------------------------------------------------------------------
 
-// Each expert's [rows][cols] matrix of `w` transposed to [cols][rows].
-std::vector<float> transposed(const std::vector<float>& w, size_t experts, size_t rows, size_t cols) {
-  std::vector<float> t(w.size());
-  for (size_t e = 0; e < experts; ++e) {
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t c = 0; c < cols; ++c) t[(e * cols + c) * rows + r] = w[(e * rows + r) * cols + c];
-    }
-  }
-  return t;
-}
-
 // The fp64 backward of the real rows from the dequantized operands, with the bf16-rounding
 // contract: d_gate, d_up, scaled_activation rounded where the kernels store bf16 (B2, B5), dg and
 // its scale not (B1), dx (B3) from the reference's d_gate_up quantized as the kernels' input.

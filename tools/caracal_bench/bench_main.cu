@@ -200,11 +200,6 @@ LayerTimes time_layer_on_backend(const LayerConfig& c, const Routing& routing, c
   return t;
 }
 
-LayerConfig in_bf16(LayerConfig c) {
-  c.precision = Precision::kBF16;
-  return c;
-}
-
 // The layer of `c` (with --precision fp8 the FP8 one, else the fused one), bf16 v1 and, with
 // --precision fp8, the bf16 fused layer, then the baselines, in turn.
 RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOptions& a) {

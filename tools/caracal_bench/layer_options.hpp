@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_options.hpp"
+#include "caracal/layer_config.hpp"
 #include "caracal/moe_layer.hpp"
 #include "layer/layer_experiments.hpp"
 
@@ -18,6 +19,12 @@ struct LayerSetup {
 
 // The fused layer's (`fused_forward`), or v1's.
 LayerSetup layer_setup(const BenchOptions& a, bool fused_forward);
+
+// `c` in bf16: the layers timed and validated beside an FP8 one (--precision fp8).
+inline LayerConfig in_bf16(LayerConfig c) {
+  c.precision = Precision::kBF16;
+  return c;
+}
 
 // The setup as --json writes it (every option but the allocator, then the experiments).
 nlohmann::json setup_json(const LayerSetup& s);

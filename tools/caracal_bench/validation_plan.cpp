@@ -32,11 +32,6 @@ std::string tokens_text(const std::vector<LayerConfig>& timed) {
   return s.str();
 }
 
-LayerConfig in_bf16(LayerConfig c) {
-  c.precision = Precision::kBF16;
-  return c;
-}
-
 // The bf16 fused layers: one per distinct ring choice, each with the timed steps it stands for.
 std::vector<ValidatedLayer> fused_layers(const BenchOptions& a, const std::vector<LayerConfig>& timed,
                                          const RoutingSpec& spec, const ValidationPlan& p, int sms) {
