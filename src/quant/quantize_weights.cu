@@ -1,54 +1,105 @@
 // quantize_weights (quantize_fp8.hpp): one CTA a 128 x 128 block of one expert's [n][k] weights.
+// Thread t of 256 holds an 8 x 8 square of the block: rows 8a .. 8a+7 and columns 8b .. 8b+7, with
+// (lane l, warp w) a = 4 (w / 2) + l % 4 and b = 8 (w % 2) + l / 4, so that every global access of a
+// warp covers whole 32-byte sectors: a load reads four 128-byte row segments, a row-major code store
+// writes four 64-byte ones, and a transposed code store eight 32-byte ones (column 8b + j's codes of
+// rows 8a .. 8a+7, from the square transposed in registers by byte permutes). Shared memory holds the
+// warps' amax only.
 #include <climits>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
-#include "quant/block_tile.cuh"
+#include "quant/block_scale.cuh"
 #include "quant/operand_checks.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::quant {
 namespace {
 
-__global__ void __launch_bounds__(kTileThreads) quantize_weights_kernel(const QuantizeWeightsArgs args) {
-  __shared__ float warp_amax[kTileThreads / 32];
-  __shared__ TransposeTile transposed;
+constexpr int kThreads = 256;
+constexpr int kSide = static_cast<int>(kFp8Block);
+constexpr int kSquare = 8;  // a thread's rows and columns
+
+// Rows 0-3 of a 4 x 4 square of bytes (a word a row, column c in byte c) into columns 0-3 (a word
+// a column, row r in byte r), in place.
+__device__ __forceinline__ void transpose_4x4(uint32_t& w0, uint32_t& w1, uint32_t& w2, uint32_t& w3) {
+  const uint32_t t0 = __byte_perm(w0, w1, 0x5140), t1 = __byte_perm(w0, w1, 0x7362);
+  const uint32_t t2 = __byte_perm(w2, w3, 0x5140), t3 = __byte_perm(w2, w3, 0x7362);
+  w0 = __byte_perm(t0, t2, 0x5410);
+  w1 = __byte_perm(t0, t2, 0x7632);
+  w2 = __byte_perm(t1, t3, 0x5410);
+  w3 = __byte_perm(t1, t3, 0x7632);
+}
+
+__global__ void __launch_bounds__(kThreads) quantize_weights_kernel(const QuantizeWeightsArgs args) {
+  __shared__ float warp_amax[kThreads / 32];
   const int64_t n_blocks = weight_blocks(args.n), k_blocks = weight_blocks(args.k);
   const int64_t flat = blockIdx.x;
   const int64_t expert = flat / (n_blocks * k_blocks);
   const int64_t nb = flat / k_blocks % n_blocks, kb = flat % k_blocks;
-  const int thread = static_cast<int>(threadIdx.x);
-  BlockTile tile;
-  tile.rows_here = static_cast<int>(min(int64_t(kTileSide), args.n - nb * kTileSide));
-  tile.cols_here = static_cast<int>(min(int64_t(kTileSide), args.k - kb * kTileSide));
-  tile.load(args.weights + (expert * args.n + nb * kTileSide) * args.k + kb * kTileSide, args.k);
+  const int thread = static_cast<int>(threadIdx.x), lane = thread % 32, warp = thread / 32;
+  const int row0 = kSquare * (4 * (warp / 2) + lane % 4);  // the square's first row and column in the block
+  const int col0 = kSquare * (8 * (warp % 2) + lane / 4);
+  // n and k are multiples of 8: a square lies wholly inside the matrix or wholly outside it.
+  const bool inside = nb * kSide + row0 < args.n && kb * kSide + col0 < args.k;
 
-  const float thread_amax = warp_max(tile.thread_amax());
-  if (thread % 32 == 0) warp_amax[thread / 32] = thread_amax;
-  __syncthreads();
+  uint4 raw[kSquare];  // row r of the square: 8 bf16
+  const __nv_bfloat16* first = args.weights + (expert * args.n + nb * kSide + row0) * args.k + kb * kSide + col0;
+  for (int r = 0; r < kSquare; ++r) {
+    raw[r] = inside ? *reinterpret_cast<const uint4*>(first + r * args.k) : make_uint4(0, 0, 0, 0);
+  }
   float amax = 0.0f;
+  for (const uint4& v : raw) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    for (uint32_t pair : words) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+  }
+  amax = warp_max(amax);
+  if (lane == 0) warp_amax[warp] = amax;
+  __syncthreads();
+  amax = 0.0f;
   for (float a : warp_amax) amax = fmaxf(amax, a);
   const BlockScale s = device_block_scale(amax, args.rounding);
-  float inverse[8];
-  for (float& x : inverse) x = s.inverse;
 
-  const int64_t first_code = (expert * args.n + nb * kTileSide) * args.k + kb * kTileSide;
-  for (int i = 0; i < kTileRowsPerThread; ++i) {
-    const uint2 packed = tile.codes(i, inverse);
-    transposed.put(BlockTile::row(i), BlockTile::col(), packed);
-    if (args.codes != nullptr && BlockTile::row(i) < tile.rows_here && BlockTile::col() < tile.cols_here) {
-      *reinterpret_cast<uint2*>(args.codes + first_code + BlockTile::row(i) * args.k + BlockTile::col()) = packed;
+  // codes[r][h]: row r's columns 4h .. 4h+3, column c in byte c % 4.
+  uint32_t codes[kSquare][2];
+  for (int r = 0; r < kSquare; ++r) {
+    const uint32_t pairs[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
+    uint16_t p[4];
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
+      p[j] = e4m3_code_pair(f.x, f.y, s.inverse);
     }
+    codes[r][0] = uint32_t(p[0]) | uint32_t(p[1]) << 16;
+    codes[r][1] = uint32_t(p[2]) | uint32_t(p[3]) << 16;
   }
   if (thread == 0) {
     if (args.scales != nullptr) args.scales[(expert * k_blocks + kb) * weight_scale_row(n_blocks) + weight_scale_at(nb)] = s.scale;
     if (args.scales_t != nullptr) args.scales_t[(expert * n_blocks + nb) * weight_scale_row(k_blocks) + weight_scale_at(kb)] = s.scale;
   }
+  if (!inside) return;
+  if (args.codes != nullptr) {
+    uint8_t* const out = reinterpret_cast<uint8_t*>(args.codes) + (expert * args.n + nb * kSide + row0) * args.k +
+                         kb * kSide + col0;
+    for (int r = 0; r < kSquare; ++r) *reinterpret_cast<uint2*>(out + r * args.k) = make_uint2(codes[r][0], codes[r][1]);
+  }
   if (args.codes_t == nullptr) return;
-  __syncthreads();
-  transposed.store_transposed(reinterpret_cast<uint8_t*>(args.codes_t) + (expert * args.k + kb * kTileSide) * args.n +
-                                  nb * kTileSide,
-                              args.n, tile.rows_here, tile.cols_here);
+  // The square transposed: four 4 x 4 squares, each into place (rows 0-3 / 4-7 x columns 0-3 / 4-7).
+  for (int h = 0; h < 2; ++h) {
+    for (int q = 0; q < 2; ++q) {
+      transpose_4x4(codes[4 * q][h], codes[4 * q + 1][h], codes[4 * q + 2][h], codes[4 * q + 3][h]);
+    }
+  }
+  // Now codes[4q + c][h] holds column 4h + c's rows 4q .. 4q+3.
+  uint8_t* const out_t = reinterpret_cast<uint8_t*>(args.codes_t) + (expert * args.k + kb * kSide + col0) * args.n +
+                         nb * kSide + row0;
+  for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < 4; ++c) {
+      *reinterpret_cast<uint2*>(out_t + (4 * h + c) * args.n) = make_uint2(codes[c][h], codes[4 + c][h]);
+    }
+  }
 }
 
 }  // namespace
@@ -67,10 +118,10 @@ void quantize_weights(const QuantizeWeightsArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.codes != nullptr || args.codes_t != nullptr, kWhere,
                 ": at least one of codes and codes_t must be given");
   CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.codes) % 8 == 0, kWhere, ": codes must be 8-byte aligned");
-  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.codes_t) % 4 == 0, kWhere, ": codes_t must be 4-byte aligned");
+  CARACAL_CHECK(reinterpret_cast<uintptr_t>(args.codes_t) % 8 == 0, kWhere, ": codes_t must be 8-byte aligned");
   const int64_t blocks = args.experts * weight_blocks(args.n) * weight_blocks(args.k);
   CARACAL_CHECK(blocks <= INT_MAX, kWhere, ": experts * blocks(n) * blocks(k) must be below 2^31, got ", blocks);
-  quantize_weights_kernel<<<static_cast<int>(blocks), kTileThreads, 0, stream>>>(args);
+  quantize_weights_kernel<<<static_cast<int>(blocks), kThreads, 0, stream>>>(args);
   check_cuda(cudaGetLastError(), "quantize_weights_kernel launch");
 }
 
