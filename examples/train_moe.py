@@ -2,7 +2,9 @@
 """Trains a small DeepSeek-V3-style MoE transformer on synthetic data with caracal.MoE, twice, and
 checks that the two loss curves are bitwise identical; reports tokens/s, memory against the
 planner's prediction and (optionally) the same model with the NCCL + PyTorch expert layer of
-bench/python/torch_ep_bench.py; writes a PNG of the losses.
+bench/python/torch_ep_bench.py, or with caracal.MoE in FP8 (`--compare-fp8`: DeepSeek-V3's
+block-scaled e4m3 recipe for the routed experts, its final loss within `--fp8-tolerance` of the
+bf16 run's); writes a PNG of the losses.
 
 The model: a frozen random token embedding, `--blocks` residual blocks of RMSNorm -> causal
 self-attention -> RMSNorm -> router -> caracal.MoE (routed experts + one shared expert), a final
@@ -17,6 +19,8 @@ optimizer step accumulates `--accum` micro-batches; `--compile` compiles each bl
 
 One process (a loopback world of `--ep` virtual ranks on one GPU):
     python3 examples/train_moe.py [--steps 300] [--plot loss.png] [--json loss.json]
+FP8 against bf16 (same seed, same data; the final loss is the mean of the last 10 steps):
+    python3 examples/train_moe.py --compare-fp8 --plot fp8_vs_bf16.png
 One process per GPU (each rank its own data; replicated parameters' gradients all-reduced):
     NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node=2 examples/train_moe.py --compare-torch-ep
 """
@@ -103,7 +107,7 @@ class TorchEPExperts(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, args, world, experts):
+    def __init__(self, args, world, experts, precision):
         super().__init__()
         self.attn_norm = torch.nn.RMSNorm(args.hidden, device="cuda")
         self.attention = Attention(args)
@@ -112,7 +116,7 @@ class Block(torch.nn.Module):
         if experts == "caracal":
             self.experts = caracal.MoE(args.hidden, args.intermediate, args.experts, args.top_k, args.tokens,
                                        world=world, shared_intermediate=args.intermediate,
-                                       router_scale=args.router_scale, dtype=torch.float32)
+                                       router_scale=args.router_scale, dtype=torch.float32, precision=precision)
         else:
             self.experts = TorchEPExperts(args, world)
 
@@ -124,10 +128,10 @@ class Block(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, args, world, experts):
+    def __init__(self, args, world, experts, precision):
         super().__init__()
         self.register_buffer("embedding", torch.randn(args.vocab, args.hidden, device="cuda"))
-        self.blocks = torch.nn.ModuleList(Block(args, world, experts) for _ in range(args.blocks))
+        self.blocks = torch.nn.ModuleList(Block(args, world, experts, precision) for _ in range(args.blocks))
         self.norm = torch.nn.RMSNorm(args.hidden, device="cuda")
         self.head = torch.nn.Linear(args.hidden, args.vocab, bias=False, device="cuda")
         self.run_blocks = [torch.compile(b) for b in self.blocks] if args.compile else list(self.blocks)
@@ -171,11 +175,12 @@ def all_reduce_replicated(model, world):
             p.grad /= world.size
 
 
-def train(args, world, experts):
+def train(args, world, experts, precision="bf16"):
     """One training run from args.seed: the loss of every step (this rank's, as Python floats),
-    tokens/s over the steps after the first 5, and the peak memory."""
+    tokens/s over the steps after the first 5, and the peak memory. precision: caracal.MoE's
+    (the same parameters and data in either)."""
     torch.manual_seed(args.seed)  # the same replicated parameters on every rank
-    model = Model(args, world, experts)
+    model = Model(args, world, experts, precision)
     torch.manual_seed(args.seed + 7919 * (world.rank + 1))  # each rank's own routed experts
     with torch.no_grad():
         for block in model.blocks:
@@ -284,6 +289,10 @@ def main():
     parser.add_argument("--runs", type=int, default=2, help="identical runs whose losses must match bitwise")
     parser.add_argument("--compare-torch-ep", action="store_true",
                         help="one more run with the NCCL + PyTorch expert layer (torchrun only)")
+    parser.add_argument("--compare-fp8", action="store_true",
+                        help="one more run with caracal.MoE in FP8 (precision='fp8'), its final loss compared")
+    parser.add_argument("--fp8-tolerance", type=float, default=0.01,
+                        help="the FP8 run's final loss (mean of the last 10 steps) within this fraction of bf16's")
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--plot", default="train_moe_loss.png", help="the loss plot's path; empty: none")
     parser.add_argument("--json", help="write the loss curves and figures here")
@@ -307,6 +316,11 @@ def main():
             print("run with the NCCL + PyTorch expert layer", flush=True)
         torch.use_deterministic_algorithms(False)  # its index_select backward has no deterministic kernel
         baseline = train(args, world, "torch_ep")
+    fp8 = None
+    if args.compare_fp8:
+        if lead:
+            print(f"run with caracal.MoE in FP8 (precision='fp8', {world})", flush=True)
+        fp8 = train(args, world, "caracal", "fp8")
 
     first = runs[0]["losses"]
     identical = all(r["losses"] == first for r in runs[1:])
@@ -317,6 +331,12 @@ def main():
     plan = planner_memory(args, world)
     memory = runs[-1]["memory"]
     falls = first[-1] < 0.5 * first[0]
+    fp8_gap = None  # the FP8 run's final loss over bf16's, minus 1 (final: the mean of the last 10 steps)
+    if fp8:
+        def final(losses):
+            return sum(losses[-10:]) / len(losses[-10:])
+        fp8_gap = final(fp8["losses"]) / final(first) - 1
+    fp8_close = fp8_gap is None or abs(fp8_gap) <= args.fp8_tolerance
     if lead:
         print(f"loss: {first[0]:.4f} at step 0 -> {first[-1]:.4f} at step {args.steps - 1} "
               f"(ln vocab = {math.log(args.vocab):.4f}, ln 4 = {math.log(4):.4f})")
@@ -329,22 +349,31 @@ def main():
               f"{memory['engine_local'] / 2**20:,.1f} MiB" +
               (f" (planner, one layer: heap {plan['layer_heap'] / 2**20:,.1f} MiB per rank + "
                f"{plan['layer_local'] / 2**20:,.1f} MiB)" if plan else " (planner: caracal tool not found)"))
+        if fp8:
+            print(f"FP8: loss {fp8['losses'][0]:.4f} -> {fp8['losses'][-1]:.4f}; final (mean of the last 10 steps) "
+                  f"{fp8_gap:+.3%} of bf16's (tolerance {args.fp8_tolerance:.1%}): "
+                  f"{'within' if fp8_close else 'OUTSIDE'}; tokens/s {fp8['tokens_per_s']:,.0f} "
+                  f"({fp8['tokens_per_s'] / runs[-1]['tokens_per_s']:.2f}x bf16)")
         curves = [(f"caracal.MoE run {i + 1}", r["losses"]) for i, r in enumerate(runs)]
         if baseline:
             curves.append(("NCCL + PyTorch experts", baseline["losses"]))
+        if fp8:
+            curves.append(("caracal.MoE FP8", fp8["losses"]))
         if args.plot:
             plot(curves, args.plot, args)
             print(f"plot: {args.plot}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "world": repr(world), "runs": runs, "torch_ep": baseline,
+                           "fp8": fp8, "fp8_final_over_bf16": None if fp8_gap is None else 1 + fp8_gap,
                            "identical": identical, "planner": plan}, f)
     world.close()  # collective for NCCL: the engines' communicators and windows
     if world.backend == "nccl":
         dist.destroy_process_group()
-    if not (identical and falls):
+    if not (identical and falls and fp8_close):
         sys.exit("train_moe.py: FAILED: " + ("loss did not fall by half; " if not falls else "") +
-                 ("runs differ" if not identical else ""))
+                 ("runs differ; " if not identical else "") +
+                 (f"the FP8 run's final loss is {fp8_gap:+.3%} of bf16's" if not fp8_close else ""))
 
 
 if __name__ == "__main__":
