@@ -20,9 +20,10 @@ const __nv_fp8_e4m3* fp8(const DeviceArray<uint8_t>& codes) {
 
 Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
                    const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
-                   const ScheduleView& rows, uint32_t* tile_queue)
-    : c_(c), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()), saved_gate_up_(gate_up),
-      gates_(gates) {
+                   const __nv_bfloat16* d_gate_up, const __nv_bfloat16* scaled_activation, const ScheduleView& rows,
+                   uint32_t* tile_queue)
+    : c_(c), inputs_(sets), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()), saved_gate_up_(gate_up),
+      gates_(gates), bf16_d_gate_up_(d_gate_up), bf16_scaled_activation_(scaled_activation) {
   const int D = c.hidden, I = c.intermediate;
   const size_t capacity = size_t(offsets.back());
   for (size_t s = 0; s < sets.size(); ++s) {
@@ -30,8 +31,14 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
     quantize_rows(sets[s].dy.get(), D, sets_[s].dy);
     quantize_weights(sets[s].w_gate_up.get(), 2 * I, D, sets_[s].w_gate_up);
     quantize_weights(sets[s].w_down.get(), D, I, sets_[s].w_down);
+    quantize_columns(sets[s].x.get(), D, sets_[s].x_columns);
+    quantize_columns(sets[s].dy.get(), D, sets_[s].dy_columns);
   }
   quantize_rows(activation, I, activation_);
+  quantize_columns(d_gate_up, 2 * I, d_gate_up_columns_);
+  quantize_columns(scaled_activation, I, scaled_activation_columns_);
+  d_w_gate_up_.resize(size_t(c.num_experts) * 2 * size_t(I) * size_t(D));
+  d_w_down_.resize(size_t(c.num_experts) * size_t(D) * size_t(I));
   hidden_.resize(capacity * size_t(I));
   gate_up_.resize(capacity * 2 * size_t(I));
   y_.resize(capacity * size_t(D));
@@ -92,6 +99,27 @@ void Fp8Gemms::quantize_rows_into(const __nv_bfloat16* values, int cols, const R
   a.scale_row_stride = 1;  // [K/128][rows]: the GEMMs' layout
   a.scale_block_stride = capacity;
   quant::quantize_rows(a, nullptr);
+}
+
+void Fp8Gemms::quantize_columns(const __nv_bfloat16* values, int cols, Rows& out) const {
+  const int64_t capacity = offsets_.back();
+  out.codes.resize(size_t(capacity) * size_t(cols));
+  out.scales.resize(size_t(capacity / 128) * size_t(cols));
+  quantize_columns_into(values, cols, out);
+}
+
+void Fp8Gemms::quantize_columns_into(const __nv_bfloat16* values, int cols, const Rows& out) const {
+  const int64_t capacity = offsets_.back();
+  quant::QuantizeColumnsArgs a;
+  a.values = values;
+  a.rows = capacity;
+  a.cols = cols;
+  a.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(out.codes.get());
+  a.codes_row_stride = capacity;  // [K][capacity]
+  a.scales = out.scales.get();
+  a.scale_col_stride = 1;  // [capacity/128][K]: gemm::Fp8ColumnOperand's layout
+  a.scale_block_stride = cols;
+  quant::quantize_columns(a, nullptr);
 }
 
 void Fp8Gemms::quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const {
@@ -192,6 +220,31 @@ void Fp8Gemms::dx(int iter) const {
   a.w_gate_up_t = {fp8(s.w_gate_up.codes_t), s.w_gate_up.scales_t.get()};
   a.dx_out = dx_.get();
   gemm::grouped_gate_up_dgrad(a, nullptr);
+}
+
+void Fp8Gemms::quantize_wgrad_operands(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  const InputSet& in = inputs_[set_of(iter)];
+  quantize_columns_into(in.x.get(), c_.hidden, s.x_columns);
+  quantize_columns_into(in.dy.get(), c_.hidden, s.dy_columns);
+  quantize_columns_into(bf16_d_gate_up_, 2 * c_.intermediate, d_gate_up_columns_);
+  quantize_columns_into(bf16_scaled_activation_, c_.intermediate, scaled_activation_columns_);
+}
+
+void Fp8Gemms::wgrad(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  const auto operand = [](const Rows& r) { return gemm::Fp8ColumnOperand{fp8(r.codes), r.scales.get()}; };
+  gemm::Fp8WeightGradArgs a;
+  a.rows = rows_;
+  a.hidden = c_.hidden;
+  a.intermediate = c_.intermediate;
+  a.x = operand(s.x_columns);
+  a.dy = operand(s.dy_columns);
+  a.d_gate_up = operand(d_gate_up_columns_);
+  a.scaled_activation = operand(scaled_activation_columns_);
+  a.d_w_gate_up = d_w_gate_up_.get();
+  a.d_w_down = d_w_down_.get();
+  gemm::grouped_weight_grads(a, nullptr);
 }
 
 double Fp8Gemms::up_difference() const { return difference(cutlass_up_out_, gate_up_, 2 * c_.intermediate); }

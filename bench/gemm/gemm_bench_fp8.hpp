@@ -3,7 +3,8 @@
 // and the activation our bf16 up/gate kernel wrote, quantized by src/quant's kernels (DeepSeek-V3's
 // recipe, bf16 in, e4m3 codes and fp32 block scales out); our FP8 forward GEMMs
 // (caracal/gemm/grouped_gemm_fp8.hpp), our FP8 dgrad and dx (caracal/gemm/grouped_gemm_backward_fp8.hpp,
-// over the gate_up our bf16 up/gate kernel saved; dx on the dgrad's e4m3 d_gate_up) and CUTLASS's
+// over the gate_up our bf16 up/gate kernel saved; dx on the dgrad's e4m3 d_gate_up), our FP8 weight
+// gradients (x, dy and our bf16 dgrad's d_gate_up and g·activation quantized down their columns) and CUTLASS's
 // blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp) on them, CUTLASS's outputs
 // compared with ours. Cases whose D and I are multiples of 128 only.
 #include <cstdint>
@@ -21,10 +22,12 @@ class Fp8Gemms {
   static bool supported(const Case& c) { return c.hidden % 128 == 0 && c.intermediate % 128 == 0; }
 
   // `activation`, `gate_up`: our bf16 up/gate's [capacity][I] and [capacity][2I] outputs (the down
-  // GEMMs' A, quantized once; the dgrad's saved gate_up); `gates`: g per row.
+  // GEMMs' A, quantized once; the dgrad's saved gate_up); `gates`: g per row; `d_gate_up`,
+  // `scaled_activation`: our bf16 dgrad's outputs (the weight gradients' operands).
   Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
            const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
-           const ScheduleView& rows, uint32_t* tile_queue);
+           const __nv_bfloat16* d_gate_up, const __nv_bfloat16* scaled_activation, const ScheduleView& rows,
+           uint32_t* tile_queue);
 
   void up(int iter) const;     // ours, storing gate_up and the activation
   void down(int iter) const;   // ours
@@ -33,6 +36,10 @@ class Fp8Gemms {
   void quantize_activation(int iter) const;
   void dgrad(int iter) const;  // ours, storing d_gate_up in bf16 and e4m3
   void dx(int iter) const;     // ours, on the last dgrad's e4m3 d_gate_up
+  // The weight gradients' four operands quantized down their columns (quant::quantize_columns): what
+  // an FP8 backward adds before its weight gradients.
+  void quantize_wgrad_operands(int iter) const;
+  void wgrad(int iter) const;  // ours, fp32 gradients
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
   void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
 
@@ -55,6 +62,7 @@ class Fp8Gemms {
   };
   struct Set {
     Rows x, dy;
+    Rows x_columns, dy_columns;  // quantized down the columns: codes [K][capacity], scales [capacity/128][K]
     Weights w_gate_up, w_down;
   };
 
@@ -66,11 +74,14 @@ class Fp8Gemms {
   // The same into `out` as sized (no allocation: timed).
   void quantize_rows_into(const __nv_bfloat16* values, int cols, const Rows& out) const;
   void quantize_weights(const __nv_bfloat16* values, int n, int k, Weights& out) const;
+  void quantize_columns(const __nv_bfloat16* values, int cols, Rows& out) const;
+  void quantize_columns_into(const __nv_bfloat16* values, int cols, const Rows& out) const;
   // CUTLASS's per-expert copy of row scales (cutlass_fp8_grouped_gemm.hpp: [K/128][rows of the expert]).
   void cutlass_row_scales(const Rows& rows, int k, DeviceArray<float>& out, std::vector<int64_t>& offsets) const;
   double difference(const Bf16Array& theirs, const Bf16Array& ours, int cols) const;
 
   const Case& c_;
+  const std::vector<InputSet>& inputs_;  // bf16 x and dy of each set (the caller's)
   std::vector<int32_t> offsets_;
   ScheduleView rows_;
   uint32_t* tile_queue_;
@@ -78,6 +89,10 @@ class Fp8Gemms {
   Rows activation_, d_gate_up_fp8_;
   const __nv_bfloat16* saved_gate_up_;
   const float* gates_;
+  const __nv_bfloat16* bf16_d_gate_up_;
+  const __nv_bfloat16* bf16_scaled_activation_;
+  Rows d_gate_up_columns_, scaled_activation_columns_;
+  DeviceArray<float> d_w_gate_up_, d_w_down_;
   Bf16Array hidden_, gate_up_, y_, d_gate_up_, scaled_activation_, dx_, cutlass_up_out_, cutlass_down_out_;
   DeviceArray<float> dg_, workspace_;
   std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's

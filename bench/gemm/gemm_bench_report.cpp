@@ -78,6 +78,8 @@ constexpr RowOf kRows[] = {
     {"FP8 dgrad+swiglu bwd", "fp8_dgrad_swiglu", "cublas_dgrad", "fp8_dgrad_swiglu"},
     {"FP8 dx", "fp8_dx", "cublas_dx", "fp8_dgrad_swiglu"},
     {"wgrad (fp32)", "wgrad", "cublas_wgrad"},
+    {"FP8 wgrad (fp32)", "fp8_wgrad", "cublas_wgrad", "fp8_dgrad_swiglu"},
+    {"FP8 wgrad operands quantize", "fp8_quantize_wgrad_operands", "", "fp8_dgrad_swiglu"},
     {"wgrad (bf16)", "wgrad_bf16", "cublas_wgrad"},
     {"backward", "backward", "cublas_backward"},
 };
@@ -101,9 +103,11 @@ void print_cutlass_line(const CaseResult& r) {
 // (plain product).
 void print_fp8_line(const CaseResult& r) {
   const auto tflops = [&](const char* kernel) { return r.timings.at(kernel).tflops; };
-  std::printf("%-31s FP8 over our bf16: up %.3f, down %.3f, dgrad %.3f, dx %.3f; over CUTLASS FP8: up %.3f, down %.3f\n",
+  std::printf("%-31s FP8 over our bf16: up %.3f, down %.3f, dgrad %.3f, dx %.3f, wgrad %.3f; over CUTLASS FP8: up %.3f, "
+              "down %.3f\n",
               "", tflops("fp8_up_gate_swiglu") / tflops("up_gate_swiglu"), tflops("fp8_down") / tflops("down"),
               tflops("fp8_dgrad_swiglu") / tflops("dgrad_swiglu"), tflops("fp8_dx") / tflops("dx"),
+              tflops("fp8_wgrad") / tflops("wgrad"),
               tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"));
   std::printf("%-31s FP8 outputs' digest %016llx\n", "", static_cast<unsigned long long>(r.fp8_output_digest));
 }

@@ -333,6 +333,8 @@ void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_
           f.forward * pad);
   time_it("fp8_dgrad_swiglu", [&](int i) { g.dgrad(i); }, f.dgrad, f.dgrad * pad);
   time_it("fp8_dx", [&](int i) { g.dx(i); }, f.dx, f.dx * pad);
+  time_it("fp8_wgrad", [&](int i) { g.wgrad(i); }, f.wgrad, f.wgrad * pad);
+  time_it("fp8_quantize_wgrad_operands", [&](int i) { g.quantize_wgrad_operands(i); }, 0.0, 0.0);
   time_it("cutlass_fp8_up", [&](int i) { g.cutlass_up(i); }, f.up, f.up);
   time_it("cutlass_fp8_down", [&](int i) { g.cutlass_down(i); }, f.down, f.down);
 }
@@ -389,11 +391,13 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   if (with_fp8 && c.rows() > 0 && Fp8Gemms::supported(c)) {
     // k.hidden holds set 0's activation (the first forward): the FP8 down GEMMs' A, quantized;
     // k.gate_up its gate_up, which the FP8 dgrad reads as the bf16 one does.
-    fp8.emplace(c, offsets, in, k.hidden.get(), k.gate_up.get(), k.gates.get(), k.rows, k.tile_queue.get());
+    fp8.emplace(c, offsets, in, k.hidden.get(), k.gate_up.get(), k.gates.get(), k.d_gate_up.get(),
+                k.scaled_activation.get(), k.rows, k.tile_queue.get());
     fp8->up(0);
     fp8->down(0);
     fp8->dgrad(0);
     fp8->dx(0);
+    fp8->wgrad(0);
     fp8->cutlass_up(0);
     fp8->cutlass_down(0);
     BENCH_CUDA(cudaDeviceSynchronize());

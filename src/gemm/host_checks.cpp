@@ -93,10 +93,10 @@ void check_tile_count(const ScheduleView& rows, int64_t n, const char* fn, int64
                 ": rows.row_capacity x N is too large (", tiles, " tiles, must be < 2^31)");
 }
 
-// Weight-gradient tiles (num_experts x ceil(M / 128) x ceil(N / 256)) too.
-void check_weight_tile_count(int num_experts, int64_t m, int64_t n, const char* fn) {
+// Weight-gradient tiles (num_experts x ceil(M / 128) x ceil(N / block_n)) too.
+void check_weight_tile_count(int num_experts, int64_t m, int64_t n, const char* fn, int64_t block_n = kBlockN) {
   int64_t const tiles = int64_t(num_experts) * ((m + kBlockM - 1) / kBlockM) *
-                        ((n + kBlockN - 1) / kBlockN);
+                        ((n + block_n - 1) / block_n);
   CARACAL_CHECK(tiles < int64_t(std::numeric_limits<int32_t>::max()), fn,
                 ": num_experts x M x N is too large (", tiles, " tiles of ", m, " x ", n,
                 ", must be < 2^31)");
@@ -183,6 +183,28 @@ void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
   check_num_ctas(a.num_ctas, fn);
   check_tile_queue(a.tile_queue, a.num_ctas, fn);
   check_tile_count(a.rows, a.hidden, fn, kFp8BlockN);
+}
+
+void check_weight_grads_args(const Fp8WeightGradArgs& a) {
+  const char* fn = "grouped_weight_grads (fp8)";
+  check_rows(a.rows, fn);
+  CARACAL_CHECK(a.rows.first_row == 0 && a.rows.end_row == 0, fn,
+                ": FP8 weight gradients run over the whole schedule: rows.first_row and rows.end_row must be 0, "
+                "got ", a.rows.first_row, " and ", a.rows.end_row);
+  check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
+  check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
+  bool const no_rows = a.rows.row_capacity == 0;
+  const std::pair<const Fp8ColumnOperand*, const char*> operands[] = {
+      {&a.x, "x"}, {&a.dy, "dy"}, {&a.d_gate_up, "d_gate_up"}, {&a.scaled_activation, "scaled_activation"}};
+  for (const auto& [operand, name] : operands) {
+    check_pointer(operand->codes_t, no_rows, fn, (std::string(name) + ".codes_t").c_str());
+    check_pointer(operand->scales, no_rows, fn, (std::string(name) + ".scales").c_str());
+  }
+  check_pointer(a.d_w_gate_up, false, fn, "d_w_gate_up");
+  check_pointer(a.d_w_down, false, fn, "d_w_down");
+  check_num_ctas(a.num_ctas, fn);
+  check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn, kFp8BlockN);
+  check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn, kFp8BlockN);
 }
 
 void check_up_gate_swiglu_args(const UpGateSwigluArgs& a) {

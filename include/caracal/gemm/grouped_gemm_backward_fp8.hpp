@@ -67,11 +67,39 @@ struct Fp8GateUpDgradArgs {
   uint32_t* tile_queue = nullptr;
 };
 
+// Rows [buffer rows][K] quantized down their columns (quant::quantize_columns with codes_row_stride
+// = buffer rows, scale_col_stride 1, scale_block_stride K): the codes transposed, value (r, c) at
+// codes_t[c * buffer rows + r], and one scale per column and 128-row block, scales[(r / 128) * K + c].
+// A 128-row block never straddles two experts (every expert's segment starts at a multiple of 128).
+struct Fp8ColumnOperand {
+  const __nv_fp8_e4m3* codes_t = nullptr;  // [K][buffer rows]
+  const float* scales = nullptr;           // [buffer rows / 128][K]
+};
+
+// grouped_weight_grads in FP8 (B4): dW_gate_up[e] = d_gate_up^T x and dW_down[e] = dy^T (g hidden)
+// over e's rows, each operand quantized down its columns, promoted every 128 rows with both
+// operands' scales, fp32 gradients (experts without rows get zeros). Over the whole schedule only
+// (rows.first_row and rows.end_row 0). The result equals the fp64 sum of the dequantized operands'
+// products to within fp32 accumulation.
+struct Fp8WeightGradArgs {
+  ScheduleView rows;
+  int hidden = 0;        // D
+  int intermediate = 0;  // I
+  Fp8ColumnOperand x;                  // K = D
+  Fp8ColumnOperand dy;                 // K = D, not scaled by g
+  Fp8ColumnOperand d_gate_up;          // K = 2I interleaved
+  Fp8ColumnOperand scaled_activation;  // K = I
+  float* d_w_gate_up = nullptr;        // [L][2I][D], rows interleaved (gate_up_row)
+  float* d_w_down = nullptr;           // [L][D][I]
+  int num_ctas = 0;                    // persistent CTAs; 0 = one per SM
+};
+
 // Argument rules: as the bf16 kernels', with D and I positive multiples of 128 and every codes and
 // scales pointer non-null and 16-byte aligned (those of rows may be null with row_capacity 0).
 // Each throws caracal::Error naming the argument before any CUDA call, then enqueues its kernels on
 // `stream` without synchronising. Hopper (sm_90a) only.
 void grouped_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream);
 void grouped_gate_up_dgrad(const Fp8GateUpDgradArgs& args, cudaStream_t stream);
+void grouped_weight_grads(const Fp8WeightGradArgs& args, cudaStream_t stream);
 
 }  // namespace caracal::gemm

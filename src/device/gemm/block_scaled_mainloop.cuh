@@ -26,6 +26,15 @@ __device__ inline float load_shared_float(float const* p) {
   return v;
 }
 
+// Two consecutive floats of shared memory (8-byte aligned) by one ld.shared.v2.
+__device__ inline float2 load_shared_float2(float const* p) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+  return v;
+}
+
 // A scaled operand's scale of MN index `mn` (a row of A, a column of B) in its stage's ScaleTile.
 template <class Tile>
 __device__ float scale_at(float const* scales, int mn) {
@@ -41,16 +50,22 @@ __device__ float scale_at(float const* scales, int mn) {
 // Per k step, as CUTLASS's blockwise collective: load_scales (before the wgmmas) reads the thread's
 // scales from the stage into registers, prepare (while they run) multiplies them into one factor
 // per (row, 128-column block), and after the wgmmas retire the stage is released before promote's
-// FFMAs, which read registers only.
+// FFMAs, which read registers only. B scaled per row block (the weight gradients: one scale per
+// column of the tile) has a scale for each of the thread's N / 4 columns; its factors are formed in
+// promote, one FMUL each, since keeping N / 2 of them would not fit the registers beside the
+// accumulators.
 template <class Policy, class Accum>
 struct BlockScaledAccumulation {
   using PartialSums = decltype(cute::make_fragment_like(std::declval<Accum&>()));
   using A = typename Policy::A;
   using B = typename Policy::B;
-  // B's scales are one per 128-column block: a thread's factors are few (its two rows times the
-  // tile's column blocks). Per-column scales of B would need one register per column.
-  static_assert(B::kScale == ScaleKind::kPerBlock, "B scaled per 128 x 128 block");
+  static_assert(A::kScale == ScaleKind::kPerRowBlock, "A scaled per 1 x 128 block");
+  static constexpr bool kScaledColumns = B::kScale == ScaleKind::kPerRowBlock;
+  // B per 128 x 128 block: one scale per 128-column block of the tile.
   static constexpr int kColumnBlocks = B::kRows / kScaleBlock;
+  // Scales a thread keeps per k step for its columns: per column (value i's at (i / 4) * 2 + i % 2),
+  // or per column block.
+  static constexpr int kColumnScales = kScaledColumns ? B::kRows / 4 : kColumnBlocks;
   static constexpr bool kPromotes = true;
 
   Accum& accum;
@@ -60,8 +75,8 @@ struct BlockScaledAccumulation {
   int row;     // the thread's first accumulator row in the tile (its second: row + 8)
   int column;  // its first accumulator column (gemm_config.cuh's pattern)
   float row_scale[2];
-  float column_scale[kColumnBlocks];
-  float factor[2][kColumnBlocks];
+  float column_scale[kColumnScales];
+  float factor[2][kScaledColumns ? 1 : kColumnBlocks];
 
   __device__ PartialSums& mma_accumulators() { return partial; }
   template <class TiledMma>
@@ -75,15 +90,27 @@ struct BlockScaledAccumulation {
     float const* const sb = scales_b + stage * ScaleTile<B>::kSlot;
     row_scale[0] = scale_at<A>(sa, row);
     row_scale[1] = scale_at<A>(sa, row + 8);
-    CUTE_UNROLL
-    for (int b = 0; b < kColumnBlocks; ++b) column_scale[b] = scale_at<B>(sb, b * kScaleBlock);
+    if constexpr (kScaledColumns) {
+      // Columns column + 8t and + 8t + 1: one 8-byte load each t (column is even).
+      CUTE_UNROLL
+      for (int t = 0; t < B::kRows / 8; ++t) {
+        float2 const pair = load_shared_float2(sb + column + 8 * t);
+        column_scale[2 * t] = pair.x;
+        column_scale[2 * t + 1] = pair.y;
+      }
+    } else {
+      CUTE_UNROLL
+      for (int b = 0; b < kColumnBlocks; ++b) column_scale[b] = scale_at<B>(sb, b * kScaleBlock);
+    }
   }
   // While the wgmmas run; every lane's scale loads have returned once it has passed this.
   __device__ void prepare() {
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r) {
+    if constexpr (!kScaledColumns) {
       CUTE_UNROLL
-      for (int b = 0; b < kColumnBlocks; ++b) factor[r][b] = row_scale[r] * column_scale[b];
+      for (int r = 0; r < 2; ++r) {
+        CUTE_UNROLL
+        for (int b = 0; b < kColumnBlocks; ++b) factor[r][b] = row_scale[r] * column_scale[b];
+      }
     }
   }
   // Value i = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`: column block
@@ -92,7 +119,11 @@ struct BlockScaledAccumulation {
   __device__ void promote(TiledMma& tiled_mma) {
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(accum)); ++i) {
-      accum(i) += partial(i) * factor[(i / 2) % 2][8 * (i / 4) / kScaleBlock];
+      if constexpr (kScaledColumns) {
+        accum(i) += partial(i) * (row_scale[(i / 2) % 2] * column_scale[(i / 4) * 2 + i % 2]);
+      } else {
+        accum(i) += partial(i) * factor[(i / 2) % 2][8 * (i / 4) / kScaleBlock];
+      }
     }
     tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
   }

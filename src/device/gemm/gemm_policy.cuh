@@ -77,4 +77,10 @@ using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind:
 using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
                                             ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
 
+// The weight gradients in that recipe: both operands are rows quantized down their columns (1 x 128
+// blocks along the tokens, this GEMM's K), so both are scaled per row block; the promotion scales
+// each accumulator by its row's and its column's scale (block_scaled_mainloop.cuh).
+using Fp8WeightGradPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
+                                       ScaleKind::kPerRowBlock, float, kBlockM, 128, 128, 5>;
+
 }  // namespace caracal::gemm

@@ -1,6 +1,7 @@
 #pragma once
-// The weight-gradient epilogues: a warpgroup's 64 x 256 fp32 slice of dW[e] stored as fp32
-// (WeightGradEpilogue) or rounded to bf16 (WeightGradBf16Epilogue).
+// The weight-gradient epilogues: a warpgroup's 64 x N fp32 slice of dW[e] (N the policy's tile:
+// 256 for bf16 operands, 128 for FP8) stored as fp32 (WeightGradEpilogue) or rounded to bf16
+// (WeightGradBf16Epilogue).
 //
 // fp32 by default because a weight gradient is a long sum over tokens that the optimizer (or a
 // gradient accumulation over micro-batches) consumes in fp32; rounding it to bf16 here would lose
@@ -71,7 +72,7 @@ struct WeightGradTmaEpilogue {
     int const r = slice_row + 16 * (thread / 32) + lane / 4;
     const float* src = p.partial_in + tile.expert * p.partial_in_expert_floats + tile.n_begin + 2 * (lane % 4);
     CUTE_UNROLL
-    for (int t = 0; t < kBlockN / 8; ++t) {
+    for (int t = 0; t < kTileNOf<Accum> / 8; ++t) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
         int const row = p.partial_in_halves != 0 ? h * p.partial_in_halves + 8 * (r / 16) + r % 8 : r + 8 * h;
@@ -118,7 +119,7 @@ struct WeightGradTmaEpilogue {
                                      Accum const& acc, bool active, ChunkStoreRing& ring) {
     constexpr int kCols = kChunkBf16 ? kChunkCols : kChunkCols / 2;  // columns of an 8 KiB chunk
     CUTE_UNROLL
-    for (int c = 0; c < kBlockN / kCols; ++c) {
+    for (int c = 0; c < kTileNOf<Accum> / kCols; ++c) {
       if (tile.n_begin + c * kCols >= p.grad_cols) break;  // a multiple of 64
       ChunkWords words{};  // an inactive slice (an expert without rows) stores zeros
       if (active) {
