@@ -200,8 +200,8 @@ void check_weight_grads_args(const Fp8WeightGradArgs& a) {
     check_pointer(operand->codes_t, no_rows, fn, (std::string(name) + ".codes_t").c_str());
     check_pointer(operand->scales, no_rows, fn, (std::string(name) + ".scales").c_str());
   }
-  check_pointer(a.d_w_gate_up, false, fn, "d_w_gate_up");
-  check_pointer(a.d_w_down, false, fn, "d_w_down");
+  check_one_output(a.d_w_gate_up, a.d_w_gate_up_bf16, fn, "d_w_gate_up");
+  check_one_output(a.d_w_down, a.d_w_down_bf16, fn, "d_w_down");
   check_num_ctas(a.num_ctas, fn);
   check_weight_tile_count(a.rows.num_experts, 2 * int64_t(a.intermediate), a.hidden, fn, kFp8BlockN);
   check_weight_tile_count(a.rows.num_experts, a.hidden, a.intermediate, fn, kFp8BlockN);

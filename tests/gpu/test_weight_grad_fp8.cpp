@@ -6,7 +6,8 @@
 //        fp64 sums of the dequantized operands' products per expert. Outputs poisoned first; experts
 //        of 0, 1, 127-129 rows, tiny and odd counts, every row on one expert, several K blocks and N
 //        tiles; an expert without rows gets exact zeros, a schedule without rows zeros everywhere;
-//        bitwise determinism across runs, grid sizes and counts; a deliberate error caught.
+//        bf16 gradients the fp32 ones rounded once, bit for bit; bitwise determinism across runs,
+//        grid sizes and counts; a deliberate error caught.
 //   Host: argument validation (no GPU needed).
 #include <cmath>
 #include <cstdint>
@@ -68,6 +69,7 @@ struct Problem : ExpertInputs {
   DeviceQuantized d_x_q, d_dy_q, d_d_gate_up_q, d_activation_q;
   std::vector<double> ref_gate_up, ref_down;  // [L][2I][D] interleaved, [L][D][I]
   DeviceBuffer<float> d_w_gate_up, d_w_down;
+  DeviceBuffer<uint16_t> d_w_gate_up_bf16, d_w_down_bf16;
 
   static Fp8ColumnOperand operand(const DeviceQuantized& q) { return {q.fp8(), q.scales.get()}; }
 };
@@ -108,15 +110,19 @@ void make_problem(Problem& p, const Case& c) {
   ASSERT_NO_FATAL_FAILURE(p.d_activation_q.upload(p.activation_q.codes_t, p.activation_q.scales));
   ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_w_down.allocate(L * D * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_bf16.allocate(L * 2 * I * D));
+  ASSERT_NO_FATAL_FAILURE(p.d_w_down_bf16.allocate(L * D * I));
 }
 
 struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
+  bool bf16 = false;  // bf16 gradients (d_w_*_bf16) instead of fp32
 };
 
 struct Outputs {
-  std::vector<float> gate_up, down;
+  std::vector<float> gate_up, down;        // fp32 gradients
+  std::vector<uint16_t> gate_up_bf16, down_bf16;  // bf16 ones (RunOptions::bf16)
 };
 
 Fp8WeightGradArgs weight_grad_args(const Problem& p, const RunOptions& o) {
@@ -125,19 +131,34 @@ Fp8WeightGradArgs weight_grad_args(const Problem& p, const RunOptions& o) {
   a.dy = Problem::operand(p.d_dy_q);
   a.d_gate_up = Problem::operand(p.d_d_gate_up_q);
   a.scaled_activation = Problem::operand(p.d_activation_q);
-  a.d_w_gate_up = p.d_w_gate_up.get();
-  a.d_w_down = p.d_w_down.get();
+  if (o.bf16) {
+    a.d_w_gate_up_bf16 = as_bf16(p.d_w_gate_up_bf16.get());
+    a.d_w_down_bf16 = as_bf16(p.d_w_down_bf16.get());
+  } else {
+    a.d_w_gate_up = p.d_w_gate_up.get();
+    a.d_w_down = p.d_w_down.get();
+  }
   return a;
 }
 
-// Poisons both gradients, runs, downloads them.
+// Poisons both gradients of the asked dtype, runs, downloads them.
 void run_weight_grads(Problem& p, const RunOptions& o, Outputs& out) {
-  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.poison());
-  ASSERT_NO_FATAL_FAILURE(p.d_w_down.poison());
+  if (o.bf16) {
+    ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_bf16.poison());
+    ASSERT_NO_FATAL_FAILURE(p.d_w_down_bf16.poison());
+  } else {
+    ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.poison());
+    ASSERT_NO_FATAL_FAILURE(p.d_w_down.poison());
+  }
   ASSERT_NO_THROW(caracal::gemm::grouped_weight_grads(weight_grad_args(p, o), nullptr));
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
-  ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.download(out.gate_up));
-  ASSERT_NO_FATAL_FAILURE(p.d_w_down.download(out.down));
+  if (o.bf16) {
+    ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_bf16.download(out.gate_up_bf16));
+    ASSERT_NO_FATAL_FAILURE(p.d_w_down_bf16.download(out.down_bf16));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.download(out.gate_up));
+    ASSERT_NO_FATAL_FAILURE(p.d_w_down.download(out.down));
+  }
 }
 
 // What is out of bounds in one gradient (`m` x `n` per expert): an expert with rows past `bound`
@@ -244,6 +265,26 @@ TEST(Fp8WeightGradChecks, CatchDeliberateErrors) {
   EXPECT_NE(all_failures(p, nonzero, false), std::vector<std::string>{}) << "a row-less expert's nonzero passed";
 }
 
+// bf16 gradients are the fp32 sums rounded once to nearest even, bit for bit (zeros for experts
+// without rows, as in fp32).
+TEST(Fp8WeightGradBf16, TheFp32SumsRoundedOnce) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, kChecksCase));
+  Outputs f32, bf16;
+  ASSERT_NO_FATAL_FAILURE(run_weight_grads(p, RunOptions{}, f32));
+  RunOptions o;
+  o.bf16 = true;
+  ASSERT_NO_FATAL_FAILURE(run_weight_grads(p, o, bf16));
+  const auto rounded = [](const std::vector<float>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = caracal::bf16_bits(v[i]);
+    return bits;
+  };
+  EXPECT_TRUE(same_bits(rounded(f32.gate_up), bf16.gate_up_bf16)) << "dW_gate_up in bf16 is not the fp32 one rounded";
+  EXPECT_TRUE(same_bits(rounded(f32.down), bf16.down_bf16)) << "dW_down in bf16 is not the fp32 one rounded";
+}
+
 // Each gradient tile has one owner and a fixed K order: nothing may depend on the run, the grid
 // size or the counts.
 TEST(Fp8WeightGradDeterminism, BitwiseAcrossRunsGridSizesAndCounts) {
@@ -320,7 +361,8 @@ TEST(Fp8WeightGradArgs, RejectBadArguments) {
   expect_error(with([](auto& a) { a.d_gate_up.scales = nullptr; }), {"d_gate_up.scales", "null"});
   expect_error(with([](auto& a) { a.scaled_activation.codes_t = fake_ptr<const __nv_fp8_e4m3>(8); }),
                {"scaled_activation.codes_t", "16-byte"});
-  expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"d_w_gate_up", "null"});
+  expect_error(with([](auto& a) { a.d_w_gate_up = nullptr; }), {"exactly one of d_w_gate_up", "null for both"});
+  expect_error(with([](auto& a) { a.d_w_down_bf16 = fake_ptr(1 << 21); }), {"exactly one of d_w_down", "both"});
   expect_error(with([](auto& a) { a.d_w_down = fake_ptr<float>(4); }), {"d_w_down", "16-byte"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
 }

@@ -76,11 +76,11 @@ struct Fp8ColumnOperand {
   const float* scales = nullptr;           // [buffer rows / 128][K]
 };
 
-// grouped_weight_grads in FP8 (B4): dW_gate_up[e] = d_gate_up^T x and dW_down[e] = dy^T (g hidden)
+// grouped_weight_grads in FP8 (B5): dW_gate_up[e] = d_gate_up^T x and dW_down[e] = dy^T (g hidden)
 // over e's rows, each operand quantized down its columns, promoted every 128 rows with both
-// operands' scales, fp32 gradients (experts without rows get zeros). Over the whole schedule only
-// (rows.first_row and rows.end_row 0). The result equals the fp64 sum of the dequantized operands'
-// products to within fp32 accumulation.
+// operands' scales, the fp32 sums stored in fp32 or rounded once to bf16 (experts without rows get
+// zeros). Over the whole schedule only (rows.first_row and rows.end_row 0). The fp32 sums equal the
+// fp64 sums of the dequantized operands' products to within fp32 accumulation.
 struct Fp8WeightGradArgs {
   ScheduleView rows;
   int hidden = 0;        // D
@@ -89,9 +89,12 @@ struct Fp8WeightGradArgs {
   Fp8ColumnOperand dy;                 // K = D, not scaled by g
   Fp8ColumnOperand d_gate_up;          // K = 2I interleaved
   Fp8ColumnOperand scaled_activation;  // K = I
-  float* d_w_gate_up = nullptr;        // [L][2I][D], rows interleaved (gate_up_row)
-  float* d_w_down = nullptr;           // [L][D][I]
-  int num_ctas = 0;                    // persistent CTAs; 0 = one per SM
+  // Outputs in fp32 or in bf16: exactly one pointer of each pair (as WeightGradArgs').
+  float* d_w_gate_up = nullptr;               // [L][2I][D], rows interleaved (gate_up_row)
+  float* d_w_down = nullptr;                  // [L][D][I]
+  __nv_bfloat16* d_w_gate_up_bf16 = nullptr;  // [L][2I][D]
+  __nv_bfloat16* d_w_down_bf16 = nullptr;     // [L][D][I]
+  int num_ctas = 0;                           // persistent CTAs; 0 = one per SM
 };
 
 // Argument rules: as the bf16 kernels', with D and I positive multiples of 128 and every codes and
