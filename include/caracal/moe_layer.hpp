@@ -153,6 +153,11 @@ struct MoELayerOptions {
   // buffers of one expert's gradients (3·D·I floats each: 336 MiB for DeepSeek-V3). A layer built
   // with false leaves them out, and its backward refuses bf16 routed weight gradients.
   bool bf16_weight_gradients = true;
+  // FP8 layers (LayerConfig::precision kFP8): the routed experts' weight gradients by FP8 GEMMs on
+  // x, dy, d_gate_up and g·activation quantized down their columns (1 x 128 blocks along the tokens,
+  // DeepSeek-V3's recipe; in the memory of the e4m3 rows the backward is done with), or, false, by
+  // the bf16 GEMMs on the bf16 rows (more exact, slower). bf16 layers ignore it.
+  bool fp8_weight_gradients = true;
 };
 
 // Bytes one layer takes: `heap` per rank of the world's symmetric heap (size the World with it),

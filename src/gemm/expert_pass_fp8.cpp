@@ -32,6 +32,21 @@ void quantize_pass_rows(const Fp8ExpertPass& pass, const __nv_bfloat16* values, 
   quant::quantize_rows(q, stream);
 }
 
+// `values` ([buffer rows][cols] bf16) quantized down their columns into `out` (exact scales).
+void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* values, int cols,
+                           const Fp8ColumnOutput& out, cudaStream_t stream) {
+  quant::QuantizeColumnsArgs q;
+  q.values = values;
+  q.rows = pass.rows.buffer_rows();
+  q.cols = cols;
+  q.codes_t = out.codes_t;
+  q.codes_row_stride = q.rows;
+  q.scales = out.scales;
+  q.scale_col_stride = 1;
+  q.scale_block_stride = cols;
+  quant::quantize_columns(q, stream);
+}
+
 }  // namespace
 
 Fp8ExpertWeightSizes fp8_expert_weight_sizes(int experts, int hidden, int intermediate) {
@@ -174,24 +189,51 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   dgrad.workspace = pass.workspace;
   grouped_down_dgrad_swiglu(dgrad, stream);
 
-  // The weight gradients on the bf16 rows, before dx may overwrite x.
-  ExpertPass bf16_rows;
-  bf16_rows.rows = pass.rows;
-  bf16_rows.hidden = pass.hidden;
-  bf16_rows.intermediate = pass.intermediate;
-  bf16_rows.num_ctas = pass.num_ctas;
-  bf16_rows.tile_queue = pass.tile_queue;
-  bf16_rows.x = pass.x;
-  bf16_rows.dy = pass.dy;
-  bf16_rows.d_gate_up = pass.d_gate_up;
-  bf16_rows.activation = pass.activation;
-  expert_weight_grads(bf16_rows, grads, stream);
-
   auto dx = fp8_gemm_args<Fp8GateUpDgradArgs>(pass);
   dx.d_gate_up = operand(pass.d_gate_up_fp8);
   dx.w_gate_up_t = weights.w_gate_up_t;
   dx.dx_out = pass.dx;
+  if (!pass.fp8_weight_grads()) {
+    // The weight gradients on the bf16 rows, before dx may overwrite x.
+    ExpertPass bf16_rows;
+    bf16_rows.rows = pass.rows;
+    bf16_rows.hidden = pass.hidden;
+    bf16_rows.intermediate = pass.intermediate;
+    bf16_rows.num_ctas = pass.num_ctas;
+    bf16_rows.tile_queue = pass.tile_queue;
+    bf16_rows.x = pass.x;
+    bf16_rows.dy = pass.dy;
+    bf16_rows.d_gate_up = pass.d_gate_up;
+    bf16_rows.activation = pass.activation;
+    expert_weight_grads(bf16_rows, grads, stream);
+    grouped_gate_up_dgrad(dx, stream);
+    return;
+  }
+  CARACAL_CHECK(grads.partial_in == nullptr && grads.partial_out == nullptr,
+                "expert_backward (fp8): FP8 weight gradients run over the whole schedule: grads.partial_in and "
+                "grads.partial_out must be null");
+  // x, dy and g·activation down their columns before dx may overwrite x; d_gate_up's after dx, which
+  // reads the e4m3 rows its columns may take the place of.
+  quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);
+  quantize_pass_columns(pass, pass.dy, pass.hidden, pass.dy_columns, stream);
+  quantize_pass_columns(pass, pass.activation, pass.intermediate, pass.activation_columns, stream);
   grouped_gate_up_dgrad(dx, stream);
+  quantize_pass_columns(pass, pass.d_gate_up, 2 * pass.intermediate, pass.d_gate_up_columns, stream);
+  Fp8WeightGradArgs w;
+  w.rows = pass.rows;
+  w.hidden = pass.hidden;
+  w.intermediate = pass.intermediate;
+  w.num_ctas = pass.num_ctas;
+  const auto columns = [](const Fp8ColumnOutput& c) { return Fp8ColumnOperand{c.codes_t, c.scales}; };
+  w.x = columns(pass.x_columns);
+  w.dy = columns(pass.dy_columns);
+  w.d_gate_up = columns(pass.d_gate_up_columns);
+  w.scaled_activation = columns(pass.activation_columns);
+  w.d_w_gate_up = grads.w_gate_up;
+  w.d_w_down = grads.w_down;
+  w.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
+  w.d_w_down_bf16 = grads.w_down_bf16;
+  grouped_weight_grads(w, stream);
 }
 
 }  // namespace caracal::gemm

@@ -63,7 +63,8 @@ bool sums_dx_per_token_rank(const LayerConfig& config, const MoELayerOptions& op
 }
 
 LayerSizes layer_sizes(const LayerConfig& config, const MoELayerOptions& options, int multiprocessors) {
-  const LayerSizes v1 = layer_sizes(config);  // validates config before a ring is sized from it
+  LayerSizes v1 = layer_sizes(config);  // validates config before a ring is sized from it
+  v1.fp8_weight_grads = v1.fp8 && options.fp8_weight_gradients;
   if (!runs_fused(config, options)) return v1;
   CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % kTileM == 0,
                 "MoELayer: options.ring_rows must be 0 (default) or a positive multiple of ", kTileM, ", got ",
@@ -87,9 +88,10 @@ std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const 
                                                const LayerExperiments& experiments, int multiprocessors) {
   // Every field of MoELayerOptions and LayerExperiments is either below or named here as
   // rank-local: gemm_ctas, exchange_sms, fused_comm_ctas (launch shapes), local_allocator,
-  // bf16_weight_gradients (local buffers only), pull_all_rows (how a rank copies rows of its own
-  // tokens). A new field must be sorted into one or the other before this compiles.
-  static_assert(field_count<MoELayerOptions>() == 7, "a new MoELayerOptions field: does it change the heap "
+  // bf16_weight_gradients (local buffers only), fp8_weight_gradients (how a rank computes its own
+  // experts' weight gradients), pull_all_rows (how a rank copies rows of its own tokens). A new field
+  // must be sorted into one or the other before this compiles.
+  static_assert(field_count<MoELayerOptions>() == 8, "a new MoELayerOptions field: does it change the heap "
                                                      "or what crosses between ranks? (values_ranks_agree_on)");
   static_assert(field_count<LayerExperiments>() == 3, "a new LayerExperiments field: does it change the heap "
                                                       "or what crosses between ranks? (values_ranks_agree_on)");

@@ -26,6 +26,9 @@ struct LayerSizes {
   RowFormat rows;
   // The routed experts run DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass, on v1's launches).
   bool fp8 = false;
+  // FP8 layers: the weight gradients by the FP8 GEMMs on rows quantized down their columns
+  // (MoELayerOptions::fp8_weight_gradients), else by the bf16 GEMMs on the bf16 rows.
+  bool fp8_weight_grads = false;
   // Rows of the routed grouped GEMMs: the exchange's row capacity W*T*k + L*127 rounded down to
   // a multiple of 128. Every schedule fits: its padded segments total at most the capacity and
   // are a multiple of 128.

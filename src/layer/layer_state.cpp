@@ -66,6 +66,13 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
     fp8.dg = routed.dg;
     fp8.workspace = routed.workspace;
     fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
+    if (sizes.fp8_weight_grads) {  // each in the e4m3 rows of its K the backward is done with
+      const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
+      fp8.x_columns = columns(local.x_fp8);
+      fp8.dy_columns = columns(local.dy_fp8);
+      fp8.d_gate_up_columns = columns(local.d_gate_up_fp8);
+      fp8.activation_columns = columns(local.activation_fp8);
+    }
     state.weights_fp8 = local.weights_fp8;
   }
   if (!sizes.has_shared) return state;

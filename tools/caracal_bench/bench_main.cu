@@ -354,6 +354,11 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--bf16-weight-grads", a.bf16_weight_grads,
                "Weight gradients in bf16 (as the PyTorch module gives bf16 weights), the layer's and the GEMMs-alone "
                "baseline's (and the fp64-reference check's); default fp32");
+  app.add_option("--fp8-weight-grads", a.fp8_weight_grads,
+                 "With --precision fp8: the FP8 layer's weight gradients by FP8 GEMMs on rows quantized down their "
+                 "columns (fp8), or by the bf16 GEMMs on the bf16 rows (bf16; MoELayerOptions::fp8_weight_gradients)")
+      ->check(CLI::IsMember({"fp8", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--rows-per-route", a.rows_per_route,
                "Experiment: move a row per route both ways, not one per (token, rank): pulls read a token per route, "
                "combine pushes each route's row");

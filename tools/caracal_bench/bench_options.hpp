@@ -34,6 +34,7 @@ struct BenchOptions {
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)
   std::string profile_path = "fused";  // the layer --profile-step runs: "fused" or "v1"
   bool bf16_weight_grads = false;  // the weight gradients in bf16 (the PyTorch module's for bf16 weights)
+  std::string fp8_weight_grads = "fp8";  // MoELayerOptions::fp8_weight_gradients ("fp8") or not ("bf16")
 
   bool nccl() const { return backend == "nccl"; }
   // --precision fp8: the timed layer is the FP8 one (LayerConfig::precision kFP8), the bf16 fused

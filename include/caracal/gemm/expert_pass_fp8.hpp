@@ -2,8 +2,9 @@
 // One group of SwiGLU experts in DeepSeek-V3's FP8 recipe over expert-contiguous rows, forward and
 // backward (issue 47): the bf16 rows quantized per 1 x 128 block, the FP8 GEMMs
 // (caracal/gemm/grouped_gemm_fp8.hpp, grouped_gemm_backward_fp8.hpp) on the experts' e4m3 weights,
-// the bf16 weight-gradient GEMMs (caracal/gemm/expert_pass.hpp's) on the bf16 rows. Rows, padding,
-// determinism and the in-place rules as the bf16 pass's (caracal/gemm/expert_pass.hpp).
+// the weight gradients by the FP8 GEMMs on the rows quantized down their columns, or by the bf16
+// GEMMs (caracal/gemm/expert_pass.hpp's) on the bf16 rows. Rows, padding, determinism and the
+// in-place rules as the bf16 pass's (caracal/gemm/expert_pass.hpp).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -40,6 +41,14 @@ struct Fp8ExpertPass {
   float* dg = nullptr;                  // [rows] backward output <dy, E(x)>
   float* workspace = nullptr;           // fp8_down_dgrad_workspace_floats(rows.row_capacity, I)
   __nv_bfloat16* dx = nullptr;          // [buffer rows][D] backward output; may be x
+  // The weight gradients in FP8: the four operands of B5 quantized down their columns (K = D, D, 2I,
+  // I), written by the backward; all null: the bf16 weight-gradient GEMMs on the bf16 rows instead.
+  // Each may take the memory of the e4m3 rows of its K that the backward is done with when it is
+  // written (equal sizes): x_columns x_fp8's, activation_columns activation_fp8's, dy_columns
+  // dy_fp8's (written after the dgrad), d_gate_up_columns d_gate_up_fp8's (after dx).
+  Fp8ColumnOutput x_columns, dy_columns, d_gate_up_columns, activation_columns;
+
+  bool fp8_weight_grads() const { return x_columns.codes_t != nullptr; }
 };
 
 // The experts' weights in e4m3 with their 128 x 128 block scales, each in both orientations (FP8
@@ -97,10 +106,12 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
 // this); then the activation quantized and out.
 void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
-// dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), the weight gradients from
-// the bf16 rows (B5: x, dy, d_gate_up, g·activation), then dx (B3) from the e4m3 d_gate_up. In place
-// as the bf16 pass may run (d_gate_up over gate_up, dx over x). grads.w_gate_up_layout must be
-// kInterleaved.
+// dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), dx (B3) from the e4m3
+// d_gate_up and the weight gradients (B5: x, dy, d_gate_up, g·activation), in FP8 from their
+// column quantizations (pass.fp8_weight_grads(): x, dy and g·activation quantized before dx,
+// d_gate_up after it; fp32 or bf16 gradients over the whole schedule, no partials) or from the bf16
+// rows (before dx). In place as the bf16 pass may run (d_gate_up over gate_up, dx over x).
+// grads.w_gate_up_layout must be kInterleaved.
 void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
 

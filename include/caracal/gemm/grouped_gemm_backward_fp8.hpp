@@ -76,6 +76,13 @@ struct Fp8ColumnOperand {
   const float* scales = nullptr;           // [buffer rows / 128][K]
 };
 
+// Where rows quantized down their columns are written (quant::quantize_columns), in the layout
+// Fp8ColumnOperand reads.
+struct Fp8ColumnOutput {
+  __nv_fp8_e4m3* codes_t = nullptr;  // [K][buffer rows]
+  float* scales = nullptr;           // [buffer rows / 128][K]
+};
+
 // grouped_weight_grads in FP8 (B5): dW_gate_up[e] = d_gate_up^T x and dW_down[e] = dy^T (g hidden)
 // over e's rows, each operand quantized down its columns, promoted every 128 rows with both
 // operands' scales, the fp32 sums stored in fp32 or rounded once to bf16 (experts without rows get
