@@ -64,8 +64,10 @@ class MoE(nn.Module):
     step in one macrobatch): any routing runs on any ring, a smaller one only adds macrobatches
     (the backward then recomputes their up/gate GEMMs); the engine's memory follows the ring.
     `precision="fp8"` runs the routed experts in DeepSeek-V3's block-scaled e4m3 recipe (rows and
-    gradients per 1x128, weights per 128x128 blocks; the weight gradients from the bf16 rows), on
-    v1's separate launches whatever `fused_forward` says; the shared expert stays bf16. The bf16 or
+    gradients per 1x128, weights per 128x128 blocks; the weight gradients from x, dy and the
+    activations quantized per 1x128 block along the tokens, or with `fp8_weight_gradients=False`
+    from the bf16 rows by bf16 GEMMs, more exact and slower), on v1's separate launches whatever
+    `fused_forward` says; the shared expert stays bf16. The bf16 or
     fp32 weights stay the masters: the module keeps them quantized (1 byte a weight, both
     orientations, not in the state dict) and quantizes them again at the first forward after they
     change (an optimizer step, load_state_dict: their version counter), not at every call. D, I and the
@@ -75,7 +77,8 @@ class MoE(nn.Module):
 
     def __init__(self, hidden, intermediate, num_experts, top_k, tokens_per_rank, *, world=None,
                  shared_intermediate=0, normalize=True, router_scale=1.0, dtype=torch.bfloat16, gemm_ctas=0,
-                 exchange_sms=0, fused_forward=True, ring_rows=0, gate_up_layout="interleaved", precision="bf16"):
+                 exchange_sms=0, fused_forward=True, ring_rows=0, gate_up_layout="interleaved", precision="bf16",
+                 fp8_weight_gradients=True):
         super().__init__()
         load()
         world = world or World.default()
@@ -100,11 +103,14 @@ class MoE(nn.Module):
             raise ValueError("caracal.MoE: precision 'fp8' needs gate_up_layout 'interleaved' (the FP8 GEMMs' order), "
                              f"got {gate_up_layout!r}")
         self.precision = precision
+        self.fp8_weight_gradients = bool(fp8_weight_gradients)
         # bf16 parameters get bf16 weight gradients, which the engine keeps partial sums for; fp32
         # ones do without (MoELayerOptions::bf16_weight_gradients).
         key = EngineKey(hidden, intermediate, num_experts, top_k, shared_intermediate, tokens_per_rank, bool(normalize),
                         float(router_scale), gemm_ctas, exchange_sms, bool(fused_forward), int(ring_rows),
-                        dtype == torch.bfloat16, gate_up_layout, precision)
+                        dtype == torch.bfloat16, gate_up_layout, precision,
+                        # bf16 layers ignore it: one engine whatever it says
+                        self.fp8_weight_gradients or precision != "fp8")
         self._engine = world._engine(key)
         # The traced ops take the engine's handle as a CPU tensor: torch.compile specializes on int
         # attributes, so with an int every engine would compile its own graph.

@@ -14,8 +14,8 @@ _ids_shared = collections.Counter()
 # layers with equal keys on one World share one engine.
 EngineKey = collections.namedtuple(
     "EngineKey", "hidden intermediate num_experts top_k shared_intermediate tokens_per_rank normalize router_scale "
-    "gemm_ctas exchange_sms fused_forward ring_rows bf16_weight_gradients gate_up_layout precision",
-    defaults=("interleaved", "bf16"))
+    "gemm_ctas exchange_sms fused_forward ring_rows bf16_weight_gradients gate_up_layout precision fp8_weight_gradients",
+    defaults=("interleaved", "bf16", True))
 
 # World.default()'s worlds, per device.
 _default_worlds = {}
@@ -172,12 +172,13 @@ class _Engine:
 
     def __init__(self, world, ordinal, unique_id, hidden, intermediate, num_experts, top_k, shared_intermediate,
                  tokens_per_rank, normalize, router_scale, gemm_ctas, exchange_sms, fused_forward, ring_rows,
-                 bf16_weight_gradients, gate_up_layout="interleaved", precision="bf16"):
+                 bf16_weight_gradients, gate_up_layout="interleaved", precision="bf16", fp8_weight_gradients=True):
         self.ordinal = ordinal  # engines made on its world before it
         self.handle = torch.ops.caracal.create_layer(
             hidden, intermediate, num_experts, top_k, shared_intermediate, world.size, tokens_per_rank, normalize,
             router_scale, world.backend, world.rank, unique_id, world.device.index, gemm_ctas, exchange_sms,
-            fused_forward, ring_rows, bf16_weight_gradients, world.timeout, gate_up_layout, precision)
+            fused_forward, ring_rows, bf16_weight_gradients, world.timeout, gate_up_layout, precision,
+            fp8_weight_gradients)
         self.layer = torch.tensor(self.handle, dtype=torch.int64, device="cpu")  # what the traced ops take (on the CPU
         # whatever the default device: a model built under `with torch.device("cuda")` makes engines too)
         self._finalizer = None

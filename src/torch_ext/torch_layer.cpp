@@ -61,6 +61,7 @@ TorchLayer::TorchLayer(const TorchLayerSpec& spec)
   options.fused_forward = spec.fused_forward;
   options.ring_rows = spec.ring_rows;
   options.bf16_weight_gradients = spec.bf16_weight_gradients;
+  options.fp8_weight_gradients = spec.fp8_weight_gradients;
   options.local_allocator = caching_allocator();
   memory = MoELayer::memory(spec.config, options);  // validates the configuration first
   world = make_world(spec, memory.heap, comm);

@@ -33,6 +33,7 @@ struct TorchLayerSpec {
   bool fused_forward = true;  // MoELayerOptions::fused_forward
   int ring_rows = 0;          // MoELayerOptions::ring_rows
   bool bf16_weight_gradients = true;  // MoELayerOptions::bf16_weight_gradients
+  bool fp8_weight_gradients = true;   // MoELayerOptions::fp8_weight_gradients
   double timeout_s = 600.0;  // the world's wait timeout
   gemm::GateUpLayout gate_up_layout = gemm::GateUpLayout::kInterleaved;  // of every w_gate_up it is given
 };

@@ -136,7 +136,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                      double router_scale, const std::string& backend, int64_t rank,
                      const std::optional<Tensor>& unique_id, int64_t device, int64_t gemm_ctas, int64_t exchange_sms,
                      bool fused_forward, int64_t ring_rows, bool bf16_weight_gradients, double timeout_s,
-                     const std::string& gate_up_layout, const std::string& precision) {
+                     const std::string& gate_up_layout, const std::string& precision, bool fp8_weight_gradients) {
   TorchLayerSpec spec;
   LayerShape& s = spec.config.shape;
   s.hidden = hidden;
@@ -172,6 +172,7 @@ int64_t create_layer(int64_t hidden, int64_t intermediate, int64_t num_experts, 
                     "caracal.create_layer: ring_rows must be 0 (default) or a positive multiple of 128, got ", ring_rows);
   spec.ring_rows = static_cast<int>(ring_rows);
   spec.bf16_weight_gradients = bf16_weight_gradients;
+  spec.fp8_weight_gradients = fp8_weight_gradients;
   TORCH_CHECK_VALUE(timeout_s > 0.0 && timeout_s <= 3600.0,
                     "caracal.create_layer: timeout must be in (0, 3600] seconds, got ", timeout_s);
   spec.timeout_s = timeout_s;
@@ -462,7 +463,7 @@ TORCH_LIBRARY(caracal, m) {
       "create_layer(int hidden, int intermediate, int num_experts, int top_k, int shared_intermediate, int ep_size, "
       "int tokens_per_rank, bool normalize, float router_scale, str backend, int rank, Tensor? unique_id, "
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
-      "float timeout, str gate_up_layout='interleaved', str precision='bf16') -> int");
+      "float timeout, str gate_up_layout='interleaved', str precision='bf16', bool fp8_weight_gradients=True) -> int");
   m.def("destroy_layer(int layer) -> ()");
   m.def("quantize_weights(Tensor layer, Tensor w_gate_up, Tensor w_down, Tensor(a!) w_fp8) -> ()");
   m.def("fp8_weight_bytes(int layer) -> int");

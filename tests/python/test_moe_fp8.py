@@ -2,7 +2,7 @@
 launches. Against the unquantized plain-PyTorch layer (caracal.reference) within what e4m3 costs,
 the shared expert's gradients within the bf16 bounds (it stays bf16); loopback worlds of 1 and 2
 ranks, adversarial routings, fp32 master weights; bitwise repeats; an FP8 layer is not the bf16 one;
-its arguments refused by name."""
+the FP8 weight gradients against the bf16 GEMMs'; its arguments refused by name."""
 import pytest
 
 from gpu_requirements import SKIP_MARKER
@@ -68,6 +68,26 @@ def test_fp8_is_not_the_bf16_layer(seed):
     assert rel_error(y8, y16) > 1e-2
     assert rel_error(g8["w_down"], g16["w_down"]) > 1e-2
     assert torch.equal(g8["shared_w_down"], g16["shared_w_down"]), "the shared expert stays bf16"
+
+
+def test_fp8_weight_gradients_or_the_bf16_gemms(seed):
+    """fp8_weight_gradients=False: the routed weight gradients by bf16 GEMMs on the bf16 rows (an
+    engine of its own); everything else the same bits, the weight gradients apart by what quantizing
+    their four operands costs (a few percent), the shared expert's the same bits."""
+    fp8 = caracal.MoE(tokens_per_rank=96, world=caracal.World.loopback(2), precision="fp8", **FP8_SMALL)
+    gemms = caracal.MoE(tokens_per_rank=96, world=fp8.world, precision="fp8", fp8_weight_gradients=False,
+                        **FP8_SMALL)
+    assert fp8._engine is not gemms._engine
+    gemms.load_state_dict(fp8.state_dict())
+    inputs = random_inputs(fp8, "zipf", shared_scale=True)
+    (y8, g8), (yb, gb) = run_caracal(fp8, *inputs), run_caracal(gemms, *inputs)
+    assert torch.equal(y8, yb)
+    for name in ("x", "topk_scores", "shared_scale", "shared_w_gate_up", "shared_w_down"):
+        assert torch.equal(g8[name], gb[name]), name
+    for name in ("w_gate_up", "w_down"):
+        difference = rel_error(g8[name], gb[name])
+        print(f"{name}: FP8 weight gradients over the bf16 GEMMs' {difference:.2e}")
+        assert 0 < difference < 0.1, name
 
 
 def test_fp8_arguments_are_checked():
