@@ -37,6 +37,12 @@ __device__ __forceinline__ uint16_t e4m3_code_pair(float lo, float hi, float inv
       __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(lo, inverse), __fmul_rn(hi, inverse)), __NV_SATFINITE, __NV_E4M3));
 }
 
+// e4m3_code of two values with scales of their own (lo's, hi's), one cvt of the pair.
+__device__ __forceinline__ uint16_t e4m3_code_pair(float lo, float hi, float lo_inverse, float hi_inverse) {
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(
+      make_float2(__fmul_rn(lo, lo_inverse), __fmul_rn(hi, hi_inverse)), __NV_SATFINITE, __NV_E4M3));
+}
+
 // The largest of 32 lanes' values (fmaxf: a NaN does not count).
 __device__ __forceinline__ float warp_max(float value) {
   for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));

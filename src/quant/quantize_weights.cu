@@ -1,10 +1,5 @@
-// quantize_weights (quantize_fp8.hpp): one CTA a 128 x 128 block of one expert's [n][k] weights.
-// Thread t of 256 holds an 8 x 8 square of the block: rows 8a .. 8a+7 and columns 8b .. 8b+7, with
-// (lane l, warp w) a = 4 (w / 2) + l % 4 and b = 8 (w % 2) + l / 4, so that every global access of a
-// warp covers whole 32-byte sectors: a load reads four 128-byte row segments, a row-major code store
-// writes four 64-byte ones, and a transposed code store eight 32-byte ones (column 8b + j's codes of
-// rows 8a .. 8a+7, from the square transposed in registers by byte permutes). Shared memory holds the
-// warps' amax only.
+// quantize_weights (quantize_fp8.hpp): one CTA a 128 x 128 block of one expert's [n][k] weights,
+// a thread an 8 x 8 square of it (square_tile.cuh); shared memory holds the warps' amax only.
 #include <climits>
 
 #include "caracal/comm/cuda_check.hpp"
@@ -12,24 +7,13 @@
 #include "quant/block_scale.cuh"
 #include "quant/operand_checks.hpp"
 #include "quant/quantize_fp8.hpp"
+#include "quant/square_tile.cuh"
 
 namespace caracal::quant {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kSquareThreads;
 constexpr int kSide = static_cast<int>(kFp8Block);
-constexpr int kSquare = 8;  // a thread's rows and columns
-
-// Rows 0-3 of a 4 x 4 square of bytes (a word a row, column c in byte c) into columns 0-3 (a word
-// a column, row r in byte r), in place.
-__device__ __forceinline__ void transpose_4x4(uint32_t& w0, uint32_t& w1, uint32_t& w2, uint32_t& w3) {
-  const uint32_t t0 = __byte_perm(w0, w1, 0x5140), t1 = __byte_perm(w0, w1, 0x7362);
-  const uint32_t t2 = __byte_perm(w2, w3, 0x5140), t3 = __byte_perm(w2, w3, 0x7362);
-  w0 = __byte_perm(t0, t2, 0x5410);
-  w1 = __byte_perm(t0, t2, 0x7632);
-  w2 = __byte_perm(t1, t3, 0x5410);
-  w3 = __byte_perm(t1, t3, 0x7632);
-}
 
 __global__ void __launch_bounds__(kThreads) quantize_weights_kernel(const QuantizeWeightsArgs args) {
   __shared__ float warp_amax[kThreads / 32];
@@ -38,8 +22,7 @@ __global__ void __launch_bounds__(kThreads) quantize_weights_kernel(const Quanti
   const int64_t expert = flat / (n_blocks * k_blocks);
   const int64_t nb = flat / k_blocks % n_blocks, kb = flat % k_blocks;
   const int thread = static_cast<int>(threadIdx.x), lane = thread % 32, warp = thread / 32;
-  const int row0 = kSquare * (4 * (warp / 2) + lane % 4);  // the square's first row and column in the block
-  const int col0 = kSquare * (8 * (warp % 2) + lane / 4);
+  const int row0 = square_row0(thread), col0 = square_col0(thread);
   // n and k are multiples of 8: a square lies wholly inside the matrix or wholly outside it.
   const bool inside = nb * kSide + row0 < args.n && kb * kSide + col0 < args.k;
 
@@ -86,13 +69,7 @@ __global__ void __launch_bounds__(kThreads) quantize_weights_kernel(const Quanti
     for (int r = 0; r < kSquare; ++r) *reinterpret_cast<uint2*>(out + r * args.k) = make_uint2(codes[r][0], codes[r][1]);
   }
   if (args.codes_t == nullptr) return;
-  // The square transposed: four 4 x 4 squares, each into place (rows 0-3 / 4-7 x columns 0-3 / 4-7).
-  for (int h = 0; h < 2; ++h) {
-    for (int q = 0; q < 2; ++q) {
-      transpose_4x4(codes[4 * q][h], codes[4 * q + 1][h], codes[4 * q + 2][h], codes[4 * q + 3][h]);
-    }
-  }
-  // Now codes[4q + c][h] holds column 4h + c's rows 4q .. 4q+3.
+  transpose_square(codes);
   uint8_t* const out_t = reinterpret_cast<uint8_t*>(args.codes_t) + (expert * args.k + kb * kSide + col0) * args.n +
                          nb * kSide + row0;
   for (int h = 0; h < 2; ++h) {

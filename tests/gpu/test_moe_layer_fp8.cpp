@@ -85,8 +85,8 @@ TEST_P(GpuMoELayerFp8, CloseToTheQuantizedReference) {
 
 // The FP8 weight gradients (rows quantized down their columns) against the bf16 GEMMs' on the bf16
 // rows of the same layer and step: relative Frobenius over each rank's experts within
-// kFp8WeightGradsOverBf16 (what quantizing the four operands costs; provisional until the first GPU
-// run prints it, then ~3x); y, dx and d_topk_scores bit for bit (the weight gradients feed nothing).
+// kFp8WeightGradsOverBf16 (what quantizing the four operands costs: 2.7-3.3% on an H100,
+// 2026-12-06; ~3x that); y, dx and d_topk_scores bit for bit (the weight gradients feed nothing).
 constexpr double kFp8WeightGradsOverBf16 = 0.1;
 
 double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {

@@ -35,8 +35,9 @@ using caracal::gemm::Fp8WeightGradArgs;
 
 // One expert's gradient against the fp64 sums of the dequantized operands (relative Frobenius):
 // what is left is the tensor cores' accumulation within a 128-row block and the fp32 promotion
-// across blocks. Provisional until the first GPU run prints the errors; then ~3x those.
-constexpr double kFp8WeightGradBound = 2e-3;
+// across blocks. ~3x the largest measured on an H100 (2026-12-06, every case: 1.18-1.29e-4); an
+// expert 0.5% off fails (CatchDeliberateErrors).
+constexpr double kFp8WeightGradBound = 4e-4;
 
 // Rows [capacity][K] quantized down their columns, in the kernel's layout: codes_t [K][capacity],
 // scales [capacity / 128][K]; `values` dequantized, [K][capacity].
