@@ -1,5 +1,7 @@
 #include "caracal/gemm/expert_pass_fp8.hpp"
 
+#include <utility>
+
 #include "caracal/error.hpp"
 #include "gemm/pass_args.hpp"
 #include "quant/quantize_fp8.hpp"
@@ -45,6 +47,26 @@ void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* value
   q.scale_col_stride = 1;
   q.scale_block_stride = cols;
   quant::quantize_columns(q, stream);
+}
+
+// A pass with FP8 weight gradients: all eight column pointers given, named if not; the whole
+// schedule (no ring, window or partial sums).
+void check_fp8_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients& grads) {
+  constexpr const char* kWhere = "expert_backward (fp8)";
+  const std::pair<const Fp8ColumnOutput*, const char*> columns[] = {{&pass.x_columns, "pass.x_columns"},
+                                                                    {&pass.dy_columns, "pass.dy_columns"},
+                                                                    {&pass.d_gate_up_columns, "pass.d_gate_up_columns"},
+                                                                    {&pass.activation_columns, "pass.activation_columns"}};
+  for (const auto& [c, name] : columns) {
+    CARACAL_CHECK(c->codes_t != nullptr && c->scales != nullptr, kWhere, ": FP8 weight gradients need all four column "
+                  "outputs or none: ", name, ".codes_t and ", name, ".scales must not be null");
+  }
+  CARACAL_CHECK(pass.rows.ring_rows == 0 && pass.rows.first_row == 0 && pass.rows.end_row == 0, kWhere,
+                ": FP8 weight gradients run over the whole schedule: pass.rows.ring_rows, first_row and end_row "
+                "must be 0, got ", pass.rows.ring_rows, ", ", pass.rows.first_row, " and ", pass.rows.end_row);
+  CARACAL_CHECK(grads.partial_in == nullptr && grads.partial_out == nullptr, kWhere,
+                ": FP8 weight gradients run over the whole schedule: grads.partial_in and grads.partial_out must "
+                "be null");
 }
 
 }  // namespace
@@ -176,6 +198,7 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
                      cudaStream_t stream) {
   CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
                 "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
   quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);
   auto dgrad = fp8_gemm_args<Fp8DownDgradSwigluArgs>(pass);
   dgrad.dy = operand(pass.dy_fp8);
@@ -209,9 +232,6 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
     grouped_gate_up_dgrad(dx, stream);
     return;
   }
-  CARACAL_CHECK(grads.partial_in == nullptr && grads.partial_out == nullptr,
-                "expert_backward (fp8): FP8 weight gradients run over the whole schedule: grads.partial_in and "
-                "grads.partial_out must be null");
   // x, dy and g·activation down their columns before dx may overwrite x; d_gate_up's after dx, which
   // reads the e4m3 rows its columns may take the place of.
   quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);

@@ -188,9 +188,9 @@ void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
 void check_weight_grads_args(const Fp8WeightGradArgs& a) {
   const char* fn = "grouped_weight_grads (fp8)";
   check_rows(a.rows, fn);
-  CARACAL_CHECK(a.rows.first_row == 0 && a.rows.end_row == 0, fn,
-                ": FP8 weight gradients run over the whole schedule: rows.first_row and rows.end_row must be 0, "
-                "got ", a.rows.first_row, " and ", a.rows.end_row);
+  CARACAL_CHECK(a.rows.ring_rows == 0 && a.rows.first_row == 0 && a.rows.end_row == 0, fn,
+                ": FP8 weight gradients run over the whole schedule: rows.ring_rows, rows.first_row and "
+                "rows.end_row must be 0, got ", a.rows.ring_rows, ", ", a.rows.first_row, " and ", a.rows.end_row);
   check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
   check_dim(a.intermediate, fn, "intermediate (I)", kFp8GroupedGemmDimAlignment);
   bool const no_rows = a.rows.row_capacity == 0;

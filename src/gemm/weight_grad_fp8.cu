@@ -40,7 +40,8 @@ void launch_weight_grad(const ScheduleView& rows, const Fp8ColumnOperand& lhs, i
   p.mainloop.a_mn_extent = m;
   p.mainloop.b_mn_extent = n;
   p.scheduler = {rows, (m + Policy::kBlockM - 1) / Policy::kBlockM, (n + Policy::kBlockN - 1) / Policy::kBlockN, m};
-  // The whole schedule is one window: no sum starts from or stops at a partial.
+  // The whole schedule is one window: no sum starts from or stops at a partial (the partial fields
+  // stay unset, never read).
   WeightGradEpilogueParams& e = p.epilogue;
   e.grad_rows = m;
   e.grad_cols = n;
@@ -52,10 +53,6 @@ void launch_weight_grad(const ScheduleView& rows, const Fp8ColumnOperand& lhs, i
     return;
   }
   e.grad = make_f32_tensor_map_2d(grad, grad_rows, uint64_t(n), kChunkRows, kChunkCols / 2, grad_name);
-  e.partial_out = e.grad;
-  e.partial_out_expert_rows = m;
-  e.partial_in = grad;
-  e.partial_in_expert_floats = int64_t(m) * n;
   launch_grouped_gemm<Fp8WeightGradKernel>(p, num_ctas, stream, "grouped_weight_grads (fp8)");
 }
 

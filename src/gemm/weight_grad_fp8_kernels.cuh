@@ -17,6 +17,9 @@ using Fp8WeightGradScheduler = WeightTileSchedulerFor<Fp8WeightGradGemm::Policy>
 using Fp8WeightGradKernel = Scheduled<Fp8WeightGradGemm, Fp8WeightGradScheduler>;
 using Fp8WeightGradBf16Kernel = Scheduled<Fp8WeightGradBf16Gemm, Fp8WeightGradScheduler>;
 using Fp8WeightGradParams = GemmParams<Fp8WeightGradKernel>;
+static_assert(std::is_same_v<Fp8WeightGradGemm::Policy, Fp8WeightGradScheduler::Policy> &&
+                  std::is_same_v<Fp8WeightGradBf16Gemm::Policy, Fp8WeightGradScheduler::Policy>,
+              "the scheduler hands out tiles of the GEMMs' policy");
 static_assert(std::is_same_v<Fp8WeightGradParams, GemmParams<Fp8WeightGradBf16Kernel>>, "one parameter builder");
 
 void launch_fp8_weight_grad_bf16(Fp8WeightGradParams const& p, int num_ctas, cudaStream_t stream);

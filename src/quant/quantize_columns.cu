@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kSquareThreads) quantize_columns_kernel(const 
     amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 1));
     amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 2));
   }
-  const int quarter = thread / 64;  // the quad's rows: quarter 32 .. 32 + 31 of the block
+  const int quarter = thread / 64;  // the quad's rows: 32 quarter .. 32 quarter + 31 of the block
   const int q = lane % 4;           // the quad's lanes share the stores: columns 2q, 2q + 1
   for (int j = 0; j < kSquare; ++j) {
     if (j / 2 == q) quarter_amax[quarter][col0 + j] = amax[j];  // unrolled: amax stays in registers
@@ -98,7 +98,7 @@ void quantize_columns(const QuantizeColumnsArgs& args, cudaStream_t stream) {
   CARACAL_CHECK(args.cols > 0 && args.cols % 8 == 0, kWhere, ": cols must be a positive multiple of 8, got ",
                 args.cols);
   if (args.rows == 0) return;
-  check_operands(kWhere, {{args.values, "values", 16}, {args.codes_t, "codes_t", 4}, {args.scales, "scales", 1}});
+  check_operands(kWhere, {{args.values, "values", 16}, {args.codes_t, "codes_t", 4}, {args.scales, "scales", 4}});
   CARACAL_CHECK(args.codes_row_stride >= args.rows && args.codes_row_stride % 4 == 0, kWhere,
                 ": codes_row_stride must be a multiple of 4 and at least rows (", args.rows, "), got ",
                 args.codes_row_stride);

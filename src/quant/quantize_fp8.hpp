@@ -39,8 +39,8 @@ inline constexpr int64_t weight_blocks(int64_t extent) { return (extent + kFp8Bl
 //   codes    [experts][n][k]  and scales   [experts][blocks(k)][weight_scale_row(blocks(n))]
 //   codes_t  [experts][k][n]  and scales_t [experts][blocks(n)][weight_scale_row(blocks(k))]
 // (block b of a row at weight_scale_at(b); the floats between are not written)
-// (the transposed copy for the GEMMs that reduce over n); either pair may be null. A block's
-// codes and scale are the same in both orientations.
+// (the transposed copy for the GEMMs that reduce over n); either pair may be null; codes and
+// codes_t 8-byte aligned. A block's codes and scale are the same in both orientations.
 struct QuantizeWeightsArgs {
   const __nv_bfloat16* weights = nullptr;
   int64_t experts = 0;

@@ -6,13 +6,16 @@
 //   - gate_up, y, d_gate/d_up, dx against the fp64 GEMMs of those dequantized operands, within the
 //     FP8 GEMM tests' bounds; the weight gradients against fp64 sums of the pass's bf16 rows;
 //   - bitwise determinism, and the in-place backward (d_gate_up over gate_up, dx over x) giving the
-//     same bits; each check shown to fail against a deliberate error.
+//     same bits, with the bf16 weight-gradient GEMMs and with the FP8 ones (their column copies in
+//     the e4m3 rows' memory, as the layer runs them); each check shown to fail against a deliberate
+//     error.
 // Fresh random normal inputs, outputs poisoned first; experts of 0, 1, 64-65, 127-129 and 300 rows.
 #include "caracal/gemm/expert_pass_fp8.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,7 +81,8 @@ struct Problem : ExpertInputs {
     return {fp8(w_gate_up8.codes), w_gate_up8.scales.get(), fp8(w_gate_up8.codes_t), w_gate_up8.scales_t.get(),
             fp8(w_down8.codes),    w_down8.scales.get(),    fp8(w_down8.codes_t),    w_down8.scales_t.get()};
   }
-  caracal::gemm::Fp8ExpertPass pass(bool in_place) const {
+  // fp8_weight_grads: the weight gradients' column copies in the e4m3 rows' memory (the layer's).
+  caracal::gemm::Fp8ExpertPass pass(bool in_place, bool fp8_weight_grads = false) const {
     caracal::gemm::Fp8ExpertPass p;
     p.rows = schedule(true);
     p.hidden = c.hidden;
@@ -97,6 +101,15 @@ struct Problem : ExpertInputs {
     p.dg = dg.get();
     p.workspace = workspace.get();
     p.dx = in_place ? as_bf16(d_x.get()) : as_bf16(dx.get());
+    if (fp8_weight_grads) {
+      const auto columns = [](const caracal::gemm::Fp8RowOutput& r) {
+        return caracal::gemm::Fp8ColumnOutput{r.codes, r.scales};
+      };
+      p.x_columns = columns(p.x_fp8);
+      p.dy_columns = columns(p.dy_fp8);
+      p.d_gate_up_columns = columns(p.d_gate_up_fp8);
+      p.activation_columns = columns(p.activation_fp8);
+    }
     return p;
   }
 };
@@ -155,11 +168,11 @@ struct Outputs {
 };
 
 // The weights quantized, the forward, then the backward, on the default stream; what they wrote.
-void run_pass(const Problem& p, bool in_place, Outputs& o) {
+void run_pass(const Problem& p, bool in_place, Outputs& o, bool fp8_weight_grads = false) {
   const caracal::gemm::ExpertPassWeights bf16_weights{as_bf16(p.d_w_gate_up.get()), as_bf16(p.d_w_down.get())};
   caracal::gemm::quantize_expert_weights(bf16_weights, p.num_experts, p.c.hidden, p.c.intermediate,
                                          p.weight_buffers(), nullptr);
-  const caracal::gemm::Fp8ExpertPass pass = p.pass(in_place);
+  const caracal::gemm::Fp8ExpertPass pass = p.pass(in_place, fp8_weight_grads);
   const caracal::gemm::Fp8ExpertWeights weights = p.weight_buffers().operands();
   caracal::gemm::expert_forward(pass, weights, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -393,6 +406,51 @@ TEST(GpuExpertPassFp8, BitwiseRepeatableAndInPlace) {
   EXPECT_EQ(differing(first.dw_down, in_place.dw_down), 0u) << "dW_down in place";
 }
 
+// The FP8 weight gradients, their column copies in the e4m3 rows' memory: bitwise repeatable, the
+// same bits in place (x is quantized down its columns before dx overwrites it), every other output
+// the bf16 GEMMs' bits, the gradients within what quantizing their operands costs of the bf16 GEMMs'.
+double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    err2 += std::isnan(d) ? 1e300 : d * d;
+    ref2 += double(want[i]) * double(want[i]);
+  }
+  return ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+}
+
+TEST(GpuExpertPassFp8, Fp8WeightGradientsRepeatableAndInPlace) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, kPassCase, p.seed.value()));
+  Outputs bf16, first, second, in_place;
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, bf16));
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, first, true));
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, second, true));
+  EXPECT_EQ(differing(first.dw_gate_up, second.dw_gate_up), 0u) << "dW_gate_up";
+  EXPECT_EQ(differing(first.dw_down, second.dw_down), 0u) << "dW_down";
+  EXPECT_EQ(differing(first.dx, bf16.dx), 0u) << "dx";
+  EXPECT_EQ(differing(first.d_gate_up, bf16.d_gate_up), 0u) << "d_gate_up";
+  EXPECT_EQ(differing(first.dg, bf16.dg), 0u) << "dg";
+  ASSERT_EQ(first.dw_gate_up.size(), bf16.dw_gate_up.size());
+  ASSERT_EQ(first.dw_down.size(), bf16.dw_down.size());
+  const double gate_up = relative_difference(first.dw_gate_up, bf16.dw_gate_up);
+  const double down = relative_difference(first.dw_down, bf16.dw_down);
+  std::cout << "  FP8 weight gradients over the bf16 GEMMs': dW_gate_up " << gate_up << ", dW_down " << down << "\n";
+  EXPECT_GT(gate_up, 0.0) << "the FP8 weight gradients are the bf16 GEMMs' bits: FP8 did not run";
+  EXPECT_LT(gate_up, 0.1);
+  EXPECT_LT(down, 0.1);
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, true, in_place, true));
+  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
+  const size_t dx_rows = size_t(p.rows.offset.back()) * size_t(p.c.hidden);
+  EXPECT_EQ(differing(std::vector<uint16_t>(first.dx.begin(), first.dx.begin() + ptrdiff_t(dx_rows)),
+                      std::vector<uint16_t>(in_place.dx.begin(), in_place.dx.begin() + ptrdiff_t(dx_rows))),
+            0u)
+      << "dx written over x";
+  EXPECT_EQ(differing(first.dw_gate_up, in_place.dw_gate_up), 0u) << "dW_gate_up in place";
+  EXPECT_EQ(differing(first.dw_down, in_place.dw_down), 0u) << "dW_down in place";
+}
+
 // The checks can fail: a y, a dx and a quantized activation each off by a little are caught.
 TEST(GpuExpertPassFp8, CatchDeliberateErrors) {
   CARACAL_REQUIRE_GPU();
@@ -427,6 +485,33 @@ TEST(ExpertPassFp8Host, RefusesTheHalvesLayout) {
   } catch (const caracal::Error& e) {
     EXPECT_NE(std::string(e.what()).find("w_gate_up_layout"), std::string::npos) << e.what();
   }
+}
+
+// FP8 weight gradients: all four column outputs or none, over the whole schedule; refused by name
+// before anything is enqueued (the fake pointers are never read).
+TEST(ExpertPassFp8Host, Fp8WeightGradientArgumentsAreCheckedFirst) {
+  caracal::gemm::Fp8ExpertPass pass;
+  pass.rows = fake_rows();
+  pass.hidden = 256;
+  pass.intermediate = 128;
+  const caracal::gemm::Fp8ColumnOutput some{fake_ptr<__nv_fp8_e4m3>(), fake_ptr<float>(1 << 12)};
+  pass.x_columns = pass.dy_columns = pass.activation_columns = some;
+  caracal::gemm::ExpertPassGradients grads;
+  const auto backward = [&] {
+    return [&] { caracal::gemm::expert_backward(pass, caracal::gemm::Fp8ExpertWeights{}, grads, nullptr); };
+  };
+  expect_error(backward(), {"expert_backward (fp8)", "all four column outputs or none",
+                            "pass.d_gate_up_columns.codes_t and pass.d_gate_up_columns.scales must not be null"});
+  pass.d_gate_up_columns = some;
+  pass.activation_columns.scales = nullptr;
+  expect_error(backward(), {"pass.activation_columns.scales must not be null"});
+  pass.activation_columns = some;
+  pass.rows.ring_rows = 512;
+  expect_error(backward(), {"whole schedule", "ring_rows, first_row and end_row must be 0", "512"});
+  pass.rows.ring_rows = 0;
+  float partial = 0.0f;
+  grads.partial_in = &partial;
+  expect_error(backward(), {"whole schedule", "grads.partial_in and grads.partial_out must be null"});
 }
 
 TEST(ExpertPassFp8Host, WeightSizes) {

@@ -84,47 +84,55 @@ TEST_P(GpuMoELayerFp8, CloseToTheQuantizedReference) {
 }
 
 // The FP8 weight gradients (rows quantized down their columns) against the bf16 GEMMs' on the bf16
-// rows of the same layer and step: relative Frobenius over each rank's experts within
-// kFp8WeightGradsOverBf16 (what quantizing the four operands costs: 2.7-3.3% on an H100,
-// 2026-12-06; ~3x that); y, dx and d_topk_scores bit for bit (the weight gradients feed nothing).
+// rows of the same layer and step: relative Frobenius of each expert within kFp8WeightGradsOverBf16
+// (what quantizing the four operands costs: 2.7-3.3% over a rank's experts on an H100, 2026-12-06;
+// ~3x that); y, dx and d_topk_scores bit for bit (the weight gradients feed nothing); experts without
+// rows exactly zero in both.
 constexpr double kFp8WeightGradsOverBf16 = 0.1;
 
-double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  double err2 = 0.0, ref2 = 0.0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-    const double d = double(got[i]) - double(want[i]);
-    err2 += std::isnan(d) ? 1e300 : d * d;
-    ref2 += double(want[i]) * double(want[i]);
+// The worst expert's relative Frobenius difference of `got` from `want` ([experts][per_expert]
+// each); experts whose `want` is all zero must match it bit for bit (else: infinity).
+double worst_expert_difference(const std::vector<float>& got, const std::vector<float>& want, size_t per_expert) {
+  double worst = 0.0;
+  for (size_t begin = 0; begin + per_expert <= want.size(); begin += per_expert) {
+    double err2 = 0.0, ref2 = 0.0;
+    for (size_t i = begin; i < begin + per_expert; ++i) {
+      const double d = double(got[i]) - double(want[i]);
+      err2 += std::isnan(d) ? 1e300 : d * d;
+      ref2 += double(want[i]) * double(want[i]);
+    }
+    worst = std::max(worst, ref2 > 0.0 ? std::sqrt(err2 / ref2) : (err2 > 0.0 ? INFINITY : 0.0));
   }
-  return ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return worst;
 }
 
 TEST_P(GpuMoELayerFp8, Fp8WeightGradientsCloseToTheBf16Gemms) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
   const SeededStep s(c, c.routing);
-  MoELayerOptions bf16_gemms;
+  MoELayerOptions fp8_gemms, bf16_gemms;
+  fp8_gemms.fp8_weight_gradients = true;
   bf16_gemms.fp8_weight_gradients = false;
-  const std::vector<RankOutputs> fp8 = run_once(c, s);
+  const std::vector<RankOutputs> fp8 = run_once(c, s, fp8_gemms);
   const std::vector<RankOutputs> bf16 = run_once(c, s, bf16_gemms);
   ASSERT_EQ(fp8.size(), bf16.size());
+  const size_t expert_floats = size_t(kHidden) * size_t(kIntermediate);
   for (size_t r = 0; r < fp8.size(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_TRUE(same_bits(fp8[r].y, bf16[r].y)) << "y";
     EXPECT_TRUE(same_bits(fp8[r].dx, bf16[r].dx)) << "dx";
     EXPECT_TRUE(same_bits(fp8[r].d_scores, bf16[r].d_scores)) << "d_topk_scores";
-    const double gate_up = relative_difference(fp8[r].d_w_gate_up, bf16[r].d_w_gate_up);
-    const double down = relative_difference(fp8[r].d_w_down, bf16[r].d_w_down);
-    std::cout << "  fp8 over bf16 weight gradients, rank " << r << ": d_w_gate_up " << gate_up << ", d_w_down " << down
-              << " [" << test::current_test() << "]\n";
+    ASSERT_EQ(fp8[r].d_w_gate_up.size(), bf16[r].d_w_gate_up.size());
+    ASSERT_EQ(fp8[r].d_w_down.size(), bf16[r].d_w_down.size());
+    const double gate_up = worst_expert_difference(fp8[r].d_w_gate_up, bf16[r].d_w_gate_up, 2 * expert_floats);
+    const double down = worst_expert_difference(fp8[r].d_w_down, bf16[r].d_w_down, expert_floats);
+    std::cout << "  fp8 over bf16 weight gradients, rank " << r << ", worst expert: d_w_gate_up " << gate_up
+              << ", d_w_down " << down << " [" << test::current_test() << "]\n";
     EXPECT_LE(gate_up, kFp8WeightGradsOverBf16) << "d_w_gate_up";
     EXPECT_LE(down, kFp8WeightGradsOverBf16) << "d_w_down";
     const bool rows_here = std::any_of(bf16[r].d_w_down.begin(), bf16[r].d_w_down.end(), [](float v) { return v != 0.0f; });
     if (rows_here) {
       EXPECT_GT(gate_up + down, 0.0) << "the FP8 weight gradients are the bf16 GEMMs' bits: FP8 did not run";
-    } else {  // no rows on this rank's experts: both exactly zero
-      EXPECT_TRUE(same_bits(fp8[r].d_w_gate_up, bf16[r].d_w_gate_up)) << "d_w_gate_up of experts without rows";
-      EXPECT_TRUE(same_bits(fp8[r].d_w_down, bf16[r].d_w_down)) << "d_w_down of experts without rows";
     }
   }
 }

@@ -308,6 +308,13 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
   w.scales = scales;
   w.weights = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(values) + 2);
   expect_error([&] { quant::quantize_weights(w, nullptr); }, {"weights must be 16-byte aligned"});
+  w.weights = reinterpret_cast<const __nv_bfloat16*>(values);
+  w.codes = reinterpret_cast<__nv_fp8_e4m3*>(reinterpret_cast<char*>(codes) + 4);
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"codes must be 8-byte aligned"});
+  w.codes = reinterpret_cast<__nv_fp8_e4m3*>(codes);
+  w.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(reinterpret_cast<char*>(codes) + 4);
+  w.scales_t = scales;
+  expect_error([&] { quant::quantize_weights(w, nullptr); }, {"codes_t must be 8-byte aligned"});
 
   quant::QuantizeColumnsArgs cols;
   cols.values = reinterpret_cast<const __nv_bfloat16*>(values);
@@ -323,6 +330,9 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
   cols.codes_row_stride = 4;
   cols.rows = 6;
   expect_error([&] { quant::quantize_columns(cols, nullptr); }, {"quantize_columns", "rows", "multiple of 4", "6"});
+  cols.rows = 4;
+  cols.scales = reinterpret_cast<float*>(reinterpret_cast<char*>(scales) + 2);
+  expect_error([&] { quant::quantize_columns(cols, nullptr); }, {"quantize_columns", "scales", "4-byte"});
 }
 
 }  // namespace

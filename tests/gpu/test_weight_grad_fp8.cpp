@@ -355,8 +355,13 @@ TEST(Fp8WeightGradArgs, RejectBadArguments) {
   expect_error(with([](auto& a) { a.intermediate = 64; }), {"intermediate (I)", "multiple of 128", "64"});
   expect_error(with([](auto& a) { a.rows.row_capacity = 100; }), {"rows.row_capacity", "100"});
   expect_error(with([](auto& a) { a.rows.first_row = 128; }),
-               {"whole schedule", "rows.first_row and rows.end_row must be 0", "128"});
+               {"whole schedule", "rows.ring_rows, rows.first_row and rows.end_row must be 0", "128"});
   expect_error(with([](auto& a) { a.rows.end_row = 512; }), {"rows.end_row must be 0", "512"});
+  expect_error(with([](auto& a) {
+                 a.rows.ring_rows = 512;
+                 a.rows.end_row = 512;  // a valid window of a ring: still not the whole schedule
+               }),
+               {"whole schedule", "rows.ring_rows", "512"});
   expect_error(with([](auto& a) { a.x.codes_t = nullptr; }), {"x.codes_t", "null"});
   expect_error(with([](auto& a) { a.dy.scales = fake_ptr<const float>(4); }), {"dy.scales", "16-byte"});
   expect_error(with([](auto& a) { a.d_gate_up.scales = nullptr; }), {"d_gate_up.scales", "null"});

@@ -61,6 +61,9 @@ void check_options(const BenchOptions& a) {
   CARACAL_CHECK(!(a.fp8() && a.profile_step && a.profile_path != "fused"),
                 "--profile-path: with --precision fp8, --profile-step profiles the FP8 layer (on v1's launches); "
                 "leave --profile-path at fused, got '", a.profile_path, "'");
+  CARACAL_CHECK(a.fp8() || a.fp8_weight_grads == "fp8",
+                "--fp8-weight-grads: the FP8 layer's option, needs --precision fp8 (got --precision ", a.precision,
+                ")");
   CARACAL_CHECK(a.backend == "loopback" || a.backend == "nccl", "--backend: expected loopback or nccl, got '",
                 a.backend, "'");
   CARACAL_CHECK(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "caracal/gemm/expert_pass.hpp"
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
@@ -42,13 +43,20 @@ struct Fp8ExpertPass {
   float* workspace = nullptr;           // fp8_down_dgrad_workspace_floats(rows.row_capacity, I)
   __nv_bfloat16* dx = nullptr;          // [buffer rows][D] backward output; may be x
   // The weight gradients in FP8: the four operands of B5 quantized down their columns (K = D, D, 2I,
-  // I), written by the backward; all null: the bf16 weight-gradient GEMMs on the bf16 rows instead.
+  // I), written by the backward, all given or all null (the bf16 weight-gradient GEMMs on the bf16
+  // rows instead); with them the pass runs over the whole schedule (no ring or window).
   // Each may take the memory of the e4m3 rows of its K that the backward is done with when it is
   // written (equal sizes): x_columns x_fp8's, activation_columns activation_fp8's, dy_columns
   // dy_fp8's (written after the dgrad), d_gate_up_columns d_gate_up_fp8's (after dx).
   Fp8ColumnOutput x_columns, dy_columns, d_gate_up_columns, activation_columns;
 
-  bool fp8_weight_grads() const { return x_columns.codes_t != nullptr; }
+  // Any of them given (expert_backward then checks that all are).
+  bool fp8_weight_grads() const {
+    for (const Fp8ColumnOutput* c : {&x_columns, &dy_columns, &d_gate_up_columns, &activation_columns}) {
+      if (c->codes_t != nullptr || c->scales != nullptr) return true;
+    }
+    return false;
+  }
 };
 
 // The experts' weights in e4m3 with their 128 x 128 block scales, each in both orientations (FP8

@@ -86,8 +86,9 @@ struct Fp8ColumnOutput {
 // grouped_weight_grads in FP8 (B5): dW_gate_up[e] = d_gate_up^T x and dW_down[e] = dy^T (g hidden)
 // over e's rows, each operand quantized down its columns, promoted every 128 rows with both
 // operands' scales, the fp32 sums stored in fp32 or rounded once to bf16 (experts without rows get
-// zeros). Over the whole schedule only (rows.first_row and rows.end_row 0). The fp32 sums equal the
-// fp64 sums of the dequantized operands' products to within fp32 accumulation.
+// zeros). Over the whole schedule only (rows.ring_rows, first_row and end_row 0: no ring or
+// window). The fp32 sums equal the fp64 sums of the dequantized operands' products to within fp32
+// accumulation.
 struct Fp8WeightGradArgs {
   ScheduleView rows;
   int hidden = 0;        // D
