@@ -39,6 +39,8 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
   quantize_columns(scaled_activation, I, scaled_activation_columns_);
   d_w_gate_up_.resize(size_t(c.num_experts) * 2 * size_t(I) * size_t(D));
   d_w_down_.resize(size_t(c.num_experts) * size_t(D) * size_t(I));
+  d_w_gate_up_bf16_.resize(size_t(c.num_experts) * 2 * size_t(I) * size_t(D));
+  d_w_down_bf16_.resize(size_t(c.num_experts) * size_t(D) * size_t(I));
   hidden_.resize(capacity * size_t(I));
   gate_up_.resize(capacity * 2 * size_t(I));
   y_.resize(capacity * size_t(D));
@@ -231,7 +233,7 @@ void Fp8Gemms::quantize_wgrad_operands(int iter) const {
   quantize_columns_into(bf16_scaled_activation_, c_.intermediate, scaled_activation_columns_);
 }
 
-void Fp8Gemms::wgrad(int iter) const {
+void Fp8Gemms::wgrad(int iter, bool bf16_grads) const {
   const Set& s = sets_[set_of(iter)];
   const auto operand = [](const Rows& r) { return gemm::Fp8ColumnOperand{fp8(r.codes), r.scales.get()}; };
   gemm::Fp8WeightGradArgs a;
@@ -242,8 +244,13 @@ void Fp8Gemms::wgrad(int iter) const {
   a.dy = operand(s.dy_columns);
   a.d_gate_up = operand(d_gate_up_columns_);
   a.scaled_activation = operand(scaled_activation_columns_);
-  a.d_w_gate_up = d_w_gate_up_.get();
-  a.d_w_down = d_w_down_.get();
+  if (bf16_grads) {
+    a.d_w_gate_up_bf16 = d_w_gate_up_bf16_.get();
+    a.d_w_down_bf16 = d_w_down_bf16_.get();
+  } else {
+    a.d_w_gate_up = d_w_gate_up_.get();
+    a.d_w_down = d_w_down_.get();
+  }
   gemm::grouped_weight_grads(a, nullptr);
 }
 

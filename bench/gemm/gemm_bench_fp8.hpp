@@ -39,7 +39,7 @@ class Fp8Gemms {
   // The weight gradients' four operands quantized down their columns (quant::quantize_columns): what
   // an FP8 backward adds before its weight gradients.
   void quantize_wgrad_operands(int iter) const;
-  void wgrad(int iter) const;  // ours, fp32 gradients
+  void wgrad(int iter, bool bf16_grads = false) const;  // ours, fp32 (or bf16) gradients
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
   void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
 
@@ -93,6 +93,7 @@ class Fp8Gemms {
   const __nv_bfloat16* bf16_scaled_activation_;
   Rows d_gate_up_columns_, scaled_activation_columns_;
   DeviceArray<float> d_w_gate_up_, d_w_down_;
+  Bf16Array d_w_gate_up_bf16_, d_w_down_bf16_;
   Bf16Array hidden_, gate_up_, y_, d_gate_up_, scaled_activation_, dx_, cutlass_up_out_, cutlass_down_out_;
   DeviceArray<float> dg_, workspace_;
   std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's

@@ -79,6 +79,7 @@ constexpr RowOf kRows[] = {
     {"FP8 dx", "fp8_dx", "cublas_dx", "fp8_dgrad_swiglu"},
     {"wgrad (fp32)", "wgrad", "cublas_wgrad"},
     {"FP8 wgrad (fp32)", "fp8_wgrad", "cublas_wgrad", "fp8_dgrad_swiglu"},
+    {"FP8 wgrad (bf16)", "fp8_wgrad_bf16", "cublas_wgrad", "fp8_dgrad_swiglu"},
     {"FP8 wgrad operands quantize", "fp8_quantize_wgrad_operands", "", "fp8_dgrad_swiglu"},
     {"wgrad (bf16)", "wgrad_bf16", "cublas_wgrad"},
     {"backward", "backward", "cublas_backward"},

@@ -334,6 +334,7 @@ void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_
   time_it("fp8_dgrad_swiglu", [&](int i) { g.dgrad(i); }, f.dgrad, f.dgrad * pad);
   time_it("fp8_dx", [&](int i) { g.dx(i); }, f.dx, f.dx * pad);
   time_it("fp8_wgrad", [&](int i) { g.wgrad(i); }, f.wgrad, f.wgrad * pad);
+  time_it("fp8_wgrad_bf16", [&](int i) { g.wgrad(i, true); }, f.wgrad, f.wgrad * pad);
   time_it("fp8_quantize_wgrad_operands", [&](int i) { g.quantize_wgrad_operands(i); }, 0.0, 0.0);
   time_it("cutlass_fp8_up", [&](int i) { g.cutlass_up(i); }, f.up, f.up);
   time_it("cutlass_fp8_down", [&](int i) { g.cutlass_down(i); }, f.down, f.down);
