@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Issue 47's check, on one GPU in one device call:
+#   1. the FP8 GPU tests: the quantizers, the forward and backward FP8 GEMMs, the FP8 weight
+#      gradients, the FP8 expert pass and the FP8 layer (each a test binary of BUILD/tests), then
+#      tests/python/test_moe_fp8.py where BUILD holds libcaracal_torch.so (SKIP_PYTHON=1: not);
+#   2. caracal_gemm_bench on the FP8 cases (GEMM_CASES: DeepSeek-V3 and Kimi K2 uniform,
+#      Qwen3-30B-A3B E128 T8192);
+#   3. caracal-bench --precision fp8 at W = 1 on each of LAYERS (model:local experts:tokens;
+#      DeepSeek-V3 32 and Kimi K2 48 at T = 4096, Qwen3-30B-A3B 128 at T = 8192), --graph --rounds
+#      ROUNDS (2) --reps REPS (10), the bf16 fused layer, bf16 v1 and NCCL + GEMMs in the same runs;
+# then issue 47's targets against the figures (scripts/lib/fp8_summary.py: two markdown tables for
+# docs/PERF.md, fp8-check.json for docs/results/) and the summary of the steps.
+# Usage: scripts/fp8-check.sh [build-dir]   (caracal-bench, caracal_gemm_bench and tests/ as
+#        scripts/stage-gpu-build.sh stages them; default build)
+#   STEP_TIMEOUT (150 s) bounds each step; CHECK_BUDGET_S (540): no bench starts once the check has
+#   run this long (those are "not run": failed). FP8_WEIGHT_GRADS (fp8): the layers' --fp8-weight-grads.
+# Files go to $OUT if set, else /tmp/caracal-fp8-check: fp8-check.md, fp8-check.json, each step's
+# log and JSON. The last line is "all passed" (exit 0) or "FAILED: <steps>" (exit 1): a test or
+# bench that fails, times out or was not run, and the targets when one is missed (the line above
+# the summary names them). A bad setting exits 2 with one line naming it.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="${1:-build}"
+out="${OUT:-/tmp/caracal-fp8-check}"
+usage_error() {
+  echo "fp8-check: $1" >&2
+  exit 2
+}
+rounds=${ROUNDS:-2} reps=${REPS:-10} step_limit=${STEP_TIMEOUT:-150} budget=${CHECK_BUDGET_S:-540}
+for v in rounds reps step_limit budget; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || usage_error "$v: expected a whole number, got '${!v}'"
+done
+wgrad=${FP8_WEIGHT_GRADS:-fp8}
+case "$wgrad" in fp8 | bf16) ;; *) usage_error "FP8_WEIGHT_GRADS: expected fp8 or bf16, got '$wgrad'" ;; esac
+layers=${LAYERS:-deepseek-v3:32:4096 kimi-k2:48:4096 qwen3-30b-a3b:128:8192}
+for l in $layers; do
+  [[ "$l" =~ ^[a-z0-9.-]+:[0-9]+:[0-9]+$ ]] || usage_error "LAYERS: expected model:experts:tokens, got '$l'"
+done
+cases=${GEMM_CASES:-deepseek-v3/uniform kimi-k2/uniform qwen3-30b-a3b/uniform/w1}
+mkdir -p "$out"
+source "$root/scripts/lib/nccl-env.sh"
+export NCCL_NVLS_ENABLE=0 CARACAL_REQUIRE_GPU=1  # the NCCL baseline without multicast; no test may skip
+summary_width=34
+source "$root/scripts/lib/summary.sh"
+start=$SECONDS
+
+# step NAME LOG COMMAND...: COMMAND bounded by STEP_TIMEOUT, its output into LOG, a summary row.
+step() {
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$step_limit" "$@" >"$log" 2>&1
+  local rc=$?
+  local took="$((SECONDS - t0)) s"
+  if [ "$rc" -eq 0 ]; then
+    record "$name" "ok ($took; $(grep -E '^\[  PASSED  \]|passed' "$log" | tail -n 1))"
+  elif [ "$rc" -eq 124 ]; then
+    record_failed "$name" "timed out after $step_limit s"
+  else
+    record_failed "$name" "exit $rc ($took; $log)"
+  fi
+  return "$rc"
+}
+
+for t in test_gpu_quantize_fp8 test_gpu_grouped_gemm_fp8 test_gpu_grouped_gemm_fp8_backward test_gpu_weight_grad_fp8 \
+  test_gpu_expert_pass_fp8 test_gpu_moe_layer_fp8; do
+  if [ -x "$build/tests/$t" ]; then
+    step "$t" "$out/$t.log" "$build/tests/$t" --gtest_brief=1
+  else
+    record_failed "$t" "not built ($build/tests/$t)"
+  fi
+done
+if [ "${SKIP_PYTHON:-0}" = 1 ]; then
+  record "test_moe_fp8.py" "skipped (SKIP_PYTHON=1)"
+elif [ -f "$build/libcaracal_torch.so" ]; then
+  step "test_moe_fp8.py" "$out/test_moe_fp8.log" env CARACAL_TORCH_LIBRARY="$(cd "$build" && pwd)/libcaracal_torch.so" \
+    python3 -m pytest -q "$root/tests/python/test_moe_fp8.py"
+else
+  record_failed "test_moe_fp8.py" "no $build/libcaracal_torch.so (SKIP_PYTHON=1 to leave it out)"
+fi
+
+gemm_args=()
+for c in $cases; do gemm_args+=(--case "$c"); done
+summary_args=()
+if step "caracal_gemm_bench" "$out/gemm-bench.log" "$build/caracal_gemm_bench" --reps 20 "${gemm_args[@]}" \
+  --json "$out/gemm-bench.json"; then
+  summary_args+=(--gemm "$out/gemm-bench.json")
+fi
+
+for l in $layers; do
+  IFS=: read -r model experts tokens <<<"$l"
+  name="$model-e$experts-t$tokens"
+  if [ $((SECONDS - start)) -ge "$budget" ]; then
+    record_failed "layer $name" "not run (CHECK_BUDGET_S = $budget s spent)"
+    continue
+  fi
+  if step "layer $name" "$out/layer-$name.log" "$build/caracal-bench" --model "$model" --experts "$experts" --ep 1 \
+    --tokens "$tokens" --precision fp8 --fp8-weight-grads "$wgrad" --graph --rounds "$rounds" --reps "$reps" \
+    --json "$out/layer-$name.json"; then
+    summary_args+=(--layer "$name=$out/layer-$name.json")
+  fi
+done
+
+if [ "${#summary_args[@]}" -gt 0 ]; then
+  python3 "$root/scripts/lib/fp8_summary.py" "${summary_args[@]}" --json "$out/fp8-check.json" >"$out/fp8-check.md"
+  rc=$?
+  cat "$out/fp8-check.md"
+  if [ "$rc" -ne 0 ]; then
+    record_failed "targets" "fp8_summary.py failed (exit $rc)"
+  elif [ "$(tail -n 1 "$out/fp8-check.md")" != "all targets met" ]; then
+    record_failed "targets" "missed (the MISS line above)"
+  else
+    record "targets" "all met"
+  fi
+else
+  record_failed "targets" "no figures to check"
+fi
+echo
+echo "fp8-check: $build ($(cat "$build/COMMIT" 2>/dev/null || echo "no COMMIT")), $((SECONDS - start)) s, files in $out"
+print_summary
+verdict
