@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 47's check, on one GPU in one device call:
 #   1. the FP8 GPU tests: the quantizers, the forward and backward FP8 GEMMs, the FP8 weight
-#      gradients, the FP8 expert pass and the FP8 layer (each a test binary of BUILD/tests), then
-#      tests/python/test_moe_fp8.py where BUILD holds libcaracal_torch.so (SKIP_PYTHON=1: not);
+#      gradients, the FP8 expert pass and the FP8 layer (each a test binary of BUILD/tests),
+#      compute-sanitizer memcheck and racecheck on the quantizers' and the weight gradients' small
+#      cases, then tests/python/test_moe_fp8.py where BUILD holds libcaracal_torch.so
+#      (SKIP_PYTHON=1: not);
 #   2. caracal_gemm_bench on the FP8 cases (GEMM_CASES: DeepSeek-V3 and Kimi K2 uniform,
 #      Qwen3-30B-A3B E128 T8192);
 #   3. caracal-bench --precision fp8 at W = 1 on each of LAYERS (model:local experts:tokens;
@@ -53,7 +55,9 @@ step() {
   local rc=$?
   local took="$((SECONDS - t0)) s"
   if [ "$rc" -eq 0 ]; then
-    record "$name" "ok ($took; $(grep -E '^\[  PASSED  \]|passed' "$log" | tail -n 1))"
+    local passed
+    passed=$(grep -E '^\[  PASSED  \]|passed' "$log" | tail -n 1)
+    record "$name" "ok ($took${passed:+; $passed})"
   elif [ "$rc" -eq 124 ]; then
     record_failed "$name" "timed out after $step_limit s"
   else
@@ -70,6 +74,22 @@ for t in test_gpu_quantize_fp8 test_gpu_grouped_gemm_fp8 test_gpu_grouped_gemm_f
     record_failed "$t" "not built ($build/tests/$t)"
   fi
 done
+# compute-sanitizer memcheck and racecheck on small cases: the quantizers (rows, columns and
+# weights, partial blocks) and the FP8 weight gradients (edge counts, empty experts).
+sanitize() {  # sanitize BINARY FILTER
+  local tool
+  for tool in memcheck racecheck; do
+    if [ ! -x "$build/tests/$1" ]; then
+      record_failed "sanitizer $tool ($1)" "not built"
+      continue
+    fi
+    step "sanitizer $tool ($1)" "$out/sanitizer-$tool-$1.log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$build/tests/$1" --gtest_filter="$2" --gtest_brief=1
+  done
+}
+sanitize test_gpu_quantize_fp8 '*/260x200_stride260_exact:*/3x264x200_exact:*/257x1000_exact_row_major'
+sanitize test_gpu_weight_grad_fp8 'Cases/Fp8WeightGradReference.*/edge_counts:Fp8WeightGradEmpty.*'
+
 if [ "${SKIP_PYTHON:-0}" = 1 ]; then
   record "test_moe_fp8.py" "skipped (SKIP_PYTHON=1)"
 elif [ -f "$build/libcaracal_torch.so" ]; then

@@ -2,8 +2,9 @@
 // gemm::Fp8ExpertPass; the rows cross ranks in bf16, the shared expert stays bf16).
 //   GPU: every output of every rank against the fp64 reference of the unquantized layer, within
 //   bounds of what e4m3 costs (checks::kFp8LayerBounds, ~3x the measured errors); loopback worlds of
-//   1, 2 and 4 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise
-//   repeats; a backward after another forward (the replay); the [gate; up] halves refused by
+//   1, 2, 4 and 8 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise
+//   repeats; a backward after another forward (the replay); a CUDA graph replayed with new
+//   routing and inputs (the eager bits); the [gate; up] halves refused by
 //   name; against the fp64 reference of the quantized operands too (the bound that measures the
 //   kernels, with the bf16 weight-gradient GEMMs the reference models); the FP8 weight gradients
 //   (MoELayerOptions::fp8_weight_gradients, the default) against the bf16 GEMMs' on the same layer,
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@ std::vector<LayerCase> fp8_cases() {
       {"W2_zipf_k4_unnormalized", 2, 97, 8, 4, false, false, kUnnormalized, R::kZipf, kFP8},
       {"W4_all_to_one_k4", 4, 61, 16, 4, false, false, kNormalizedScaled, R::kAllToOne, kFP8},
       {"W4_empty_slots_k3", 4, 45, 8, 3, false, false, kNormalized, R::kEmptySlots, kFP8},
+      {"W8_uniform_k2", 8, 29, 16, 2, false, false, kNormalized, R::kUniform, kFP8},
   };
 }
 
@@ -204,6 +207,37 @@ TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
   stream.sync();
   const std::vector<RankOutputs> zeroed = l.buffers.download();
   EXPECT_NE(zeroed[0].y, own[0].y) << "the layer quantized the weights again over the block it was given";
+}
+
+// One CUDA graph of forward + backward (the weights quantized inside it, as at every call without
+// MoEWeights::w_fp8) replayed with new routing and inputs: each replay the bits of an eager step of
+// a fresh layer.
+TEST(GpuMoELayerFp8Steps, GraphReplaysGiveTheEagerBits) {
+  CARACAL_REQUIRE_GPU();
+  const SeededStep s(kRepeatCase, RoutingCase::kZipf);
+  LoopbackLayer l(kRepeatCase, s.weights);
+  const Stream stream;
+  l.buffers.prepare(s.step, l.world);
+  ASSERT_NO_THROW(run_step(l.layer, l.buffers, stream));  // an eager step first: every kernel's module loaded
+  std::unique_ptr<test::CapturedGraph> graph;
+  try {
+    graph = std::make_unique<test::CapturedGraph>(stream, [&](cudaStream_t captured) {
+      const MoEContext context = l.layer.forward(l.buffers.forward_args(), captured);
+      l.layer.backward(l.buffers.backward_args(), context, captured);
+    });
+  } catch (const Error& e) {
+    FAIL() << "capture failed: " << e.what();
+  }
+  for (RoutingCase routing : {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots}) {
+    const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
+    const HostStep step = random_step(kRepeatCase, routing, seed.value());
+    l.buffers.prepare(step, l.world);
+    graph->launch(stream);
+    stream.sync();
+    ASSERT_NO_THROW(l.layer.check());
+    expect_same_bits(run_once(kRepeatCase, s.weights, step), l.buffers.download(),
+                     std::string("a replay, ") + exchange_test::name_of(routing));
+  }
 }
 
 // MoEWeights::w_fp8 and quantize_weights belong to FP8 layers: a bf16 layer refuses them by name.

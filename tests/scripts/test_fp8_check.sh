@@ -4,6 +4,7 @@
 # docs/results), a missed target, a failing test and a missing binary each fail the check by name,
 # the budget leaves benches "not run", and bad settings exit 2.
 source "$(dirname "$0")/script_test_lib.sh"
+stub_device_tools
 results="$root/docs/results"
 
 make_build() {  # make_build DIR: every FP8 test passing, benches that write the recorded JSON
@@ -33,6 +34,7 @@ script_env=(OUT="$work/out" SKIP_PYTHON=1)
 run_and_expect "the targets missed" 1 "FAILED: targets" "MISS: .*forward 1.273x bf16 \(target 1.5\)" \
   env "${script_env[@]}" bash "$root/scripts/fp8-check.sh" "$work/build"
 grep -qE "test_gpu_weight_grad_fp8 +ok" <<<"$out" || fail "each test is a summary row"$'\n'"$out"
+grep -qE "sanitizer racecheck \(test_gpu_weight_grad_fp8\) +ok" <<<"$out" || fail "the sanitizer rows"$'\n'"$out"
 grep -q -- "--precision fp8 --fp8-weight-grads fp8 --graph --rounds 2 --reps 10" "$work/build/calls" ||
   fail "the layers run the FP8 layer with its weight gradients in FP8"
 [ "$(grep -c -- "--precision fp8" "$work/build/calls")" -eq 3 ] || fail "three layers by default"
@@ -46,8 +48,15 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['layer
 # A failing test and a missing one are named beside the targets.
 stub_gtest "$work/build/tests/test_gpu_expert_pass_fp8" 1
 rm "$work/build/tests/test_gpu_quantize_fp8"
-check_on_build "a failing test" "$work/build" 1 "FAILED: test_gpu_quantize_fp8, test_gpu_expert_pass_fp8, targets" \
+check_on_build "a failing test" "$work/build" 1 \
+  "FAILED: test_gpu_quantize_fp8, test_gpu_expert_pass_fp8, sanitizer memcheck (test_gpu_quantize_fp8), sanitizer racecheck (test_gpu_quantize_fp8), targets" \
   "test_gpu_quantize_fp8 +not built" --
+
+# A sanitizer error fails its step by name.
+make_build "$work/b3"
+check_on_build "a sanitizer error" "$work/b3" 1 \
+  "FAILED: sanitizer memcheck (test_gpu_quantize_fp8), sanitizer racecheck (test_gpu_quantize_fp8), sanitizer memcheck (test_gpu_weight_grad_fp8), sanitizer racecheck (test_gpu_weight_grad_fp8), targets" \
+  "" -- STUB_SANITIZER_ERRORS=1
 
 # No budget: no bench starts; the GEMM bench's figures are still checked.
 make_build "$work/b2"
