@@ -10,6 +10,8 @@
 #   3. caracal-bench --precision fp8 at W = 1 on each of LAYERS (model:local experts:tokens;
 #      DeepSeek-V3 32 and Kimi K2 48 at T = 4096, Qwen3-30B-A3B 128 at T = 8192), --graph --rounds
 #      ROUNDS (2) --reps REPS (10), the bf16 fused layer, bf16 v1 and NCCL + GEMMs in the same runs;
+#   4. the plain PyTorch FP8 and bf16 layers on the first layer's shape
+#      (bench/python/torch_fp8_moe_layer.py --check; SKIP_PYTHON=1: not);
 # then issue 47's targets against the figures (scripts/lib/fp8_summary.py: two markdown tables for
 # docs/PERF.md, fp8-check.json for docs/results/) and the summary of the steps.
 # Usage: scripts/fp8-check.sh [build-dir]   (caracal-bench, caracal_gemm_bench and tests/ as
@@ -120,6 +122,18 @@ for l in $layers; do
     summary_args+=(--layer "$name=$out/layer-$name.json")
   fi
 done
+
+# The plain PyTorch layers (FP8 and bf16) on the first layer's shape, checked against each other.
+IFS=: read -r model experts tokens <<<"${layers%% *}"
+name="$model-e$experts-t$tokens"
+if [ "${SKIP_PYTHON:-0}" = 1 ]; then
+  record "plain PyTorch layers" "skipped (SKIP_PYTHON=1)"
+elif [ $((SECONDS - start)) -ge "$budget" ]; then
+  record_failed "plain PyTorch layers" "not run (CHECK_BUDGET_S = $budget s spent)"
+elif step "plain PyTorch layers" "$out/plain-$name.log" python3 "$root/bench/python/torch_fp8_moe_layer.py" \
+  --model "$model" --experts "$experts" --tokens "$tokens" --check --json "$out/plain-$name.json"; then
+  [[ " ${summary_args[*]} " == *" $name="* ]] && summary_args+=(--plain "$name=$out/plain-$name.json")
+fi
 
 if [ "${#summary_args[@]}" -gt 0 ]; then
   python3 "$root/scripts/lib/fp8_summary.py" "${summary_args[@]}" --json "$out/fp8-check.json" >"$out/fp8-check.md"

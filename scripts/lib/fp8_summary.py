@@ -2,7 +2,8 @@
 """Issue 47's targets against one run's figures (scripts/fp8-check.sh): two markdown tables, a
 JSON of every figure and verdict, and the misses.
 
-    fp8_summary.py --gemm GEMM.json [--gemm ...] --layer NAME=BENCH.json [--layer ...] [--json OUT]
+    fp8_summary.py --gemm GEMM.json [--gemm ...] --layer NAME=BENCH.json [--layer ...]
+                   [--plain NAME=PLAIN.json ...] [--json OUT]
 
 GEMM.json: caracal_gemm_bench --json (its FP8 cases: those with fp8_* results). Per case, our FP8
 kernel's time over our bf16 one's (up/gate + SwiGLU storing gate_up, down, dgrad + SwiGLU, dx, the
@@ -11,7 +12,9 @@ weight gradients in fp32) and CUTLASS's blockwise FP8 over ours (up, down); targ
 BENCH.json: caracal-bench --precision fp8 --json. Per layer: the FP8 layer's forward, backward and
 fwd+bwd ms, the weights' quantization, the bf16 fused layer's over the FP8 one's and NCCL + GEMMs'
 over the FP8 one's; targets (issue 47, DeepSeek-V3 at W = 1, held to on every shape here): forward
->= 1.5x bf16, fwd+bwd >= 1.35x bf16. The last line printed is "all targets met" or "MISS: <what>";
+>= 1.5x bf16, fwd+bwd >= 1.35x bf16. PLAIN.json: bench/python/torch_fp8_moe_layer.py --json on the
+layer NAME's shape: the plain PyTorch FP8 and bf16 layers' fwd+bwd over the FP8 layer's; targets
+>= 1.5x the plain FP8 layer, >= 2.0x the plain bf16 one. The last line printed is "all targets met" or "MISS: <what>";
 the exit status is 0 either way once the inputs were read (1 when one is missing or malformed), so
 that the caller decides what a miss means.
 """
@@ -22,6 +25,7 @@ import sys
 GEMM_TARGETS = {"up": 1.6, "down": 1.6, "wgrad": 1.5}  # FP8 over our bf16, at least
 CUTLASS_TARGET = 1.0  # ours over CUTLASS's FP8, at least
 LAYER_TARGETS = {"forward": 1.5, "fwd_bwd": 1.35}  # FP8 over the bf16 fused layer, at least
+PLAIN_TARGETS = {"fp8": 1.5, "bf16": 2.0}  # fwd+bwd over the plain PyTorch layers', at least
 
 # Our FP8 kernel and the bf16 kernel it is measured against (the same outputs stored).
 GEMM_PAIRS = {
@@ -67,6 +71,16 @@ def gemm_rows(run):
     return rows
 
 
+def add_plain(row, plain):
+    """The plain PyTorch layers' fwd+bwd over the FP8 layer's, and their misses."""
+    row["over_plain"] = {}
+    for label, target in PLAIN_TARGETS.items():
+        got = ratio(plain.get(label, {}).get("fwd_bwd", {}).get("ms"), row["ms"]["fwd_bwd"])
+        row["over_plain"][label] = got
+        if got is None or got < target:
+            row["misses"].append(f"{row['layer']} fwd_bwd {fmt(got)}x the plain {label} layer (target {target})")
+
+
 def layer_row(name, bench):
     run = bench["runs"][0]
     if bench.get("precision") != "fp8" or "bf16_fused" not in run:
@@ -86,6 +100,7 @@ def layer_row(name, bench):
         "weights_quantized_ms": run.get("fp8_weight_quantization_ms"),
         "over_bf16": {p: ratio(bf16[p], fp8[p]) for p in fp8},
         "over_nccl": {p: ratio(nccl_ms.get(p), fp8[p]) for p in fp8},
+        "over_plain": None,
         "misses": [],
     }
     for p, target in LAYER_TARGETS.items():
@@ -102,13 +117,14 @@ def fmt(v, digits=3):
 def print_tables(gemms, layers):
     if layers:
         print("| layer | weight gradients | FP8 fwd / bwd / fwd+bwd ms | weights quantized ms | over bf16 fused: "
-              "fwd / bwd / fwd+bwd | over NCCL + GEMMs | targets |")
-        print("|---|---|---|---|---|---|---|")
+              "fwd / bwd / fwd+bwd | over NCCL + GEMMs | fwd+bwd over plain FP8 / bf16 | targets |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in layers:
             shape = f"{r['model']} E{r['experts']} T{r['tokens']}"
             print(f"| {shape} | {r['weight_grads']} | {' / '.join(fmt(r['ms'][p]) for p in r['ms'])} | "
                   f"{fmt(r['weights_quantized_ms'])} | {' / '.join(fmt(r['over_bf16'][p]) for p in r['ms'])} | "
                   f"{' / '.join(fmt(r['over_nccl'][p], 2) for p in r['ms'])} | "
+                  f"{' / '.join(fmt(r['over_plain'][k], 2) for k in PLAIN_TARGETS) if r['over_plain'] else '-'} | "
                   f"{'PASS' if not r['misses'] else 'MISS'} |")
     if gemms:
         print()
@@ -125,6 +141,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemm", action="append", default=[], help="caracal_gemm_bench --json output")
     parser.add_argument("--layer", action="append", default=[], help="NAME=caracal-bench --json output")
+    parser.add_argument("--plain", action="append", default=[],
+                        help="NAME=bench/python/torch_fp8_moe_layer.py --json output on layer NAME's shape")
     parser.add_argument("--json", help="write every figure and verdict here")
     args = parser.parse_args()
     try:
@@ -135,6 +153,12 @@ def main():
             if not sep:
                 raise ValueError(f"--layer {spec!r}: expected NAME=PATH")
             layers.append(layer_row(name, json.load(open(path))))
+        for spec in args.plain:
+            name, sep, path = spec.partition("=")
+            row = next((r for r in layers if r["layer"] == name), None)
+            if not sep or row is None:
+                raise ValueError(f"--plain {spec!r}: expected NAME=PATH with NAME a --layer's")
+            add_plain(row, json.load(open(path)))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"fp8_summary: error: {e}", file=sys.stderr)
         return 1

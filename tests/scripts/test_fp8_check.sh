@@ -64,6 +64,16 @@ check_on_build "no budget" "$work/b2" 1 \
   "FAILED: layer deepseek-v3-e32-t4096, layer kimi-k2-e48-t4096, layer qwen3-30b-a3b-e128-t8192, targets" \
   "not run \(CHECK_BUDGET_S = 0 s spent\)" -- CHECK_BUDGET_S=0
 
+# The plain PyTorch layers' figures (bench/python/torch_fp8_moe_layer.py's JSON) against the FP8 layer's.
+echo '{"fp8": {"fwd_bwd": {"ms": 30.0}}, "bf16": {"fwd_bwd": {"ms": 24.49}}}' >"$work/plain.json"
+run_and_expect "the plain layers" 0 \
+  "MISS: ds forward 1.273x bf16 (target 1.5); ds fwd_bwd 1.019x bf16 (target 1.35); ds fwd_bwd 1.475x the plain bf16 layer (target 2.0)" \
+  "\| 1.81 / 1.47 \| MISS \|" python3 "$root/scripts/lib/fp8_summary.py" \
+  --layer "ds=$results/2026-12-06-bench-fp8-deepseek-v3-e32-fp8-wgrad-h100-39bd35c.json" --plain "ds=$work/plain.json"
+run_and_expect "plain without its layer" 1 "fp8_summary: error: --plain 'x=$work/plain.json': expected NAME=PATH with NAME a --layer's" "" \
+  python3 "$root/scripts/lib/fp8_summary.py" \
+  --layer "ds=$results/2026-12-06-bench-fp8-deepseek-v3-e32-fp8-wgrad-h100-39bd35c.json" --plain "x=$work/plain.json"
+
 # Bad settings: exit 2, one line naming the setting.
 check_on_build "bad rounds" "$work/b2" 2 "fp8-check: rounds: expected a whole number, got 'x'" "" -- ROUNDS=x
 check_on_build "bad layers" "$work/b2" 2 "fp8-check: LAYERS: expected model:experts:tokens, got 'deepseek-v3'" "" -- \
