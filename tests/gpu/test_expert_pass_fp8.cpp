@@ -378,6 +378,23 @@ TEST(GpuExpertPassFp8, EveryStageOnTheRightOperands) {
   expect_padding("dx", p.rows, p.c.counts, size_t(p.c.hidden), o.dx);
 }
 
+// The pass run in place (d_gate_up over gate_up, dx over x; x re-uploaded after, the pass overwrote
+// it) gives `first`'s bits: dx's rows below expert_offset[L] (past it, x's zeros stay where dx's
+// buffer kept its poison), d_gate_up and both weight gradients.
+void expect_in_place_bits(Problem& p, const Outputs& first, bool fp8_weight_grads) {
+  Outputs in_place;
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, true, in_place, fp8_weight_grads));
+  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
+  const size_t dx_rows = size_t(p.rows.offset.back()) * size_t(p.c.hidden);
+  EXPECT_EQ(differing(std::vector<uint16_t>(first.dx.begin(), first.dx.begin() + ptrdiff_t(dx_rows)),
+                      std::vector<uint16_t>(in_place.dx.begin(), in_place.dx.begin() + ptrdiff_t(dx_rows))),
+            0u)
+      << "dx written over x";
+  EXPECT_EQ(differing(first.d_gate_up, in_place.d_gate_up), 0u) << "d_gate_up written over gate_up";
+  EXPECT_EQ(differing(first.dw_gate_up, in_place.dw_gate_up), 0u) << "dW_gate_up in place";
+  EXPECT_EQ(differing(first.dw_down, in_place.dw_down), 0u) << "dW_down in place";
+}
+
 TEST(GpuExpertPassFp8, BitwiseRepeatableAndInPlace) {
   CARACAL_REQUIRE_GPU();
   Problem p;
@@ -391,39 +408,26 @@ TEST(GpuExpertPassFp8, BitwiseRepeatableAndInPlace) {
   EXPECT_EQ(differing(first.dg, second.dg), 0u) << "dg";
   EXPECT_EQ(differing(first.dw_gate_up, second.dw_gate_up), 0u) << "dW_gate_up";
   EXPECT_EQ(differing(first.dw_down, second.dw_down), 0u) << "dW_down";
-  // In place: d_gate_up over gate_up, dx over x (x is re-uploaded after: the pass overwrote it).
-  Outputs in_place;
-  ASSERT_NO_FATAL_FAILURE(run_pass(p, true, in_place));
-  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
-  // dx's rows below expert_offset[L] (past it, x's zeros stay where dx's buffer kept its poison).
-  const size_t dx_rows = size_t(p.rows.offset.back()) * size_t(p.c.hidden);
-  EXPECT_EQ(differing(std::vector<uint16_t>(first.dx.begin(), first.dx.begin() + ptrdiff_t(dx_rows)),
-                      std::vector<uint16_t>(in_place.dx.begin(), in_place.dx.begin() + ptrdiff_t(dx_rows))),
-            0u)
-      << "dx written over x";
-  EXPECT_EQ(differing(first.d_gate_up, in_place.d_gate_up), 0u) << "d_gate_up written over gate_up";
-  EXPECT_EQ(differing(first.dw_gate_up, in_place.dw_gate_up), 0u) << "dW_gate_up in place";
-  EXPECT_EQ(differing(first.dw_down, in_place.dw_down), 0u) << "dW_down in place";
+  ASSERT_NO_FATAL_FAILURE(expect_in_place_bits(p, first, false));
 }
 
 // The FP8 weight gradients, their column copies in the e4m3 rows' memory: bitwise repeatable, the
 // same bits in place (x is quantized down its columns before dx overwrites it), every other output
 // the bf16 GEMMs' bits, the gradients within what quantizing their operands costs of the bf16 GEMMs'.
+// The relative Frobenius difference of `got` from `want` (test::OutputError's; a NaN counts as
+// unwritten: infinity here).
 double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  double err2 = 0.0, ref2 = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - double(want[i]);
-    err2 += std::isnan(d) ? 1e300 : d * d;
-    ref2 += double(want[i]) * double(want[i]);
-  }
-  return ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  caracal::test::OutputError e("difference");
+  caracal::checks::add_rows(e, [&](size_t i) { return double(got[i]); }, std::vector<double>(want.begin(), want.end()),
+                            1, want.size());
+  return e.unwritten() != 0 ? INFINITY : e.frobenius();
 }
 
 TEST(GpuExpertPassFp8, Fp8WeightGradientsRepeatableAndInPlace) {
   CARACAL_REQUIRE_GPU();
   Problem p;
   ASSERT_NO_FATAL_FAILURE(make_problem(p, kPassCase, p.seed.value()));
-  Outputs bf16, first, second, in_place;
+  Outputs bf16, first, second;
   ASSERT_NO_FATAL_FAILURE(run_pass(p, false, bf16));
   ASSERT_NO_FATAL_FAILURE(run_pass(p, false, first, true));
   ASSERT_NO_FATAL_FAILURE(run_pass(p, false, second, true));
@@ -440,15 +444,7 @@ TEST(GpuExpertPassFp8, Fp8WeightGradientsRepeatableAndInPlace) {
   EXPECT_GT(gate_up, 0.0) << "the FP8 weight gradients are the bf16 GEMMs' bits: FP8 did not run";
   EXPECT_LT(gate_up, 0.1);
   EXPECT_LT(down, 0.1);
-  ASSERT_NO_FATAL_FAILURE(run_pass(p, true, in_place, true));
-  ASSERT_NO_FATAL_FAILURE(p.d_x.upload(p.x));
-  const size_t dx_rows = size_t(p.rows.offset.back()) * size_t(p.c.hidden);
-  EXPECT_EQ(differing(std::vector<uint16_t>(first.dx.begin(), first.dx.begin() + ptrdiff_t(dx_rows)),
-                      std::vector<uint16_t>(in_place.dx.begin(), in_place.dx.begin() + ptrdiff_t(dx_rows))),
-            0u)
-      << "dx written over x";
-  EXPECT_EQ(differing(first.dw_gate_up, in_place.dw_gate_up), 0u) << "dW_gate_up in place";
-  EXPECT_EQ(differing(first.dw_down, in_place.dw_down), 0u) << "dW_down in place";
+  ASSERT_NO_FATAL_FAILURE(expect_in_place_bits(p, first, true));
 }
 
 // The checks can fail: a y, a dx and a quantized activation each off by a little are caught.

@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -93,22 +92,6 @@ TEST_P(GpuMoELayerFp8, CloseToTheQuantizedReference) {
 // rows exactly zero in both.
 constexpr double kFp8WeightGradsOverBf16 = 0.1;
 
-// The worst expert's relative Frobenius difference of `got` from `want` ([experts][per_expert]
-// each); experts whose `want` is all zero must match it bit for bit (else: infinity).
-double worst_expert_difference(const std::vector<float>& got, const std::vector<float>& want, size_t per_expert) {
-  double worst = 0.0;
-  for (size_t begin = 0; begin + per_expert <= want.size(); begin += per_expert) {
-    double err2 = 0.0, ref2 = 0.0;
-    for (size_t i = begin; i < begin + per_expert; ++i) {
-      const double d = double(got[i]) - double(want[i]);
-      err2 += std::isnan(d) ? 1e300 : d * d;
-      ref2 += double(want[i]) * double(want[i]);
-    }
-    worst = std::max(worst, ref2 > 0.0 ? std::sqrt(err2 / ref2) : (err2 > 0.0 ? INFINITY : 0.0));
-  }
-  return worst;
-}
-
 TEST_P(GpuMoELayerFp8, Fp8WeightGradientsCloseToTheBf16Gemms) {
   CARACAL_REQUIRE_GPU();
   const LayerCase& c = GetParam();
@@ -120,6 +103,7 @@ TEST_P(GpuMoELayerFp8, Fp8WeightGradientsCloseToTheBf16Gemms) {
   const std::vector<RankOutputs> bf16 = run_once(c, s, bf16_gemms);
   ASSERT_EQ(fp8.size(), bf16.size());
   const size_t expert_floats = size_t(kHidden) * size_t(kIntermediate);
+  constexpr checks::ErrorBound kBound{kFp8WeightGradsOverBf16, kFp8WeightGradsOverBf16};
   for (size_t r = 0; r < fp8.size(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_TRUE(same_bits(fp8[r].y, bf16[r].y)) << "y";
@@ -127,15 +111,23 @@ TEST_P(GpuMoELayerFp8, Fp8WeightGradientsCloseToTheBf16Gemms) {
     EXPECT_TRUE(same_bits(fp8[r].d_scores, bf16[r].d_scores)) << "d_topk_scores";
     ASSERT_EQ(fp8[r].d_w_gate_up.size(), bf16[r].d_w_gate_up.size());
     ASSERT_EQ(fp8[r].d_w_down.size(), bf16[r].d_w_down.size());
-    const double gate_up = worst_expert_difference(fp8[r].d_w_gate_up, bf16[r].d_w_gate_up, 2 * expert_floats);
-    const double down = worst_expert_difference(fp8[r].d_w_down, bf16[r].d_w_down, expert_floats);
-    std::cout << "  fp8 over bf16 weight gradients, rank " << r << ", worst expert: d_w_gate_up " << gate_up
-              << ", d_w_down " << down << " [" << test::current_test() << "]\n";
-    EXPECT_LE(gate_up, kFp8WeightGradsOverBf16) << "d_w_gate_up";
-    EXPECT_LE(down, kFp8WeightGradsOverBf16) << "d_w_down";
+    // An expert a row (test::OutputError): each within the bound, one without rows exactly zero.
+    const std::string rank = "rank " + std::to_string(r) + " fp8 over bf16 ";
+    test::OutputError gate_up(rank + "d_w_gate_up"), down(rank + "d_w_down");
+    const auto add = [&](test::OutputError& e, const std::vector<float>& got, const std::vector<float>& want,
+                         size_t per_expert) {
+      checks::add_rows(e, [&](size_t i) { return double(got[i]); }, std::vector<double>(want.begin(), want.end()),
+                       want.size() / per_expert, per_expert);
+    };
+    add(gate_up, fp8[r].d_w_gate_up, bf16[r].d_w_gate_up, 2 * expert_floats);
+    add(down, fp8[r].d_w_down, bf16[r].d_w_down, expert_floats);
+    for (const test::OutputError* e : {&gate_up, &down}) {
+      for (const std::string& f : e->failures(kBound)) ADD_FAILURE() << f;
+    }
     const bool rows_here = std::any_of(bf16[r].d_w_down.begin(), bf16[r].d_w_down.end(), [](float v) { return v != 0.0f; });
     if (rows_here) {
-      EXPECT_GT(gate_up + down, 0.0) << "the FP8 weight gradients are the bf16 GEMMs' bits: FP8 did not run";
+      EXPECT_GT(gate_up.frobenius() + down.frobenius(), 0.0)
+          << "the FP8 weight gradients are the bf16 GEMMs' bits: FP8 did not run";
     }
   }
 }

@@ -39,34 +39,16 @@ using caracal::gemm::Fp8WeightGradArgs;
 // expert 0.5% off fails (CatchDeliberateErrors).
 constexpr double kFp8WeightGradBound = 4e-4;
 
-// Rows [capacity][K] quantized down their columns, in the kernel's layout: codes_t [K][capacity],
-// scales [capacity / 128][K]; `values` dequantized, [K][capacity].
-struct QuantizedColumns {
-  std::vector<uint8_t> codes_t;
-  std::vector<float> scales;
-  std::vector<double> values;
-};
-
-QuantizedColumns quantize_columns_for_gemm(const std::vector<uint16_t>& rows_bits, size_t capacity, size_t k) {
-  std::vector<float> t(k * capacity);
-  for (size_t r = 0; r < capacity; ++r) {
-    for (size_t c = 0; c < k; ++c) t[c * capacity + r] = caracal::bf16_to_float(rows_bits[r * k + c]);
-  }
-  const caracal::Fp8Matrix q = caracal::quantize_rows(t, int64_t(k), int64_t(capacity));
-  QuantizedColumns out;
-  out.codes_t = q.codes;
-  out.values = caracal::dequantize(q);
-  const size_t blocks = size_t(q.scale_cols());
-  out.scales.resize(blocks * k);
-  for (size_t c = 0; c < k; ++c) {
-    for (size_t b = 0; b < blocks; ++b) out.scales[b * k + c] = q.scales[c * blocks + b];
-  }
-  return out;
+// Rows [capacity][K] quantized down their columns, in the kernel's layout: the row quantization
+// of their transpose (fp8_test_support.hpp), codes_t [K][capacity], scales [capacity / 128][K],
+// values [K][capacity] dequantized.
+QuantizedRows quantize_columns_for_gemm(const std::vector<uint16_t>& rows_bits, size_t capacity, size_t k) {
+  return quantize_rows_for_gemm(transposed(floats_of(rows_bits), 1, capacity, k), k, capacity);
 }
 
 // One case's operands (quantized on the host, uploaded), the reference and the outputs.
 struct Problem : ExpertInputs {
-  QuantizedColumns x_q, dy_q, d_gate_up_q, activation_q;
+  QuantizedRows x_q, dy_q, d_gate_up_q, activation_q;  // codes_t [K][capacity]
   DeviceQuantized d_x_q, d_dy_q, d_d_gate_up_q, d_activation_q;
   std::vector<double> ref_gate_up, ref_down;  // [L][2I][D] interleaved, [L][D][I]
   DeviceBuffer<float> d_w_gate_up, d_w_down;
@@ -105,10 +87,10 @@ void make_problem(Problem& p, const Case& c) {
   p.activation_q = quantize_columns_for_gemm(random_rows(c.counts, p.rows, I, rng, Draw::kNormal), cap, I);
   reference_gradient(p, p.d_gate_up_q.values, 2 * I, p.x_q.values, D, p.ref_gate_up);
   reference_gradient(p, p.dy_q.values, D, p.activation_q.values, I, p.ref_down);
-  ASSERT_NO_FATAL_FAILURE(p.d_x_q.upload(p.x_q.codes_t, p.x_q.scales));
-  ASSERT_NO_FATAL_FAILURE(p.d_dy_q.upload(p.dy_q.codes_t, p.dy_q.scales));
-  ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up_q.upload(p.d_gate_up_q.codes_t, p.d_gate_up_q.scales));
-  ASSERT_NO_FATAL_FAILURE(p.d_activation_q.upload(p.activation_q.codes_t, p.activation_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_x_q.upload(p.x_q.codes, p.x_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_dy_q.upload(p.dy_q.codes, p.dy_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_d_gate_up_q.upload(p.d_gate_up_q.codes, p.d_gate_up_q.scales));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation_q.upload(p.activation_q.codes, p.activation_q.scales));
   ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.allocate(L * 2 * I * D));
   ASSERT_NO_FATAL_FAILURE(p.d_w_down.allocate(L * D * I));
   ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up_bf16.allocate(L * 2 * I * D));
@@ -162,53 +144,16 @@ void run_weight_grads(Problem& p, const RunOptions& o, Outputs& out) {
   }
 }
 
-// What is out of bounds in one gradient (`m` x `n` per expert): an expert with rows past `bound`
-// (relative Frobenius) or holding NaN, one without rows not exactly zero. `worst`: the largest
-// relative error of an expert with rows.
-std::vector<std::string> gradient_failures(const Problem& p, const char* what, const std::vector<double>& ref,
-                                           const std::vector<float>& got, size_t m, size_t n, double bound,
-                                           double& worst) {
-  std::vector<std::string> failures;
-  for (size_t e = 0; e < size_t(p.num_experts); ++e) {
-    const std::string tag = std::string(what) + " of expert " + std::to_string(e);
-    const float* g = &got[e * m * n];
-    const double* r = &ref[e * m * n];
-    if (p.c.counts[e] == 0) {
-      size_t nonzero = 0;
-      for (size_t i = 0; i < m * n; ++i) nonzero += g[i] != 0.0f;  // NaN counts too
-      if (nonzero != 0) failures.push_back(tag + " (no rows): " + std::to_string(nonzero) + " values not zero");
-      continue;
-    }
-    double err2 = 0.0, ref2 = 0.0;
-    size_t nans = 0;
-    for (size_t i = 0; i < m * n; ++i) {
-      if (std::isnan(g[i])) {
-        ++nans;
-        continue;
-      }
-      err2 += (double(g[i]) - r[i]) * (double(g[i]) - r[i]);
-      ref2 += r[i] * r[i];
-    }
-    const double rel = ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-    worst = std::max(worst, rel);
-    if (nans != 0) failures.push_back(tag + ": " + std::to_string(nans) + " NaN");
-    if (rel > bound) failures.push_back(tag + ": relative Frobenius error " + std::to_string(rel));
-  }
-  return failures;
-}
-
+// Both gradients against the reference, an expert a row (test::OutputError: relative Frobenius of
+// each expert within kFp8WeightGradBound, every element written, an expert without rows exactly
+// zero). What is out of bounds (empty: nothing); `report` prints the measured errors.
 std::vector<std::string> all_failures(const Problem& p, const Outputs& out, bool report) {
-  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate);
-  double worst_gate_up = 0.0, worst_down = 0.0;
-  std::vector<std::string> f =
-      gradient_failures(p, "dW_gate_up", p.ref_gate_up, out.gate_up, 2 * I, D, kFp8WeightGradBound, worst_gate_up);
-  for (std::string& s : gradient_failures(p, "dW_down", p.ref_down, out.down, D, I, kFp8WeightGradBound, worst_down)) {
-    f.push_back(std::move(s));
-  }
-  if (report) {
-    std::cout << "  error dW_gate_up: frobenius " << worst_gate_up << " (worst expert) [" << p.c.name << "]\n"
-              << "  error dW_down: frobenius " << worst_down << " (worst expert) [" << p.c.name << "]\n";
-  }
+  const size_t D = size_t(p.c.hidden), I = size_t(p.c.intermediate), L = size_t(p.num_experts);
+  constexpr caracal::test::ErrorBound kBound{kFp8WeightGradBound, kFp8WeightGradBound};
+  std::vector<std::string> f = caracal::test::compare_rows(
+      "dW_gate_up", [&](size_t i) { return double(out.gate_up[i]); }, p.ref_gate_up, L, 2 * I * D, kBound, report);
+  caracal::test::append(f, caracal::test::compare_rows("dW_down", [&](size_t i) { return double(out.down[i]); },
+                                                       p.ref_down, L, D * I, kBound, report));
   return f;
 }
 
@@ -315,10 +260,14 @@ TEST(Fp8WeightGradEmpty, GradientsOfNoRowsAreZero) {
   ASSERT_NO_FATAL_FAILURE(make_problem(p, kEmptyCase));
   Outputs out;
   ASSERT_NO_FATAL_FAILURE(run_weight_grads(p, RunOptions{}, out));
-  size_t nonzero = 0;
-  for (float v : out.gate_up) nonzero += caracal::float_bits(v) != 0;
-  for (float v : out.down) nonzero += caracal::float_bits(v) != 0;
-  EXPECT_EQ(nonzero, 0u) << "gradients of empty experts must be +0";
+  const auto not_plus_zero = [](const Outputs& o) {
+    size_t n = 0;
+    for (const auto* v : {&o.gate_up, &o.down}) {
+      for (float x : *v) n += caracal::float_bits(x) != 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(not_plus_zero(out), 0u) << "gradients of empty experts must be +0";
 
   Fp8WeightGradArgs a = weight_grad_args(p, RunOptions{});
   a.rows.row_capacity = 0;
@@ -329,10 +278,7 @@ TEST(Fp8WeightGradEmpty, GradientsOfNoRowsAreZero) {
   CARACAL_ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_NO_FATAL_FAILURE(p.d_w_gate_up.download(out.gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_w_down.download(out.down));
-  nonzero = 0;
-  for (float v : out.gate_up) nonzero += caracal::float_bits(v) != 0;
-  for (float v : out.down) nonzero += caracal::float_bits(v) != 0;
-  EXPECT_EQ(nonzero, 0u) << "gradients without row buffers must be +0";
+  EXPECT_EQ(not_plus_zero(out), 0u) << "gradients without row buffers must be +0";
 }
 
 // ---- Host: argument checks ------------------------------------------------------------------------

@@ -92,23 +92,27 @@ class WeightTileScheduler {
   // The current tile's expert against the window: where its sum starts and stops.
   __device__ ExpertWindow const& window() const { return window_; }
 
-  __device__ TileCoord coord() const {
+  __device__ TileCoord coord() const { return coord_in<Policy>(); }
+
+ protected:  // WeightTileSchedulerFor hands out another policy's tiles over the same walk
+  // The current tile in policy P's tiles and kBlockK-row steps.
+  template <class P>
+  __device__ TileCoord coord_in() const {
     int const per_expert = m_blocks_ * n_blocks_;
     int const local = tile_ - expert_ * per_expert;
     TileCoord c;
     c.expert = expert_;
-    c.m_begin = (local / n_blocks_) * Policy::kBlockM;
+    c.m_begin = (local / n_blocks_) * P::kBlockM;
     c.m_buffer = c.m_begin;
-    c.n_begin = (local % n_blocks_) * Policy::kBlockN;
+    c.n_begin = (local % n_blocks_) * P::kBlockN;
     // The window's rows of the expert in kBlockK-row steps from its first one there: the steps of
     // the whole sum, since windows and segments start at multiples of 128.
     c.k_begin = window_.has_rows() ? schedule_.buffer_row(window_.begin) : 0;
-    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + Policy::kBlockK - 1) / Policy::kBlockK : 0;
-    c.active_end = c.k_tiles > 0 ? min(c.m_begin + Policy::kBlockM, grad_rows_) : c.m_begin;
+    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + P::kBlockK - 1) / P::kBlockK : 0;
+    c.active_end = c.k_tiles > 0 ? min(c.m_begin + P::kBlockM, grad_rows_) : c.m_begin;
     return c;
   }
 
- protected:  // WeightTileSchedulerFor hands out another policy's tiles over the same walk
   // Moves tile_ past the tiles of experts with nothing to do in this window (rows elsewhere only).
   __device__ void skip_tiles_without_work() {
     int const per_expert = m_blocks_ * n_blocks_;
@@ -135,8 +139,8 @@ class WeightTileScheduler {
 };
 
 // The same walk over the tiles of another weight-gradient policy (the FP8 one: 128 x 128 tiles,
-// 128-row k steps). Its coord() is WeightTileScheduler's in Policy_'s tile: the tile numbering and
-// the windows are policy-free, the M and N blocks are the launch's (Params::m_blocks, n_blocks).
+// 128-row k steps): the tile numbering and the windows are policy-free, the M and N blocks the
+// launch's (Params::m_blocks, n_blocks).
 template <class Policy_>
 class WeightTileSchedulerFor : public WeightTileScheduler {
  public:
@@ -144,19 +148,7 @@ class WeightTileSchedulerFor : public WeightTileScheduler {
   static_assert(kBlockM % Policy::kBlockK == 0, "the k steps of a window's rows start at a row block");
   using WeightTileScheduler::WeightTileScheduler;
 
-  __device__ TileCoord coord() const {
-    int const per_expert = m_blocks_ * n_blocks_;
-    int const local = tile_ - expert_ * per_expert;
-    TileCoord c;
-    c.expert = expert_;
-    c.m_begin = (local / n_blocks_) * Policy::kBlockM;
-    c.m_buffer = c.m_begin;
-    c.n_begin = (local % n_blocks_) * Policy::kBlockN;
-    c.k_begin = window_.has_rows() ? schedule_.buffer_row(window_.begin) : 0;
-    c.k_tiles = window_.has_rows() ? (window_.end - window_.begin + Policy::kBlockK - 1) / Policy::kBlockK : 0;
-    c.active_end = c.k_tiles > 0 ? min(c.m_begin + Policy::kBlockM, grad_rows_) : c.m_begin;
-    return c;
-  }
+  __device__ TileCoord coord() const { return coord_in<Policy>(); }
 };
 
 }  // namespace caracal::gemm
