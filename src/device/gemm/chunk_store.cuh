@@ -1,9 +1,9 @@
 #pragma once
 // Epilogue store path: a consumer warpgroup turns its accumulators into 8 KiB chunks (bf16 64 x 64,
 // fp32 64 x 32 or e4m3 64 x 128), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
-// and stores it to global memory with one TMA copy. A ring of kChunkBuffers buffers per warpgroup lets the
-// next chunk be written while the last one's TMA store still reads its buffer; the stores run on
-// while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk: with one (waiting
+// and stores it to global memory with one TMA copy. A ring of buffers per warpgroup
+// (kChunkBuffers, or its policy's) lets the next chunk be written while the earlier ones' TMA stores
+// still read theirs; the stores run on while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk: with one (waiting
 // for the last store's read before publishing the next chunk), or a whole bf16 slice at once in a
 // stage kept from the mainloop, the weight gradients run slower.
 #include <cuda_bf16.h>
@@ -21,11 +21,13 @@ namespace caracal::gemm {
 // A chunk buffer's unit: a bf16 value (an fp32 value takes two).
 using ChunkElement = cute::bfloat16_t;
 
-// The epilogues' shared storage: each consumer warpgroup's ring of swizzled chunk buffers (one
-// 128-byte swizzled TMA box each, on the 1024-byte swizzle period).
-struct ChunkStoreStorage {
-  alignas(1024) ChunkElement chunks[kConsumerWarpgroups][kChunkBuffers][kChunkElements];
+// The epilogues' shared storage: each consumer warpgroup's ring of `Buffers` swizzled chunk buffers
+// (one 128-byte swizzled TMA box each, on the 1024-byte swizzle period).
+template <int Buffers>
+struct ChunkStoreStorageOf {
+  alignas(1024) ChunkElement chunks[kConsumerWarpgroups][Buffers][kChunkElements];
 };
+using ChunkStoreStorage = ChunkStoreStorageOf<kChunkBuffers>;
 
 // One thread's share of a chunk (8 KiB: 64 x 64 bf16 or 64 x 32 fp32), in the accumulator's
 // pattern (warp w, lane l of the warpgroup):
@@ -35,11 +37,14 @@ struct ChunkWords {
   uint32_t w[16];
 };
 
-class ChunkStoreRing {
+template <int Buffers>
+class ChunkStoreRingOf {
  public:
+  static constexpr int kBuffers = Buffers;
+  static_assert(kBuffers >= 2, "a chunk is written while the last one's store reads its buffer");
+
   // `warpgroup`: consumer warpgroup index (0-based); `thread`: index within it (0..127).
-  __device__ ChunkStoreRing(ChunkElement (&buffers)[kChunkBuffers][kChunkElements], int warpgroup,
-                            int thread)
+  __device__ ChunkStoreRingOf(ChunkElement (&buffers)[kBuffers][kChunkElements], int warpgroup, int thread)
       : buffers_(&buffers[0][0]),
         base_(uint32_t(__cvta_generic_to_shared(&buffers[0][0]))),
         barrier_id_(uint32_t(warpgroup)),
@@ -52,7 +57,7 @@ class ChunkStoreRing {
 
   // Waits until the next buffer is no longer read by an earlier TMA store.
   __device__ void acquire() {
-    if (leader_) cute::tma_store_wait<kChunkBuffers - 1>();
+    if (leader_) cute::tma_store_wait<kBuffers - 1>();
     sync();
   }
 
@@ -119,7 +124,7 @@ class ChunkStoreRing {
       cute::SM90_TMA_STORE_2D::copy(map, buffers_ + index_ * kChunkElements, col, row);
       cute::tma_store_arrive();  // commits the store as one bulk group
     }
-    index_ = (index_ + 1) % kChunkBuffers;
+    index_ = (index_ + 1) % kBuffers;
   }
   // The same through a 5-D map (the gate/up view, src/gemm/tensor_map.hpp): coordinates c0..c4.
   __device__ void store(CUtensorMap const* map, int c0, int c1, int c2, int c3, int c4) {
@@ -129,7 +134,7 @@ class ChunkStoreRing {
       cute::SM90_TMA_STORE_5D::copy(map, buffers_ + index_ * kChunkElements, c0, c1, c2, c3, c4);
       cute::tma_store_arrive();
     }
-    index_ = (index_ + 1) % kChunkBuffers;
+    index_ = (index_ + 1) % kBuffers;
   }
 
   // The rows of a chunk whose units this thread stores in scatter(): scatter_row(j), j below this.
@@ -154,7 +159,7 @@ class ChunkStoreRing {
                    : "r"(buffer + r * kChunkCols * 2 + ((unit ^ (r % 8)) << 4)));
       *reinterpret_cast<uint4*>(dst[j] + col + unit * 8) = v;
     }
-    index_ = (index_ + 1) % kChunkBuffers;
+    index_ = (index_ + 1) % kBuffers;
   }
 
   // Every thread of the warpgroup has issued its scatter() stores (a barrier, after which one
@@ -181,5 +186,6 @@ class ChunkStoreRing {
   bool leader_;
   int index_ = 0;
 };
+using ChunkStoreRing = ChunkStoreRingOf<kChunkBuffers>;
 
 }  // namespace caracal::gemm

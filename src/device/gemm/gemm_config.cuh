@@ -46,7 +46,8 @@ struct RegisterSplit {
 inline constexpr RegisterSplit kDefaultRegisterSplit{40, 232};
 
 // Epilogue: each consumer warpgroup stages bf16 64 x 64 chunks (one 128-byte swizzled TMA box)
-// in a ring of kChunkBuffers buffers, so writing one chunk overlaps the TMA store of the last.
+// in a ring of kChunkBuffers buffers (a policy may ask for more), so writing one chunk overlaps the
+// TMA store of the last.
 inline constexpr int kChunkRows = kWarpgroupRows;
 inline constexpr int kChunkCols = 64;
 inline constexpr int kChunkBuffers = 2;

@@ -11,10 +11,13 @@
 //   kBlockM, kBlockN     the CTA tile; M is the schedule's row block (kBlockM, tile_shape.hpp)
 //   kBlockK, kStages     the K depth of a stage (one 128-byte swizzle row of each operand) and the
 //                        ring's depth
+//   kChunkBuffers        each consumer warpgroup's ring of 8 KiB epilogue chunks (chunk_store.cuh):
+//                        enough for a whole slice lets its stores drain under the next mainloop
 #include <cstdint>
 
 #include <cute/numeric/numeric_types.hpp>
 
+#include "device/gemm/gemm_config.cuh"
 #include "device/gemm/tile_shape.hpp"
 
 namespace caracal::gemm {
@@ -39,7 +42,7 @@ struct OperandTile {
 };
 
 template <class ElementA_, class ElementB_, ScaleKind kScaleA_, ScaleKind kScaleB_, class Accumulator_, int BlockM,
-          int BlockN, int BlockK, int Stages>
+          int BlockN, int BlockK, int Stages, int ChunkBuffers = kChunkBuffers>
 struct GemmPolicy {
   using ElementA = ElementA_;
   using ElementB = ElementB_;
@@ -50,6 +53,7 @@ struct GemmPolicy {
   static constexpr int kBlockN = BlockN;
   static constexpr int kBlockK = BlockK;
   static constexpr int kStages = Stages;
+  static constexpr int kChunkBuffers = ChunkBuffers;
 
   using A = OperandTile<ElementA, kBlockM, kBlockK, kScaleA>;
   using B = OperandTile<ElementB, kBlockN, kBlockK, kScaleB>;
@@ -79,8 +83,10 @@ using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3
 
 // The weight gradients in that recipe: both operands are rows quantized down their columns (1 x 128
 // blocks along the tokens, this GEMM's K), so both are scaled per row block; the promotion scales
-// each accumulator by its row's and its column's scale (block_scaled_mainloop.cuh).
+// each accumulator by its row's and its column's scale (block_scaled_mainloop.cuh). A warpgroup's
+// fp32 slice (64 x 128: four chunks) fits its chunk ring whole, so a tile's stores drain under the
+// next tile's mainloop (a tile is only K / 128 stages deep: 4 at 512 rows an expert).
 using Fp8WeightGradPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
-                                       ScaleKind::kPerRowBlock, float, kBlockM, 128, 128, 5>;
+                                       ScaleKind::kPerRowBlock, float, kBlockM, 128, 128, 4, 4>;
 
 }  // namespace caracal::gemm

@@ -110,12 +110,12 @@ constexpr RegisterSplit checked_register_split() {
 // weight gradients over a window (kLoadsPartials) first load the partial sum their expert's window
 // continues from, as the scheduler found it (no loads of the offsets per tile).
 template <class Gemm, class Scheduler, class TiledMma, class FragA, class FragB, class StageScales, class Accum,
-          class Pipeline>
+          class Pipeline, class Ring>
 __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params const& epilogue,
                                              Scheduler const& scheduler, TileCoord const& tile, bool active,
                                              bool stores, TiledMma& tiled_mma, FragA const& tCrA, FragB const& tCrB,
                                              StageScales const& scales, Accum& accum, Pipeline const& pipe,
-                                             typename Pipeline::State& st, ChunkStoreRing& ring, int consumer,
+                                             typename Pipeline::State& st, Ring& ring, int consumer,
                                              int lane) {
   using namespace cute;
   if constexpr (kLoadsPartials<typename Gemm::Epilogue>) {
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
     static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
 
-    ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
+    ChunkStoreRingOf<Policy::kChunkBuffers> ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
     PipelineState<Policy::kStages> st;
     for (;; scheduler.advance()) {
       if (queue != nullptr) {

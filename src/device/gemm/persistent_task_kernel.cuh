@@ -22,7 +22,7 @@ namespace caracal::gemm {
 template <class Policy>
 struct KernelStorage {
   typename Mainloop<Policy>::Storage mainloop;
-  ChunkStoreStorage epilogue;
+  ChunkStoreStorageOf<Policy::kChunkBuffers> epilogue;
 };
 // The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
 template <class Policy>

@@ -87,9 +87,9 @@ struct WeightGradTmaEpilogue {
     return true;
   }
 
-  template <class Accum>
+  template <class Accum, class Ring>
   __device__ static void apply(Params const& p, TileCoord const& tile, ExpertWindow const& window, Accum const& acc,
-                               bool active, ChunkStoreRing& ring, int warpgroup) {
+                               bool active, Ring& ring, int warpgroup) {
     int const slice_row = tile.m_begin + warpgroup * kWarpgroupRows;
     // Past the gradient's rows (out_rows % 128 == 64): the 2D view would reach the next expert.
     if (slice_row >= p.grad_rows) return;  // uniform over the warpgroup
@@ -114,9 +114,9 @@ struct WeightGradTmaEpilogue {
   };
 
   // The slice at `at` of `map`'s tensor: bf16 (kChunkBf16) or fp32 chunks.
-  template <bool kChunkBf16, class Accum>
+  template <bool kChunkBf16, class Accum, class Ring>
   __device__ static void store_slice(Params const& p, CUtensorMap const* map, SliceAt at, TileCoord const& tile,
-                                     Accum const& acc, bool active, ChunkStoreRing& ring) {
+                                     Accum const& acc, bool active, Ring& ring) {
     constexpr int kCols = kChunkBf16 ? kChunkCols : kChunkCols / 2;  // columns of an 8 KiB chunk
     CUTE_UNROLL
     for (int c = 0; c < kTileNOf<Accum> / kCols; ++c) {
