@@ -13,7 +13,8 @@
 #   4. the plain PyTorch FP8 and bf16 layers on the first layer's shape
 #      (bench/python/torch_fp8_moe_layer.py --check; SKIP_PYTHON=1: not);
 # then issue 47's targets against the figures (scripts/lib/fp8_summary.py: two markdown tables for
-# docs/PERF.md, fp8-check.json for docs/results/) and the summary of the steps.
+# docs/PERF.md, fp8-check.json for docs/results/), the layers' ceilings (bench/python/fp8_ceiling.py:
+# fp8-ceiling.md and .json) and the summary of the steps.
 # Usage: scripts/fp8-check.sh [build-dir]   (caracal-bench, caracal_gemm_bench and tests/ as
 #        scripts/stage-gpu-build.sh stages them; default build)
 #   STEP_TIMEOUT (150 s) bounds each step; CHECK_BUDGET_S (540): no bench starts once the check has
@@ -103,7 +104,7 @@ fi
 
 gemm_args=()
 for c in $cases; do gemm_args+=(--case "$c"); done
-summary_args=()
+summary_args=() ceiling_args=()
 if step "caracal_gemm_bench" "$out/gemm-bench.log" "$build/caracal_gemm_bench" --reps 20 "${gemm_args[@]}" \
   --json "$out/gemm-bench.json"; then
   summary_args+=(--gemm "$out/gemm-bench.json")
@@ -120,6 +121,7 @@ for l in $layers; do
     --tokens "$tokens" --precision fp8 --fp8-weight-grads "$wgrad" --graph --rounds "$rounds" --reps "$reps" \
     --json "$out/layer-$name.json"; then
     summary_args+=(--layer "$name=$out/layer-$name.json")
+    ceiling_args+=(--layer "$out/layer-$name.json")
   fi
 done
 
@@ -148,6 +150,17 @@ if [ "${#summary_args[@]}" -gt 0 ]; then
   fi
 else
   record_failed "targets" "no figures to check"
+fi
+# What the FP8 GEMMs allow (bench/python/fp8_ceiling.py): the layers' ceilings over the bf16 fused layer.
+if [ "${#ceiling_args[@]}" -gt 0 ] && [ -f "$out/gemm-bench.json" ]; then
+  if python3 "$root/bench/python/fp8_ceiling.py" "${ceiling_args[@]}" --gemm "$out/gemm-bench.json" \
+      --json "$out/fp8-ceiling.json" >"$out/fp8-ceiling.md" 2>&1; then
+    echo
+    cat "$out/fp8-ceiling.md"
+    record "ceilings" "ok (fp8-ceiling.md)"
+  else
+    record_failed "ceilings" "fp8_ceiling.py failed ($out/fp8-ceiling.md)"
+  fi
 fi
 echo
 echo "fp8-check: $build ($(cat "$build/COMMIT" 2>/dev/null || echo "no COMMIT")), $((SECONDS - start)) s, files in $out"

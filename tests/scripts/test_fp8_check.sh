@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/fp8-check.sh's own logic, with a stub build (no GPU): every FP8 test binary and bench
-# runs, the figures reach scripts/lib/fp8_summary.py (the benches' JSON are the H100's of
-# docs/results), a missed target, a failing test and a missing binary each fail the check by name,
+# runs, the figures reach scripts/lib/fp8_summary.py and bench/python/fp8_ceiling.py (the benches'
+# JSON are the H100's of docs/results), a missed target, a failing test and a missing binary each fail the check by name,
 # the budget leaves benches "not run", and bad settings exit 2.
 source "$(dirname "$0")/script_test_lib.sh"
 stub_device_tools
@@ -35,6 +35,8 @@ run_and_expect "the targets missed" 1 "FAILED: targets" "MISS: .*forward 1.273x 
   env "${script_env[@]}" bash "$root/scripts/fp8-check.sh" "$work/build"
 grep -qE "test_gpu_weight_grad_fp8 +ok" <<<"$out" || fail "each test is a summary row"$'\n'"$out"
 grep -qE "sanitizer racecheck \(test_gpu_weight_grad_fp8\) +ok" <<<"$out" || fail "the sanitizer rows"$'\n'"$out"
+grep -qE "ceilings +ok" <<<"$out" && grep -q "^| deepseek-v3 E32 T4096 | 1.273 / 1.019 | " "$work/out/fp8-ceiling.md" ||
+  fail "the ceilings (fp8_ceiling.py on the layers' and the GEMM bench's JSON)"$'\n'"$out"
 grep -q -- "--precision fp8 --fp8-weight-grads fp8 --graph --rounds 2 --reps 10" "$work/build/calls" ||
   fail "the layers run the FP8 layer with its weight gradients in FP8"
 [ "$(grep -c -- "--precision fp8" "$work/build/calls")" -eq 3 ] || fail "three layers by default"
