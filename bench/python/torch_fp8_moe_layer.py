@@ -12,12 +12,13 @@ would run it without Caracal:
   torch._scaled_grouped_mm for the up/gate and down projections, both dgrads and both weight
   gradients (bf16 outputs), SwiGLU in bf16; unpermute, the gates and each token's weighted sum and
   the shared expert (bf16 dense) as bench/python/torch_moe_layer.py.
+The quantizations (rows, and columns per token group) run through torch.compile (fused elementwise
+kernels, as torchao's Triton casts are; `--eager`: PyTorch's ops one by one, several times slower).
 `--check` first compares its y and every gradient with the bf16 layer's on the same inputs
 (relative Frobenius; FP8 costs a few percent) and exits 1 past --check-bound (0.15).
-Written 2026-12-06 when no device time was left: not yet run on a GPU.
 
 Usage: python3 bench/python/torch_fp8_moe_layer.py [--model deepseek-v3] [--experts 32] [--tokens 4096]
-                                            [--check] [--warmup 5] [--reps 20] [--json OUT.json]
+                                            [--check] [--eager] [--warmup 5] [--reps 20] [--json OUT.json]
 """
 import argparse
 import json
@@ -43,13 +44,15 @@ def rowwise(t):
 
 
 def per_group_columns(t, group, groups):
-    """t [M, C] quantized per column and token group (`group`: each row's, [M]): codes [M, C] and
-    scales [groups, C] (the group's column amax / 448)."""
-    amax = torch.zeros(groups, t.shape[1], device=t.device, dtype=torch.float32)
+    """t [M, C] quantized per column and token group (`group`: each row's, [M]; `groups` for the
+    rows past the last group, which no GEMM reads and which may hold anything: the grouped GEMMs
+    leave their output rows past the last group unwritten): codes [M, C] and scales [groups, C]
+    (the group's column amax / 448)."""
+    amax = torch.zeros(groups + 1, t.shape[1], device=t.device, dtype=torch.float32)
     amax.scatter_reduce_(0, group[:, None].expand(-1, t.shape[1]), t.abs().float(), "amax")
     scale = amax.clamp_min(1e-12) / E4M3_MAX
     codes = (t.float() / scale[group]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return codes, scale
+    return codes, scale[:groups].contiguous()
 
 
 class Fp8GroupedLinear(torch.autograd.Function):
@@ -99,7 +102,8 @@ def fp8_moe_layer(x, topk_idx, topk_scores, w_gate_up, w_down, shared_w_gate_up,
     sorted_experts = flat[order]
     rank = torch.arange(flat.numel(), device=flat.device) - (counts.cumsum(0) - counts)[sorted_experts]
     dest = (ends - padded)[sorted_experts] + rank  # each sorted route's padded row
-    group = torch.searchsorted(ends, torch.arange(rows, device=flat.device), right=True).clamp_max(experts - 1)
+    # Each buffer row's token group; `experts` past the last (rows that hold no route).
+    group = torch.searchsorted(ends, torch.arange(rows, device=flat.device), right=True)
     xs = torch.zeros(rows, x.shape[1], dtype=x.dtype, device=x.device).index_copy(
         0, dest, x.index_select(0, order // top_k))
     ends = ends.to(torch.int32)
@@ -134,6 +138,7 @@ def main():
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--check", action="store_true", help="compare with the bf16 layer first")
     parser.add_argument("--check-bound", type=float, default=0.15)
+    parser.add_argument("--eager", action="store_true", help="the quantizations without torch.compile")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     d, inter, top_k, shared_inter, normalize, scale = MODELS[args.model]
@@ -144,6 +149,10 @@ def main():
         sys.exit(f"torch_fp8_moe_layer.py: error: torch {torch.__version__} has no torch._scaled_grouped_mm")
     if d % ALIGN or inter % ALIGN:
         sys.exit(f"torch_fp8_moe_layer.py: error: D ({d}) and I ({inter}) must be multiples of {ALIGN}")
+
+    if not args.eager:  # Fp8GroupedLinear looks both up at each call
+        global rowwise, per_group_columns
+        rowwise, per_group_columns = torch.compile(rowwise), torch.compile(per_group_columns)
 
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
@@ -168,7 +177,8 @@ def main():
 
     results = {"tool": "torch_fp8_moe_layer.py", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
                "model": args.model, "hidden": d, "intermediate": inter, "experts": experts, "top_k": top_k,
-               "shared_intermediate": shared_inter, "tokens": tokens, "warmup": args.warmup, "reps": args.reps}
+               "shared_intermediate": shared_inter, "tokens": tokens, "warmup": args.warmup, "reps": args.reps,
+               "quantizations": "eager" if args.eager else "torch.compile"}
     if args.check:
         y8 = fp8_moe_layer(*layer_args)
         g8 = torch.autograd.grad(y8, params, dy)
@@ -189,7 +199,8 @@ def main():
         results[label] = {"forward": {"ms": fwd_ms, "tflops": fwd_flops / (fwd_ms * 1e9)},
                           "fwd_bwd": {"ms": step_ms, "tflops": 3.0 * fwd_flops / (step_ms * 1e9)}}
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: plain PyTorch MoE layers, {args.model} "
-          f"D={d} I={inter} k={top_k} shared I={shared_inter}, {experts} experts, T={tokens}")
+          f"D={d} I={inter} k={top_k} shared I={shared_inter}, {experts} experts, T={tokens}; FP8 quantizations "
+          f"{results['quantizations']}")
     for label in ("fp8", "bf16"):
         for name in ("forward", "fwd_bwd"):
             r = results[label][name]
