@@ -1,11 +1,11 @@
 #pragma once
 // Epilogue store path: a consumer warpgroup turns its accumulators into 8 KiB chunks (bf16 64 x 64,
-// fp32 64 x 32 or e4m3 64 x 128), writes each into a 128B-swizzled shared-memory buffer (conflict-free stores)
-// and stores it to global memory with one TMA copy. A ring of buffers per warpgroup
-// (kChunkBuffers, or its policy's) lets the next chunk be written while the earlier ones' TMA stores
-// still read theirs; the stores run on while the warpgroup goes on to the next tile's mainloop. Two barriers a chunk: with one (waiting
-// for the last store's read before publishing the next chunk), or a whole bf16 slice at once in a
-// stage kept from the mainloop, the weight gradients run slower.
+// fp32 64 x 32 or e4m3 64 x 128), writes each into a 128B-swizzled shared-memory buffer
+// (conflict-free stores) and stores it to global memory with one TMA copy. A ring of buffers per
+// warpgroup (kChunkBuffers, or its policy's GemmPolicy::kChunkBuffers) lets the next chunk be
+// written while the earlier ones' TMA stores still read theirs; the stores run on while the
+// warpgroup goes on to the next tile's mainloop. Two barriers a chunk (one, or a whole slice in a
+// stage kept from the mainloop, measured slower: docs/journal/2026-12-03.md).
 #include <cuda_bf16.h>
 
 #include <cstdint>
