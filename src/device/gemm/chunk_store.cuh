@@ -4,8 +4,8 @@
 // (conflict-free stores) and stores it to global memory with one TMA copy. A ring of buffers per
 // warpgroup (kChunkBuffers, or its policy's GemmPolicy::kChunkBuffers) lets the next chunk be
 // written while the earlier ones' TMA stores still read theirs; the stores run on while the
-// warpgroup goes on to the next tile's mainloop. Two barriers a chunk (one, or a whole slice in a
-// stage kept from the mainloop, measured slower: docs/journal/2026-12-03.md).
+// warpgroup goes on to the next tile's mainloop. Two barriers a chunk: the buffer is free before
+// it is written, and written before its store is issued.
 #include <cuda_bf16.h>
 
 #include <cstdint>
