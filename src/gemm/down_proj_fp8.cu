@@ -1,5 +1,5 @@
 // Forward down projection in FP8: Fp8DownProjGemm (device/gemm/expert_gemms/down_proj_fp8.cuh), one
-// CTA a 128 x 128 tile (the only kernel instantiated in this unit).
+// CTA a 128 x 256 tile (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/down_proj_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"

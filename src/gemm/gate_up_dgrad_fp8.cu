@@ -1,5 +1,5 @@
 // Backward step 2 in FP8: dx = d_gate_up · W_gate_up[e], its rows stored as they are,
-// Fp8GateUpDgradGemm (device/gemm/expert_gemms/gate_up_dgrad_fp8.cuh), one CTA a 128 x 128 tile
+// Fp8GateUpDgradGemm (device/gemm/expert_gemms/gate_up_dgrad_fp8.cuh), one CTA a 128 x 256 tile
 // (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "device/gemm/expert_gemms/gate_up_dgrad_fp8.cuh"

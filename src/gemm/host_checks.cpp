@@ -109,7 +109,9 @@ void check_fp8_pointers(const void* codes, const float* scales, bool may_be_null
   check_pointer(scales, may_be_null, fn, (name + ".scales").c_str());
 }
 
-// The FP8 GEMMs' tile: 128 x 128 (Fp8BlockScaledGemmPolicy).
+// The FP8 GEMMs' tile N: 256 for the up/gate, down and dx GEMMs (Fp8BlockScaledWideGemmPolicy), 128
+// for the dgrad (Fp8BlockScaledGemmPolicy).
+constexpr int64_t kFp8WideBlockN = 256;
 constexpr int64_t kFp8BlockN = 128;
 
 // What every row-tile GEMM checks beside its pointers: its rows, D and I (multiples of
@@ -127,7 +129,7 @@ void check_row_gemm(const Args& a, int64_t n, const char* fn, int alignment = kG
 }
 template <class Args>
 void check_fp8_row_gemm(const Args& a, int64_t n, const char* fn) {
-  check_row_gemm(a, n, fn, kFp8GroupedGemmDimAlignment, kFp8BlockN);
+  check_row_gemm(a, n, fn, kFp8GroupedGemmDimAlignment, kFp8WideBlockN);
 }
 
 }  // namespace
@@ -182,7 +184,7 @@ void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
   check_pointer(a.dx_out, no_rows, fn, "dx_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.hidden, fn, kFp8BlockN);
+  check_tile_count(a.rows, a.hidden, fn, kFp8WideBlockN);
 }
 
 void check_weight_grads_args(const Fp8WeightGradArgs& a) {

@@ -1,5 +1,5 @@
 // Forward up/gate + SwiGLU in FP8: Fp8UpGateSwigluGemm (device/gemm/expert_gemms/up_gate_swiglu_fp8.cuh),
-// one CTA a 128 x 128 tile (the only kernel instantiated in this unit).
+// one CTA a 128 x 256 tile (the only kernel instantiated in this unit).
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/up_gate_swiglu_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"

@@ -158,9 +158,11 @@ void check_against_reference(const Case& c, const RunOptions& o) {
 std::vector<Case> reference_cases() {
   return {
       {"edge_counts", 256, 128, kEdgeCounts},
-      // D = 384: three K blocks of the up/gate GEMM, three N tiles of the down GEMM.
+      // D = 384: three K blocks of the up/gate GEMM; the down GEMM's second 256-column tile ends
+      // past D.
       {"three_blocks", 384, 128, {200, 0, 77, 129}},
-      // D = 640: five blocks (W_down's scale rows padded from 5 to 32); 2I = 768: six N tiles.
+      // D = 640: five blocks (W_down's scale rows padded from 5 to 32; the last tile half past D);
+      // 2I = 768: three N tiles.
       {"odd_blocks", 640, 384, {130, 60, 1}},
       {"routed", 512, 256, routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)},
       {"long_k", 2048, 128, {130, 60}},

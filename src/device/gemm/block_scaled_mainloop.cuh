@@ -45,8 +45,9 @@ __device__ float scale_at(float const* scales, int mn) {
   }
 }
 
-// A consumer thread's promotion: the wgmmas accumulate a k step in `partial`; promote() adds it,
-// scaled, to the tile's accumulators `accum` and has the next step's first wgmma overwrite it.
+// A consumer thread's promotion: the wgmmas accumulate a k step's N slice (Policy::kMmaN columns)
+// in `partial`; promote() adds it, scaled, to the slice's share of the tile's accumulators `accum`
+// and has the next slice's first wgmma overwrite it.
 // Per k step, as CUTLASS's blockwise collective: load_scales (before the wgmmas) reads the thread's
 // scales from the stage into registers, prepare (while they run) multiplies them into one factor
 // per (row, 128-column block), and after the wgmmas retire the stage is released before promote's
@@ -56,7 +57,8 @@ __device__ float scale_at(float const* scales, int mn) {
 // accumulators.
 template <class Policy, class Accum>
 struct BlockScaledAccumulation {
-  using PartialSums = decltype(cute::make_fragment_like(std::declval<Accum&>()));
+  // One slice's sums: the accumulators of one (64 x kMmaN) wgmma atom.
+  using PartialSums = decltype(cute::make_fragment_like(std::declval<Accum&>()(cute::_, 0, 0)));
   using A = typename Policy::A;
   using B = typename Policy::B;
   static_assert(A::kScale == ScaleKind::kPerRowBlock, "A scaled per 1 x 128 block");
@@ -113,16 +115,19 @@ struct BlockScaledAccumulation {
       }
     }
   }
-  // Value i = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`: column block
+  // Slice n's value i is the tile's value j = i + n * size(partial) (mma_config.cuh); value
+  // j = v0 + 2*v1 + 4*t is at row `row + 8*v1`, column `column + 8*t + v0`: column block
   // 8*t / 128 (column < 8).
   template <class TiledMma>
-  __device__ void promote(TiledMma& tiled_mma) {
+  __device__ void promote(TiledMma& tiled_mma, int n) {
+    constexpr int kSliceValues = int(decltype(cute::size(std::declval<PartialSums&>()))::value);
     CUTE_UNROLL
-    for (int i = 0; i < int(cute::size(accum)); ++i) {
+    for (int i = 0; i < kSliceValues; ++i) {
+      int const j = i + n * kSliceValues;
       if constexpr (kScaledColumns) {
-        accum(i) += partial(i) * (row_scale[(i / 2) % 2] * column_scale[(i / 4) * 2 + i % 2]);
+        accum(j) += partial(i) * (row_scale[(j / 2) % 2] * column_scale[(j / 4) * 2 + j % 2]);
       } else {
-        accum(i) += partial(i) * factor[(i / 2) % 2][8 * (i / 4) / kScaleBlock];
+        accum(j) += partial(i) * factor[(j / 2) % 2][8 * (j / 4) / kScaleBlock];
       }
     }
     tiled_mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
@@ -140,7 +145,7 @@ struct BlockStageScales {
   __device__ BlockScaledAccumulation<Policy, Accum> promotion(Accum& accum) const {
     int const lane = thread % 32;
     int const row = (thread / kWarpgroupThreads) * kWarpgroupRows + (thread % kWarpgroupThreads) / 32 * 16 + lane / 4;
-    return {accum, cute::make_fragment_like(accum), scales_a, scales_b, row, 2 * (lane % 4)};
+    return {accum, cute::make_fragment_like(accum(cute::_, 0, 0)), scales_a, scales_b, row, 2 * (lane % 4)};
   }
 };
 

@@ -13,6 +13,9 @@
 //                        ring's depth
 //   kChunkBuffers        each consumer warpgroup's ring of 8 KiB epilogue chunks (chunk_store.cuh):
 //                        enough for a whole slice lets its stores drain under the next mainloop
+// and derived from them: kMmaN, the N of one wgmma (mma_config.cuh). A promoted (block-scaled)
+// policy issues a k step's wgmmas in slices of at most one 128-column scaling block, each promoted
+// before the next: one slice's partial sums beside the tile's accumulators fit the registers.
 #include <cstdint>
 
 #include <cute/numeric/numeric_types.hpp>
@@ -54,6 +57,8 @@ struct GemmPolicy {
   static constexpr int kBlockK = BlockK;
   static constexpr int kStages = Stages;
   static constexpr int kChunkBuffers = ChunkBuffers;
+  static constexpr bool kBlockScaled = kScaleA_ != ScaleKind::kNone || kScaleB_ != ScaleKind::kNone;
+  static constexpr int kMmaN = kBlockScaled && kBlockN > kScaleBlock ? kScaleBlock : kBlockN;
 
   using A = OperandTile<ElementA, kBlockM, kBlockK, kScaleA>;
   using B = OperandTile<ElementB, kBlockN, kBlockK, kScaleB>;
@@ -61,13 +66,13 @@ struct GemmPolicy {
   static constexpr uint32_t kOperandBytes = A::kBytes + B::kBytes;
   // The K of one wgmma: 32 bytes of each operand (16 bf16, 32 e4m3).
   static constexpr int kMmaK = 32 / int(sizeof(ElementA));
-  static constexpr bool kBlockScaled = kScaleA != ScaleKind::kNone || kScaleB != ScaleKind::kNone;
 
   static_assert(sizeof(ElementA) == sizeof(ElementB), "wgmma multiplies operands of one width");
   static_assert(kBlockM == gemm::kBlockM, "every GEMM's M tile is the schedule's row block");
   static_assert(!kBlockScaled || kBlockK == kScaleBlock, "a scaled stage is one scaling block deep in K");
   static_assert(kScaleA != ScaleKind::kPerBlock || kBlockM % kScaleBlock == 0, "whole 128 x 128 blocks of A");
   static_assert(kScaleB != ScaleKind::kPerBlock || kBlockN % kScaleBlock == 0, "whole 128 x 128 blocks of B");
+  static_assert(kBlockN % kMmaN == 0, "whole wgmma slices");
 };
 
 // Today's GEMMs: bf16 operands, fp32 accumulators, 128 x 256 x 64 tiles in a ring of 4 stages
@@ -80,6 +85,13 @@ using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind:
 // 128 x 128 x 128 tiles: a consumer thread holds the tile's and the block's accumulators, 64 each.
 using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
                                             ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
+
+// The same recipe in 128 x 256 x 128 tiles, for the row GEMMs whose epilogue takes any tile width
+// (the forward's up/gate and down, the backward's dx): a warpgroup's k step is two 64 x 128 slices
+// of wgmmas, each promoted into its half of the 64 x 256 accumulators. Four stages of 48 KiB with
+// their scales and the chunk ring fill the 227 KiB exactly (persistent_task_kernel.cuh: no slack).
+using Fp8BlockScaledWideGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
+                                                ScaleKind::kPerBlock, float, kBlockM, 256, 128, 4>;
 
 // The weight gradients in that recipe: both operands are rows quantized down their columns (1 x 128
 // blocks along the tokens, this GEMM's K), so both are scaled per row block; the promotion scales

@@ -197,8 +197,9 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
 
   // One wgmma site for every k tile (a peeled first tile makes the compiler copy the
   // accumulators between two register sets, which forces a full wait). Unpromoted, one batch of
-  // wgmmas stays in flight across the stage waits; promoted, each k tile's batch retires before its
-  // sums are promoted (the next batch overwrites them).
+  // wgmmas stays in flight across the stage waits; promoted, each k tile's batch of each N slice
+  // (gemm_policy.cuh's kMmaN) retires before its sums are promoted (the next batch overwrites
+  // them).
   auto promotion = scales.promotion(accum);
   constexpr bool kPromotes = decltype(promotion)::kPromotes;
   auto& mma_accum = promotion.mma_accumulators();
@@ -208,22 +209,34 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
   for (int k = 0; k < k_tiles; ++k) {
     pipe.consumer_wait(st);
     if (gathered) cutlass::arch::fence_view_async_shared();
-    promotion.load_scales(st.stage);
-    warpgroup_fence_operand(mma_accum);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-      cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), mma_accum);
-      tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
     if constexpr (kPromotes) {
-      promotion.prepare();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(mma_accum);
-      pipe.consumer_release(st, lane);  // the wgmmas and the scale loads are done with the stage
-      promotion.promote(tiled_mma);
+      promotion.load_scales(st.stage);
+      CUTE_UNROLL
+      for (int n = 0; n < size<1>(tCrB); ++n) {
+        warpgroup_fence_operand(mma_accum);
+        warpgroup_arrive();
+        CUTE_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(tiled_mma, mma_accum, tCrA(_, 0, kb, st.stage), tCrB(_, n, kb, st.stage), mma_accum);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        if (n == 0) promotion.prepare();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(mma_accum);
+        // The last slice's wgmmas and the scale loads are done with the stage.
+        if (n == size<1>(tCrB) - 1) pipe.consumer_release(st, lane);
+        promotion.promote(tiled_mma, n);
+      }
     } else {
+      warpgroup_fence_operand(mma_accum);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(tiled_mma, tCrA(_, _, kb, st.stage), tCrB(_, _, kb, st.stage), mma_accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
       warpgroup_wait<1>();  // the previous k tile's wgmmas are done: its stage can be refilled
       warpgroup_fence_operand(mma_accum);
       if (k > 0) {

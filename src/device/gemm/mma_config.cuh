@@ -42,19 +42,22 @@ struct MmaConfig {
   using SmemLayoutA = typename OperandSmemLayout<kMajorA, typename Policy::A, Policy::kStages>::type;
   using SmemLayoutB = typename OperandSmemLayout<kMajorB, typename Policy::B, Policy::kStages>::type;
 
-  // Two consumer warpgroups stacked along M, each issuing 64 x kBlockN x kMmaK wgmma.
+  // Two consumer warpgroups stacked along M, each issuing 64 x kMmaN x kMmaK wgmma (kBlockN / kMmaN
+  // of them across the tile's N).
   using MmaAtom = decltype(cute::GMMA::ss_op_selector<
                            typename Policy::ElementA, typename Policy::ElementB, typename Policy::Accumulator,
-                           cute::Shape<cute::_64, cute::Int<Policy::kBlockN>, cute::Int<Policy::kMmaK>>, kMajorA,
+                           cute::Shape<cute::_64, cute::Int<Policy::kMmaN>, cute::Int<Policy::kMmaK>>, kMajorA,
                            kMajorB>());
   using TiledMma = decltype(cute::make_tiled_mma(
       MmaAtom{}, cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>{}));
   static_assert(cute::size(TiledMma{}) == kConsumerWarpgroups * kWarpgroupThreads);
 
   // The accumulator layout the epilogues and the block-scaled promotion index (gemm_config.cuh)
-  // does not depend on majorness or precision; pin it here, where the atom is chosen.
+  // does not depend on majorness or precision; pin it here, where the atom is chosen. kBlockN /
+  // kMmaN atoms along N index as one 64 x kBlockN atom would: value i of slice n is value
+  // i + n * kMmaN / 2 of the tile, column 8t + 128n + ... = 8(t + 16n) + ....
   static_assert(std::is_same_v<typename cute::MMA_Traits<MmaAtom>::CLayout,
-                               cute::GMMA::CLayout_64xN<Policy::kBlockN>>);
+                               cute::GMMA::CLayout_64xN<Policy::kMmaN>>);
 };
 
 // A Gemm's (expert_gemms/): its policy's, for its operands' majorness.

@@ -24,16 +24,27 @@ struct KernelStorage {
   typename Mainloop<Policy>::Storage mainloop;
   ChunkStoreStorageOf<Policy::kChunkBuffers> epilogue;
 };
-// The dynamic shared-memory base is only guaranteed 16-byte aligned: ask for 1 KiB of slack.
+// The dynamic shared-memory base is only documented as 16-byte aligned: a storage that leaves room
+// asks for 1 KiB of slack and rounds the base up to the 1024-byte swizzle period. One that fills the
+// 227 KiB takes the base as it comes, 1024-byte aligned on Hopper (no static shared memory; the
+// driver's reserved 1 KiB sits before it, as CUTLASS's and DeepGEMM's kernels assume), and traps if
+// it is not.
+inline constexpr int kMaxSmemBytes = 227 * 1024;
 template <class Policy>
-inline constexpr int kSmemBytes = int(sizeof(KernelStorage<Policy>)) + 1024;
+inline constexpr bool kSmemSlack = int(sizeof(KernelStorage<Policy>)) + 1024 <= kMaxSmemBytes;
+template <class Policy>
+inline constexpr int kSmemBytes = int(sizeof(KernelStorage<Policy>)) + (kSmemSlack<Policy> ? 1024 : 0);
 
-// The kernel's storage in the dynamic shared memory, whose base is rounded up to the 1024-byte
-// swizzle period (kSmemBytes holds the slack).
 template <class Policy>
 __device__ KernelStorage<Policy>& kernel_storage(uint8_t* smem_raw) {
-  static_assert(kSmemBytes<Policy> <= 227 * 1024, "over the 227 KiB of shared memory a Hopper block may use");
-  return *reinterpret_cast<KernelStorage<Policy>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  static_assert(kSmemBytes<Policy> <= kMaxSmemBytes, "over the 227 KiB of shared memory a Hopper block may use");
+  uintptr_t const base = reinterpret_cast<uintptr_t>(smem_raw);
+  if constexpr (kSmemSlack<Policy>) {
+    return *reinterpret_cast<KernelStorage<Policy>*>((base + 1023) & ~uintptr_t(1023));
+  } else {
+    if (base % 1024 != 0) __trap();
+    return *reinterpret_cast<KernelStorage<Policy>*>(base);
+  }
 }
 
 // This thread's warpgroup: 0 produces, 1 and 2 consume. Warp-uniform (the shuffle tells the

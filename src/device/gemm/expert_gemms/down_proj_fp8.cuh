@@ -10,7 +10,7 @@
 namespace caracal::gemm {
 
 struct Fp8DownProjGemm {
-  using Policy = Fp8BlockScaledGemmPolicy;
+  using Policy = Fp8BlockScaledWideGemmPolicy;
   using OperandA = KMajorRows;
   using OperandB = KMajorWeights;
   using Epilogue = RowsBf16Epilogue;

@@ -11,7 +11,7 @@
 namespace caracal::gemm {
 
 struct Fp8GateUpDgradGemm {
-  using Policy = Fp8BlockScaledGemmPolicy;
+  using Policy = Fp8BlockScaledWideGemmPolicy;
   using OperandA = KMajorRows;
   using OperandB = KMajorWeights;
   using Epilogue = RowsBf16Epilogue;
