@@ -25,7 +25,14 @@ wanted=(gpu__time_duration.sum sm__cycles_elapsed.avg.per_second
 known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
 metrics=""
 for m in "${wanted[@]}"; do
-  if grep -qx "${m%%.*}" <<<"$known"; then metrics+="${metrics:+,}$m"; else echo "not known to this ncu: $m"; fi
+  if grep -qx "${m%%.*}" <<<"$known"; then
+    metrics+="${metrics:+,}$m"
+  else
+    # The tensor pipe's counters are named differently across ncu releases: list what this one has.
+    hint=""
+    [[ $m == *tensor* ]] && hint=" (its tensor-pipe metrics: $(grep -iE 'pipe_tensor' <<<"$known" | head -8 | tr '\n' ' '))"
+    echo "not known to this ncu: $m$hint"
+  fi
 done
 [ -n "$metrics" ] || { echo "FAILED: none of the metrics is known to ncu"; exit 1; }
 
