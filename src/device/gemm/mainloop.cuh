@@ -49,10 +49,12 @@ struct MainloopStorage {
 // collective's promotion(accum) gives mma_tile an object with
 //   mma_accumulators()              the registers the wgmmas accumulate in
 //   begin(tiled_mma, continued)     before the tile's first wgmma (`continued`: accum holds a partial)
-//   kPromotes                       whether each k tile's sums are promoted: then also
+//   kPromotes                       whether each k tile's sums are promoted, slice by slice
+//                                   (gemm_policy.cuh's kMmaN): then also
 //     load_scales(stage)            before a k tile's wgmmas, its stage landed
-//     prepare()                     while they run
-//     promote(tiled_mma)            once they retired and the stage was released
+//     prepare()                     while its first slice's wgmmas run
+//     promote(tiled_mma, n)         once slice n's retired (the last slice's after the stage's
+//                                   release)
 template <class Accum>
 struct DirectAccumulation {
   static constexpr bool kPromotes = false;
@@ -65,10 +67,6 @@ struct DirectAccumulation {
   __device__ void begin(TiledMma& tiled_mma, bool continued) const {
     tiled_mma.accumulate_ = continued ? cute::GMMA::ScaleOut::One : cute::GMMA::ScaleOut::Zero;
   }
-  __device__ void load_scales(int /*stage*/) const {}
-  __device__ void prepare() const {}
-  template <class TiledMma>
-  __device__ void promote(TiledMma&) const {}
 };
 
 // The stage scales a consumer thread of an unscaled policy reads: none.
