@@ -82,7 +82,8 @@ using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind:
 
 // DeepSeek-V3's recipe: e4m3 activations scaled per 1 x 128 block along K, e4m3 weights per
 // 128 x 128 block, fp32 accumulators promoted per 128-wide K block (block_scaled_mainloop.cuh).
-// 128 x 128 x 128 tiles: a consumer thread holds the tile's and the block's accumulators, 64 each.
+// 128 x 128 x 128 tiles, for the dgrad (its epilogue's outputs are per 128-column tile, I only a
+// multiple of 128): a consumer thread holds the tile's and the block's accumulators, 64 each.
 using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
                                             ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
 
