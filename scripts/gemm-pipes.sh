@@ -16,7 +16,9 @@ shift 2
 out="${OUT:-/tmp/caracal-gemm-pipes}"
 mkdir -p "$out"
 
+# The tensor pipe: ncu's general name first (wgmma, mma), then the older wgmma-only one.
 wanted=(gpu__time_duration.sum sm__cycles_elapsed.avg.per_second
+  sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
   l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed
   l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed
