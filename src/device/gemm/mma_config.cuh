@@ -55,7 +55,7 @@ struct MmaConfig {
   // The accumulator layout the epilogues and the block-scaled promotion index (gemm_config.cuh)
   // does not depend on majorness or precision; pin it here, where the atom is chosen. kBlockN /
   // kMmaN atoms along N index as one 64 x kBlockN atom would: value i of slice n is value
-  // i + n * kMmaN / 2 of the tile, column 8t + 128n + ... = 8(t + 16n) + ....
+  // i + n * kMmaN / 2 of the tile, column 8t + n * kMmaN + ... = 8(t + n * kMmaN / 8) + ....
   static_assert(std::is_same_v<typename cute::MMA_Traits<MmaAtom>::CLayout,
                                cute::GMMA::CLayout_64xN<Policy::kMmaN>>);
 };
