@@ -170,13 +170,13 @@ void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int 
            out.w_down_scales_t);
 }
 
-void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
-  expert_up_gate(pass, weights, stream);
+void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream, Fp8XRows x) {
+  expert_up_gate(pass, weights, stream, x);
   expert_down(pass, weights, stream);
 }
 
-void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
-  quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
+void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream, Fp8XRows x) {
+  if (x == Fp8XRows::kQuantize) quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
   auto up = fp8_gemm_args<Fp8UpGateSwigluArgs>(pass);
   up.x = operand(pass.x_fp8);
   up.w_gate_up = weights.w_gate_up;

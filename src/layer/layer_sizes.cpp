@@ -152,6 +152,7 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoEL
   options.expert_dx = (fused && sums_dx_per_token_rank(config, layer_options, experiments)) || sizes.fp8;
   options.max_sms = layer_options.exchange_sms;
   options.rows_per_route = experiments.rows_per_route;
+  options.fp8_dispatch = sizes.fp8;  // x quantized at home and pulled in e4m3 (the FP8 plan's forward)
   return options;
 }
 

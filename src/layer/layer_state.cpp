@@ -53,7 +53,7 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
     fp8.num_ctas = routed.num_ctas;
     fp8.tile_queue = routed.tile_queue;
     fp8.x = routed.x;
-    fp8.x_fp8 = local.x_fp8;
+    fp8.x_fp8 = {at(fwd.expert_x_codes), at(fwd.expert_x_scales)};  // what dispatch_fp8 fills
     fp8.gate_up = routed.gate_up;
     fp8.activation = routed.activation;
     fp8.activation_fp8 = local.activation_fp8;
@@ -68,12 +68,13 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
     fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
     if (sizes.fp8_weight_grads) {  // each in the e4m3 rows of its K the backward is done with
       const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
-      fp8.x_columns = columns(local.x_fp8);
+      fp8.x_columns = columns(fp8.x_fp8);
       fp8.dy_columns = columns(local.dy_fp8);
       fp8.d_gate_up_columns = columns(local.d_gate_up_fp8);
       fp8.activation_columns = columns(local.activation_fp8);
     }
     state.weights_fp8 = local.weights_fp8;
+    state.home_x_fp8 = {at(fwd.x_codes), at(fwd.x_scales)};
   }
   if (!sizes.has_shared) return state;
 
@@ -131,13 +132,12 @@ void replay_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args,
   state.exchange->build_schedule(state.config.router, stream);
 }
 
-void shared_forward_and_dispatch(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
+void shared_forward_and_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream) {
   for (size_t l = 0; l < args.size() && state.sizes.has_shared; ++l) {
     gemm::expert_forward(state.ranks[l].shared, {args[l].weights.shared_w_gate_up, args[l].weights.shared_w_down},
                          stream);
   }
   state.exchange->build_schedule(state.config.router, stream);
-  state.exchange->dispatch(stream);
 }
 
 void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,

@@ -27,6 +27,7 @@ struct RankState {
   MoELayerBuffers io;             // the exchange's input/output buffers (zero-copy path)
   gemm::ExpertPass routed;        // L experts over the schedule's rows
   gemm::Fp8ExpertPass routed_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
+  gemm::Fp8RowOutput home_x_fp8;   // the exchange's x_codes and x_scales (LayerSizes::fp8; else null)
   uint8_t* weights_fp8 = nullptr;  // where its passes quantize weights not given quantized (MoEWeights::w_fp8)
   gemm::ExpertPass shared;        // the shared expert over the rank's tokens (unused without one)
   __nv_bfloat16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
@@ -63,9 +64,9 @@ void stage_inputs(LayerState& state, const std::vector<MoEForwardArgs>& args, cu
 // The forward's inputs staged again, the shared expert's up/gate and the schedule (and the gates):
 // what every plan's backward reads of forward `args`, bitwise as the first time.
 void replay_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
-// v1's launches up to the routed experts (the separate-launches plans, bf16 and FP8): the shared
-// expert's forward, the schedule (and the gates), the dispatch of every row.
-void shared_forward_and_dispatch(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
+// v1's launches up to the dispatch (the separate-launches plans, bf16 and FP8): the shared expert's
+// forward, the schedule (and the gates).
+void shared_forward_and_schedule(LayerState& state, const std::vector<MoEForwardArgs>& args, cudaStream_t stream);
 // The shared expert's backward in launches of its own, its dx copied into the exchange's slot.
 void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,
                      cudaStream_t stream);

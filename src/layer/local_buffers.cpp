@@ -61,7 +61,6 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
     const auto scaled_rows = [&](int64_t cols) {
       return gemm::Fp8RowOutput{block.take<__nv_fp8_e4m3>(rows * cols), block.take<float>(cols / 128 * rows)};
     };
-    b.x_fp8 = scaled_rows(D);
     b.activation_fp8 = scaled_rows(I);
     b.dy_fp8 = scaled_rows(D);
     b.d_gate_up_fp8 = scaled_rows(2 * I);

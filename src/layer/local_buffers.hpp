@@ -36,9 +36,10 @@ struct LocalBuffers {
   uint32_t* tile_queue = nullptr;
 
   // FP8 layers (LayerSizes::fp8): the routed rows in e4m3 with their 1 x 128 scales (codes
-  // [routed_rows][K], scales [K / 128][routed_rows]: gemm::Fp8ExpertPass), and the local experts'
-  // weights quantized (gemm::fp8_expert_weight_sizes).
-  gemm::Fp8RowOutput x_fp8, activation_fp8, dy_fp8, d_gate_up_fp8;
+  // [routed_rows][K], scales [K / 128][routed_rows]: gemm::Fp8ExpertPass; x's are the exchange's
+  // expert_x_codes and expert_x_scales), and the local experts' weights quantized
+  // (gemm::fp8_expert_weight_sizes).
+  gemm::Fp8RowOutput activation_fp8, dy_fp8, d_gate_up_fp8;
   uint8_t* weights_fp8 = nullptr;  // gemm::fp8_expert_weight_bytes: where the weights are quantized
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one;

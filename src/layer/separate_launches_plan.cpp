@@ -19,7 +19,8 @@ class SeparateLaunchesPlan final : public LayerPlan {
   SeparateLaunchesPlan(LayerState& state, comm::World& world) : state_(state), world_(world) {}
 
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
-    shared_forward_and_dispatch(state_, ranks, stream);
+    shared_forward_and_schedule(state_, ranks, stream);
+    state_.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state_.ranks[l].routed, routed_weights(ranks[l].weights), stream);
     }

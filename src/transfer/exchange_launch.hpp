@@ -82,6 +82,8 @@ bool runs_single_rank_pulls(const comm::World& world);
 using PullKernel = void (*)(comm::DeviceWorld, ExchangeArgs);
 PullKernel dispatch_pull_kernel();
 PullKernel dispatch_single_rank_pull_kernel();
+PullKernel dispatch_fp8_pull_kernel();  // dispatch_fp8.cu, dispatch_fp8_single_rank.cu
+PullKernel dispatch_fp8_single_rank_pull_kernel();
 PullKernel reverse_combine_pull_kernel();
 PullKernel reverse_combine_single_rank_pull_kernel();
 

@@ -1,6 +1,7 @@
 // TokenExchange: buffers in the symmetric heap, launch shapes fixed at setup, one launch per call.
 #include <cmath>
 
+#include "caracal/block_fp8.hpp"
 #include "caracal/comm/heap_allocator.hpp"
 #include "caracal/error.hpp"
 #include "caracal/transfer/token_exchange.hpp"
@@ -73,6 +74,13 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.forward.combine_slots = heap.take<__nv_bfloat16>(routes * D);
     if (options.shared_expert) b.forward.shared_out = heap.take<__nv_bfloat16>(T * D);
     b.forward.y = heap.take<__nv_bfloat16>(T * D);
+    if (options.fp8_dispatch) {
+      const int64_t blocks = D / kFp8Block;
+      b.forward.x_codes = heap.take<__nv_fp8_e4m3>(T * D);
+      b.forward.x_scales = heap.take<float>(T * blocks);
+      b.forward.expert_x_codes = heap.take<__nv_fp8_e4m3>(rows * D);
+      b.forward.expert_x_scales = heap.take<float>(blocks * rows);
+    }
   }
   if (options.backward) {
     b.backward.dy = heap.take_rows<LayerRow>(T, row_bytes);
@@ -96,14 +104,19 @@ int most_schedule_rows(const ExchangeShape& shape, const ExchangeSizes& sizes) {
   return static_cast<int>(sizes.row_capacity / shape.tile_m * shape.tile_m);
 }
 
-// Throws caracal::Error unless `options` suit a schedule of at most `schedule_rows` rows.
-void check_options(const ExchangeOptions& options, int schedule_rows, int tile_m) {
+// Throws caracal::Error unless `options` suit `shape` and a schedule of at most `schedule_rows` rows.
+void check_options(const ExchangeShape& shape, const ExchangeOptions& options, int schedule_rows) {
+  const int tile_m = static_cast<int>(shape.tile_m);
   CARACAL_CHECK(options.ring_rows >= 0 && options.ring_rows % tile_m == 0 && options.ring_rows <= schedule_rows,
                 "TokenExchange: options.ring_rows must be 0 or a multiple of tile_m (", tile_m,
                 ") up to the schedule's ", schedule_rows, " rows, got ", options.ring_rows);
   CARACAL_CHECK(options.ring_rows == 0 || !options.expert_out,
                 "TokenExchange: options.ring_rows > 0 needs expert_out = false (combine pushes rows of the whole "
                 "schedule, which a ring does not hold)");
+  CARACAL_CHECK(!options.fp8_dispatch || (options.forward && options.ring_rows == 0 && shape.hidden % kFp8Block == 0),
+                "TokenExchange: options.fp8_dispatch needs options.forward, ring_rows = 0 and hidden a multiple of ",
+                kFp8Block, " (one scale per 1 x ", kFp8Block, " block), got forward = ", options.forward,
+                ", ring_rows = ", options.ring_rows, ", hidden = ", shape.hidden);
 }
 
 // Throws caracal::Error unless [first_row, end_row) is a window `name` can pull: the whole schedule
@@ -151,6 +164,7 @@ struct detail::ExchangeKernels {
   bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
                                    // (detail::runs_single_rank_pulls)
   PullLaunch dispatch;
+  PullLaunch dispatch_fp8;  // with ExchangeOptions::fp8_dispatch
   PullLaunch reverse_combine;
   comm::LaunchShape combine;
   bool single_rank_combine = false;  // combine in one pass (detail::runs_single_rank_combine)
@@ -160,7 +174,7 @@ struct detail::ExchangeKernels {
 
 size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, const ExchangeOptions& options) {
   const ExchangeSizes sizes = exchange_sizes(shape, world_size);
-  check_options(options, most_schedule_rows(shape, sizes), static_cast<int>(shape.tile_m));
+  check_options(shape, options, most_schedule_rows(shape, sizes));
   HeapLayout heap(nullptr);
   (void)lay_out(heap, shape, sizes, options);
   return heap.bytes();
@@ -168,7 +182,7 @@ size_t TokenExchange::heap_bytes(const ExchangeShape& shape, int world_size, con
 
 TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, const ExchangeOptions& options)
     : world_(world), shape_(shape), sizes_(exchange_sizes(shape, world.world_size())), options_(options) {
-  check_options(options, most_schedule_rows(shape_, sizes_), static_cast<int>(shape_.tile_m));
+  check_options(shape_, options, most_schedule_rows(shape_, sizes_));
   const size_t needed = heap_bytes(shape, world.world_size(), options);
   CARACAL_CHECK(needed <= world.heap_bytes_left(), "TokenExchange: needs ", needed,
                 " bytes of symmetric heap per rank (TokenExchange::heap_bytes), but the world has ",
@@ -193,6 +207,9 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
     return {across_ranks, detail::pull_launch_shape(world, sm_budget, sizes_, across_ranks)};
   };
   kernels_->dispatch = pull(detail::dispatch_pull_kernel(), detail::dispatch_single_rank_pull_kernel());
+  if (options.fp8_dispatch) {
+    kernels_->dispatch_fp8 = pull(detail::dispatch_fp8_pull_kernel(), detail::dispatch_fp8_single_rank_pull_kernel());
+  }
   kernels_->reverse_combine =
       pull(detail::reverse_combine_pull_kernel(), detail::reverse_combine_single_rank_pull_kernel());
   kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
@@ -224,6 +241,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.has_shared = options_.shared_expert;
   a.rows_per_route = options_.rows_per_route;
   a.window = {0, a.schedule.row_capacity, 0};
+  a.fp8_zero_scale = block_scale(0.0f, ScaleRounding::kExact).scale;
 }
 
 TokenExchange::~TokenExchange() = default;
@@ -283,6 +301,13 @@ void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   const char* name = "TokenExchange::dispatch";
   const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, range);
   comm::launch(world_, name, kernels_->dispatch.shape, stream, kernels_->dispatch.kernel, args);
+}
+
+void TokenExchange::dispatch_fp8(cudaStream_t stream) {
+  CARACAL_CHECK(options_.fp8_dispatch, "TokenExchange::dispatch_fp8 needs ExchangeOptions::fp8_dispatch = true");
+  const char* name = "TokenExchange::dispatch_fp8";
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, PullRange{});
+  comm::launch(world_, name, kernels_->dispatch_fp8.shape, stream, kernels_->dispatch_fp8.kernel, args);
 }
 
 namespace {

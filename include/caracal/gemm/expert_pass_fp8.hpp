@@ -108,11 +108,18 @@ Fp8ExpertWeights fp8_expert_weight_operands(const void* block, int experts, int 
 void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int hidden, int intermediate,
                              const Fp8ExpertWeightBuffers& out, cudaStream_t stream);
 
+// Where the forward finds its rows: in pass.x, which it quantizes into pass.x_fp8, or in pass.x_fp8
+// already (quantized at home and pulled in e4m3: transfer::TokenExchange::dispatch_fp8; pass.x is
+// then not read).
+enum class Fp8XRows { kQuantize, kGiven };
+
 // x quantized, gate_up and the activation (F1, F2), the activation quantized, out (F3).
-void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream,
+                    Fp8XRows x = Fp8XRows::kQuantize);
 // Its two halves: x quantized, gate_up and the activation (what backward reads: MoELayer replays
 // this); then the activation quantized and out.
-void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream,
+                    Fp8XRows x = Fp8XRows::kQuantize);
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
 // dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), dx (B3) from the e4m3
 // d_gate_up and the weight gradients (B5: x, dy, d_gate_up, g·activation), in FP8 from their

@@ -5,10 +5,11 @@
 //
 // Who touches what (home = the rank that owns the tokens, expert side = the rank that owns the
 // expert; a rank is both for different routes):
-//   read by peers:    topk_idx, x, dy, gates
+//   read by peers:    topk_idx, x, x_codes, x_scales, dy, gates
 //   written by peers: route_location, combine_slots, dx_slots, dg_slots
 //   everything else is local to its rank.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <vector_types.h>
 
 #include <cstdint>
@@ -63,6 +64,12 @@ struct ForwardBuffers {
   Sym<__nv_bfloat16> combine_slots;  // [T*k][D] expert outputs as pushed to their home slots
   Sym<__nv_bfloat16> shared_out;     // [T][D] optional input: the shared expert's output
   Sym<__nv_bfloat16> y;              // [T][D] combine output
+  // x in e4m3 with one fp32 scale per 1 x 128 block (ExchangeOptions::fp8_dispatch, else null):
+  Sym<__nv_fp8_e4m3> x_codes;         // [T][D] input: x quantized at home
+  Sym<float> x_scales;                // [T][D / 128] input, a token's scales contiguous
+  Sym<__nv_fp8_e4m3> expert_x_codes;  // [R][D] dispatch_fp8 output, schedule order; padding rows zero
+  Sym<float> expert_x_scales;         // [D / 128][S] (the FP8 GEMMs' layout, S = the schedule view's
+                                      // buffer rows); padding rows the scale of a zero block
 };
 
 struct BackwardBuffers {

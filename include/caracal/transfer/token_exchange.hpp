@@ -58,6 +58,10 @@ struct ExchangeOptions {
   // g-weighted row alone instead of a sum per (token, rank) (y rounds each route's row to bf16
   // before the home sums them: other bits, within the reference's bounds).
   bool rows_per_route = false;
+  // x also in e4m3 (DeepSeek-V3's recipe: quantized once at home, half the bytes pulled): x_codes
+  // and x_scales at home, expert_x_codes and expert_x_scales on the expert side
+  // (exchange_buffers.hpp), for dispatch_fp8. Needs hidden a multiple of 128 and no ring.
+  bool fp8_dispatch = false;
 };
 
 // Which rows a pull (dispatch, reverse_combine) fills: the schedule rows [first_row, end_row)
@@ -113,6 +117,11 @@ class TokenExchange {
   // earlier launch left in expert_x (range.in_place) are not pulled again. In a world of one rank
   // the pulls go by token (src/device/transfer/single_rank_pull.cuh: the same rows).
   void dispatch(cudaStream_t stream, const PullRange& range = {});
+  // expert_x_codes and expert_x_scales from x_codes and x_scales, which every rank has written
+  // before (options.fp8_dispatch): the rows of the whole schedule, each row's codes and scales the
+  // same bits as its home token's. Like dispatch, one entry barrier (none in a world of one rank),
+  // and a token's home row read once per (token, rank).
+  void dispatch_fp8(cudaStream_t stream);
   // y from expert_out, g (from topk_scores through `router`, which must be the one build_schedule
   // used) and shared_out when options.shared_expert (options.forward and options.expert_out): one
   // g-weighted sum per token group pushed home (src/device/transfer/group_sum.cuh), a group being

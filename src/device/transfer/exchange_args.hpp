@@ -26,6 +26,8 @@ struct ExchangeArgs {
   // window of this many rows), led by the group's highest row (DxSlots::kPerTokenRank); -1: a row
   // per route.
   int dx_group_rows = -1;
+  // dispatch_fp8 (ExchangeOptions::fp8_dispatch): the scale of a zero block, a padding row's.
+  float fp8_zero_scale = 0.0f;
 };
 
 }  // namespace caracal::transfer::detail

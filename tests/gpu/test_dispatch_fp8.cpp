@@ -1,0 +1,228 @@
+// TokenExchange::dispatch_fp8 (ExchangeOptions::fp8_dispatch): every schedule row gets its home
+// token's e4m3 codes and 1 x 128 scales bit for bit, the scales in the FP8 GEMMs' MN-major layout;
+// padding rows zero codes under the scale of a zero block; nothing past the schedule's rows is
+// written. In loopback at W = 1, 2, 4, 8 on every routing case, per (token, rank) and per route,
+// with fresh random codes and scales (any byte is a code here: NaN codes travel too) and every
+// output poisoned first; and from a CUDA graph with new routing and inputs each replay.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "caracal/block_fp8.hpp"
+#include "caracal/comm/loopback_world.hpp"
+#include "caracal/error.hpp"
+#include "caracal/routing.hpp"
+#include "caracal/schedule.hpp"
+#include "caracal/transfer/token_exchange.hpp"
+#include "error_checks.hpp"
+#include "exchange_test_support.hpp"
+#include "gpu_test_util.hpp"
+
+namespace caracal::exchange_test {
+namespace {
+
+using transfer::ExchangeOptions;
+using transfer::ExchangeShape;
+using transfer::TokenExchange;
+
+constexpr int64_t kBlock = 128;
+
+const ExchangeShape kShapes[] = {
+    {200, 6, 256, 16, 128},  // 16 vectors a row: under one warp's lanes; two scales a row
+    {64, 10, 1024, 32, 8},   // 64 vectors: whole unrolled batches; small tiles
+    {40, 36, 4608, 48, 8},   // k > 32: a token's slots in two rounds; 36 scales a row: two rounds of lanes
+};
+
+struct Fp8Inputs {
+  std::vector<std::vector<uint8_t>> codes;  // [W][T*D]
+  std::vector<std::vector<float>> scales;   // [W][T*D/128]
+};
+
+Fp8Inputs make_inputs(const ExchangeShape& shape, int64_t world, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> scale(1e-6f, 4.0f);
+  Fp8Inputs in;
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<uint8_t> codes(static_cast<size_t>(shape.tokens * shape.hidden));
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
+    std::vector<float> scales(static_cast<size_t>(shape.tokens * shape.hidden / kBlock));
+    for (float& s : scales) s = scale(rng);
+    in.codes.push_back(std::move(codes));
+    in.scales.push_back(std::move(scales));
+  }
+  return in;
+}
+
+// One rank's expected expert_x_codes [S][D] and expert_x_scales [D/128][S]: the schedule's rows from
+// their home tokens, padding rows zero codes under the zero block's scale, the rest poison.
+struct ExpectedRows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
+ExpectedRows expected_rows(const ExchangeShape& shape, const RankSchedule& rs, const Fp8Inputs& in, int64_t stride) {
+  const int64_t D = shape.hidden, blocks = D / kBlock;
+  float poisoned;
+  std::memset(&poisoned, kNanByte, sizeof poisoned);
+  ExpectedRows want{std::vector<uint8_t>(static_cast<size_t>(stride * D), kNanByte),
+                    std::vector<float>(static_cast<size_t>(blocks * stride), poisoned)};
+  const float zero_scale = block_scale(0.0f, ScaleRounding::kExact).scale;
+  for (int64_t row = 0; row < static_cast<int64_t>(rs.rows.size()); ++row) {
+    const ScheduleRow& r = rs.rows[static_cast<size_t>(row)];
+    const int64_t token = r.src_route / shape.top_k;
+    for (int64_t c = 0; c < D; ++c) {
+      want.codes[row * D + c] = r.is_padding() ? 0 : in.codes[static_cast<size_t>(r.src_rank)][token * D + c];
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      want.scales[b * stride + row] =
+          r.is_padding() ? zero_scale : in.scales[static_cast<size_t>(r.src_rank)][token * blocks + b];
+    }
+  }
+  return want;
+}
+
+// The exchange's schedule view rows: the scales' stride.
+int64_t scale_stride(const TokenExchange& ex) { return ex.schedule_view(0).buffer_rows(); }
+
+// Fresh inputs for `routing`, outputs poisoned; launch(); every rank's rows checked.
+template <typename Launch>
+void run_and_check(TokenExchange& ex, const Routing& routing, uint64_t seed, Launch launch) {
+  const comm::World& world = ex.world();
+  const ExchangeShape& shape = ex.shape();
+  const int64_t D = shape.hidden, blocks = D / kBlock, routes = ex.sizes().routes, S = scale_stride(ex);
+  const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
+  const Fp8Inputs in = make_inputs(shape, world.world_size(), seed);
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+    const int32_t* ids = routing.rank_topk(static_cast<int64_t>(rank));
+    upload(world, ex.schedule_buffers().topk_idx, l, std::vector<int32_t>(ids, ids + routes));
+    upload(world, ex.forward_buffers().x_codes, l, in.codes[rank]);
+    upload(world, ex.forward_buffers().x_scales, l, in.scales[rank]);
+    poison(world, ex.forward_buffers().expert_x_codes, l, S * D, kNanByte);
+    poison(world, ex.forward_buffers().expert_x_scales, l, blocks * S, kNanByte);
+  }
+  settle();
+  launch();
+  ASSERT_NO_THROW(ex.check());
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    const size_t rank = static_cast<size_t>(world.first_local_rank() + l);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const ExpectedRows want = expected_rows(shape, schedule.ranks[rank], in, S);
+    expect_same_bits(download<uint8_t>(world, ex.forward_buffers().expert_x_codes, l, S * D), want.codes,
+                     "expert_x_codes");
+    expect_same_bits(download<float>(world, ex.forward_buffers().expert_x_scales, l, blocks * S), want.scales,
+                     "expert_x_scales");
+  }
+}
+
+ExchangeOptions fp8_options(bool per_route) {
+  ExchangeOptions options{true, true, false};
+  options.fp8_dispatch = true;
+  options.rows_per_route = per_route;
+  return options;
+}
+
+struct DispatchCase {
+  int world;
+  RoutingCase routing;
+  int shape;
+  bool per_route;
+};
+
+std::string name_of(const DispatchCase& c) {
+  return "W" + std::to_string(c.world) + "_" + name_of(c.routing) + "_shape" + std::to_string(c.shape) +
+         (c.per_route ? "_per_route" : "_per_token_rank");
+}
+
+std::vector<DispatchCase> dispatch_cases() {
+  std::vector<DispatchCase> cases;
+  for (const auto& [world, routing] : loopback_sweep()) cases.push_back({world, routing, 0, false});
+  for (int world : {1, 2, 4}) {
+    for (RoutingCase routing : {RoutingCase::kUniform, RoutingCase::kDuplicates, RoutingCase::kAllToOne}) {
+      cases.push_back({world, routing, 1, false});
+      cases.push_back({world, routing, 2, false});
+      cases.push_back({world, routing, 1, true});
+    }
+  }
+  return cases;
+}
+
+class GpuDispatchFp8 : public testing::TestWithParam<DispatchCase> {};
+
+TEST_P(GpuDispatchFp8, RowsAreTheirHomeTokensBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  const DispatchCase& c = GetParam();
+  const ExchangeShape& shape = kShapes[c.shape];
+  const ExchangeOptions options = fp8_options(c.per_route);
+  comm::LoopbackWorld world(c.world, TokenExchange::heap_bytes(shape, c.world, options));
+  TokenExchange ex(world, shape, options);
+  Stream stream;
+  for (int step = 0; step < 2; ++step) {  // the second reuses every buffer with new data
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed_note(seed));
+    const Routing routing = make_test_routing(c.routing, c.world, shape.tokens, shape.top_k, shape.num_experts, seed);
+    run_and_check(ex, routing, seed, [&] {
+      ex.build_schedule(RouterNormalization{}, stream.get());
+      ex.dispatch_fp8(stream.get());
+      stream.sync();
+    });
+  }
+}
+
+std::string case_name(const testing::TestParamInfo<DispatchCase>& info) { return name_of(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Loopback, GpuDispatchFp8, testing::ValuesIn(dispatch_cases()), case_name);
+
+// Captured once, replayed with new routing and inputs each time.
+TEST(GpuDispatchFp8Graph, ReplaysExactlyWithNewRoutingAndInputs) {
+  CARACAL_REQUIRE_GPU();
+  for (int world_size : {1, 4}) {
+    SCOPED_TRACE("W" + std::to_string(world_size));
+    const ExchangeShape& shape = kShapes[1];
+    const ExchangeOptions options = fp8_options(false);
+    comm::LoopbackWorld world(world_size, TokenExchange::heap_bytes(shape, world_size, options));
+    TokenExchange ex(world, shape, options);
+    Stream stream;
+    const test::CapturedGraph graph(stream, [&](cudaStream_t s) {
+      ex.build_schedule(RouterNormalization{}, s);
+      ex.dispatch_fp8(s);
+    });
+    for (RoutingCase routing_case : {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots}) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(name_of(routing_case)) + ", " + seed_note(seed));
+      const Routing routing =
+          make_test_routing(routing_case, world_size, shape.tokens, shape.top_k, shape.num_experts, seed);
+      run_and_check(ex, routing, seed, [&] {
+        graph.launch(stream);
+        stream.sync();
+      });
+    }
+  }
+}
+
+TEST(GpuDispatchFp8Api, RefusesWithoutTheOptionAndBadShapes) {
+  CARACAL_REQUIRE_GPU();
+  const ExchangeShape shape = kShapes[0];
+  const ExchangeOptions plain{true, true, false};
+  comm::LoopbackWorld world(2, TokenExchange::heap_bytes(shape, 2, plain));
+  TokenExchange ex(world, shape, plain);
+  test::expect_error([&] { ex.dispatch_fp8(nullptr); },
+                     {"TokenExchange::dispatch_fp8", "ExchangeOptions::fp8_dispatch = true"});
+  ExchangeShape odd = shape;
+  odd.hidden = 200;  // a multiple of 8, not of 128
+  test::expect_error([&] { (void)TokenExchange::heap_bytes(odd, 2, fp8_options(false)); },
+                     {"options.fp8_dispatch", "hidden a multiple of 128", "hidden = 200"});
+  ExchangeOptions ring = fp8_options(false);
+  ring.expert_out = false;
+  ring.ring_rows = 128;
+  test::expect_error([&] { (void)TokenExchange::heap_bytes(shape, 2, ring); },
+                     {"options.fp8_dispatch", "ring_rows = 0", "ring_rows = 128"});
+}
+
+}  // namespace
+}  // namespace caracal::exchange_test
