@@ -133,7 +133,7 @@ transfer::ExchangeShape exchange_shape(const LayerConfig& config) {
   shape.hidden = config.shape.hidden;
   shape.num_experts = config.shape.num_experts;
   shape.tile_m = kTileM;  // expert segments padded to the grouped GEMMs' M tile
-  shape.precision = Precision::kBF16;  // the rows cross in bf16 in either precision (LayerSizes::rows)
+  shape.precision = Precision::kBF16;  // x, dy rows in bf16 (LayerSizes::rows); FP8 adds x in e4m3 (fp8_dispatch)
   return shape;
 }
 

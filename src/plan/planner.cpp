@@ -143,8 +143,9 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
       const int64_t rb = ceil_div(rows, block), cb = ceil_div(cols, block);
       return 2 * rows * cols + (cb * scale_row(rb) + rb * scale_row(cb)) * 4;
     };
-    m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2;
-    m.fp8_layer_local = b.v1_layer_local + scaled_rows(D) + scaled_rows(I) + scaled_rows(D) + scaled_rows(2 * I) +
+    // expert_dx; x in e4m3 at home and on the expert side (TokenExchange::dispatch_fp8).
+    m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2 + T * (D + D / block * 4) + capacity * (D + D / block * 4);
+    m.fp8_layer_local = b.v1_layer_local + scaled_rows(I) + scaled_rows(D) + scaled_rows(2 * I) +
                         L * (quantized(2 * I, D) + quantized(D, I)) +
                         routed_rows * (ceil_div(I, block) - ceil_div(I, 256)) * 4;  // dgrad partials per 128, not 256
     m.fp8_layer_weights = b.weights;
@@ -270,7 +271,15 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     // macrobatch, combine and the fused backward's dx push one sum per (token, rank) and
     // macrobatch (dL/dg a scalar per route).
     const int64_t today_fwd = std::max(fwd_in, fwd_out);
-    const int64_t today_bwd = std::max(bwd_in, bwd_out);
+    int64_t today_bwd = std::max(bwd_in, bwd_out);
+    if (config.precision == Precision::kFP8) {
+      // Today's FP8 layer (v1's launches, no ring): x crosses in e4m3 in the forward (as above);
+      // the backward pulls dy and x again in bf16 (x for the weight gradients' column quantization).
+      const int64_t bf16_row = s.hidden * 2;
+      today_bwd = std::max(t.tokens_received_remote * 2 * bf16_row + t.tokens_sent_remote * out_row + t.sent_remote * 4,
+                           t.tokens_sent_remote * 2 * bf16_row + t.tokens_received_remote * out_row +
+                               t.received_remote * 4);
+    }
     rf.today_forward_nvlink_bytes = std::max(rf.today_forward_nvlink_bytes, today_fwd);
     rf.today_backward_nvlink_bytes = std::max(rf.today_backward_nvlink_bytes, today_bwd);
     // MoELayer v1 as it was, one row per route, and replays nothing.
@@ -287,13 +296,6 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   rf.backward_nvlink_ms = static_cast<double>(rf.backward_nvlink_bytes) / bytes_per_ms;
 
   plan.memory = plan_memory(config, plan.ring_rows, options.tile_m, options.bf16_weight_gradients);
-  if (config.precision == Precision::kFP8) {  // today's FP8 layer moves bf16 rows
-    LayerConfig bf16 = config;
-    bf16.precision = Precision::kBF16;
-    const Plan b = make_plan(bf16, routing, routing_source, options);
-    rf.today_forward_nvlink_bytes = b.roofline.today_forward_nvlink_bytes;
-    rf.today_backward_nvlink_bytes = b.roofline.today_backward_nvlink_bytes;
-  }
   return plan;
 }
 

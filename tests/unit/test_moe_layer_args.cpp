@@ -158,7 +158,7 @@ TEST(MoELayerMemory, Fp8AddsItsScaledRowsAndWeights) {
   v1.fused_forward = false;
   const MoELayerMemory f = MoELayer::memory(fp8), b = MoELayer::memory(small_config(false), v1);
   EXPECT_EQ(f.heap, MoELayer::memory(fp8, v1).heap) << "an FP8 layer runs v1's launches";
-  EXPECT_GT(f.heap, b.heap) << "expert_dx";
+  EXPECT_GT(f.heap, b.heap) << "expert_dx, x in e4m3 at home and on the expert side";
   const size_t rows = 4480, L = 2;  // as LayerSizes' test: W*T*k + L*127 rounded down to 128
   const auto scaled = [&](size_t cols) { return aligned_bytes(rows * cols, 1) + aligned_bytes(cols / 128 * rows, 4); };
   const gemm::Fp8ExpertWeightSizes w = gemm::fp8_expert_weight_sizes(int(L), 256, 128);
@@ -167,7 +167,8 @@ TEST(MoELayerMemory, Fp8AddsItsScaledRowsAndWeights) {
                          aligned_bytes(w.w_down_scales, 4) + aligned_bytes(w.w_down_scales_t, 4);
   const size_t workspace = aligned_bytes(gemm::fp8_down_dgrad_workspace_floats(int(rows), 128), 4) -
                            aligned_bytes(gemm::down_dgrad_workspace_floats(int(rows), 128), 4);
-  EXPECT_EQ(f.local - b.local, scaled(256) + scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace);
+  // The activation, dy and d_gate_up in e4m3 (x's are in the heap: TokenExchange::dispatch_fp8).
+  EXPECT_EQ(f.local - b.local, scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace);
 }
 
 TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
@@ -458,8 +459,10 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
         const MoELayerMemory exact_fp8 = MoELayer::memory(fp8, {}, 132);
         expect_within(fp8_plan.memory.fp8_layer_heap, exact_fp8.heap, "fp8 heap");
         expect_within(fp8_plan.memory.fp8_layer_local, exact_fp8.local, "fp8 local");
-        EXPECT_EQ(fp8_plan.roofline.today_forward_nvlink_bytes, plan.roofline.today_forward_nvlink_bytes)
-            << "FP8 rows cross in bf16 today";
+        EXPECT_EQ(fp8_plan.roofline.today_forward_nvlink_bytes, fp8_plan.roofline.forward_nvlink_bytes)
+            << "x crosses in e4m3 in the forward, as the design has it";
+        EXPECT_GE(fp8_plan.roofline.today_backward_nvlink_bytes, plan.roofline.today_backward_nvlink_bytes)
+            << "the FP8 backward pulls dy and x in bf16";
         EXPECT_EQ(fp8_plan.memory.fp8_layer_weights, plan.memory.weights) << "an FP8 layer's weights stay bf16";
       }
     }
