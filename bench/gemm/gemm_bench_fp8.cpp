@@ -189,6 +189,16 @@ void Fp8Gemms::up(int iter) const {
   gemm::grouped_up_gate_swiglu(a, nullptr);
 }
 
+void Fp8Gemms::up_e4m3(int iter) const {
+  const Set& s = sets_[set_of(iter)];
+  auto a = gemm_args<gemm::Fp8UpGateSwigluArgs>();
+  a.x = {fp8(s.x.codes), s.x.scales.get()};
+  a.w_gate_up = {fp8(s.w_gate_up.codes), s.w_gate_up.scales.get()};
+  a.activation_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(activation_.codes.get()), activation_.scales.get()};
+  a.gate_up_out = gate_up_.get();
+  gemm::grouped_up_gate_swiglu(a, nullptr);
+}
+
 void Fp8Gemms::down(int iter) const {
   const Set& s = sets_[set_of(iter)];
   auto a = gemm_args<gemm::Fp8DownProjArgs>();

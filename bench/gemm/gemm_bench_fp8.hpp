@@ -30,6 +30,9 @@ class Fp8Gemms {
            uint32_t* tile_queue);
 
   void up(int iter) const;     // ours, storing gate_up and the activation
+  // Ours as the layer runs it: gate_up, and the activation in e4m3 only, into the down GEMM's rows
+  // (the bits quantize_activation makes of up's).
+  void up_e4m3(int iter) const;
   void down(int iter) const;   // ours
   // Our up's bf16 activation into the down GEMM's e4m3 rows and 1 x 128 scales (quant::quantize_rows
   // over every buffer row): what an FP8 forward adds between its two GEMMs.

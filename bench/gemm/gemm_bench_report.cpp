@@ -67,6 +67,8 @@ constexpr RowOf kRows[] = {
     {"FP8 up+swiglu (+gate_up)", "fp8_up_gate_swiglu", "cublas_up", "fp8_up_gate_swiglu"},
     {"FP8 down", "fp8_down", "cublas_down", "fp8_up_gate_swiglu"},
     {"FP8 forward", "fp8_forward", "cublas_forward", "fp8_up_gate_swiglu"},
+    {"FP8 up+swiglu, e4m3 act.", "fp8_up_gate_swiglu_e4m3", "cublas_up", "fp8_up_gate_swiglu"},
+    {"FP8 forward, e4m3 act.", "fp8_forward_e4m3", "cublas_forward", "fp8_up_gate_swiglu"},
     {"FP8 activation quantize", "fp8_quantize_activation", "", "fp8_up_gate_swiglu"},
     {"FP8 fwd + act. quantize", "fp8_forward_quantized", "cublas_forward", "fp8_up_gate_swiglu"},
     {"CUTLASS FP8 up", "cutlass_fp8_up", "cublas_up", "fp8_up_gate_swiglu"},

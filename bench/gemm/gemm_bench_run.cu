@@ -327,7 +327,10 @@ void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_
   time_it("fp8_up_gate_swiglu", [&](int i) { g.up(i); }, f.up, f.up * pad);
   time_it("fp8_down", [&](int i) { g.down(i); }, f.down, f.down * pad);
   time_it("fp8_forward", [&](int i) { g.up(i); g.down(i); }, f.forward, f.forward * pad);
-  // Last of the forward rows: the down GEMM then reads the FP8 up's activation, quantized.
+  // The activation in e4m3 by the up/gate's epilogue (the layer's), then apart; the last of the
+  // forward rows leaves the down GEMM reading the FP8 up's activation quantized apart.
+  time_it("fp8_up_gate_swiglu_e4m3", [&](int i) { g.up_e4m3(i); }, f.up, f.up * pad);
+  time_it("fp8_forward_e4m3", [&](int i) { g.up_e4m3(i); g.down(i); }, f.forward, f.forward * pad);
   time_it("fp8_quantize_activation", [&](int i) { g.quantize_activation(i); }, 0.0, 0.0);
   time_it("fp8_forward_quantized", [&](int i) { g.up(i); g.quantize_activation(i); g.down(i); }, f.forward,
           f.forward * pad);

@@ -180,13 +180,12 @@ void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
   auto up = fp8_gemm_args<Fp8UpGateSwigluArgs>(pass);
   up.x = operand(pass.x_fp8);
   up.w_gate_up = weights.w_gate_up;
-  up.activation_out = pass.activation;
-  up.gate_up_out = pass.gate_up;  // backward recomputes SwiGLU from it
+  up.activation_fp8_out = pass.activation_fp8;  // the down GEMM's operand; the backward reads none
+  up.gate_up_out = pass.gate_up;                 // backward recomputes SwiGLU from it
   grouped_up_gate_swiglu(up, stream);
 }
 
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
-  quantize_pass_rows(pass, pass.activation, pass.intermediate, pass.activation_fp8, stream);
   auto down = fp8_gemm_args<Fp8DownProjArgs>(pass);
   down.activation = operand(pass.activation_fp8);
   down.w_down = weights.w_down;

@@ -140,7 +140,11 @@ void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& a) {
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
   check_fp8_pointers(a.w_gate_up.codes, a.w_gate_up.scales, false, fn, "w_gate_up");
-  check_pointer(a.activation_out, no_rows, fn, "activation_out");
+  bool const codes = a.activation_fp8_out.codes != nullptr || a.activation_fp8_out.scales != nullptr;
+  CARACAL_CHECK(no_rows || codes || a.activation_out != nullptr, fn,
+                ": activation_out or activation_fp8_out must be given (an activation to store), both are null");
+  check_pointer(a.activation_out, true, fn, "activation_out");
+  if (codes) check_fp8_pointers(a.activation_fp8_out.codes, a.activation_fp8_out.scales, false, fn, "activation_fp8_out");
   check_pointer(a.gate_up_out, true, fn, "gate_up_out");
 }
 

@@ -3,7 +3,6 @@
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "device/gemm/expert_gemms/up_gate_swiglu_fp8.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
-#include "gemm/epilogue_params.hpp"
 #include "gemm/fp8_descriptors.hpp"
 #include "gemm/host_checks.hpp"
 #include "gemm/launch.cuh"
@@ -26,7 +25,23 @@ void grouped_up_gate_swiglu(const Fp8UpGateSwigluArgs& args, cudaStream_t stream
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
   GemmParams<Gemm> p =
       fp8_row_gemm_params<Gemm>(args.rows, args.x, args.w_gate_up, 2 * i, d, "x", "w_gate_up", args.tile_queue);
-  p.epilogue = swiglu_epilogue_params(args.activation_out, args.gate_up_out, rows, args.intermediate);
+  UpGateSwigluFp8Epilogue::Params& e = p.epilogue;
+  e.swiglu.intermediate = args.intermediate;
+  e.swiglu.store_gate_up = args.gate_up_out != nullptr;
+  if (e.swiglu.store_gate_up) {
+    e.swiglu.gate_up = make_tensor_map_2d(args.gate_up_out, rows, 2 * i, kChunkRows, kChunkCols, "gate_up_out");
+  }
+  e.store_activation = args.activation_out != nullptr;
+  if (e.store_activation) {
+    e.swiglu.activation = make_tensor_map_2d(args.activation_out, rows, i, kChunkRows, kChunkCols, "activation_out");
+  }
+  e.store_activation_codes = args.activation_fp8_out.codes != nullptr;
+  if (e.store_activation_codes) {
+    e.activation_codes = make_tensor_map_2d(args.activation_fp8_out.codes, rows, i, kChunkRows, kScaleBlock,
+                                            "activation_fp8_out.codes", TensorElement::kE4m3);
+    e.activation_scales = args.activation_fp8_out.scales;
+  }
+  e.buffer_rows = int(rows);
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, "grouped_up_gate_swiglu (fp8)");
 }
 

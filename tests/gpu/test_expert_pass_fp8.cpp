@@ -2,7 +2,8 @@
 // composed on the right operands. Each GEMM's accuracy is test_gpu_grouped_gemm_fp8(_backward)'s;
 // here every stage is checked on what the stage before it wrote:
 //   - the weights quantized in both orientations, x, the activation, dy and d_gate_up quantized:
-//     bit for bit the host contract (caracal/block_fp8.hpp) of the bf16 values the pass held;
+//     bit for bit the host contract (caracal/block_fp8.hpp) of the bf16 values the pass held (the
+//     activation's, which the pass does not store, from the same GEMM run again storing them);
 //   - gate_up, y, d_gate/d_up, dx against the fp64 GEMMs of those dequantized operands, within the
 //     FP8 GEMM tests' bounds; the weight gradients against fp64 sums of the pass's bf16 rows;
 //   - bitwise determinism, and the in-place backward (d_gate_up over gate_up, dx over x) giving the
@@ -175,6 +176,16 @@ void run_pass(const Problem& p, bool in_place, Outputs& o, bool fp8_weight_grads
   const caracal::gemm::Fp8ExpertPass pass = p.pass(in_place, fp8_weight_grads);
   const caracal::gemm::Fp8ExpertWeights weights = p.weight_buffers().operands();
   caracal::gemm::expert_forward(pass, weights, nullptr);
+  // The pass stores the activation in e4m3 only: the same up/gate GEMM once more, storing it in
+  // bf16 (what the e4m3 codes must quantize bit for bit).
+  caracal::gemm::Fp8UpGateSwigluArgs up;
+  up.rows = pass.rows;
+  up.hidden = pass.hidden;
+  up.intermediate = pass.intermediate;
+  up.x = {pass.x_fp8.codes, pass.x_fp8.scales};
+  up.w_gate_up = weights.w_gate_up;
+  up.activation_out = as_bf16(p.activation.get());
+  caracal::gemm::grouped_up_gate_swiglu(up, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   p.gate_up.download(o.gate_up);
   p.activation.download(o.activation);

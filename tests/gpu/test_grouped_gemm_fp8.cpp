@@ -4,13 +4,15 @@
 //        interleaved [2I][D] and of [D][I]), against the fp64 GEMMs of the dequantized operands with
 //        the bf16-rounding contract of the outputs (F1-F3); the down GEMM takes the reference's
 //        activation quantized the same way, so each GEMM is checked on its own. Outputs poisoned
-//        first; experts of 0, 1, 63-65, 127-129 rows, partial N tiles, routed counts; bitwise
+//        first; the e4m3 activation the up/gate epilogue stores is quantize_rows of its bf16 one,
+//        bit for bit; experts of 0, 1, 63-65, 127-129 rows, partial N tiles, routed counts; bitwise
 //        determinism across runs, grid sizes, counts and a tile queue; a deliberate error caught.
 //   Host: argument validation (no GPU needed).
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,6 +40,7 @@ struct Problem : ExpertInputs {
   QuantizedWeights w_gate_up_q, w_down_q;
   DeviceQuantized d_xq, d_activation_q, d_w_gate_up_q, d_w_down_q;
   DeviceBuffer<uint16_t> d_activation, d_gate_up, d_y;
+  DeviceQuantized d_activation8;  // the up/gate epilogue's e4m3 activation
   std::vector<double> gate, up, hidden, y;  // reference, [capacity][I] and [capacity][D]
 };
 
@@ -100,22 +103,29 @@ void make_problem(Problem& p, const Case& c) {
   ASSERT_NO_FATAL_FAILURE(p.d_activation.allocate(cap * I));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.allocate(cap * 2 * I));
   ASSERT_NO_FATAL_FAILURE(p.d_y.allocate(cap * D));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.codes.allocate(cap * I));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.scales.allocate(I / 128 * cap));
 }
 
 struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
   bool tile_queue = false;
+  bool bf16_activation = true;  // activation_out given (the e4m3 activation always is)
 };
 
 struct Outputs {
   std::vector<uint16_t> hidden, gate_up, y;
+  std::vector<uint8_t> hidden8;  // e4m3 codes [capacity][I]
+  std::vector<float> hidden8_scales;  // [I / 128][capacity]
 };
 
 // Poisons the outputs, runs the up/gate GEMM on the quantized x and the down GEMM on the
 // quantized reference activation, downloads everything.
 void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   for (auto* b : {&p.d_activation, &p.d_gate_up, &p.d_y}) ASSERT_NO_FATAL_FAILURE(b->poison());
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.codes.poison());
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.scales.poison());
   const ScheduleView rows = p.schedule(o.pass_counts);
   DeviceBuffer<uint32_t> queue;
   if (o.tile_queue) {
@@ -124,7 +134,8 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   auto up = kernel_args<Fp8UpGateSwigluArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   up.x = {p.d_xq.fp8(), p.d_xq.scales.get()};
   up.w_gate_up = {p.d_w_gate_up_q.fp8(), p.d_w_gate_up_q.scales.get()};
-  up.activation_out = as_bf16(p.d_activation.get());
+  up.activation_out = o.bf16_activation ? as_bf16(p.d_activation.get()) : nullptr;
+  up.activation_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(p.d_activation8.codes.get()), p.d_activation8.scales.get()};
   up.gate_up_out = as_bf16(p.d_gate_up.get());
   up.tile_queue = o.tile_queue ? queue.get() : nullptr;
   ASSERT_NO_THROW(caracal::gemm::grouped_up_gate_swiglu(up, nullptr));
@@ -138,6 +149,24 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   ASSERT_NO_FATAL_FAILURE(p.d_activation.download(out.hidden));
   ASSERT_NO_FATAL_FAILURE(p.d_gate_up.download(out.gate_up));
   ASSERT_NO_FATAL_FAILURE(p.d_y.download(out.y));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.codes.download(out.hidden8));
+  ASSERT_NO_FATAL_FAILURE(p.d_activation8.scales.download(out.hidden8_scales));
+}
+
+// The e4m3 activation is the host contract's quantization of the bf16 one, bit for bit, on the rows
+// below expert_offset[L] (the GEMM's tiles; padding rows zero codes under a zero block's scale).
+void expect_quantized_activation(const Problem& p, const Outputs& out) {
+  const size_t I = size_t(p.c.intermediate), cap = size_t(p.rows.capacity), written = size_t(p.rows.offset.back());
+  const QuantizedRows want = quantize_rows_for_gemm(floats_of(out.hidden), cap, I);
+  size_t codes = 0, scales = 0;
+  for (size_t i = 0; i < written * I; ++i) codes += out.hidden8[i] != want.codes[i];
+  for (size_t b = 0; b < I / 128; ++b) {
+    for (size_t r = 0; r < written; ++r) {
+      scales += std::memcmp(&out.hidden8_scales[b * cap + r], &want.scales[b * cap + r], sizeof(float)) != 0;
+    }
+  }
+  EXPECT_EQ(codes, 0u) << "activation codes differ from quantize_rows of the bf16 activation";
+  EXPECT_EQ(scales, 0u) << "activation scales differ from quantize_rows of the bf16 activation";
 }
 
 void check_against_reference(const Case& c, const RunOptions& o) {
@@ -153,6 +182,7 @@ void check_against_reference(const Case& c, const RunOptions& o) {
   expect_padding("gate_up", p.rows, c.counts, 2 * I, out.gate_up);
   expect_padding("hidden", p.rows, c.counts, I, out.hidden);
   expect_padding("y", p.rows, c.counts, D, out.y);
+  expect_quantized_activation(p, out);
 }
 
 std::vector<Case> reference_cases() {
@@ -203,14 +233,18 @@ TEST(GroupedGemmFp8Determinism, BitwiseAcrossRunsGridSizesCountsAndATileQueue) {
   Outputs first;
   ASSERT_NO_FATAL_FAILURE(run_forward(p, RunOptions{}, first));
   for (int num_ctas : {1, 7, 0}) {
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("num_ctas " + std::to_string(num_ctas) + ", variant " + std::to_string(variant));
       RunOptions o;
       o.num_ctas = num_ctas;
       o.pass_counts = variant != 1;
       o.tile_queue = variant == 2;
+      o.bf16_activation = variant != 3;  // the e4m3 activation alone
       Outputs again;
       ASSERT_NO_FATAL_FAILURE(run_forward(p, o, again));
+      EXPECT_TRUE(same_bits(first.hidden8, again.hidden8)) << "e4m3 hidden differs";
+      EXPECT_TRUE(same_bits(first.hidden8_scales, again.hidden8_scales)) << "hidden scales differ";
+      if (!o.bf16_activation) continue;
       EXPECT_TRUE(same_bits(first.hidden, again.hidden)) << "hidden differs";
       EXPECT_TRUE(same_bits(first.gate_up, again.gate_up)) << "gate_up differs";
       EXPECT_TRUE(same_bits(first.y, again.y)) << "y differs";
@@ -237,7 +271,9 @@ TEST(GroupedGemmFp8Args, UpGateRejectsBadArguments) {
   expect_error(with([](auto& a) { a.x.codes = fake_ptr<const __nv_fp8_e4m3>(8); }), {"x.codes", "16-byte"});
   expect_error(with([](auto& a) { a.w_gate_up.scales = fake_ptr<const float>(4); }), {"w_gate_up.scales", "16-byte"});
   expect_error(with([](auto& a) { a.w_gate_up.codes = nullptr; }), {"w_gate_up.codes", "null"});
-  expect_error(with([](auto& a) { a.activation_out = nullptr; }), {"activation_out"});
+  expect_error(with([](auto& a) { a.activation_out = nullptr; }), {"activation_out or activation_fp8_out", "both are null"});
+  expect_error(with([](auto& a) { a.activation_fp8_out.codes = fake_ptr<__nv_fp8_e4m3>(1 << 16); }),
+               {"activation_fp8_out.scales", "null"});
   expect_error(with([](auto& a) { a.rows.row_capacity = 100; }), {"rows.row_capacity", "100"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
 }

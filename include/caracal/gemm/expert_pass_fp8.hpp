@@ -21,7 +21,8 @@ namespace caracal::gemm {
 
 // The row buffers of one FP8 pass: every one has rows.buffer_rows() rows; the e4m3 ones in the
 // layout the FP8 GEMMs read (Fp8RowOutput: codes [buffer rows][K], scales [K / 128][buffer rows]),
-// written by the pass from their bf16 twins. D and I are multiples of 128.
+// written by the pass from their bf16 twins (x_fp8 by the pass or given, the activation's and
+// d_gate_up's by the GEMM epilogues that make them). D and I are multiples of 128.
 struct Fp8ExpertPass {
   ScheduleView rows;
   int hidden = 0;                       // D
@@ -31,8 +32,8 @@ struct Fp8ExpertPass {
   const __nv_bfloat16* x = nullptr;     // [buffer rows][D] (the weight gradients read it too)
   Fp8RowOutput x_fp8;                   // K = D: x quantized (forward)
   __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
-  __nv_bfloat16* activation = nullptr;  // [buffer rows][I] SwiGLU activation (forward), bf16(g * it) (backward)
-  Fp8RowOutput activation_fp8;          // K = I: the activation quantized (forward)
+  __nv_bfloat16* activation = nullptr;  // [buffer rows][I] bf16(g * SwiGLU activation) (backward)
+  Fp8RowOutput activation_fp8;          // K = I: the activation quantized (the forward's up/gate epilogue)
   __nv_bfloat16* out = nullptr;         // [buffer rows][D] forward output E(x)
   const __nv_bfloat16* dy = nullptr;    // [buffer rows][D] backward input, g not applied
   Fp8RowOutput dy_fp8;                  // K = D: dy quantized (backward)
@@ -113,11 +114,11 @@ void quantize_expert_weights(const ExpertPassWeights& weights, int experts, int 
 // then not read).
 enum class Fp8XRows { kQuantize, kGiven };
 
-// x quantized, gate_up and the activation (F1, F2), the activation quantized, out (F3).
+// x quantized, gate_up and the activation in e4m3 (F1, F2), out (F3).
 void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream,
                     Fp8XRows x = Fp8XRows::kQuantize);
-// Its two halves: x quantized, gate_up and the activation (what backward reads: MoELayer replays
-// this); then the activation quantized and out.
+// Its two halves: x quantized, gate_up (what backward reads: MoELayer replays this) and the
+// activation in e4m3; then out.
 void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream,
                     Fp8XRows x = Fp8XRows::kQuantize);
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);

@@ -25,12 +25,6 @@ namespace caracal::gemm {
 // 128-column N tile of I.
 size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate);
 
-// Rows written in e4m3 [buffer rows][K] with their 1 x 128 scales, in the layout Fp8RowOperand reads.
-struct Fp8RowOutput {
-  __nv_fp8_e4m3* codes = nullptr;
-  float* scales = nullptr;  // [K / 128][buffer rows]
-};
-
 // grouped_down_dgrad_swiglu in FP8: d_h = dy · W_down[e] (fp32), then the bf16 kernel's epilogue
 // (B1, B2, B5), and d_gate_up once more in e4m3 for the FP8 dx GEMM: its codes and scales are
 // quant::quantize_rows of d_gate_up_out (exact scales), bit for bit.

@@ -31,6 +31,12 @@ struct Fp8RowOperand {
   const float* scales = nullptr;  // [ceil(K / 128)][buffer rows]
 };
 
+// Rows written in e4m3 [buffer rows][K] with their 1 x 128 scales, in the layout Fp8RowOperand reads.
+struct Fp8RowOutput {
+  __nv_fp8_e4m3* codes = nullptr;
+  float* scales = nullptr;  // [K / 128][buffer rows]
+};
+
 // A row of Fp8WeightOperand's scales holds N block nb's scale at float fp8_weight_scale_at(nb), 16
 // bytes apart (a TMA box starts on a 16-byte boundary; the floats between are never read), and is
 // fp8_weight_scale_row(ceil(N / 128)) floats long: whole 128-byte boxes.
@@ -56,8 +62,11 @@ struct Fp8UpGateSwigluArgs {
   int intermediate = 0;  // I: activation_out has I columns, the GEMM N = 2I
   Fp8RowOperand x;             // K = D
   Fp8WeightOperand w_gate_up;  // N = 2I, K = D, interleaved as grouped_gemm.hpp's gate_up_row
-  __nv_bfloat16* activation_out = nullptr;  // [buffer rows][I]
+  __nv_bfloat16* activation_out = nullptr;  // [buffer rows][I]; nullptr: not stored
   __nv_bfloat16* gate_up_out = nullptr;     // [buffer rows][2I], interleaved; nullptr: not stored
+  // The activation in e4m3 (the down GEMM's operand: quant::quantize_rows of activation_out's values,
+  // bit for bit), or null codes and scales: not stored. At least one of the activations is asked for.
+  Fp8RowOutput activation_fp8_out;
   int num_ctas = 0;                         // persistent CTAs; 0 = one per SM
   uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr
 };

@@ -22,6 +22,8 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 
+#include "device/common/bf16_pairs.cuh"
+
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/swiglu_math.cuh"
@@ -41,9 +43,6 @@ struct GateUpPairs {
   uint32_t gate[2 * kHalfGroups];
   uint32_t up[2 * kHalfGroups];
 };
-
-__device__ inline float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ inline float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 
 // What one d_h element turns into.
 struct SwigluGrad {
