@@ -266,6 +266,23 @@ size_t differing(const std::vector<T>& a, const std::vector<T>& b) {
   return n;
 }
 
+// The rows [0, written) of e4m3 rows that differ from `want`'s, codes ([capacity][k]) and scales
+// ([k / 128][capacity]) apart: what the GEMM epilogues write (the rows below expert_offset[L]).
+struct RowDifferences {
+  size_t codes = 0, scales = 0;
+};
+RowDifferences differing_rows(const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                              const QuantizedRows& want, size_t written, size_t capacity, size_t k) {
+  RowDifferences d;
+  for (size_t i = 0; i < written * k; ++i) d.codes += codes[i] != want.codes[i];
+  for (size_t b = 0; b < k / 128; ++b) {
+    for (size_t r = 0; r < written; ++r) {
+      d.scales += std::memcmp(&scales[b * capacity + r], &want.scales[b * capacity + r], sizeof(float)) != 0;
+    }
+  }
+  return d;
+}
+
 // One expert's fp32 gradient against the fp64 one: the relative Frobenius error.
 double gradient_error(const float* got, const double* want, size_t count) {
   double err2 = 0.0, ref2 = 0.0;
@@ -311,9 +328,13 @@ std::vector<std::string> pass_failures(const Problem& p, const Outputs& o) {
   same("x codes", differing(o.x8, x8.codes));
   same("x scales", differing(o.x8_scales, x8.scales));
   close("gate_up", 2 * I, rounded(row_gemm(p, x8.values, gu.values, 2 * I, D)), o.gate_up, kFp8GateUpBound);
+  // The up/gate epilogue writes the e4m3 activation of the rows below expert_offset[L] only (the
+  // quantizers: every buffer row), as the dgrad's d_gate_up below.
+  const size_t written = size_t(p.rows.offset.back());
   const QuantizedRows act8 = host_rows(o.activation, cap, I);
-  same("activation codes", differing(o.activation8, act8.codes));
-  same("activation scales", differing(o.activation8_scales, act8.scales));
+  const RowDifferences act8_diff = differing_rows(o.activation8, o.activation8_scales, act8, written, cap, I);
+  same("activation codes", act8_diff.codes);
+  same("activation scales", act8_diff.scales);
   close("y", D, rounded(row_gemm(p, act8.values, dn.values, D, I)), o.out, kFp8DownBound);
 
   // Backward: dy quantized, d_gate / d_up from d_h = dy · W_down (the dgrad's operands), d_gate_up
@@ -337,18 +358,9 @@ std::vector<std::string> pass_failures(const Problem& p, const Outputs& o) {
   }
   close("d_gate_up", 2 * I, rounded(d_gate_up), o.d_gate_up, kFp8DgradBound);
   const QuantizedRows dgu8 = host_rows(o.d_gate_up, cap, 2 * I);
-  // The dgrad writes the e4m3 d_gate_up of the rows below expert_offset[L] only (the quantizers:
-  // every buffer row).
-  const size_t written = size_t(p.rows.offset.back()), blocks = 2 * I / 128;
-  size_t codes = 0, scales = 0;
-  for (size_t i = 0; i < written * 2 * I; ++i) codes += o.d_gate_up8[i] != dgu8.codes[i];
-  for (size_t b = 0; b < blocks; ++b) {
-    for (size_t r = 0; r < written; ++r) {
-      scales += std::memcmp(&o.d_gate_up8_scales[b * cap + r], &dgu8.scales[b * cap + r], sizeof(float)) != 0;
-    }
-  }
-  same("d_gate_up codes", codes);
-  same("d_gate_up scales", scales);
+  const RowDifferences dgu8_diff = differing_rows(o.d_gate_up8, o.d_gate_up8_scales, dgu8, written, cap, 2 * I);
+  same("d_gate_up codes", dgu8_diff.codes);
+  same("d_gate_up scales", dgu8_diff.scales);
   close("dx", D, rounded(row_gemm(p, dgu8.values, gu_t.values, D, 2 * I)), o.dx, kFp8DxBound);
 
   // dW_gate_up[e][n][d] = sum_rows d_gate_up[row][n] x[row][d]; dW_down[e][d][i] = sum_rows dy[row][d]
