@@ -19,7 +19,7 @@ struct LayerRounding {
   int64_t ring_rows = 0;        // MoELayer::ring_rows(): y per macrobatch of this many rows; 0: per (token, rank)
   bool rows_per_route = false;  // layer::LayerExperiments::rows_per_route: y rounds each route's row
   bool dx_groups = false;       // MoELayer::groups_dx_rows()
-  bool fp8_routed = false;      // an FP8 layer's operands (ReferenceOptions::fp8_routed)
+  bool fp8_experts = false;     // an FP8 layer's operands (ReferenceOptions::fp8_experts)
 };
 
 // The schedule rows the layer's grouped GEMMs use (tile_m = 128).
@@ -44,7 +44,7 @@ inline std::vector<ReferenceOptions> layer_reference_options(const RouterNormali
   base.router = router;
   base.round_intermediates_to_bf16 = true;
   base.experts_per_rank = num_experts / W;
-  base.fp8_routed = rounding.fp8_routed;
+  base.fp8_experts = rounding.fp8_experts;
   const Schedule schedule =
       rounding.ring_rows > 0 ? build_schedule(routing, num_experts, kLayerTileM) : Schedule{};
   const size_t routes = static_cast<size_t>(routing.tokens_per_rank * routing.top_k);

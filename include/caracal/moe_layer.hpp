@@ -61,11 +61,11 @@ struct MoEWeights {
   // halves (Hugging Face's gate_up_proj), read in place; the backward writes d_w_gate_up in the
   // same order. The same bits either way.
   gemm::GateUpLayout w_gate_up_layout = gemm::GateUpLayout::kInterleaved;
-  // FP8 layers only (LayerConfig::precision kFP8): the routed experts' weights already quantized,
-  // a block of MoELayer::fp8_weight_bytes() bytes that MoELayer::quantize_weights wrote from
-  // w_gate_up and w_down, 256-byte aligned; the layer reads it as it is (so quantize again after
-  // each change of the weights, e.g. once per optimizer step). Null: the layer quantizes w_gate_up
-  // and w_down into its own block at every forward, replay and backward.
+  // FP8 layers only (LayerConfig::precision kFP8): the expert weights already quantized, a block
+  // of MoELayer::fp8_weight_bytes() bytes that MoELayer::quantize_weights wrote from the routed
+  // and shared experts' weights, 256-byte aligned; the layer reads it as it is (so quantize again
+  // after each change of the weights, e.g. once per optimizer step). Null: the layer quantizes them
+  // into its own block at every forward, replay and backward.
   const void* w_fp8 = nullptr;
 };
 
@@ -236,11 +236,12 @@ class MoELayer {
   // of several rows, src/fused/dx_group_sums.cuh), rather than sending a row per route.
   bool groups_dx_rows() const;
 
-  // FP8 layers: the bytes of one local rank's routed weights quantized (MoEWeights::w_fp8), and
-  // their quantization from `weights`' w_gate_up and w_down (interleaved) into `w_fp8` (256-byte
-  // aligned device memory of world.device(), that many bytes), enqueued on `stream`: e4m3 with
-  // 128 x 128 block scales, in both orientations. Throws caracal::Error on a bf16 layer or a bad
-  // argument.
+  // FP8 layers: the bytes of one local rank's expert weights quantized (MoEWeights::w_fp8: the
+  // routed experts' and the shared expert's), and their quantization from `weights`' w_gate_up and
+  // w_down (interleaved) and, with a shared expert, shared_w_gate_up and shared_w_down into `w_fp8`
+  // (256-byte aligned device memory of world.device(), that many bytes), enqueued on `stream`: e4m3
+  // with 128 x 128 block scales, in both orientations. Throws caracal::Error on a bf16 layer or a
+  // bad argument.
   size_t fp8_weight_bytes() const;
   void quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStream_t stream) const;
 

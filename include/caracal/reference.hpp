@@ -87,13 +87,13 @@ struct ReferenceOptions {
   // to bf16 together, -1: alone), for a layer that groups its dx rows (MoELayer::groups_dx_rows);
   // empty: every route alone.
   std::vector<int64_t> dx_route_groups;
-  // The routed experts' GEMM operands as an FP8 layer quantizes them (caracal/block_fp8.hpp, exact
-  // scales; needs round_intermediates_to_bf16, and D and I multiples of 128): the weights per
-  // 128 x 128 block of the interleaved W_gate_up [2I][D] (caracal/gemm/gate_up_order.hpp) and of
-  // W_down [D][I] (the transposed copies hold the same values); F1's x, F3's activation, B1's dy
-  // and B3's d_gate_up (interleaved) per 1 x 128 block of their stored bf16 values. The weight
-  // gradients (B5) read the unquantized bf16 rows; the shared expert stays bf16.
-  bool fp8_routed = false;
+  // The routed and shared experts' GEMM operands as an FP8 layer quantizes them (caracal/
+  // block_fp8.hpp, exact scales; needs round_intermediates_to_bf16, and D, I and the shared I
+  // multiples of 128): the weights per 128 x 128 block of the interleaved W_gate_up [2I][D]
+  // (caracal/gemm/gate_up_order.hpp) and of W_down [D][I] (the transposed copies hold the same
+  // values); F1's x, F3's activation, B1's dy and B3's d_gate_up (interleaved) per 1 x 128 block of
+  // their stored bf16 values. The weight gradients (B5) read the unquantized bf16 rows.
+  bool fp8_experts = false;
 };
 
 // What one expert computed for a set of rows, as the kernels store it (rounded in bf16 mode).

@@ -26,7 +26,7 @@ def _moe_backward_fake(layer, forward_id, x, topk_idx, topk_scores, shared_scale
 
 
 @torch.library.register_fake("caracal::quantize_weights")
-def _quantize_weights_fake(layer, w_gate_up, w_down, w_fp8):
+def _quantize_weights_fake(layer, w_gate_up, w_down, shared_w_gate_up, shared_w_down, w_fp8):
     return None
 
 

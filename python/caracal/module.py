@@ -63,11 +63,11 @@ class MoE(nn.Module):
     `ring_rows` sizes the ring of routed rows both passes walk (a multiple of 128; 0: a balanced
     step in one macrobatch): any routing runs on any ring, a smaller one only adds macrobatches
     (the backward then recomputes their up/gate GEMMs); the engine's memory follows the ring.
-    `precision="fp8"` runs the routed experts in DeepSeek-V3's block-scaled e4m3 recipe (rows and
+    `precision="fp8"` runs the routed and shared experts in DeepSeek-V3's block-scaled e4m3 recipe (rows and
     gradients per 1x128, weights per 128x128 blocks; the weight gradients from x, dy and the
     activations quantized per 1x128 block along the tokens, or with `fp8_weight_gradients=False`
     from the bf16 rows by bf16 GEMMs, more exact and slower), on v1's separate launches whatever
-    `fused_forward` says; the shared expert stays bf16. The bf16 or
+    `fused_forward` says. The bf16 or
     fp32 weights stay the masters: the module keeps them quantized (1 byte a weight, both
     orientations, not in the state dict) and quantizes them again at the first forward after they
     change (an optimizer step, load_state_dict: their version counter), not at every call. D, I and the
@@ -238,20 +238,23 @@ class MoE(nn.Module):
 
     @torch.compiler.disable
     def _quantized_weights(self):
-        """FP8 layers: _w_fp8, quantized again only when w_gate_up or w_down changed since (another
-        tensor, or a bumped version counter: an optimizer step, load_state_dict, an in-place op;
+        """FP8 layers: _w_fp8 (the routed and the shared experts' weights), quantized again only when
+        one of them changed since (another tensor, or a bumped version counter: an optimizer step,
+        load_state_dict, an in-place op;
         writes through `.data` bump nothing and are missed), so once an optimizer step rather than
         at every forward, replay and backward. Under CUDA-graph capture the quantization goes into
         the graph (a replay checks no version), and so it does at every call on inference tensors
         (no version counter). Outside torch.compile's graphs (so no fullgraph for FP8 layers)."""
         capturing = torch.cuda.is_current_stream_capturing()
-        untracked = torch.is_inference(self.w_gate_up) or torch.is_inference(self.w_down)
-        of = None if capturing or untracked else (self.w_gate_up, self.w_gate_up._version, self.w_down,
-                                                  self.w_down._version)
+        weights = [w for w in (self.w_gate_up, self.w_down, self.shared_w_gate_up, self.shared_w_down)
+                   if w is not None]
+        untracked = any(torch.is_inference(w) for w in weights)
+        of = None if capturing or untracked else tuple(v for w in weights for v in (w, w._version))
         if of is None or self._w_fp8_of is None or any(a is not b if isinstance(a, torch.Tensor) else a != b
                                                        for a, b in zip(of, self._w_fp8_of)):
             with torch.no_grad():
-                torch.ops.caracal.quantize_weights(self._layer, self.w_gate_up, self.w_down, self._w_fp8)
+                torch.ops.caracal.quantize_weights(self._layer, self.w_gate_up, self.w_down, self.shared_w_gate_up,
+                                                   self.shared_w_down, self._w_fp8)
             # The op writes through a raw pointer: bump the version so that a pending backward that
             # saved the old quantization raises instead of differentiating with the new one.
             torch.autograd.graph.increment_version(self._w_fp8)

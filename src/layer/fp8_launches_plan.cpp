@@ -1,20 +1,21 @@
-// An FP8 layer (LayerSizes::fp8): v1's separate launches with the routed experts in DeepSeek-V3's
-// FP8 recipe (gemm::Fp8ExpertPass). The forward quantizes x at home (1 x 128 blocks along D) and
-// pulls the e4m3 rows with their scales (TokenExchange::dispatch_fp8: half the bytes of bf16 rows);
-// the backward pulls the bf16 rows too, for the weight gradients' quantization down the columns (a
-// replayed forward pulls them in bf16 and quantizes them on the expert side: the same codes). The
-// shared expert stays bf16.
-// forward:  shared expert | build_schedule (and the gates) | x quantized at home | dispatch_fp8 |
-//           the routed experts' weights quantized, their FP8 pass | (shared rows scaled) | combine
-// backward: (replay: stage inputs | shared up/gate | build_schedule | dispatch | weights quantized,
-//           routed up/gate, x quantized on the expert side) | (dy staged) | reverse_combine |
-//           (not replayed: dispatch) | weights quantized, the routed experts' FP8 backward (dx into
-//           expert_dx) | shared expert's backward | reverse_dispatch
-// Weights given quantized (MoEWeights::w_fp8) are read as they are; the others are quantized at
-// every forward, replay and backward (a layer's engine may have run another layer's weights in
-// between).
+// An FP8 layer (LayerSizes::fp8): v1's separate launches with the routed and the shared experts in
+// DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass; the recipe runs every FFN GEMM in FP8). The forward
+// quantizes x at home (1 x 128 blocks along D) and pulls the e4m3 rows with their scales
+// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows); the backward pulls the bf16 rows too,
+// for the weight gradients' quantization down the columns (a replayed forward pulls them in bf16
+// and quantizes them on the expert side: the same codes). The shared expert quantizes its own rows.
+// forward:  weights quantized | shared expert | build_schedule (and the gates) | x quantized at home |
+//           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
+// backward: (replay: stage inputs | weights quantized | shared up/gate | build_schedule | dispatch |
+//           routed up/gate, x quantized on the expert side) | (dy staged) | reverse_combine | (not
+//           replayed: dispatch) | weights quantized | the routed experts' FP8 backward (dx into
+//           expert_dx) | the shared expert's | reverse_dispatch
+// Weights given quantized (MoEWeights::w_fp8, layer/fp8_weights.hpp) are read as they are; the
+// others are quantized at every forward, replay and backward (a layer's engine may have run another
+// layer's weights in between).
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass_fp8.hpp"
+#include "layer/fp8_weights.hpp"
 #include "layer/layer_plan.hpp"
 #include "quant/quantize_fp8.hpp"
 
@@ -28,12 +29,15 @@ class Fp8LaunchesPlan final : public LayerPlan {
 
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
     check_layouts(ranks);
-    shared_forward_and_schedule(state_, ranks, stream);
+    const std::vector<Fp8Weights> weights = quantized_weights(ranks, stream);
+    for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
+      gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream);
+    }
+    state_.exchange->build_schedule(state_.config.router, stream);
     for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(l, stream);
     state_.exchange->dispatch_fp8(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_forward(state_.ranks[l].routed_fp8, quantized_weights(l, ranks[l].weights, stream), stream,
-                           gemm::Fp8XRows::kGiven);
+      gemm::expert_forward(state_.ranks[l].routed_fp8, weights[l].routed, stream, gemm::Fp8XRows::kGiven);
     }
   }
 
@@ -43,10 +47,15 @@ class Fp8LaunchesPlan final : public LayerPlan {
 
   void replay(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
     check_layouts(ranks);
-    replay_schedule(state_, ranks, stream);
+    stage_inputs(state_, ranks, stream);
+    const std::vector<Fp8Weights> weights = quantized_weights(ranks, stream);
+    for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
+      gemm::expert_up_gate(state_.ranks[l].shared_fp8, weights[l].shared, stream);
+    }
+    state_.exchange->build_schedule(state_.config.router, stream);
     state_.exchange->dispatch(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_up_gate(state_.ranks[l].routed_fp8, quantized_weights(l, ranks[l].weights, stream), stream);
+      gemm::expert_up_gate(state_.ranks[l].routed_fp8, weights[l].routed, stream);
     }
   }
 
@@ -57,13 +66,20 @@ class Fp8LaunchesPlan final : public LayerPlan {
     // The bf16 rows the weight gradients quantize down their columns (a replay pulled them). After
     // reverse_combine's barrier, which followed every rank's staging of x: no barrier of its own.
     if (!replayed) state_.exchange->dispatch(stream, transfer::PullRange{0, 0, transfer::RowsInPlace::kNone, true});
+    const std::vector<Fp8Weights> weights = quantized_weights(forward, stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_backward(state_.ranks[l].routed_fp8, quantized_weights(l, forward[l].weights, stream),
-                            routed_gradients(ranks[l], forward[l].weights), stream);
+      gemm::expert_backward(state_.ranks[l].routed_fp8, weights[l].routed, routed_gradients(ranks[l], forward[l].weights),
+                            stream);
     }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
-      shared_backward(state_, l, ranks[l], forward[l].weights, stream);
-      copy_shared_scale_grad(state_, l, ranks[l], stream);
+      const MoEBackwardArgs& a = ranks[l];
+      const RankState& rank = state_.ranks[l];
+      gemm::expert_backward(rank.shared_fp8, weights[l].shared,
+                            {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16},
+                            stream);
+      copy_unless_same(rank.shared_dx_slot, rank.shared_fp8.dx, int64_t(state_.sizes.tokens) * state_.sizes.hidden,
+                       stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
+      copy_shared_scale_grad(state_, l, a, stream);
     }
     state_.exchange->reverse_dispatch(state_.config.router, stream);
   }
@@ -94,17 +110,22 @@ class Fp8LaunchesPlan final : public LayerPlan {
     q.scale_block_stride = 1;
     quant::quantize_rows(q, stream);
   }
-  // Rank l's routed weights quantized: those the caller gave (MoEWeights::w_fp8), else quantized
-  // into the rank's block (interleaved W_gate_up only: the halves layout is refused by name).
-  gemm::Fp8ExpertWeights quantized_weights(size_t l, const MoEWeights& weights, cudaStream_t stream) {
-    const LayerSizes& s = state_.sizes;
-    if (weights.w_fp8 != nullptr) {
-      return gemm::fp8_expert_weight_operands(weights.w_fp8, s.local_experts, s.hidden, s.intermediate);
+  // Each rank's routed and shared weights quantized: those the caller gave (MoEWeights::w_fp8), else
+  // quantized into the rank's block (interleaved W_gate_up only: the halves layout is refused by name).
+  struct Fp8Weights {
+    gemm::Fp8ExpertWeights routed, shared;
+  };
+  std::vector<Fp8Weights> quantized_weights(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) {
+    std::vector<Fp8Weights> out;
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      const MoEWeights& w = ranks[l].weights;
+      const bool given = w.w_fp8 != nullptr;
+      const Fp8LayerWeightBuffers b =
+          fp8_layer_weight_buffers(given ? const_cast<void*>(w.w_fp8) : state_.ranks[l].weights_fp8, state_.sizes);
+      if (!given) quantize_layer_weights(w, state_.sizes, b, stream);
+      out.push_back({b.routed.operands(), b.shared.operands()});
     }
-    const gemm::Fp8ExpertWeightBuffers own =
-        gemm::fp8_expert_weight_buffers(state_.ranks[l].weights_fp8, s.local_experts, s.hidden, s.intermediate);
-    gemm::quantize_expert_weights(routed_weights(weights), s.local_experts, s.hidden, s.intermediate, own, stream);
-    return own.operands();
+    return out;
   }
 
   LayerState& state_;

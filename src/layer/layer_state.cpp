@@ -10,7 +10,7 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   // The GEMMs take their row tiles in order from the rank's tile queue (their operands then stay in
   // L2), which serves at most kTileQueueMaxCtas CTAs; more take them at a fixed stride.
   const bool tile_queue = gemm_ctas <= gemm::kTileQueueMaxCtas;
-  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, {}, {}, nullptr, nullptr};
+  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, {}, nullptr, {}, {}, nullptr, nullptr};
   const LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
   const transfer::RouterBuffers& router = exchange.router_buffers();
@@ -99,6 +99,35 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
 
   state.shared_out_slot = at(fwd.shared_out);
   state.shared_dx_slot = at(bwd.shared_dx);
+  if (sizes.fp8) {  // the shared expert in FP8 too (DeepSeek-V3's recipe: every FFN GEMM), on its buffers
+    gemm::Fp8ExpertPass& fp8 = state.shared_fp8;
+    fp8.rows = shared.rows;
+    fp8.hidden = shared.hidden;
+    fp8.intermediate = shared.intermediate;
+    fp8.num_ctas = shared.num_ctas;
+    fp8.tile_queue = shared.tile_queue;
+    fp8.x = shared.x;
+    fp8.x_fp8 = local.shared_x_fp8;
+    fp8.gate_up = shared.gate_up;
+    fp8.activation = shared.activation;
+    fp8.activation_fp8 = local.shared_activation_fp8;
+    fp8.out = shared.out;
+    fp8.dy = shared.dy;
+    fp8.dy_fp8 = local.shared_dy_fp8;
+    fp8.gates = shared.gates;
+    fp8.d_gate_up = shared.d_gate_up;  // in place over gate_up
+    fp8.d_gate_up_fp8 = local.shared_d_gate_up_fp8;
+    fp8.dg = shared.dg;
+    fp8.workspace = shared.workspace;
+    fp8.dx = shared.dx;
+    if (sizes.fp8_weight_grads) {
+      const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
+      fp8.x_columns = columns(local.shared_x_fp8);
+      fp8.dy_columns = columns(local.shared_dy_fp8);
+      fp8.d_gate_up_columns = columns(local.shared_d_gate_up_fp8);
+      fp8.activation_columns = columns(local.shared_activation_fp8);
+    }
+  }
   return state;
 }
 

@@ -28,8 +28,10 @@ struct RankState {
   gemm::ExpertPass routed;        // L experts over the schedule's rows
   gemm::Fp8ExpertPass routed_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
   gemm::Fp8RowOutput home_x_fp8;   // the exchange's x_codes and x_scales (LayerSizes::fp8; else null)
-  uint8_t* weights_fp8 = nullptr;  // where its passes quantize weights not given quantized (MoEWeights::w_fp8)
+  uint8_t* weights_fp8 = nullptr;  // where its passes quantize weights not given quantized (MoEWeights::w_fp8;
+                                   // layer/fp8_weights.hpp)
   gemm::ExpertPass shared;        // the shared expert over the rank's tokens (unused without one)
+  gemm::Fp8ExpertPass shared_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
   __nv_bfloat16* shared_out_slot = nullptr;  // the exchange's shared_out input of combine
   __nv_bfloat16* shared_dx_slot = nullptr;   // the exchange's shared_dx input of reverse_dispatch
 

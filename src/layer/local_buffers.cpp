@@ -11,6 +11,7 @@
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
+#include "layer/fp8_weights.hpp"
 
 namespace caracal::layer {
 
@@ -64,8 +65,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
     b.activation_fp8 = scaled_rows(I);
     b.dy_fp8 = scaled_rows(D);
     b.d_gate_up_fp8 = scaled_rows(2 * I);
-    b.weights_fp8 = block.take<uint8_t>(
-        static_cast<int64_t>(gemm::fp8_expert_weight_bytes(s.local_experts, s.hidden, s.intermediate)));
+    b.weights_fp8 = block.take<uint8_t>(static_cast<int64_t>(fp8_layer_weight_bytes(s)));
   }
   // The fused forward's counters and task slots, and between forwards the fused backward's.
   const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),
@@ -87,8 +87,18 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   b.shared_activation = block.take_rows<LayerRow>(shared, s.rows.row_bytes(Is));
   b.shared_gates = block.take<float>(shared);
   b.shared_dg = block.take<float>(shared);
-  b.shared_workspace = block.take<float>(
-      static_cast<int64_t>(gemm::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
+  b.shared_workspace = block.take<float>(static_cast<int64_t>(
+      s.fp8 ? gemm::fp8_down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)
+            : gemm::down_dgrad_workspace_floats(s.shared_rows, s.shared_intermediate)));
+  if (s.fp8) {
+    const auto scaled_rows = [&](int64_t cols) {
+      return gemm::Fp8RowOutput{block.take<__nv_fp8_e4m3>(shared * cols), block.take<float>(cols / 128 * shared)};
+    };
+    b.shared_x_fp8 = scaled_rows(D);
+    b.shared_activation_fp8 = scaled_rows(Is);
+    b.shared_dy_fp8 = scaled_rows(D);
+    b.shared_d_gate_up_fp8 = scaled_rows(2 * Is);
+  }
   return b;
 }
 

@@ -40,7 +40,7 @@ struct LocalBuffers {
   // expert_x_codes and expert_x_scales), and the local experts' weights quantized
   // (gemm::fp8_expert_weight_sizes).
   gemm::Fp8RowOutput activation_fp8, dy_fp8, d_gate_up_fp8;
-  uint8_t* weights_fp8 = nullptr;  // gemm::fp8_expert_weight_bytes: where the weights are quantized
+  uint8_t* weights_fp8 = nullptr;  // layer::fp8_layer_weight_bytes: where the weights are quantized
 
   // Shared expert: one "expert" over the rank's T tokens, padded to shared_rows (null without one;
   // x, out and dy also null where LayerSizes::shared_rows_in_place, the exchange's buffers serving).
@@ -53,7 +53,9 @@ struct LocalBuffers {
   LayerRow* shared_dy = nullptr;              // [shared_rows][D]
   float* shared_gates = nullptr;              // [shared_rows] c_t (1 without a scale); 0 on padding
   float* shared_dg = nullptr;                 // [shared_rows] <dy_t, E_shared(x_t)>
-  float* shared_workspace = nullptr;          // gemm::down_dgrad_workspace_floats(shared_rows, Is)
+  float* shared_workspace = nullptr;          // (gemm::fp8_)down_dgrad_workspace_floats(shared_rows, Is)
+  // FP8 layers: the shared expert's rows in e4m3 (as the routed experts', over shared_rows rows).
+  gemm::Fp8RowOutput shared_x_fp8, shared_activation_fp8, shared_dy_fp8, shared_d_gate_up_fp8;
 };
 
 // Bytes of one local rank's allocation.

@@ -7,12 +7,14 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "caracal/error.hpp"
 #include "fused/fused_forward.hpp"
 #include "caracal/gemm/expert_pass_fp8.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/device_checks.hpp"
+#include "layer/fp8_weights.hpp"
 #include "layer/layer_experiments.hpp"
 #include "layer/layer_plan.hpp"
 #include "layer/layer_sizes.hpp"
@@ -145,7 +147,7 @@ bool MoELayer::groups_dx_rows() const { return impl_->plan->dx_slots() == transf
 size_t MoELayer::fp8_weight_bytes() const {
   const layer::LayerSizes& s = impl_->state.sizes;
   CARACAL_CHECK(s.fp8, "MoELayer::fp8_weight_bytes: the layer is bf16 (LayerConfig::precision kFP8 quantizes weights)");
-  return gemm::fp8_expert_weight_bytes(s.local_experts, s.hidden, s.intermediate);
+  return layer::fp8_layer_weight_bytes(s);
 }
 
 void MoELayer::quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStream_t stream) const {
@@ -163,12 +165,25 @@ void MoELayer::quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStre
                 L, "][2I=", 2 * I, "][D=", D, "] bf16, got ", weights.w_gate_up);
   CARACAL_CHECK(aligned(weights.w_down, 16), kQuantize, ": weights.w_down must be a 16-byte aligned device pointer to [L=", L,
                 "][D=", D, "][I=", I, "] bf16, got ", weights.w_down);
+  const int Is = s.shared_intermediate;
+  if (s.has_shared) {
+    CARACAL_CHECK(aligned(weights.shared_w_gate_up, 16), kQuantize,
+                  ": weights.shared_w_gate_up must be a 16-byte aligned device pointer to [2Is=", 2 * Is, "][D=", D,
+                  "] bf16 (the layer has a shared expert), got ", weights.shared_w_gate_up);
+    CARACAL_CHECK(aligned(weights.shared_w_down, 16), kQuantize,
+                  ": weights.shared_w_down must be a 16-byte aligned device pointer to [D=", D, "][Is=", Is,
+                  "] bf16 (the layer has a shared expert), got ", weights.shared_w_down);
+  }
   CARACAL_CHECK(aligned(w_fp8, 256), kQuantize, ": w_fp8 must be a 256-byte aligned device pointer to ",
                 fp8_weight_bytes(), " bytes (MoELayer::fp8_weight_bytes), got ", w_fp8);
   const layer::RelaxedCaptureScope relaxed;  // pointer queries inside a caller's capture
-  for (const auto& [p, name] : {std::pair<const void*, const char*>{weights.w_gate_up, "weights.w_gate_up"},
-                                {weights.w_down, "weights.w_down"},
-                                {w_fp8, "w_fp8"}}) {
+  std::vector<std::pair<const void*, const char*>> pointers{
+      {weights.w_gate_up, "weights.w_gate_up"}, {weights.w_down, "weights.w_down"}, {w_fp8, "w_fp8"}};
+  if (s.has_shared) {
+    pointers.push_back({weights.shared_w_gate_up, "weights.shared_w_gate_up"});
+    pointers.push_back({weights.shared_w_down, "weights.shared_w_down"});
+  }
+  for (const auto& [p, name] : pointers) {
     cudaPointerAttributes a{};
     const cudaError_t err = cudaPointerGetAttributes(&a, p);
     if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky: cleared for later calls
@@ -176,8 +191,7 @@ void MoELayer::quantize_weights(const MoEWeights& weights, void* w_fp8, cudaStre
     CARACAL_CHECK(on_device && (a.type == cudaMemoryTypeManaged || a.device == world_.device()), kQuantize, ": ", name,
                   " must point to device memory of device ", world_.device(), ", got ", p);
   }
-  gemm::quantize_expert_weights(layer::routed_weights(weights), L, D, I,
-                                gemm::fp8_expert_weight_buffers(w_fp8, L, D, I), stream);
+  layer::quantize_layer_weights(weights, s, layer::fp8_layer_weight_buffers(w_fp8, s), stream);
 }
 
 void MoELayer::check() { impl_->state.exchange->check(); }

@@ -145,9 +145,16 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
     };
     // expert_dx; x in e4m3 at home and on the expert side (TokenExchange::dispatch_fp8).
     m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2 + T * (D + D / block * 4) + capacity * (D + D / block * 4);
+    // The routed experts' e4m3 rows (the activation, dy, d_gate_up), weights and dgrad partials per
+    // 128 columns, not 256; the shared expert's likewise (x too: it quantizes its own).
+    const auto shared_scaled = [&](int64_t cols) { return shared_rows * cols + cols / block * shared_rows * 4; };
     m.fp8_layer_local = b.v1_layer_local + scaled_rows(I) + scaled_rows(D) + scaled_rows(2 * I) +
                         L * (quantized(2 * I, D) + quantized(D, I)) +
-                        routed_rows * (ceil_div(I, block) - ceil_div(I, 256)) * 4;  // dgrad partials per 128, not 256
+                        routed_rows * (ceil_div(I, block) - ceil_div(I, 256)) * 4;
+    if (Is > 0) {
+      m.fp8_layer_local += 2 * shared_scaled(D) + shared_scaled(Is) + shared_scaled(2 * Is) + quantized(2 * Is, D) +
+                           quantized(D, Is) + shared_rows * (ceil_div(Is, block) - ceil_div(Is, 256)) * 4;
+    }
     m.fp8_layer_weights = b.weights;
   }
   return m;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "caracal/bf16.hpp"
@@ -178,7 +179,7 @@ void score_gradients(const ReferenceInputs& in, int64_t token, const RouterNorma
   }
 }
 
-// ---- FP8 operands (ReferenceOptions::fp8_routed) ------------------------------------------------
+// ---- FP8 operands (ReferenceOptions::fp8_experts) ------------------------------------------------
 
 // `n` values of one row as an FP8 GEMM reads them: per 1 x 128 block of the stored values.
 std::vector<double> fp8_row(const double* values, int64_t n) {
@@ -326,17 +327,25 @@ double expert_backward(const ExpertWeights& w, const double* x, const double* dy
   return d_weight;
 }
 
-// The routed experts' weights as the GEMMs read them: fp8_weights' with options.fp8_routed.
-std::vector<ExpertWeights> routed_gemm_weights(const ReferenceLayer& layer, const ReferenceOptions& options) {
-  if (!options.fp8_routed) return {};
+// The routed and the shared experts' weights as the GEMMs read them: fp8_weights' with
+// options.fp8_experts (else empty).
+struct GemmWeights {
+  std::vector<ExpertWeights> routed;
+  std::optional<ExpertWeights> shared;
+};
+GemmWeights fp8_gemm_weights(const ReferenceLayer& layer, const ReferenceOptions& options) {
+  if (!options.fp8_experts) return {};
   CARACAL_CHECK(options.round_intermediates_to_bf16, kWhere,
-                "options.fp8_routed needs options.round_intermediates_to_bf16 (the FP8 operands quantize stored bf16 values)");
+                "options.fp8_experts needs options.round_intermediates_to_bf16 (the FP8 operands quantize stored bf16 values)");
   const int64_t D = layer.hidden(), I = layer.experts.front().intermediate;
-  CARACAL_CHECK(D % kFp8Block == 0 && I % kFp8Block == 0, kWhere, "options.fp8_routed needs D and I multiples of ",
-                kFp8Block, ", got D = ", D, ", I = ", I);
-  std::vector<ExpertWeights> q;
-  q.reserve(layer.experts.size());
-  for (const ExpertWeights& w : layer.experts) q.push_back(fp8_weights(w));
+  const int64_t Is = layer.shared ? layer.shared->intermediate : 0;
+  CARACAL_CHECK(D % kFp8Block == 0 && I % kFp8Block == 0 && Is % kFp8Block == 0, kWhere,
+                "options.fp8_experts needs D, I and the shared I multiples of ", kFp8Block, ", got D = ", D,
+                ", I = ", I, ", shared I = ", Is);
+  GemmWeights q;
+  q.routed.reserve(layer.experts.size());
+  for (const ExpertWeights& w : layer.experts) q.routed.push_back(fp8_weights(w));
+  if (layer.shared) q.shared = fp8_weights(*layer.shared);
   return q;
 }
 
@@ -372,7 +381,8 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
   CARACAL_CHECK(options.route_groups.empty() || static_cast<int64_t>(options.route_groups.size()) == T * k,
                 "reference_forward: options.route_groups must be empty or hold T * k = ", T * k, " entries, got ",
                 options.route_groups.size());
-  const std::vector<ExpertWeights> fp8 = routed_gemm_weights(layer, options);
+  const GemmWeights fp8 = fp8_gemm_weights(layer, options);
+  const bool quantized = options.fp8_experts;
   std::vector<double> sum(static_cast<size_t>(D));
   // F4's sums of one token: its groups' ids and sums, in order of appearance.
   std::vector<int64_t> group_ids;
@@ -382,7 +392,7 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
     std::fill(sum.begin(), sum.end(), 0.0);
     if (layer.shared) {
       const ActivationRow row = row_of(result.shared, t);
-      expert_forward(*layer.shared, x, store, row, false);
+      expert_forward(quantized ? *fp8.shared : *layer.shared, x, store, row, quantized);
       const double scale = shared_scale_of(inputs, t);
       for (int64_t d = 0; d < D; ++d) sum[d] += store(scale * row.output[d]);  // F4: the scaled row as stored
     }
@@ -394,7 +404,7 @@ ReferenceForwardResult reference_forward(const ReferenceLayer& layer,
       if (expert < 0) continue;
       const ActivationRow row = row_of(result.routed, route);
       const auto e = static_cast<size_t>(expert);
-      expert_forward(options.fp8_routed ? fp8[e] : layer.experts[e], x, store, row, options.fp8_routed);
+      expert_forward(quantized ? fp8.routed[e] : layer.experts[e], x, store, row, quantized);
       const double g = result.gates[static_cast<size_t>(route)];
       const int64_t id = options.route_groups.empty() ? expert / per_rank
                                                       : options.route_groups[static_cast<size_t>(route)];
@@ -443,7 +453,8 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
   CARACAL_CHECK(groups.empty() || static_cast<int64_t>(groups.size()) == T * k,
                 "reference_backward: options.dx_route_groups must be empty or hold T * k = ", T * k, " entries, got ",
                 groups.size());
-  const std::vector<ExpertWeights> fp8_gemm_weights = routed_gemm_weights(layer, forward.options);
+  const GemmWeights fp8 = fp8_gemm_weights(layer, forward.options);
+  const bool quantized = forward.options.fp8_experts;
   std::vector<double> dx_sum(static_cast<size_t>(D));
   std::vector<double> dx_row(static_cast<size_t>(D));
   std::vector<double> d_gates(static_cast<size_t>(k));
@@ -456,8 +467,8 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
     std::fill(dx_sum.begin(), dx_sum.end(), 0.0);
     if (layer.shared) {
       const double d_scale =
-          expert_backward(*layer.shared, x, dy_t, shared_scale_of(inputs, t),
-                          saved_row_of(forward.shared, t), store, *grads.d_shared, dx_row.data(), false);
+          expert_backward(quantized ? *fp8.shared : *layer.shared, x, dy_t, shared_scale_of(inputs, t),
+                          saved_row_of(forward.shared, t), store, *grads.d_shared, dx_row.data(), quantized);
       if (!grads.d_shared_scale.empty()) grads.d_shared_scale[static_cast<size_t>(t)] = d_scale;
       for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];
     }
@@ -469,11 +480,10 @@ ReferenceGradients reference_backward(const ReferenceLayer& layer, const Referen
       d_gates[j] = 0.0;
       if (expert < 0) continue;
       const auto e = static_cast<size_t>(expert);
-      const bool fp8 = forward.options.fp8_routed;
-      d_gates[j] = expert_backward(fp8 ? fp8_gemm_weights[e] : layer.experts[e], x, dy_t,
+      d_gates[j] = expert_backward(quantized ? fp8.routed[e] : layer.experts[e], x, dy_t,
                                    forward.gates[static_cast<size_t>(route)],
                                    saved_row_of(forward.routed, route), store, grads.d_experts[e],
-                                   dx_row.data(), fp8);
+                                   dx_row.data(), quantized);
       const int64_t id = groups.empty() ? -1 : groups[static_cast<size_t>(route)];
       if (id < 0) {
         for (int64_t d = 0; d < D; ++d) dx_sum[d] += dx_row[d];

@@ -103,7 +103,7 @@ std::vector<Tensor> kernel_weights(const Tensor& w_gate_up, const Tensor& w_down
           shared_w_down ? to_bf16(*shared_w_down) : Tensor()};
 }
 
-// FP8 layers: the routed weights of every local rank quantized by quantize_weights, uint8
+// FP8 layers: the expert weights of every local rank quantized by quantize_weights, uint8
 // [local ranks][MoELayer::fp8_weight_bytes()] (rows 256-byte aligned); checked by check_w_fp8.
 MoEWeights rank_weights(const Dims& d, int64_t r, const std::vector<Tensor>& kernel,
                         const std::optional<Tensor>& w_fp8) {
@@ -430,17 +430,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_backward(
 
 // FP8 layers: every local rank's routed weights quantized into its row of w_fp8 (what moe_forward
 // and moe_backward read when given it), on the current stream.
-void quantize_weights(const Tensor& layer, const Tensor& w_gate_up, const Tensor& w_down, const Tensor& w_fp8) {
+void quantize_weights(const Tensor& layer, const Tensor& w_gate_up, const Tensor& w_down,
+                      const std::optional<Tensor>& shared_w_gate_up, const std::optional<Tensor>& shared_w_down,
+                      const Tensor& w_fp8) {
   const char* op = "quantize_weights";
   const auto l = find_layer(handle_of(op, layer));
-  Dims d = dims_of(*l);
-  d.has_shared = false;  // the routed weights only: the shared expert stays bf16
+  const Dims d = dims_of(*l);
   TORCH_CHECK_VALUE(l->config.precision == Precision::kFP8, "caracal.", op,
                     ": the layer is bf16 (precision='fp8' quantizes weights)");
-  check_weights(op, *l, d, w_gate_up, w_down, std::nullopt, std::nullopt);
+  check_weights(op, *l, d, w_gate_up, w_down, shared_w_gate_up, shared_w_down);
   check_w_fp8(op, *l, d, w_fp8);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(l->device));
-  const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, std::nullopt, std::nullopt);
+  const std::vector<Tensor> kernel = kernel_weights(w_gate_up, w_down, shared_w_gate_up, shared_w_down);
   translate_errors(op, [&] {
     for (int64_t r = 0; r < d.ranks; ++r) {
       MoEWeights w = rank_weights(d, r, kernel, std::nullopt);
@@ -465,7 +466,8 @@ TORCH_LIBRARY(caracal, m) {
       "int device, int gemm_ctas, int exchange_sms, bool fused_forward, int ring_rows, bool bf16_weight_gradients, "
       "float timeout, str gate_up_layout='interleaved', str precision='bf16', bool fp8_weight_gradients=True) -> int");
   m.def("destroy_layer(int layer) -> ()");
-  m.def("quantize_weights(Tensor layer, Tensor w_gate_up, Tensor w_down, Tensor(a!) w_fp8) -> ()");
+  m.def("quantize_weights(Tensor layer, Tensor w_gate_up, Tensor w_down, Tensor? shared_w_gate_up, "
+        "Tensor? shared_w_down, Tensor(a!) w_fp8) -> ()");
   m.def("fp8_weight_bytes(int layer) -> int");
   m.def("layer_holders(int layer) -> int");
   m.def("layer_memory(int layer) -> int[]");

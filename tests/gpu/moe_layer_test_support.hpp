@@ -45,7 +45,8 @@ inline constexpr RouterNormalization kUnnormalized{false, 2.5};
 
 inline constexpr int kHidden = 256;
 inline constexpr int kIntermediate = 128;
-inline constexpr int kSharedIntermediate = 192;  // differs from I, so a mix-up shows
+inline constexpr int kSharedIntermediate = 192;     // differs from I, so a mix-up shows
+inline constexpr int kFp8SharedIntermediate = 384;  // FP8 layers: a multiple of 128, differs from I and D
 
 // ---- Shapes -----------------------------------------------------------------------------------
 
@@ -64,6 +65,11 @@ struct LayerCase {
 
 inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
+// The shared expert's I of a case (FP8 layers need multiples of 128).
+inline int shared_intermediate_of(const LayerCase& c) {
+  return c.precision == Precision::kFP8 ? kFp8SharedIntermediate : kSharedIntermediate;
+}
+
 inline LayerConfig config_of(const LayerCase& c) {
   LayerConfig config;
   config.shape.hidden = kHidden;
@@ -71,7 +77,7 @@ inline LayerConfig config_of(const LayerCase& c) {
   config.shape.num_experts = c.experts;
   config.shape.top_k = c.top_k;
   config.shape.num_shared_experts = c.shared ? 1 : 0;
-  config.shape.shared_intermediate = c.shared ? kSharedIntermediate : 0;
+  config.shape.shared_intermediate = c.shared ? shared_intermediate_of(c) : 0;
   config.ep_size = c.world;
   config.tokens_per_rank = c.tokens;
   config.router = c.router;
@@ -105,7 +111,7 @@ struct HostWeights {
 
 inline HostWeights random_weights(const LayerCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const size_t E = static_cast<size_t>(c.experts), D = kHidden, I = kIntermediate, Is = kSharedIntermediate;
+  const size_t E = static_cast<size_t>(c.experts), D = kHidden, I = kIntermediate, Is = shared_intermediate_of(c);
   HostWeights w;
   w.gate = random_bf16(E * I * D, std::sqrt(3.0 / D), rng);
   w.up = random_bf16(E * I * D, std::sqrt(3.0 / D), rng);
@@ -113,7 +119,7 @@ inline HostWeights random_weights(const LayerCase& c, uint64_t seed) {
   if (c.shared) {
     w.shared_gate = random_bf16(Is * D, std::sqrt(3.0 / D), rng);
     w.shared_up = random_bf16(Is * D, std::sqrt(3.0 / D), rng);
-    w.shared_down = random_bf16(D * Is, std::sqrt(3.0 / Is), rng);
+    w.shared_down = random_bf16(D * Is, std::sqrt(3.0 / static_cast<double>(Is)), rng);
   }
   return w;
 }
@@ -204,7 +210,7 @@ struct RankBuffers {
               gemm::GateUpLayout layout = gemm::GateUpLayout::kInterleaved)
       : gate_up_layout(layout) {
     const size_t T = static_cast<size_t>(c.tokens), k = static_cast<size_t>(c.top_k), D = kHidden,
-                 I = kIntermediate, Is = kSharedIntermediate;
+                 I = kIntermediate, Is = shared_intermediate_of(c);
     const size_t L = static_cast<size_t>(c.experts / c.world);
     const size_t first = static_cast<size_t>(rank) * L;
     Bf16 gate_up(L * 2 * I * D);
@@ -236,7 +242,7 @@ struct RankBuffers {
     if (c.shared) {
       Bf16 shared_gate_up(2 * Is * D);
       interleave_gate_up_weights_host(w.shared_gate.data(), w.shared_up.data(), shared_gate_up.data(), 1,
-                                      kSharedIntermediate, kHidden);
+                                      shared_intermediate_of(c), kHidden);
       shared_w_gate_up = DeviceArray<uint16_t>(shared_gate_up.size());
       shared_w_gate_up.upload(shared_gate_up);
       shared_w_down = DeviceArray<uint16_t>(D * Is);
@@ -441,7 +447,7 @@ inline ReferenceLayer reference_layer(const LayerCase& c, const HostWeights& w) 
     layer.experts.push_back(std::move(x));
   }
   if (c.shared) {
-    layer.shared = ExpertWeights{kHidden, kSharedIntermediate, widen(w.shared_gate), widen(w.shared_up),
+    layer.shared = ExpertWeights{kHidden, shared_intermediate_of(c), widen(w.shared_gate), widen(w.shared_up),
                                  widen(w.shared_down)};
   }
   return layer;
@@ -460,7 +466,7 @@ struct StepExpected {
 
 // The reference of every rank (in parallel: they are independent), and the routed experts'
 // weight gradients summed over the ranks whose tokens they served, for a layer that rounds as
-// `rounding` says (checks::LayerRounding; fp8_routed: an FP8 layer's quantized operands).
+// `rounding` says (checks::LayerRounding; fp8_experts: an FP8 layer's quantized operands).
 inline StepExpected reference_step(const LayerCase& c, const ReferenceLayer& layer, const HostStep& s,
                                    const checks::LayerRounding& rounding) {
   const std::vector<ReferenceOptions> options =
@@ -564,10 +570,10 @@ inline std::vector<std::string> step_failures(const LayerCase& c, const HostStep
       test::append(out, e2->failures(bounds.weight_grad, report));
     }
     if (c.shared) {
-      const size_t Is = kSharedIntermediate;
+      const size_t Is = shared_intermediate_of(c);
       std::vector<float> shared_gate(Is * D), shared_up(Is * D);
       deinterleave_gate_up_host(o.d_shared_w_gate_up.data(), shared_gate.data(), shared_up.data(), 1,
-                                kSharedIntermediate, kHidden);
+                                shared_intermediate_of(c), kHidden);
       test::OutputError sg(rank + "d_shared_w_gate"), su(rank + "d_shared_w_up"), sd(rank + "d_shared_w_down");
       add_block(sg, shared_gate.data(), e.grads.d_shared->gate);
       add_block(su, shared_up.data(), e.grads.d_shared->up);

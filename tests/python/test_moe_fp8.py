@@ -1,7 +1,6 @@
-"""caracal.MoE(precision="fp8"): the routed experts in DeepSeek-V3's block-scaled e4m3 recipe on v1's
-launches. Against the unquantized plain-PyTorch layer (caracal.reference) within what e4m3 costs,
-the shared expert's gradients within the bf16 bounds (it stays bf16); loopback worlds of 1 and 2
-ranks, adversarial routings, fp32 master weights; bitwise repeats; an FP8 layer is not the bf16 one;
+"""caracal.MoE(precision="fp8"): the routed and shared experts in DeepSeek-V3's block-scaled e4m3
+recipe on v1's launches. Against the unquantized plain-PyTorch layer (caracal.reference) within what
+e4m3 costs; loopback worlds of 1 and 2 ranks, adversarial routings, fp32 master weights; bitwise repeats; an FP8 layer is not the bf16 one;
 the FP8 weight gradients against the bf16 GEMMs'; its arguments refused by name."""
 import pytest
 
@@ -19,9 +18,10 @@ FP8_SMALL = dict(hidden=256, intermediate=128, num_experts=8, top_k=2, shared_in
 
 # What e4m3 operands cost against the unquantized layer (~2^-4 relative a value, averaged over K):
 # the C++ layer's checks::kFp8LayerBounds (~3x the errors test_gpu_moe_layer_fp8 measured on an
-# H100: y and dx 6.4% Frobenius, 9.4% the worst row; weight gradients 5.5%). The shared expert's
-# weight and scale gradients do not see the routed experts' quantization: the bf16 bounds.
-FP8_BOUNDS = dict(BOUNDS, y=0.19, y_row=0.28, x=0.19, x_row=0.28, topk_scores=0.17, w_gate_up=0.17, w_down=0.17)
+# H100: y and dx 6.4% Frobenius, 9.4% the worst row; weight gradients 5.5%), the shared expert's
+# weight and scale gradients as the routed experts'.
+FP8_BOUNDS = dict(BOUNDS, y=0.19, y_row=0.28, x=0.19, x_row=0.28, topk_scores=0.17, w_gate_up=0.17, w_down=0.17,
+                  shared_w_gate_up=0.17, shared_w_down=0.17, shared_scale=0.17)
 
 
 def assert_fp8_matches(moe, inputs):
@@ -67,13 +67,13 @@ def test_fp8_is_not_the_bf16_layer(seed):
     (y8, g8), (y16, g16) = run_caracal(fp8, *inputs), run_caracal(bf16, *inputs)
     assert rel_error(y8, y16) > 1e-2
     assert rel_error(g8["w_down"], g16["w_down"]) > 1e-2
-    assert torch.equal(g8["shared_w_down"], g16["shared_w_down"]), "the shared expert stays bf16"
+    assert rel_error(g8["shared_w_down"], g16["shared_w_down"]) > 1e-2, "the shared expert runs FP8 too"
 
 
 def test_fp8_weight_gradients_or_the_bf16_gemms(seed):
-    """fp8_weight_gradients=False: the routed weight gradients by bf16 GEMMs on the bf16 rows (an
-    engine of its own); everything else the same bits, the weight gradients apart by what quantizing
-    their four operands costs (a few percent), the shared expert's the same bits."""
+    """fp8_weight_gradients=False: the routed and shared weight gradients by bf16 GEMMs on the bf16
+    rows (an engine of its own); everything else the same bits, the weight gradients apart by what
+    quantizing their four operands costs (a few percent)."""
     fp8 = caracal.MoE(tokens_per_rank=96, world=caracal.World.loopback(2), precision="fp8", **FP8_SMALL)
     gemms = caracal.MoE(tokens_per_rank=96, world=fp8.world, precision="fp8", fp8_weight_gradients=False,
                         **FP8_SMALL)
@@ -82,9 +82,9 @@ def test_fp8_weight_gradients_or_the_bf16_gemms(seed):
     inputs = random_inputs(fp8, "zipf", shared_scale=True)
     (y8, g8), (yb, gb) = run_caracal(fp8, *inputs), run_caracal(gemms, *inputs)
     assert torch.equal(y8, yb)
-    for name in ("x", "topk_scores", "shared_scale", "shared_w_gate_up", "shared_w_down"):
+    for name in ("x", "topk_scores", "shared_scale"):
         assert torch.equal(g8[name], gb[name]), name
-    for name in ("w_gate_up", "w_down"):
+    for name in ("w_gate_up", "w_down", "shared_w_gate_up", "shared_w_down"):
         difference = rel_error(g8[name], gb[name])
         print(f"{name}: FP8 weight gradients over the bf16 GEMMs' {difference:.2e}")
         assert 0 < difference < 0.1, name

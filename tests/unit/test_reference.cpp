@@ -584,36 +584,35 @@ TEST_F(ReferenceTest, Bf16ModeRoundsExactlyAtTheContractPoints) {
 
 // ---- Bad inputs ------------------------------------------------------------------------------
 
-// fp8_routed: the routed experts' GEMMs read e4m3 operands, ~2^-4 relative a value, so y, dx and
-// the routed weight gradients move by a few percent against the bf16 mode; the shared expert stays
-// bf16 (its gradients and d_shared_scale unchanged, bit for bit); refused without the bf16 rounding
-// or on dimensions that are not multiples of 128.
-TEST_F(ReferenceTest, Fp8RoutedQuantizesTheRoutedOperandsOnly) {
+// fp8_experts: the routed and the shared experts' GEMMs read e4m3 operands, ~2^-4 relative a value,
+// so y, dx and every weight gradient move by a few percent against the bf16 mode; refused without
+// the bf16 rounding or on dimensions that are not multiples of 128 (the shared I's too).
+TEST_F(ReferenceTest, Fp8ExpertsQuantizesTheRoutedAndSharedOperands) {
   ProblemShape shape;
   shape.tokens = 32;
   shape.hidden = 128;
   shape.intermediate = 128;
   shape.experts = 4;
   shape.top_k = 2;
-  shape.shared_intermediate = 48;
+  shape.shared_intermediate = 128;
   shape.shared_scale = true;
   Problem p = random_problem(rng_, shape, {false, 2.5});
   p.options.round_intermediates_to_bf16 = true;
   const auto bf16_fwd = reference_forward(p.layer, p.inputs, p.options);
   const auto bf16 = reference_backward(p.layer, p.inputs, bf16_fwd, p.dy);
-  p.options.fp8_routed = true;
+  p.options.fp8_experts = true;
   const auto fp8_fwd = reference_forward(p.layer, p.inputs, p.options);
   const auto fp8 = reference_backward(p.layer, p.inputs, fp8_fwd, p.dy);
   for (const auto& [name, a, b] : {std::tuple{"y", &fp8_fwd.y, &bf16_fwd.y}, std::tuple{"dx", &fp8.dx, &bf16.dx},
                                    std::tuple{"d_w_down[0]", &fp8.d_experts[0].down, &bf16.d_experts[0].down},
-                                   std::tuple{"d_w_gate[0]", &fp8.d_experts[0].gate, &bf16.d_experts[0].gate}}) {
+                                   std::tuple{"d_w_gate[0]", &fp8.d_experts[0].gate, &bf16.d_experts[0].gate},
+                                   std::tuple{"d_shared.down", &fp8.d_shared->down, &bf16.d_shared->down},
+                                   std::tuple{"d_shared.gate", &fp8.d_shared->gate, &bf16.d_shared->gate},
+                                   std::tuple{"d_shared_scale", &fp8.d_shared_scale, &bf16.d_shared_scale}}) {
     SCOPED_TRACE(name);
     EXPECT_GT(relative_difference(*a, *b), 5e-3) << "e4m3 operands change nothing";
     EXPECT_LT(relative_difference(*a, *b), 0.2);
   }
-  EXPECT_EQ(fp8.d_shared->gate, bf16.d_shared->gate);
-  EXPECT_EQ(fp8.d_shared->down, bf16.d_shared->down);
-  EXPECT_EQ(fp8.d_shared_scale, bf16.d_shared_scale);
   EXPECT_TRUE(all_bf16(fp8_fwd.y) && all_bf16(fp8.dx));
 
   p.options.round_intermediates_to_bf16 = false;
@@ -623,8 +622,14 @@ TEST_F(ReferenceTest, Fp8RoutedQuantizesTheRoutedOperandsOnly) {
   odd.hidden = 64;
   Problem q = random_problem(rng_, odd, {false, 1.0});
   q.options.round_intermediates_to_bf16 = true;
-  q.options.fp8_routed = true;
+  q.options.fp8_experts = true;
   expect_error_containing([&] { (void)reference_forward(q.layer, q.inputs, q.options); }, "multiples of 128");
+  ProblemShape odd_shared = shape;
+  odd_shared.shared_intermediate = 48;
+  Problem r = random_problem(rng_, odd_shared, {false, 1.0});
+  r.options.round_intermediates_to_bf16 = true;
+  r.options.fp8_experts = true;
+  expect_error_containing([&] { (void)reference_forward(r.layer, r.inputs, r.options); }, "shared I = 48");
 }
 
 TEST_F(ReferenceTest, RejectsBadInputsNamingTheArgument) {
