@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/python/fp8_ceiling.py (arithmetic, no GPU): the ceilings of a made-up case worked by hand,
+# bench/python/fp8_ceiling.py (arithmetic, no GPU): the ceilings of a made-up case worked by hand
+# (its shared expert in bf16, then in FP8),
 # the committed figures of 2026-12-06 (the DeepSeek-V3 row and its ceilings below issue 47's 1.35x
 # fwd+bwd while the weights are quantized every step), and the refusals: a bf16 layer run, a model
 # without a GEMM case.
@@ -35,6 +36,19 @@ assert near(row["ceiling_quantization_amortized"][1], 30.0 / 17.0), row
 # at the targets: (4 + 2 + 2 + 4) / 1.6 + 8 / 1.5 + 0.2 * 20, then + 2
 assert near(row["ceiling_gemm_targets"][1], 30.0 / (12 / 1.6 + 8 / 1.5 + 4.0 + 2.0)), row
 assert near(row["measured"][0], 9.0 / 5.0) and near(row["measured"][1], 1.5), row
+assert row["shared_precision"] == "bf16", row  # a run that does not say
+# The shared expert in FP8 (layer.shared_precision): its GEMMs at the routed FP8 rate, and at the
+# targets like the routed ones. Forward 1.2 * 3 = 3.6; backward 10 + 0.2 * 10 = 12.
+layer["layer"]["shared_precision"] = "fp8"
+with open(f"{tmp}/l8.json", "w") as f:
+    json.dump(layer, f)
+subprocess.run([sys.executable, script, "--layer", f"{tmp}/l8.json", "--gemm", f"{tmp}/g.json", "--json",
+                f"{tmp}/out8.json"], check=True, capture_output=True)
+row = json.load(open(f"{tmp}/out8.json"))["rows"][0]
+assert near(row["gemms_forward_ms"], 3.6) and near(row["gemms_backward_ms"], 12.0), row
+assert near(row["ceiling"][1], 30.0 / 17.6) and row["shared_precision"] == "fp8", row
+assert near(row["ceiling_gemm_targets"][0], 9.0 / (1.2 * 6 / 1.6)), row
+assert near(row["ceiling_gemm_targets"][1], 30.0 / (1.2 * (12 / 1.6 + 8 / 1.5) + 2.0)), row
 PY
 
 results="$root/docs/results"

@@ -80,6 +80,8 @@ nlohmann::json config_json(const cudaDeviceProp& prop, int devices, const ModelP
   out["routing"] = to_string(spec);
   out["seed"] = a.seed;
   out["precision"] = a.precision;  // fp8: "runs" time the FP8 layer, "bf16_fused" the bf16 one
+  // The shared expert's GEMMs run in the layer's precision (an FP8 layer's in FP8 since 3fb4d8e).
+  out["layer"]["shared_precision"] = a.precision;
   out["warmup"] = a.warmup;
   out["reps"] = a.reps;
   out["rounds"] = a.rounds;  // each figure the median over the rounds (bench_rounds.hpp)
