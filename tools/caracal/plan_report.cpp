@@ -81,7 +81,7 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
      << "   (buffers for every route of every rank on this one)\n";
   if (c.precision == Precision::kFP8) {
     os << "  MoELayer fp8 today     " << mib(m.fp8_layer_heap + m.fp8_layer_local + m.fp8_layer_weights)
-       << "   (v1's launches, rows in bf16: v1's buffers, e4m3 rows, quantized + bf16 weights)\n";
+       << "   (v1's launches: v1's buffers, x in e4m3 at home and pulled, e4m3 rows, quantized + bf16 weights)\n";
   }
   os << "\n";
 
