@@ -83,6 +83,11 @@ struct RooflinePlan {
   int64_t today_backward_nvlink_bytes = 0;
   int64_t v1_forward_nvlink_bytes = 0;
   int64_t v1_backward_nvlink_bytes = 0;
+  // The forward's pull alone on the busiest rank (x's rows in the layer's row format, scales
+  // included), and the same rows in bf16: their ratio is what the row format saves on the pull
+  // (FP8: (D + D / 32) / 2D, ~0.52).
+  int64_t forward_pull_bytes = 0;
+  int64_t forward_pull_bf16_bytes = 0;
   // FP8 plans: the design's bytes are FP8 rows + scales; today's FP8 layer (v1's launches) pulls x
   // in FP8 in the forward, and dy and x in bf16 in the backward.
   double forward_compute_ms = 0, forward_nvlink_ms = 0;

@@ -273,6 +273,8 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
                            replay_remote * x_row;
     const int64_t bwd_out = t.tokens_sent_remote * x_row + t.tokens_received_remote * out_row + t.received_remote * 4;
     rf.forward_nvlink_bytes = std::max({rf.forward_nvlink_bytes, fwd_in, fwd_out});
+    rf.forward_pull_bytes = std::max(rf.forward_pull_bytes, t.tokens_received_remote * x_row);
+    rf.forward_pull_bf16_bytes = std::max(rf.forward_pull_bf16_bytes, t.tokens_received_remote * out_row);
     rf.backward_nvlink_bytes = std::max({rf.backward_nvlink_bytes, bwd_in, bwd_out});
     // Today's kernels move what the design does: the pulls (x, dy) read a token once per rank and
     // macrobatch, combine and the fused backward's dx push one sum per (token, rank) and

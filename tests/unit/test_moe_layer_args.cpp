@@ -461,6 +461,15 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
         expect_within(fp8_plan.memory.fp8_layer_local, exact_fp8.local, "fp8 local");
         EXPECT_EQ(fp8_plan.roofline.today_forward_nvlink_bytes, fp8_plan.roofline.forward_nvlink_bytes)
             << "x crosses in e4m3 in the forward, as the design has it";
+        if (fp8_plan.roofline.forward_pull_bf16_bytes > 0) {  // rows cross between ranks
+          const double D = static_cast<double>(config.shape.hidden);
+          EXPECT_DOUBLE_EQ(static_cast<double>(fp8_plan.roofline.forward_pull_bytes) /
+                               static_cast<double>(fp8_plan.roofline.forward_pull_bf16_bytes),
+                           (D + D / 32) / (2 * D))
+              << "the pull's rows: e4m3 and one fp32 scale per 128, over bf16's";
+          EXPECT_EQ(fp8_plan.roofline.forward_pull_bf16_bytes, plan.roofline.forward_pull_bytes)
+              << "the bf16 plan pulls the same rows in bf16";
+        }
         EXPECT_GE(fp8_plan.roofline.today_backward_nvlink_bytes, plan.roofline.today_backward_nvlink_bytes)
             << "the FP8 backward pulls dy and x in bf16";
         EXPECT_EQ(fp8_plan.memory.fp8_layer_weights, plan.memory.weights) << "an FP8 layer's weights stay bf16";

@@ -97,6 +97,11 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
                c.precision == Precision::kFP8 ? "; FP8: x in e4m3 forward, dy and x in bf16 backward" : "");
   os << format("  NVLink MB, per route (v1)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.v1_backward_nvlink_bytes) * 1e-6);
+  if (c.precision == Precision::kFP8 && rf.forward_pull_bf16_bytes > 0) {
+    os << format("  x rows pulled, MB          %9.1f             (%.3f of bf16 rows: e4m3 and their scales)\n",
+                 static_cast<double>(rf.forward_pull_bytes) * 1e-6,
+                 static_cast<double>(rf.forward_pull_bytes) / static_cast<double>(rf.forward_pull_bf16_bytes));
+  }
   os << format("  bound                      %9s   %9s\n", rf.forward_bound(), rf.backward_bound());
 }
 
@@ -155,6 +160,8 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                      {"nvlink_bytes", rf.forward_nvlink_bytes},
                      {"today_nvlink_bytes", rf.today_forward_nvlink_bytes},
                      {"v1_nvlink_bytes", rf.v1_forward_nvlink_bytes},
+                     {"pull_bytes", rf.forward_pull_bytes},
+                     {"pull_bf16_bytes", rf.forward_pull_bf16_bytes},
                      {"nvlink_ms", rf.forward_nvlink_ms},
                      {"bound", rf.forward_bound()}}},
                    {"backward",
