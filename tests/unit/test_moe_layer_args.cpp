@@ -171,6 +171,35 @@ TEST(MoELayerMemory, Fp8AddsItsScaledRowsAndWeights) {
   EXPECT_EQ(f.local - b.local, scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace);
 }
 
+// With a shared expert (Is = 384) the FP8 layer also holds its rows in e4m3 (x, the activation, dy,
+// d_gate_up over the shared rows: T rounded up to 128), its quantized weights beside the routed
+// experts' (MoELayer::fp8_weight_bytes) and its dgrad's partials per 128 columns.
+TEST(MoELayerMemory, Fp8SharedExpertAddsItsScaledRowsAndWeights) {
+  LayerConfig bf16 = small_config(true);
+  bf16.shape.shared_intermediate = 384;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::kFP8;
+  MoELayerOptions v1;
+  v1.fused_forward = false;
+  const MoELayerMemory f = MoELayer::memory(fp8), b = MoELayer::memory(bf16, v1);
+  const size_t rows = 4480, shared_rows = 256, L = 2, D = 256, I = 128, Is = 384;
+  const auto scaled = [](size_t r, size_t cols) { return aligned_bytes(r * cols, 1) + aligned_bytes(cols / 128 * r, 4); };
+  const auto weights = [](const gemm::Fp8ExpertWeightSizes& w) {
+    return 2 * aligned_bytes(w.w_gate_up_codes, 1) + aligned_bytes(w.w_gate_up_scales, 4) +
+           aligned_bytes(w.w_gate_up_scales_t, 4) + 2 * aligned_bytes(w.w_down_codes, 1) +
+           aligned_bytes(w.w_down_scales, 4) + aligned_bytes(w.w_down_scales_t, 4);
+  };
+  const auto workspace = [](size_t r, size_t i) {
+    return aligned_bytes(gemm::fp8_down_dgrad_workspace_floats(int(r), int(i)), 4) -
+           aligned_bytes(gemm::down_dgrad_workspace_floats(int(r), int(i)), 4);
+  };
+  const size_t routed = scaled(rows, I) + scaled(rows, D) + scaled(rows, 2 * I) +
+                        weights(gemm::fp8_expert_weight_sizes(int(L), int(D), int(I))) + workspace(rows, I);
+  const size_t shared = 2 * scaled(shared_rows, D) + scaled(shared_rows, Is) + scaled(shared_rows, 2 * Is) +
+                        weights(gemm::fp8_expert_weight_sizes(1, int(D), int(Is))) + workspace(shared_rows, Is);
+  EXPECT_EQ(f.local - b.local, routed + shared);
+}
+
 TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
   LayerConfig fp8 = small_config(false);
   fp8.precision = Precision::kFP8;
