@@ -7,11 +7,9 @@
 // block_fp8.hpp's rule on the same bf16 values; the scale without a division, as
 // SwigluBackwardFp8Epilogue's).
 //
-// A 128 x 256 tile's 128 activation columns are one scaling block: its two 64-column chunks. A
-// thread holds 32 of a row's 128 values and the three other lanes of its quad the rest, so a row's
-// amax is the largest over the thread's values, then over the quad by two shuffles (fmaxf: a NaN
-// does not count, as in the quantizer). An inactive slice stores zero codes and the scale of an
-// all-zero block, as the quantizer makes of its zero bf16 rows.
+// A 128 x 256 tile's 128 activation columns are one scaling block: its two 64-column chunks, whose
+// scale per row is quad_row_block_scale's (row_block_scale.cuh). An inactive slice stores zero
+// codes and the scale of an all-zero block, as the quantizer makes of its zero bf16 rows.
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -21,6 +19,7 @@
 #include "device/gemm/chunk_store.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/gemm_policy.cuh"
+#include "device/gemm/row_block_scale.cuh"
 #include "device/gemm/swiglu_epilogue.cuh"
 #include "device/gemm/tile_coord.cuh"
 #include "quant/block_scale.cuh"
@@ -35,19 +34,7 @@ namespace caracal::gemm {
 __device__ inline void quantize_activation_block(ChunkWords const (&act)[2], ChunkWords& codes, float (&scale)[2]) {
   CUTE_UNROLL
   for (int h = 0; h < 2; ++h) {
-    float amax = 0.0f;
-    CUTE_UNROLL
-    for (int hc = 0; hc < 2; ++hc) {
-      CUTE_UNROLL
-      for (int t = 0; t < 8; ++t) {
-        uint32_t const w = act[hc].w[2 * t + h];
-        amax = fmaxf(amax, fabsf(bf16_low(w)));
-        amax = fmaxf(amax, fabsf(bf16_high(w)));
-      }
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    BlockScale const s = quant::device_exact_block_scale(amax);
+    BlockScale const s = quad_row_block_scale(act, h);
     scale[h] = s.scale;
     CUTE_UNROLL
     for (int t = 0; t < 8; ++t) {
