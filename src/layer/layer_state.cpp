@@ -4,6 +4,46 @@
 
 namespace caracal::layer {
 
+namespace {
+
+// The FP8 twin of bf16 pass `p`: its rows, shape, CTAs, tile queue and bf16 buffers, with e4m3 rows
+// of x, the activation, dy and d_gate_up; with FP8 weight gradients each e4m3 buffer also takes its
+// rows' columns once the backward is done with the rows (gemm::Fp8ExpertPass).
+gemm::Fp8ExpertPass fp8_twin(const gemm::ExpertPass& p, const gemm::Fp8RowOutput& x,
+                             const gemm::Fp8RowOutput& activation, const gemm::Fp8RowOutput& dy,
+                             const gemm::Fp8RowOutput& d_gate_up, bool fp8_weight_grads) {
+  gemm::Fp8ExpertPass f;
+  f.rows = p.rows;
+  f.hidden = p.hidden;
+  f.intermediate = p.intermediate;
+  f.num_ctas = p.num_ctas;
+  f.tile_queue = p.tile_queue;
+  f.x = p.x;
+  f.x_fp8 = x;
+  f.gate_up = p.gate_up;
+  f.activation = p.activation;
+  f.activation_fp8 = activation;
+  f.out = p.out;
+  f.dy = p.dy;
+  f.dy_fp8 = dy;
+  f.gates = p.gates;
+  f.d_gate_up = p.d_gate_up;  // in place over gate_up, as p's
+  f.d_gate_up_fp8 = d_gate_up;
+  f.dg = p.dg;
+  f.workspace = p.workspace;
+  f.dx = p.dx;
+  if (fp8_weight_grads) {
+    const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
+    f.x_columns = columns(x);
+    f.dy_columns = columns(dy);
+    f.d_gate_up_columns = columns(d_gate_up);
+    f.activation_columns = columns(activation);
+  }
+  return f;
+}
+
+}  // namespace
+
 RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange& exchange, const comm::World& world,
                           int l, const MoELayerOptions& options) {
   const int gemm_ctas = options.gemm_ctas;
@@ -46,33 +86,9 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   routed.workspace = local.workspace;
   routed.dx = nullptr;  // the dx rows go to their home slots (gemm::gate_up_dgrad_to_home)
   if (sizes.fp8) {
-    gemm::Fp8ExpertPass& fp8 = state.routed_fp8;
-    fp8.rows = routed.rows;
-    fp8.hidden = routed.hidden;
-    fp8.intermediate = routed.intermediate;
-    fp8.num_ctas = routed.num_ctas;
-    fp8.tile_queue = routed.tile_queue;
-    fp8.x = routed.x;
-    fp8.x_fp8 = {at(fwd.expert_x_codes), at(fwd.expert_x_scales)};  // what dispatch_fp8 fills
-    fp8.gate_up = routed.gate_up;
-    fp8.activation = routed.activation;
-    fp8.activation_fp8 = local.activation_fp8;
-    fp8.out = routed.out;
-    fp8.dy = routed.dy;
-    fp8.dy_fp8 = local.dy_fp8;
-    fp8.gates = routed.gates;
-    fp8.d_gate_up = routed.d_gate_up;  // in place over gate_up
-    fp8.d_gate_up_fp8 = local.d_gate_up_fp8;
-    fp8.dg = routed.dg;
-    fp8.workspace = routed.workspace;
-    fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
-    if (sizes.fp8_weight_grads) {  // each in the e4m3 rows of its K the backward is done with
-      const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
-      fp8.x_columns = columns(fp8.x_fp8);
-      fp8.dy_columns = columns(local.dy_fp8);
-      fp8.d_gate_up_columns = columns(local.d_gate_up_fp8);
-      fp8.activation_columns = columns(local.activation_fp8);
-    }
+    state.routed_fp8 = fp8_twin(routed, {at(fwd.expert_x_codes), at(fwd.expert_x_scales)},  // dispatch_fp8's
+                                local.activation_fp8, local.dy_fp8, local.d_gate_up_fp8, sizes.fp8_weight_grads);
+    state.routed_fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
     state.weights_fp8 = local.weights_fp8;
     state.home_x_fp8 = {at(fwd.x_codes), at(fwd.x_scales)};
   }
@@ -100,33 +116,8 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   state.shared_out_slot = at(fwd.shared_out);
   state.shared_dx_slot = at(bwd.shared_dx);
   if (sizes.fp8) {  // the shared expert in FP8 too (DeepSeek-V3's recipe: every FFN GEMM), on its buffers
-    gemm::Fp8ExpertPass& fp8 = state.shared_fp8;
-    fp8.rows = shared.rows;
-    fp8.hidden = shared.hidden;
-    fp8.intermediate = shared.intermediate;
-    fp8.num_ctas = shared.num_ctas;
-    fp8.tile_queue = shared.tile_queue;
-    fp8.x = shared.x;
-    fp8.x_fp8 = local.shared_x_fp8;
-    fp8.gate_up = shared.gate_up;
-    fp8.activation = shared.activation;
-    fp8.activation_fp8 = local.shared_activation_fp8;
-    fp8.out = shared.out;
-    fp8.dy = shared.dy;
-    fp8.dy_fp8 = local.shared_dy_fp8;
-    fp8.gates = shared.gates;
-    fp8.d_gate_up = shared.d_gate_up;  // in place over gate_up
-    fp8.d_gate_up_fp8 = local.shared_d_gate_up_fp8;
-    fp8.dg = shared.dg;
-    fp8.workspace = shared.workspace;
-    fp8.dx = shared.dx;
-    if (sizes.fp8_weight_grads) {
-      const auto columns = [](const gemm::Fp8RowOutput& r) { return gemm::Fp8ColumnOutput{r.codes, r.scales}; };
-      fp8.x_columns = columns(local.shared_x_fp8);
-      fp8.dy_columns = columns(local.shared_dy_fp8);
-      fp8.d_gate_up_columns = columns(local.shared_d_gate_up_fp8);
-      fp8.activation_columns = columns(local.shared_activation_fp8);
-    }
+    state.shared_fp8 = fp8_twin(shared, local.shared_x_fp8, local.shared_activation_fp8, local.shared_dy_fp8,
+                                local.shared_d_gate_up_fp8, sizes.fp8_weight_grads);
   }
   return state;
 }
