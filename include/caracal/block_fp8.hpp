@@ -60,5 +60,8 @@ Fp8Matrix quantize_blocks(const std::vector<float>& values, int64_t rows, int64_
 
 // Every value, [rows][cols] row-major.
 std::vector<double> dequantize(const Fp8Matrix& q);
+// Every value as the quantizing kernels take an e4m3 matrix back to fp32 (to quantize it again, down
+// the columns: quant::quantize_columns_of_e4m3): float(code) * scale, one fp32 multiplication.
+std::vector<float> dequantize_to_float(const Fp8Matrix& q);
 
 }  // namespace caracal

@@ -1,14 +1,17 @@
 // An FP8 layer (LayerSizes::fp8): v1's separate launches with the routed and the shared experts in
 // DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass; the recipe runs every FFN GEMM in FP8). The forward
 // quantizes x at home (1 x 128 blocks along D) and pulls the e4m3 rows with their scales
-// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows); the backward pulls the bf16 rows too,
-// for the weight gradients' quantization down the columns (a replayed forward pulls them in bf16
-// and quantizes them on the expert side: the same codes). The shared expert quantizes its own rows.
+// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows). The FP8 weight gradients quantize x's
+// columns from those e4m3 rows (DeepSeek-V3's requantization); the bf16 ones
+// (MoELayerOptions::fp8_weight_gradients false) read x's bf16 rows, which the backward pulls. A
+// replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes. The
+// shared expert quantizes its own rows (from its bf16 rows at home).
 // forward:  weights quantized | shared expert | build_schedule (and the gates) | x quantized at home |
 //           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
 // backward: (replay: stage inputs | weights quantized | shared up/gate | build_schedule | dispatch |
-//           routed up/gate, x quantized on the expert side) | (dy staged) | reverse_combine | (not
-//           replayed: dispatch) | weights quantized | the routed experts' FP8 backward (dx into
+//           routed up/gate, x quantized on the expert side) | (dy staged) | reverse_combine | (bf16
+//           weight gradients, not replayed: dispatch) | weights quantized | the routed experts' FP8
+//           backward (dx into
 //           expert_dx) | the shared expert's | reverse_dispatch
 // Weights given quantized (MoEWeights::w_fp8, layer/fp8_weights.hpp) are read as they are; the
 // others are quantized at every forward, replay and backward (a layer's engine may have run another
@@ -63,13 +66,18 @@ class Fp8LaunchesPlan final : public LayerPlan {
                 bool replayed, cudaStream_t stream) override {
     check_layouts(forward);
     state_.exchange->reverse_combine(stream, transfer::PullRange{0, 0});
-    // The bf16 rows the weight gradients quantize down their columns (a replay pulled them). After
+    const bool fp8_weight_grads = state_.sizes.fp8_weight_grads;
+    // The bf16 weight-gradient GEMMs read x's bf16 rows (a replay pulled them). After
     // reverse_combine's barrier, which followed every rank's staging of x: no barrier of its own.
-    if (!replayed) state_.exchange->dispatch(stream, transfer::PullRange{0, 0, transfer::RowsInPlace::kNone, true});
+    if (!fp8_weight_grads && !replayed) {
+      state_.exchange->dispatch(stream, transfer::PullRange{0, 0, transfer::RowsInPlace::kNone, true});
+    }
     const std::vector<Fp8Weights> weights = quantized_weights(forward, stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_backward(state_.ranks[l].routed_fp8, weights[l].routed, routed_gradients(ranks[l], forward[l].weights),
-                            stream);
+      // FP8 weight gradients quantize x's columns from its e4m3 rows (DeepSeek-V3's requantization).
+      gemm::Fp8ExpertPass pass = state_.ranks[l].routed_fp8;
+      if (fp8_weight_grads) pass.x = nullptr;
+      gemm::expert_backward(pass, weights[l].routed, routed_gradients(ranks[l], forward[l].weights), stream);
     }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
       const MoEBackwardArgs& a = ranks[l];

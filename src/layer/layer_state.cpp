@@ -89,6 +89,13 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
     state.routed_fp8 = fp8_twin(routed, {at(fwd.expert_x_codes), at(fwd.expert_x_scales)},  // dispatch_fp8's
                                 local.activation_fp8, local.dy_fp8, local.d_gate_up_fp8, sizes.fp8_weight_grads);
     state.routed_fp8.dx = at(bwd.expert_dx);  // reverse_dispatch takes the rows home
+    if (sizes.fp8_weight_grads) {
+      // x's columns in its bf16 rows' memory (R x D x 2 bytes): the backward quantizes them from
+      // x_fp8's e4m3 rows (the FP8 plan passes x null), and no launch of it reads the bf16 rows.
+      uint8_t* const x_rows = reinterpret_cast<uint8_t*>(at(fwd.expert_x));
+      const size_t x_codes = size_t(sizes.ring_rows) * size_t(sizes.hidden);
+      state.routed_fp8.x_columns = {reinterpret_cast<__nv_fp8_e4m3*>(x_rows), reinterpret_cast<float*>(x_rows + x_codes)};
+    }
     state.weights_fp8 = local.weights_fp8;
     state.home_x_fp8 = {at(fwd.x_codes), at(fwd.x_scales)};
   }

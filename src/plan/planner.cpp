@@ -283,11 +283,10 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     int64_t today_bwd = std::max(bwd_in, bwd_out);
     if (config.precision == Precision::kFP8) {
       // Today's FP8 layer (v1's launches, no ring): x crosses in e4m3 in the forward (as above);
-      // the backward pulls dy and x again in bf16 (x for the weight gradients' column quantization).
+      // the backward pulls dy in bf16 per (token, rank) and pushes a dx row and dL/dg per route.
       const int64_t bf16_row = s.hidden * 2;
-      today_bwd = std::max(t.tokens_received_remote * 2 * bf16_row + t.tokens_sent_remote * out_row + t.sent_remote * 4,
-                           t.tokens_sent_remote * 2 * bf16_row + t.tokens_received_remote * out_row +
-                               t.received_remote * 4);
+      today_bwd = std::max(t.tokens_received_remote * bf16_row + t.sent_remote * (out_row + 4),
+                           t.tokens_sent_remote * bf16_row + t.received_remote * (out_row + 4));
     }
     rf.today_forward_nvlink_bytes = std::max(rf.today_forward_nvlink_bytes, today_fwd);
     rf.today_backward_nvlink_bytes = std::max(rf.today_backward_nvlink_bytes, today_bwd);

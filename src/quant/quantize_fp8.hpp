@@ -70,10 +70,23 @@ struct QuantizeColumnsArgs {
   ScaleRounding rounding = ScaleRounding::kExact;
 };
 
+// e4m3 rows [rows][cols] with one scale per 1 x 128 block, block b of row r at
+// scales[b * scale_block_stride + r] (the FP8 GEMMs' MN-major layout): the source of
+// quantize_columns_of_e4m3.
+struct E4m3Rows {
+  const __nv_fp8_e4m3* codes = nullptr;
+  const float* scales = nullptr;
+  int64_t scale_block_stride = 0;  // at least rows
+};
+
 // Enqueue on `stream`. Throw caracal::Error naming the argument that is wrong (null pointers where
 // work is asked for, sizes, strides, alignment) or when the launch fails.
 void quantize_rows(const QuantizeRowsArgs& args, cudaStream_t stream);
 void quantize_weights(const QuantizeWeightsArgs& args, cudaStream_t stream);
 void quantize_columns(const QuantizeColumnsArgs& args, cudaStream_t stream);
+// quantize_columns of `rows`' values (caracal/block_fp8.hpp's dequantize_to_float: code * scale in
+// fp32), args.values null and args.cols a multiple of 128: DeepSeek-V3's requantization of rows
+// kept in e4m3 for the weight gradients, which read them down the columns.
+void quantize_columns_of_e4m3(const QuantizeColumnsArgs& args, const E4m3Rows& rows, cudaStream_t stream);
 
 }  // namespace caracal::quant

@@ -89,4 +89,15 @@ std::vector<double> dequantize(const Fp8Matrix& q) {
   return out;
 }
 
+std::vector<float> dequantize_to_float(const Fp8Matrix& q) {
+  std::vector<float> out(q.codes.size());
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const size_t i = static_cast<size_t>(r * q.cols + c);
+      out[i] = e4m3_to_float(q.codes[i]) * q.scale(r, c);
+    }
+  }
+  return out;
+}
+
 }  // namespace caracal

@@ -169,7 +169,9 @@ struct Outputs {
 };
 
 // The weights quantized, the forward, then the backward, on the default stream; what they wrote.
-void run_pass(const Problem& p, bool in_place, Outputs& o, bool fp8_weight_grads = false) {
+// `x_columns_apart`: the backward's pass.x null (x's columns from its e4m3 rows) and its columns there.
+void run_pass(const Problem& p, bool in_place, Outputs& o, bool fp8_weight_grads = false,
+              const caracal::gemm::Fp8ColumnOutput* x_columns_apart = nullptr) {
   const caracal::gemm::ExpertPassWeights bf16_weights{as_bf16(p.d_w_gate_up.get()), as_bf16(p.d_w_down.get())};
   caracal::gemm::quantize_expert_weights(bf16_weights, p.num_experts, p.c.hidden, p.c.intermediate,
                                          p.weight_buffers(), nullptr);
@@ -192,7 +194,12 @@ void run_pass(const Problem& p, bool in_place, Outputs& o, bool fp8_weight_grads
   caracal::gemm::ExpertPassGradients grads;
   grads.w_gate_up = p.dw_gate_up.get();
   grads.w_down = p.dw_down.get();
-  caracal::gemm::expert_backward(pass, weights, grads, nullptr);
+  caracal::gemm::Fp8ExpertPass backward = pass;
+  if (x_columns_apart != nullptr) {
+    backward.x = nullptr;
+    backward.x_columns = *x_columns_apart;
+  }
+  caracal::gemm::expert_backward(backward, weights, grads, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   p.w_gate_up8.codes.download(o.w_gate_up);
   p.w_gate_up8.codes_t.download(o.w_gate_up_t);
@@ -468,6 +475,33 @@ TEST(GpuExpertPassFp8, Fp8WeightGradientsRepeatableAndInPlace) {
   EXPECT_LT(gate_up, 0.1);
   EXPECT_LT(down, 0.1);
   ASSERT_NO_FATAL_FAILURE(expect_in_place_bits(p, first, true));
+}
+
+// DeepSeek-V3's requantization (pass.x null): x's columns from its e4m3 rows, dequantized. dW_down
+// (no x in it) and every other output the same bits; dW_gate_up apart from the bf16 rows' columns by
+// what the second rounding of x costs (a few percent at most), and the same bits run to run.
+TEST(GpuExpertPassFp8, Fp8WeightGradientsFromTheE4m3Rows) {
+  CARACAL_REQUIRE_GPU();
+  Problem p;
+  ASSERT_NO_FATAL_FAILURE(make_problem(p, kPassCase, p.seed.value()));
+  const size_t D = size_t(p.c.hidden), cap = size_t(p.rows.capacity);
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  ASSERT_NO_FATAL_FAILURE(codes.allocate(D * cap));
+  ASSERT_NO_FATAL_FAILURE(scales.allocate(D * cap / 128));
+  const caracal::gemm::Fp8ColumnOutput apart{reinterpret_cast<__nv_fp8_e4m3*>(codes.get()), scales.get()};
+  Outputs rows, first, second;
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, rows, true));
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, first, true, &apart));
+  ASSERT_NO_FATAL_FAILURE(run_pass(p, false, second, true, &apart));
+  EXPECT_EQ(differing(first.dw_gate_up, second.dw_gate_up), 0u) << "dW_gate_up run to run";
+  EXPECT_EQ(differing(first.dw_down, rows.dw_down), 0u) << "dW_down";
+  EXPECT_EQ(differing(first.dx, rows.dx), 0u) << "dx";
+  EXPECT_EQ(differing(first.dg, rows.dg), 0u) << "dg";
+  const double gate_up = relative_difference(first.dw_gate_up, rows.dw_gate_up);
+  std::cout << "  dW_gate_up from x's e4m3 rows over from its bf16 rows: " << gate_up << "\n";
+  EXPECT_GT(gate_up, 0.0) << "x's columns came from its bf16 rows";
+  EXPECT_LT(gate_up, 0.05);
 }
 
 // The checks can fail: a y, a dx and a quantized activation each off by a little are caught.

@@ -1,6 +1,7 @@
 // The FP8 quantizing kernels (src/quant/quantize_fp8.hpp) bit for bit against the host contract
 // (caracal/block_fp8.hpp): codes and scales of rows (row-major and MN-major scales), of columns
-// (transposed) and of weight blocks in both orientations, exact and power-of-two scales, partial
+// (transposed; from bf16 values, and from e4m3 rows taken back to fp32) and of weight blocks in both
+// orientations, exact and power-of-two scales, partial
 // blocks, all-zero and tiny blocks, NaN values. Outputs are poisoned first, so a value the kernel
 // never wrote fails. Fresh random values every run (the seed is in every failure). The argument
 // checks need no GPU.
@@ -188,6 +189,73 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeColumnsOnGpu,
                                            ColumnsCase{1024, 2048, 1024, ScaleRounding::kExact}),
                          columns_case_name);
 
+// quantize_columns_of_e4m3: rows quantized per 1 x 128 block (the host contract), their scales in
+// the GEMMs' MN-major layout, quantized again down the columns from their fp32 values
+// (dequantize_to_float): the row quantization of the transposed fp32 values, bit for bit.
+class QuantizeColumnsOfE4m3OnGpu : public ::testing::TestWithParam<ColumnsCase> {};
+
+TEST_P(QuantizeColumnsOfE4m3OnGpu, MatchTheRowQuantizationOfTheTransposedValuesBitForBit) {
+  CARACAL_REQUIRE_GPU();
+  const ColumnsCase c = GetParam();
+  const TracedSeed seed;
+  std::mt19937_64 rng(seed.value());
+  const Fp8Matrix rows = quantize_rows(to_floats(random_bf16_bits(rng, c.rows, c.cols)), c.rows, c.cols);
+  const std::vector<float> values = dequantize_to_float(rows);
+  std::vector<float> transposed(values.size());
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t col = 0; col < c.cols; ++col) transposed[col * c.rows + r] = values[r * c.cols + col];
+  }
+  const Fp8Matrix expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
+  const int64_t blocks = expected.scale_cols(), row_blocks = rows.scale_cols();
+  const int64_t stride = c.rows + 4;  // the row scales' block stride: past the rows, as a buffer's
+  std::vector<float> row_scales(static_cast<size_t>(row_blocks * stride), std::nanf(""));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t b = 0; b < row_blocks; ++b) row_scales[b * stride + r] = rows.scales[r * row_blocks + b];
+  }
+
+  DeviceBuffer<uint8_t> d_codes, codes;
+  DeviceBuffer<float> d_scales, scales;
+  ASSERT_NO_FATAL_FAILURE(d_codes.upload(rows.codes));
+  ASSERT_NO_FATAL_FAILURE(d_scales.upload(row_scales));
+  ASSERT_NO_FATAL_FAILURE(codes.allocate(static_cast<size_t>(c.cols * c.codes_row_stride)));
+  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(c.cols * blocks)));
+  ASSERT_NO_FATAL_FAILURE(codes.poison());
+  ASSERT_NO_FATAL_FAILURE(scales.poison());
+  quant::QuantizeColumnsArgs args;
+  args.rows = c.rows;
+  args.cols = c.cols;
+  args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
+  args.codes_row_stride = c.codes_row_stride;
+  args.scales = scales.get();
+  args.scale_col_stride = 1;
+  args.scale_block_stride = c.cols;
+  args.rounding = c.rounding;
+  quant::quantize_columns_of_e4m3(args, {reinterpret_cast<const __nv_fp8_e4m3*>(d_codes.get()), d_scales.get(), stride},
+                                  nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<uint8_t> got_codes;
+  std::vector<float> got_scales;
+  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
+  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
+  size_t mismatches = 0;
+  for (int64_t col = 0; col < c.cols; ++col) {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      mismatches += got_codes[col * c.codes_row_stride + r] != expected.codes[col * c.rows + r];
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      mismatches += float_bits(got_scales[col + b * c.cols]) != float_bits(expected.scales[col * blocks + b]);
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeColumnsOfE4m3OnGpu,
+                         ::testing::Values(ColumnsCase{260, 256, 260, ScaleRounding::kExact},
+                                           ColumnsCase{4, 128, 4, ScaleRounding::kExact},
+                                           ColumnsCase{1024, 2048, 1024, ScaleRounding::kExact}),
+                         columns_case_name);
+
 struct WeightsCase {
   int64_t experts, n, k;
   ScaleRounding rounding;
@@ -333,6 +401,17 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
   cols.rows = 4;
   cols.scales = reinterpret_cast<float*>(reinterpret_cast<char*>(scales) + 2);
   expect_error([&] { quant::quantize_columns(cols, nullptr); }, {"quantize_columns", "scales", "4-byte"});
+
+  cols.scales = scales;
+  const quant::E4m3Rows e4m3{reinterpret_cast<const __nv_fp8_e4m3*>(codes), scales, 4};
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, e4m3, nullptr); },
+               {"quantize_columns_of_e4m3", "args.values must be null"});
+  cols.values = nullptr;
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, e4m3, nullptr); },
+               {"quantize_columns_of_e4m3", "cols must be a positive multiple of 128", "8"});
+  cols.cols = 128;
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, {e4m3.codes, scales, 2}, nullptr); },
+               {"quantize_columns_of_e4m3", "rows.scale_block_stride", "at least rows"});
 }
 
 }  // namespace

@@ -499,8 +499,8 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
           EXPECT_EQ(fp8_plan.roofline.forward_pull_bf16_bytes, plan.roofline.forward_pull_bytes)
               << "the bf16 plan pulls the same rows in bf16";
         }
-        EXPECT_GE(fp8_plan.roofline.today_backward_nvlink_bytes, plan.roofline.today_backward_nvlink_bytes)
-            << "the FP8 backward pulls dy and x in bf16";
+        EXPECT_LE(fp8_plan.roofline.today_backward_nvlink_bytes, plan.roofline.v1_backward_nvlink_bytes)
+            << "the FP8 backward pulls dy in bf16 once per (token, rank) (bf16 v1: per route), dx per route";
         EXPECT_EQ(fp8_plan.memory.fp8_layer_weights, plan.memory.weights) << "an FP8 layer's weights stay bf16";
       }
     }

@@ -29,7 +29,10 @@ struct Fp8ExpertPass {
   int intermediate = 0;                 // I
   int num_ctas = 0;                     // grouped-GEMM CTAs; 0 = one per SM
   uint32_t* tile_queue = nullptr;       // the GEMMs' (caracal/gemm/grouped_gemm.hpp), or nullptr
-  const __nv_bfloat16* x = nullptr;     // [buffer rows][D] (the weight gradients read it too)
+  // [buffer rows][D] (the weight gradients quantize its columns too), or, in the backward with FP8
+  // weight gradients, null: x's columns then quantized from x_fp8's e4m3 rows (DeepSeek-V3's
+  // requantization; x_columns must then take memory of its own).
+  const __nv_bfloat16* x = nullptr;
   Fp8RowOutput x_fp8;                   // K = D: x quantized (forward)
   __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
   __nv_bfloat16* activation = nullptr;  // [buffer rows][I] bf16(g * SwiGLU activation) (backward)
