@@ -89,7 +89,8 @@ struct RooflinePlan {
   int64_t forward_pull_bytes = 0;
   int64_t forward_pull_bf16_bytes = 0;
   // FP8 plans: the design's bytes are FP8 rows + scales; today's FP8 layer (v1's launches) pulls x
-  // in FP8 in the forward and dy in bf16 in the backward, whose dx rows go home per route.
+  // in FP8 in the forward and dy in FP8 in the backward (FP8 weight gradients), whose dx rows go
+  // home per route.
   double forward_compute_ms = 0, forward_nvlink_ms = 0;
   double backward_compute_ms = 0, backward_nvlink_ms = 0;
   const char* forward_bound() const { return forward_nvlink_ms > forward_compute_ms ? "nvlink" : "compute"; }

@@ -49,17 +49,19 @@ void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* value
   quant::quantize_columns(q, stream);
 }
 
-// x's columns from x_fp8's e4m3 rows (pass.x null): dequantized, quantized down the columns.
-void quantize_pass_columns_of_e4m3(const Fp8ExpertPass& pass, const Fp8ColumnOutput& out, cudaStream_t stream) {
+// e4m3 rows `rows` ([buffer rows][cols], x_fp8 or dy_fp8) dequantized and quantized down their
+// columns into `out` (pass.x or pass.dy null).
+void quantize_pass_columns_of_e4m3(const Fp8ExpertPass& pass, const Fp8RowOutput& rows, int cols,
+                                   const Fp8ColumnOutput& out, cudaStream_t stream) {
   quant::QuantizeColumnsArgs q;
   q.rows = pass.rows.buffer_rows();
-  q.cols = pass.hidden;
+  q.cols = cols;
   q.codes_t = out.codes_t;
   q.codes_row_stride = q.rows;
   q.scales = out.scales;
   q.scale_col_stride = 1;
-  q.scale_block_stride = pass.hidden;
-  quant::quantize_columns_of_e4m3(q, {pass.x_fp8.codes, pass.x_fp8.scales, q.rows}, stream);
+  q.scale_block_stride = cols;
+  quant::quantize_columns_of_e4m3(q, {rows.codes, rows.scales, q.rows}, stream);
 }
 
 // A pass with FP8 weight gradients: all eight column pointers given, named if not; the whole
@@ -84,6 +86,10 @@ void check_fp8_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients
                                       pass.x_columns.scales != pass.x_fp8.scales),
                 kWhere, ": with pass.x null x's columns are quantized from pass.x_fp8, so pass.x_columns must not "
                 "take its memory");
+  CARACAL_CHECK(pass.dy != nullptr || (pass.dy_columns.codes_t != static_cast<void*>(pass.dy_fp8.codes) &&
+                                       pass.dy_columns.scales != pass.dy_fp8.scales),
+                kWhere, ": with pass.dy null dy's columns are quantized from pass.dy_fp8, so pass.dy_columns must "
+                "not take its memory");
 }
 
 }  // namespace
@@ -215,9 +221,10 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
                 "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
   if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
-  CARACAL_CHECK(pass.x != nullptr || pass.fp8_weight_grads(), "expert_backward (fp8): pass.x may be null only "
-                "with FP8 weight gradients (the bf16 weight-gradient GEMMs read x's bf16 rows)");
-  quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);
+  CARACAL_CHECK((pass.x != nullptr && pass.dy != nullptr) || pass.fp8_weight_grads(), "expert_backward (fp8): "
+                "pass.x and pass.dy may be null only with FP8 weight gradients (the bf16 weight-gradient GEMMs "
+                "read their bf16 rows)");
+  if (pass.dy != nullptr) quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);  // else given
   auto dgrad = fp8_gemm_args<Fp8DownDgradSwigluArgs>(pass);
   dgrad.dy = operand(pass.dy_fp8);
   dgrad.w_down_t = weights.w_down_t;
@@ -255,9 +262,13 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   if (pass.x != nullptr) {
     quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);
   } else {
-    quantize_pass_columns_of_e4m3(pass, pass.x_columns, stream);
+    quantize_pass_columns_of_e4m3(pass, pass.x_fp8, pass.hidden, pass.x_columns, stream);
   }
-  quantize_pass_columns(pass, pass.dy, pass.hidden, pass.dy_columns, stream);
+  if (pass.dy != nullptr) {
+    quantize_pass_columns(pass, pass.dy, pass.hidden, pass.dy_columns, stream);
+  } else {
+    quantize_pass_columns_of_e4m3(pass, pass.dy_fp8, pass.hidden, pass.dy_columns, stream);
+  }
   quantize_pass_columns(pass, pass.activation, pass.intermediate, pass.activation_columns, stream);
   grouped_gate_up_dgrad(dx, stream);
   quantize_pass_columns(pass, pass.d_gate_up, 2 * pass.intermediate, pass.d_gate_up_columns, stream);

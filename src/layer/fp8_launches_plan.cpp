@@ -1,17 +1,18 @@
 // An FP8 layer (LayerSizes::fp8): v1's separate launches with the routed and the shared experts in
 // DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass; the recipe runs every FFN GEMM in FP8). The forward
 // quantizes x at home (1 x 128 blocks along D) and pulls the e4m3 rows with their scales
-// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows). The FP8 weight gradients quantize x's
-// columns from those e4m3 rows (DeepSeek-V3's requantization); the bf16 ones
-// (MoELayerOptions::fp8_weight_gradients false) read x's bf16 rows, which the backward pulls. A
+// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows). With FP8 weight gradients the
+// backward quantizes dy at home and pulls it likewise (reverse_combine_fp8), and x's and dy's
+// columns are quantized from their e4m3 rows (DeepSeek-V3's requantization); the bf16 ones
+// (MoELayerOptions::fp8_weight_gradients false) read x's and dy's bf16 rows, which it pulls. A
 // replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes. The
 // shared expert quantizes its own rows (from its bf16 rows at home).
 // forward:  weights quantized | shared expert | build_schedule (and the gates) | x quantized at home |
 //           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
 // backward: (replay: stage inputs | weights quantized | shared up/gate | build_schedule | dispatch |
-//           routed up/gate, x quantized on the expert side) | (dy staged) | reverse_combine | (bf16
-//           weight gradients, not replayed: dispatch) | weights quantized | the routed experts' FP8
-//           backward (dx into
+//           routed up/gate, x quantized on the expert side) | (dy staged) | FP8 weight gradients:
+//           dy quantized at home, reverse_combine_fp8; bf16: reverse_combine, (not replayed)
+//           dispatch | weights quantized | the routed experts' FP8 backward (dx into
 //           expert_dx) | the shared expert's | reverse_dispatch
 // Weights given quantized (MoEWeights::w_fp8, layer/fp8_weights.hpp) are read as they are; the
 // others are quantized at every forward, replay and backward (a layer's engine may have run another
@@ -37,7 +38,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
       gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream);
     }
     state_.exchange->build_schedule(state_.config.router, stream);
-    for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(l, stream);
+    for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(state_.ranks[l].io.x, state_.ranks[l].home_x_fp8, stream);
     state_.exchange->dispatch_fp8(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state_.ranks[l].routed_fp8, weights[l].routed, stream, gemm::Fp8XRows::kGiven);
@@ -65,8 +66,13 @@ class Fp8LaunchesPlan final : public LayerPlan {
   void backward(const std::vector<MoEBackwardArgs>& ranks, const std::vector<MoEForwardArgs>& forward,
                 bool replayed, cudaStream_t stream) override {
     check_layouts(forward);
-    state_.exchange->reverse_combine(stream, transfer::PullRange{0, 0});
     const bool fp8_weight_grads = state_.sizes.fp8_weight_grads;
+    if (fp8_weight_grads) {  // dy quantized at home and pulled in e4m3 with g
+      for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(state_.ranks[l].io.dy, state_.ranks[l].home_dy_fp8, stream);
+      state_.exchange->reverse_combine_fp8(stream);
+    } else {
+      state_.exchange->reverse_combine(stream, transfer::PullRange{0, 0});
+    }
     // The bf16 weight-gradient GEMMs read x's bf16 rows (a replay pulled them). After
     // reverse_combine's barrier, which followed every rank's staging of x: no barrier of its own.
     if (!fp8_weight_grads && !replayed) {
@@ -74,9 +80,14 @@ class Fp8LaunchesPlan final : public LayerPlan {
     }
     const std::vector<Fp8Weights> weights = quantized_weights(forward, stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      // FP8 weight gradients quantize x's columns from its e4m3 rows (DeepSeek-V3's requantization).
+      // FP8 weight gradients quantize x's and dy's columns from their e4m3 rows (DeepSeek-V3's
+      // requantization), dy's as pulled.
       gemm::Fp8ExpertPass pass = state_.ranks[l].routed_fp8;
-      if (fp8_weight_grads) pass.x = nullptr;
+      if (fp8_weight_grads) {
+        pass.x = nullptr;
+        pass.dy = nullptr;
+        pass.dy_fp8 = state_.ranks[l].expert_dy_fp8;
+      }
       gemm::expert_backward(pass, weights[l].routed, routed_gradients(ranks[l], forward[l].weights), stream);
     }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
@@ -104,16 +115,16 @@ class Fp8LaunchesPlan final : public LayerPlan {
                     "order), got the [gate; up] halves");
     }
   }
-  // Rank l's x (the exchange's) into its e4m3 codes and row-major scales at home (dispatch_fp8's input).
-  void quantize_home_rows(size_t l, cudaStream_t stream) const {
+  // A rank's x or dy (the exchange's T rows) into its e4m3 codes and row-major scales at home
+  // (dispatch_fp8's and reverse_combine_fp8's inputs).
+  void quantize_home_rows(const __nv_bfloat16* rows, const gemm::Fp8RowOutput& out, cudaStream_t stream) const {
     const LayerSizes& s = state_.sizes;
-    const RankState& rank = state_.ranks[l];
     quant::QuantizeRowsArgs q;
-    q.values = rank.io.x;
+    q.values = rows;
     q.rows = s.tokens;
     q.cols = s.hidden;
-    q.codes = rank.home_x_fp8.codes;
-    q.scales = rank.home_x_fp8.scales;
+    q.codes = out.codes;
+    q.scales = out.scales;
     q.scale_row_stride = s.hidden / kFp8Block;
     q.scale_block_stride = 1;
     quant::quantize_rows(q, stream);

@@ -153,6 +153,8 @@ transfer::ExchangeOptions exchange_options(const LayerConfig& config, const MoEL
   options.max_sms = layer_options.exchange_sms;
   options.rows_per_route = experiments.rows_per_route;
   options.fp8_dispatch = sizes.fp8;  // x quantized at home and pulled in e4m3 (the FP8 plan's forward)
+  // dy likewise where the weight gradients are FP8 (the bf16 ones read dy's bf16 rows).
+  options.fp8_reverse_combine = sizes.fp8 && sizes.fp8_weight_grads;
   return options;
 }
 

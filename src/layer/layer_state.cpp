@@ -50,7 +50,7 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   // The GEMMs take their row tiles in order from the rank's tile queue (their operands then stay in
   // L2), which serves at most kTileQueueMaxCtas CTAs; more take them at a fixed stride.
   const bool tile_queue = gemm_ctas <= gemm::kTileQueueMaxCtas;
-  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, {}, nullptr, {}, {}, nullptr, nullptr};
+  RankState state{LocalMemory(sizes, options.local_allocator), {}, {}, {}, {}, {}, {}, nullptr, {}, {}, nullptr, nullptr};
   const LocalBuffers& local = state.local.buffers();
   const transfer::ScheduleBuffers& schedule = exchange.schedule_buffers();
   const transfer::RouterBuffers& router = exchange.router_buffers();
@@ -98,6 +98,10 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
     }
     state.weights_fp8 = local.weights_fp8;
     state.home_x_fp8 = {at(fwd.x_codes), at(fwd.x_scales)};
+    if (exchange.options().fp8_reverse_combine) {
+      state.home_dy_fp8 = {at(bwd.dy_codes), at(bwd.dy_scales)};
+      state.expert_dy_fp8 = {at(bwd.expert_dy_codes), at(bwd.expert_dy_scales)};
+    }
   }
   if (!sizes.has_shared) return state;
 

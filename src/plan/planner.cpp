@@ -143,8 +143,10 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
       const int64_t rb = ceil_div(rows, block), cb = ceil_div(cols, block);
       return 2 * rows * cols + (cb * scale_row(rb) + rb * scale_row(cb)) * 4;
     };
-    // expert_dx; x in e4m3 at home and on the expert side (TokenExchange::dispatch_fp8).
-    m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2 + T * (D + D / block * 4) + capacity * (D + D / block * 4);
+    // expert_dx; x and, with FP8 weight gradients (the default), dy in e4m3 at home and on the expert
+    // side (TokenExchange::dispatch_fp8, reverse_combine_fp8).
+    const int64_t e4m3_pull = T * (D + D / block * 4) + capacity * (D + D / block * 4);
+    m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2 + 2 * e4m3_pull;
     // The routed experts' e4m3 rows (the activation, dy, d_gate_up), weights and dgrad partials per
     // 128 columns, not 256; the shared expert's likewise (x too: it quantizes its own).
     const auto shared_scaled = [&](int64_t cols) { return shared_rows * cols + cols / block * shared_rows * 4; };
@@ -283,10 +285,10 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
     int64_t today_bwd = std::max(bwd_in, bwd_out);
     if (config.precision == Precision::kFP8) {
       // Today's FP8 layer (v1's launches, no ring): x crosses in e4m3 in the forward (as above);
-      // the backward pulls dy in bf16 per (token, rank) and pushes a dx row and dL/dg per route.
-      const int64_t bf16_row = s.hidden * 2;
-      today_bwd = std::max(t.tokens_received_remote * bf16_row + t.sent_remote * (out_row + 4),
-                           t.tokens_sent_remote * bf16_row + t.received_remote * (out_row + 4));
+      // the backward pulls dy in e4m3 per (token, rank) (FP8 weight gradients, the default) and
+      // pushes a dx row and dL/dg per route.
+      today_bwd = std::max(t.tokens_received_remote * x_row + t.sent_remote * (out_row + 4),
+                           t.tokens_sent_remote * x_row + t.received_remote * (out_row + 4));
     }
     rf.today_forward_nvlink_bytes = std::max(rf.today_forward_nvlink_bytes, today_fwd);
     rf.today_backward_nvlink_bytes = std::max(rf.today_backward_nvlink_bytes, today_bwd);

@@ -13,7 +13,7 @@ __global__ void __launch_bounds__(kPullThreads, 1) dispatch_fp8_kernel(comm::Dev
   // Every rank's x_codes and x_scales are in place, and no rank is still in an earlier launch that
   // reads what this one overwrites.
   if (!comm::world_barrier(world, place)) return;
-  pull_fp8_schedule_rows(world, args.schedule, args.window, role_warps(world, place), fp8_pull_rows(args),
+  pull_fp8_schedule_rows<false>(world, args.schedule, args.window, role_warps(world, place), fp8_pull_rows(args),
                          args.rows_per_route);
 }
 

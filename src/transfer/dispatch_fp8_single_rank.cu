@@ -8,7 +8,7 @@ namespace {
 
 __global__ void __launch_bounds__(kPullThreads, 1) dispatch_fp8_single_rank_kernel(comm::DeviceWorld world,
                                                                                     ExchangeArgs args) {
-  pull_fp8_rows_single_rank(world, args.schedule, fp8_pull_rows(args), args.tokens);
+  pull_fp8_rows_single_rank<false>(world, args.schedule, fp8_pull_rows(args), args.tokens);
 }
 
 }  // namespace

@@ -86,6 +86,8 @@ PullKernel dispatch_fp8_pull_kernel();  // dispatch_fp8.cu, dispatch_fp8_single_
 PullKernel dispatch_fp8_single_rank_pull_kernel();
 PullKernel reverse_combine_pull_kernel();
 PullKernel reverse_combine_single_rank_pull_kernel();
+PullKernel reverse_combine_fp8_pull_kernel();  // reverse_combine_fp8.cu, reverse_combine_fp8_single_rank.cu
+PullKernel reverse_combine_fp8_single_rank_pull_kernel();
 
 comm::LaunchShape reverse_dispatch_single_rank_launch_shape(comm::World& world, const ExchangeShape& exchange);
 // push_dx: the dx rows are read from expert_dx (else from the dx slots the dx GEMM filled).

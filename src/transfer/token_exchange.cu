@@ -95,6 +95,13 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.backward.dg_slots = heap.take<float>(routes);
     if (options.shared_expert) b.backward.shared_dx = heap.take<__nv_bfloat16>(T * D);
     b.backward.dx = heap.take<__nv_bfloat16>(T * D);
+    if (options.fp8_reverse_combine) {
+      const int64_t blocks = D / kFp8Block;
+      b.backward.dy_codes = heap.take<__nv_fp8_e4m3>(T * D);
+      b.backward.dy_scales = heap.take<float>(T * blocks);
+      b.backward.expert_dy_codes = heap.take<__nv_fp8_e4m3>(rows * D);
+      b.backward.expert_dy_scales = heap.take<float>(blocks * rows);
+    }
   }
   return b;
 }
@@ -117,6 +124,11 @@ void check_options(const ExchangeShape& shape, const ExchangeOptions& options, i
                 "TokenExchange: options.fp8_dispatch needs options.forward, ring_rows = 0 and hidden a multiple of ",
                 kFp8Block, " (one scale per 1 x ", kFp8Block, " block), got forward = ", options.forward,
                 ", ring_rows = ", options.ring_rows, ", hidden = ", shape.hidden);
+  CARACAL_CHECK(!options.fp8_reverse_combine ||
+                    (options.backward && options.ring_rows == 0 && shape.hidden % kFp8Block == 0),
+                "TokenExchange: options.fp8_reverse_combine needs options.backward, ring_rows = 0 and hidden a "
+                "multiple of ", kFp8Block, ", got backward = ", options.backward, ", ring_rows = ", options.ring_rows,
+                ", hidden = ", shape.hidden);
 }
 
 // Throws caracal::Error unless [first_row, end_row) is a window `name` can pull: the whole schedule
@@ -164,7 +176,8 @@ struct detail::ExchangeKernels {
   bool single_rank_pulls = false;  // dispatch, reverse combine and reverse dispatch by token
                                    // (detail::runs_single_rank_pulls)
   PullLaunch dispatch;
-  PullLaunch dispatch_fp8;  // with ExchangeOptions::fp8_dispatch
+  PullLaunch dispatch_fp8;         // with ExchangeOptions::fp8_dispatch
+  PullLaunch reverse_combine_fp8;  // with ExchangeOptions::fp8_reverse_combine
   PullLaunch reverse_combine;
   comm::LaunchShape combine;
   bool single_rank_combine = false;  // combine in one pass (detail::runs_single_rank_combine)
@@ -212,6 +225,10 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   }
   kernels_->reverse_combine =
       pull(detail::reverse_combine_pull_kernel(), detail::reverse_combine_single_rank_pull_kernel());
+  if (options.fp8_reverse_combine) {
+    kernels_->reverse_combine_fp8 =
+        pull(detail::reverse_combine_fp8_pull_kernel(), detail::reverse_combine_fp8_single_rank_pull_kernel());
+  }
   kernels_->single_rank_combine = detail::runs_single_rank_combine(world, shape_);
   kernels_->combine = kernels_->single_rank_combine ? detail::combine_single_rank_launch_shape(world, shape_)
                                                     : detail::combine_launch_shape(world, sm_budget, shape_, sizes_);
@@ -301,6 +318,14 @@ void TokenExchange::dispatch(cudaStream_t stream, const PullRange& range) {
   const char* name = "TokenExchange::dispatch";
   const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, range);
   comm::launch(world_, name, kernels_->dispatch.shape, stream, kernels_->dispatch.kernel, args);
+}
+
+void TokenExchange::reverse_combine_fp8(cudaStream_t stream) {
+  CARACAL_CHECK(options_.fp8_reverse_combine,
+                "TokenExchange::reverse_combine_fp8 needs ExchangeOptions::fp8_reverse_combine = true");
+  const char* name = "TokenExchange::reverse_combine_fp8";
+  const detail::ExchangeArgs args = pull_args(*this, *kernels_, name, PullRange{});
+  comm::launch(world_, name, kernels_->reverse_combine_fp8.shape, stream, kernels_->reverse_combine_fp8.kernel, args);
 }
 
 void TokenExchange::dispatch_fp8(cudaStream_t stream) {

@@ -500,7 +500,7 @@ TEST(MoELayerMemory, PlannerReportsTheLayersMemory) {
               << "the bf16 plan pulls the same rows in bf16";
         }
         EXPECT_LE(fp8_plan.roofline.today_backward_nvlink_bytes, plan.roofline.v1_backward_nvlink_bytes)
-            << "the FP8 backward pulls dy in bf16 once per (token, rank) (bf16 v1: per route), dx per route";
+            << "the FP8 backward pulls dy in e4m3 once per (token, rank) (bf16 v1: bf16 per route), dx per route";
         EXPECT_EQ(fp8_plan.memory.fp8_layer_weights, plan.memory.weights) << "an FP8 layer's weights stay bf16";
       }
     }

@@ -94,7 +94,7 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
   os << format("  NVLink MB, today's kernels %9.1f   %9.1f   (a row per (token, rank) both ways%s)\n",
                static_cast<double>(rf.today_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.today_backward_nvlink_bytes) * 1e-6,
-               c.precision == Precision::kFP8 ? "; FP8: x in e4m3 forward, dy in bf16 backward" : "");
+               c.precision == Precision::kFP8 ? "; FP8: x in e4m3 forward, dy in e4m3 backward" : "");
   os << format("  NVLink MB, per route (v1)  %9.1f   %9.1f\n", static_cast<double>(rf.v1_forward_nvlink_bytes) * 1e-6,
                static_cast<double>(rf.v1_backward_nvlink_bytes) * 1e-6);
   if (c.precision == Precision::kFP8 && rf.forward_pull_bf16_bytes > 0) {

@@ -38,8 +38,10 @@ struct Fp8ExpertPass {
   __nv_bfloat16* activation = nullptr;  // [buffer rows][I] bf16(g * SwiGLU activation) (backward)
   Fp8RowOutput activation_fp8;          // K = I: the activation quantized (the forward's up/gate epilogue)
   __nv_bfloat16* out = nullptr;         // [buffer rows][D] forward output E(x)
-  const __nv_bfloat16* dy = nullptr;    // [buffer rows][D] backward input, g not applied
-  Fp8RowOutput dy_fp8;                  // K = D: dy quantized (backward)
+  // [buffer rows][D] backward input, g not applied; or, with FP8 weight gradients, null: dy_fp8
+  // then holds its rows already (pulled in e4m3) and dy's columns are quantized from them.
+  const __nv_bfloat16* dy = nullptr;
+  Fp8RowOutput dy_fp8;                  // K = D: dy quantized (backward), or given
   const float* gates = nullptr;         // [rows] g of each row; 0 on padding rows
   __nv_bfloat16* d_gate_up = nullptr;   // [buffer rows][2I]; may be gate_up
   Fp8RowOutput d_gate_up_fp8;           // K = 2I: d_gate_up in e4m3 (the dx GEMM's operand)

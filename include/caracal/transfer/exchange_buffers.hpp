@@ -5,7 +5,7 @@
 //
 // Who touches what (home = the rank that owns the tokens, expert side = the rank that owns the
 // expert; a rank is both for different routes):
-//   read by peers:    topk_idx, x, x_codes, x_scales, dy, gates
+//   read by peers:    topk_idx, x, x_codes, x_scales, dy, dy_codes, dy_scales, gates
 //   written by peers: route_location, combine_slots, dx_slots, dg_slots
 //   everything else is local to its rank.
 #include <cuda_bf16.h>
@@ -83,6 +83,12 @@ struct BackwardBuffers {
   Sym<float> dg_slots;           // [T*k] dL/dg as pushed to their home slots
   Sym<__nv_bfloat16> shared_dx;  // [T][D] optional input: the shared expert's dx
   Sym<__nv_bfloat16> dx;         // [T][D] reverse-dispatch output
+  // dy in e4m3 with one fp32 scale per 1 x 128 block (ExchangeOptions::fp8_reverse_combine, else
+  // null), laid out as ForwardBuffers' x_codes ... expert_x_scales:
+  Sym<__nv_fp8_e4m3> dy_codes;         // [T][D] input: dy quantized at home
+  Sym<float> dy_scales;                // [T][D / 128] input, a token's scales contiguous
+  Sym<__nv_fp8_e4m3> expert_dy_codes;  // [R][D] reverse_combine_fp8 output; padding rows zero
+  Sym<float> expert_dy_scales;         // [D / 128][S]; padding rows the scale of a zero block
 };
 
 }  // namespace caracal::transfer

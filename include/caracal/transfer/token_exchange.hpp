@@ -62,6 +62,9 @@ struct ExchangeOptions {
   // and x_scales at home, expert_x_codes and expert_x_scales on the expert side
   // (exchange_buffers.hpp), for dispatch_fp8. Needs hidden a multiple of 128 and no ring.
   bool fp8_dispatch = false;
+  // dy likewise (dy_codes ... expert_dy_scales, exchange_buffers.hpp), for reverse_combine_fp8.
+  // Needs backward, hidden a multiple of 128 and no ring.
+  bool fp8_reverse_combine = false;
 };
 
 // Which rows a pull (dispatch, reverse_combine) fills: the schedule rows [first_row, end_row)
@@ -144,6 +147,10 @@ class TokenExchange {
   // (expert_gates per schedule row, expert_dy per buffer row) but those range.in_place leaves to a
   // later launch (the fused backward pulls them: src/fused/fused_backward.hpp); padding rows always.
   void reverse_combine(cudaStream_t stream, const PullRange& range = {});
+  // expert_dy_codes, expert_dy_scales and expert_gates from dy_codes, dy_scales and gates, which
+  // every rank has written before (options.fp8_reverse_combine): dispatch_fp8's pull with g, the
+  // rows of the whole schedule.
+  void reverse_combine_fp8(cudaStream_t stream);
   // dx from expert_dx (+ shared_dx), d_topk_scores from expert_dg (options.backward and
   // options.expert_dx); `router` must be the one build_schedule used.
   void reverse_dispatch(const RouterNormalization& router, cudaStream_t stream);

@@ -1,6 +1,7 @@
 #pragma once
-// The FP8 dispatch's pulls (TokenExchange::dispatch_fp8): rows of x in e4m3 with their 1 x 128
-// block scales, quantized at home, into the expert side's schedule rows. The codes move as the bf16
+// The FP8 pulls (TokenExchange::dispatch_fp8, reverse_combine_fp8): rows of x or dy in e4m3 with
+// their 1 x 128 block scales, quantized at home, into the expert side's schedule rows (dy's with g
+// of each row's route beside them, as the bf16 reverse combine carries it). The codes move as the bf16
 // pulls move rows (pull_rows.cuh across ranks, a token's home row read once per (token, rank);
 // single_rank_pull.cuh by token in a world of one rank), as 16-byte vectors of 16 codes; each row's
 // scales are stored down the FP8 GEMMs' MN-major layout (block b of row r at b * scale_stride + r).
@@ -25,7 +26,8 @@ namespace caracal::transfer {
 inline constexpr int kFp8PerVector = 16;     // e4m3 codes per 16-byte vector
 inline constexpr int kFp8ScaleBlock = 128;   // codes per fp32 scale along a row
 
-// Where an FP8 pull reads and writes (exchange_buffers.hpp's x_codes ... expert_x_scales).
+// Where an FP8 pull reads and writes (exchange_buffers.hpp's x_codes ... expert_x_scales, or dy's),
+// and with gates g of each row's route (home gates [T*k] into expert_gates [rows]; padding rows 0).
 struct PullFp8Rows {
   comm::SymmetricPtr<__nv_fp8_e4m3> home_codes;    // [T][D]
   comm::SymmetricPtr<float> home_scales;           // [T][D / 128]
@@ -35,6 +37,8 @@ struct PullFp8Rows {
   int hidden;        // D, a multiple of 128
   int scale_stride;  // the expert rows' count (the schedule view's buffer rows)
   float zero_scale;  // a padding row's scales: those the quantizer gives a zero block
+  comm::SymmetricPtr<float> home_gates;    // with gates only
+  comm::SymmetricPtr<float> expert_gates;  // with gates only
 };
 
 // The exchange's FP8 dispatch: x_codes and x_scales into expert_x_codes and expert_x_scales, the
@@ -42,7 +46,16 @@ struct PullFp8Rows {
 __host__ __device__ inline PullFp8Rows fp8_pull_rows(const detail::ExchangeArgs& args) {
   return {args.forward.x_codes,        args.forward.x_scales, args.forward.expert_x_codes,
           args.forward.expert_x_scales, args.top_k,            args.hidden,
-          args.schedule.row_capacity,   args.fp8_zero_scale};
+          args.schedule.row_capacity,   args.fp8_zero_scale,   {}, {}};
+}
+
+// The exchange's FP8 reverse combine: dy_codes and dy_scales into expert_dy_codes and
+// expert_dy_scales, and g into expert_gates.
+__host__ __device__ inline PullFp8Rows fp8_dy_pull_rows(const detail::ExchangeArgs& args) {
+  return {args.backward.dy_codes,        args.backward.dy_scales, args.backward.expert_dy_codes,
+          args.backward.expert_dy_scales, args.top_k,              args.hidden,
+          args.schedule.row_capacity,     args.fp8_zero_scale,     args.router.gates,
+          args.backward.expert_gates};
 }
 
 __device__ __forceinline__ uint4* fp8_row_vectors(__nv_fp8_e4m3* base, int64_t row, int hidden) {
@@ -76,7 +89,8 @@ __device__ __forceinline__ void warp_zero_fp8_row(const PullFp8Rows& pull, __nv_
 }
 
 // Across ranks: the rows of `window` (no ring) of every local rank, as pull_schedule_rows pulls bf16
-// rows (per_route: a token's home row read once per route).
+// rows (per_route: a token's home row read once per route); kWithGates: g too.
+template <bool kWithGates>
 __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, const ScheduleParams& schedule,
                                        const PullWindow& window, WarpWorkers warps, const PullFp8Rows& pull,
                                        bool per_route) {
@@ -86,12 +100,20 @@ __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, co
     __nv_fp8_e4m3* const codes = world.at(pull.expert_codes, rank);
     float* const scales = world.at(pull.expert_scales, rank);
     if (entry.x < 0) {
+      if constexpr (kWithGates) {
+        if (lane == 0) world.at(pull.expert_gates, rank)[row] = 0.0f;
+      }
       warp_zero_fp8_row(pull, codes, scales, row, lane);
       return;
     }
     const TokenGroup group(per_route ? nullptr : world.at(schedule.buffers.route_rows, rank), schedule.routes,
                            pull.top_k, entry, row, window.first_row, window.end_row);
     if (!group.led_by_own_row(lane)) return;  // pulled by the warp that meets the group's leader
+    if constexpr (kWithGates) {
+      const float* home_gates = world.at(pull.home_gates, entry.x);
+      float* expert_gates = world.at(pull.expert_gates, rank);
+      for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+    }
     const int64_t token = entry.y / pull.top_k;
     const uint4* const src = fp8_row_vectors(world.at(pull.home_codes, entry.x), token, pull.hidden);
     warp_fan_out_row<kCoherentPulls>(
@@ -105,8 +127,9 @@ __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, co
 }
 
 // In a world of one rank: the rows of the whole schedule by token, as pull_rows_single_rank pulls
-// bf16 rows (equal runs of 512-byte chunks a warp), the scales by the warp holding a token's first
-// chunk; then the padding rows. Call from every thread of a launch of whole warps.
+// bf16 rows (equal runs of 512-byte chunks a warp), the scales (and g) by the warp holding a token's
+// first chunk; then the padding rows. Call from every thread of a launch of whole warps.
+template <bool kWithGates>
 __device__ inline void pull_fp8_rows_single_rank(const comm::DeviceWorld& world, const ScheduleParams& schedule,
                                           const PullFp8Rows& pull, int tokens) {
   const int rank = world.first_local_rank;
@@ -130,13 +153,20 @@ __device__ inline void pull_fp8_rows_single_rank(const comm::DeviceWorld& world,
       warp_fan_out_vectors<kCoherentPulls>(src, first_vector, end_vector, members, row,
                                            [&](int r) { return fp8_row_vectors(codes, r, pull.hidden); }, lane);
       if (first_vector == 0) {
+        if constexpr (kWithGates) {
+          if (row >= 0) world.at(pull.expert_gates, rank)[row] = world.at(pull.home_gates, rank)[first_route + slot];
+        }
         const float* const token_scales = world.at(pull.home_scales, rank) + static_cast<int64_t>(token) * blocks;
         warp_fan_out_scales(token_scales, blocks, members, row, scales, pull.scale_stride, lane);
       }
     }
   });
   for_each_schedule_row(world, schedule, launch_warps(), [&](int, int row, int2 entry) {
-    if (entry.x < 0) warp_zero_fp8_row(pull, codes, scales, row, lane);
+    if (entry.x >= 0) return;
+    if constexpr (kWithGates) {
+      if (lane == 0) world.at(pull.expert_gates, rank)[row] = 0.0f;
+    }
+    warp_zero_fp8_row(pull, codes, scales, row, lane);
   });
 }
 
