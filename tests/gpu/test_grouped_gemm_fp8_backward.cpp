@@ -296,6 +296,9 @@ std::vector<Case> reference_cases() {
       {"odd_blocks", 640, 384, {130, 60, 1}},
       {"routed", 512, 256, routed_counts(caracal::RoutingKind::kUniform, 2, 333, 4, 16, 1, 11)},
       {"long_k", 2048, 128, {130, 60}},
+      // D = 4096: the dgrad in 128 x 256 tiles (fp8_dgrad_wide_tiles); I = 384: its second tile ends
+      // past I (the epilogue skips those chunks), one dL/dg partial per 256 columns.
+      {"wide_dgrad", 4096, 384, {130, 0, 65}},
   };
 }
 

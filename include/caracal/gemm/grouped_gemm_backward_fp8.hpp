@@ -22,8 +22,14 @@
 namespace caracal::gemm {
 
 // Floats of the workspace of the FP8 grouped_down_dgrad_swiglu: one dg partial per row and
-// 128-column N tile of I.
+// 128-column N tile of I (enough for its 256-column tiles too).
 size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate);
+
+// The FP8 dgrad's tile, by shape: 128 x 256 where K = D is at least this (a long K keeps the wide
+// tile's mainloop ahead of its larger epilogue), else 128 x 128 (a short K leaves the epilogue
+// exposed and half the tiles for the SMs). docs/PERF.md, "FP8 grouped GEMMs", has the figures.
+inline constexpr int kFp8DgradWideTilesMinK = 4096;
+bool fp8_dgrad_wide_tiles(int hidden);
 
 // grouped_down_dgrad_swiglu in FP8: d_h = dy · W_down[e] (fp32), then the bf16 kernel's epilogue
 // (B1, B2, B5), and d_gate_up once more in e4m3 for the FP8 dx GEMM: its codes and scales are

@@ -82,13 +82,13 @@ using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind:
 
 // DeepSeek-V3's recipe: e4m3 activations scaled per 1 x 128 block along K, e4m3 weights per
 // 128 x 128 block, fp32 accumulators promoted per 128-wide K block (block_scaled_mainloop.cuh).
-// 128 x 128 x 128 tiles, for the dgrad (its epilogue's outputs are per 128-column tile, I only a
-// multiple of 128): a consumer thread holds the tile's and the block's accumulators, 64 each.
+// 128 x 128 x 128 tiles, for the dgrad where K is short (its epilogue's outputs are per tile, I
+// only a multiple of 128): a consumer thread holds the tile's and the block's accumulators, 64 each.
 using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
                                             ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
 
-// The same recipe in 128 x 256 x 128 tiles, for the row GEMMs whose epilogue takes any tile width
-// (the forward's up/gate and down, the backward's dx): a warpgroup's k step is two 64 x 128 slices
+// The same recipe in 128 x 256 x 128 tiles, for the row GEMMs (the forward's up/gate and down, the
+// backward's dx, and the dgrad where K is long): a warpgroup's k step is two 64 x 128 slices
 // of wgmmas, each promoted into its half of the 64 x 256 accumulators. Four stages of 48 KiB with
 // their scales and the chunk ring fill the 227 KiB exactly (persistent_task_kernel.cuh: no slack).
 using Fp8BlockScaledWideGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,

@@ -1,7 +1,7 @@
 #pragma once
-// The FP8 dgrad's epilogue (issue 47): SwigluBackwardEpilogue's outputs for the FP8 policy's
-// 128-column tiles (d_gate_up in bf16, the weight gradients' operand; the scaled activation; the
-// dL/dg partials, one per row and 128-column N block), and d_gate_up once more in e4m3 with one
+// The FP8 dgrad's epilogue (issue 47): SwigluBackwardEpilogue's outputs for the FP8 policies'
+// 128- or 256-column tiles (d_gate_up in bf16, the weight gradients' operand; the scaled activation;
+// the dL/dg partials, one per row and N tile), and d_gate_up once more in e4m3 with one
 // fp32 scale per row and 1 x 128 block along 2I: the dx GEMM's A operand (Fp8RowOperand of
 // caracal/gemm/grouped_gemm_fp8.hpp). The codes and scales are quant::quantize_rows of the stored
 // bf16 d_gate_up with exact scales, bit for bit: caracal/block_fp8.hpp's rule on the same bf16
@@ -47,9 +47,12 @@ __device__ inline void quantize_d_gate_up_block(ChunkWords const (&grad)[2], Chu
   }
 }
 
-struct SwigluBackwardFp8Epilogue {
-  // The tile's N: I is a multiple of it (the launcher checks), so every tile is whole.
-  static constexpr int kTileN = Fp8BlockScaledGemmPolicy::kBlockN;
+template <int TileN>
+struct SwigluBackwardFp8EpilogueOf {
+  // The tile's N. I is a multiple of 128 (the launcher checks): a 256-column tile may end past I,
+  // its chunks there skipped.
+  static constexpr int kTileN = TileN;
+  static_assert(kTileN % kScaleBlock == 0, "whole scaling blocks of d_h a tile");
 
   struct Params {
     SwigluBackwardEpilogue::Params swiglu;  // the bf16 outputs, gate_up, g, the dg partials
@@ -77,6 +80,9 @@ struct SwigluBackwardFp8Epilogue {
     float dg[2] = {0.0f, 0.0f};
     CUTE_UNROLL
     for (int hc = 0; hc < kTileN / kChunkCols; ++hc) {
+      if constexpr (kTileN > kScaleBlock) {
+        if (tile.n_begin + hc * kChunkCols >= b.intermediate) break;
+      }
       int const col = 2 * (tile.n_begin + hc * kChunkCols);  // the block's first d_gate_up column
       ChunkWords grad_words[2] = {};  // an inactive slice stores zeros
       ChunkWords activation_words{};
@@ -111,5 +117,9 @@ struct SwigluBackwardFp8Epilogue {
     store_dg_partials(b, r, dg, tile.n_begin / kTileN);
   }
 };
+
+// The two tiles the FP8 dgrad comes in (src/gemm/down_dgrad_swiglu_fp8.cu picks by shape).
+using SwigluBackwardFp8Epilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledGemmPolicy::kBlockN>;
+using SwigluBackwardFp8WideEpilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledWideGemmPolicy::kBlockN>;
 
 }  // namespace caracal::gemm
