@@ -1,18 +1,19 @@
 // An FP8 layer (LayerSizes::fp8): v1's separate launches with the routed and the shared experts in
 // DeepSeek-V3's FP8 recipe (gemm::Fp8ExpertPass; the recipe runs every FFN GEMM in FP8). The forward
 // quantizes x at home (1 x 128 blocks along D) and pulls the e4m3 rows with their scales
-// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows). With FP8 weight gradients the
-// backward quantizes dy at home and pulls it likewise (reverse_combine_fp8), and x's and dy's
-// columns are quantized from their e4m3 rows (DeepSeek-V3's requantization); the bf16 ones
+// (TokenExchange::dispatch_fp8: half the bytes of bf16 rows), in the FP8 GEMMs' layout over the
+// shared rows, so the shared expert reads those codes too. With FP8 weight gradients the backward
+// quantizes dy at home and pulls it likewise (reverse_combine_fp8), and x's and dy's columns are
+// quantized from their e4m3 rows (DeepSeek-V3's requantization); the bf16 ones
 // (MoELayerOptions::fp8_weight_gradients false) read x's and dy's bf16 rows, which it pulls. A
-// replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes. The
-// shared expert quantizes its own rows (from its bf16 rows at home).
-// forward:  weights quantized | shared expert | build_schedule (and the gates) | x quantized at home |
+// replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes.
+// forward:  weights quantized | x quantized at home | shared expert | build_schedule (and the gates) |
 //           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
-// backward: (replay: stage inputs | weights quantized | shared up/gate | build_schedule | dispatch |
-//           routed up/gate, x quantized on the expert side) | (dy staged) | FP8 weight gradients:
-//           dy quantized at home, reverse_combine_fp8; bf16: reverse_combine, (not replayed)
-//           dispatch | weights quantized | the routed experts' FP8 backward (dx into
+// backward: (replay: stage inputs | weights quantized | x quantized at home | shared up/gate |
+//           build_schedule | dispatch | routed up/gate, x quantized on the expert side) | (dy
+//           staged) | FP8 weight gradients: dy quantized at home, reverse_combine_fp8; bf16:
+//           reverse_combine, (not replayed) dispatch | weights quantized | the routed experts' FP8
+//           backward (dx into
 //           expert_dx) | the shared expert's | reverse_dispatch
 // Weights given quantized (MoEWeights::w_fp8, layer/fp8_weights.hpp) are read as they are; the
 // others are quantized at every forward, replay and backward (a layer's engine may have run another
@@ -34,11 +35,11 @@ class Fp8LaunchesPlan final : public LayerPlan {
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
     check_layouts(ranks);
     const std::vector<Fp8Weights> weights = quantized_weights(ranks, stream);
+    for (size_t l = 0; l < ranks.size(); ++l) quantize_home_x(l, stream);
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
-      gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream);
+      gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream, gemm::Fp8XRows::kGiven);
     }
     state_.exchange->build_schedule(state_.config.router, stream);
-    for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(state_.ranks[l].io.x, state_.ranks[l].home_x_fp8, stream);
     state_.exchange->dispatch_fp8(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
       gemm::expert_forward(state_.ranks[l].routed_fp8, weights[l].routed, stream, gemm::Fp8XRows::kGiven);
@@ -54,7 +55,8 @@ class Fp8LaunchesPlan final : public LayerPlan {
     stage_inputs(state_, ranks, stream);
     const std::vector<Fp8Weights> weights = quantized_weights(ranks, stream);
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
-      gemm::expert_up_gate(state_.ranks[l].shared_fp8, weights[l].shared, stream);
+      quantize_home_x(l, stream);
+      gemm::expert_up_gate(state_.ranks[l].shared_fp8, weights[l].shared, stream, gemm::Fp8XRows::kGiven);
     }
     state_.exchange->build_schedule(state_.config.router, stream);
     state_.exchange->dispatch(stream);
@@ -68,7 +70,10 @@ class Fp8LaunchesPlan final : public LayerPlan {
     check_layouts(forward);
     const bool fp8_weight_grads = state_.sizes.fp8_weight_grads;
     if (fp8_weight_grads) {  // dy quantized at home and pulled in e4m3 with g
-      for (size_t l = 0; l < ranks.size(); ++l) quantize_home_rows(state_.ranks[l].io.dy, state_.ranks[l].home_dy_fp8, stream);
+      for (size_t l = 0; l < ranks.size(); ++l) {
+        const RankState& rank = state_.ranks[l];
+        quantize_home_rows(rank.io.dy, state_.sizes.tokens, rank.home_dy_fp8, stream);
+      }
       state_.exchange->reverse_combine_fp8(stream);
     } else {
       state_.exchange->reverse_combine(stream, transfer::PullRange{0, 0});
@@ -115,18 +120,28 @@ class Fp8LaunchesPlan final : public LayerPlan {
                     "order), got the [gate; up] halves");
     }
   }
-  // A rank's x or dy (the exchange's T rows) into its e4m3 codes and row-major scales at home
-  // (dispatch_fp8's and reverse_combine_fp8's inputs).
-  void quantize_home_rows(const __nv_bfloat16* rows, const gemm::Fp8RowOutput& out, cudaStream_t stream) const {
+  // Rank l's x at home: from the shared expert's bf16 rows where it has them (T rounded up to 128,
+  // zero past T), else from the exchange's T rows.
+  void quantize_home_x(size_t l, cudaStream_t stream) const {
+    const LayerSizes& s = state_.sizes;
+    const RankState& rank = state_.ranks[l];
+    quantize_home_rows(s.has_shared ? rank.shared.x : rank.io.x, s.has_shared ? s.shared_rows : s.tokens,
+                       rank.home_x_fp8, stream);
+  }
+  // A rank's x or dy (`count` of the rows at `rows`) into e4m3 codes and scales at home, in the FP8
+  // GEMMs' layout over the exchange's home rows (T rounded up to 128): dispatch_fp8's and
+  // reverse_combine_fp8's inputs, and x's the shared expert's rows.
+  void quantize_home_rows(const __nv_bfloat16* rows, int count, const gemm::Fp8RowOutput& out,
+                          cudaStream_t stream) const {
     const LayerSizes& s = state_.sizes;
     quant::QuantizeRowsArgs q;
     q.values = rows;
-    q.rows = s.tokens;
+    q.rows = count;
     q.cols = s.hidden;
     q.codes = out.codes;
     q.scales = out.scales;
-    q.scale_row_stride = s.hidden / kFp8Block;
-    q.scale_block_stride = 1;
+    q.scale_row_stride = 1;
+    q.scale_block_stride = s.shared_rows;  // the exchange's home rows: T rounded up to 128
     quant::quantize_rows(q, stream);
   }
   // Each rank's routed and shared weights quantized: those the caller gave (MoEWeights::w_fp8), else

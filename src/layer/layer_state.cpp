@@ -97,6 +97,8 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
       state.routed_fp8.x_columns = {reinterpret_cast<__nv_fp8_e4m3*>(x_rows), reinterpret_cast<float*>(x_rows + x_codes)};
     }
     state.weights_fp8 = local.weights_fp8;
+    CARACAL_CHECK(exchange.sizes().home_rows == sizes.shared_rows, "MoELayer: the exchange's home rows (",
+                  exchange.sizes().home_rows, ") must be the shared rows (", sizes.shared_rows, ")");
     state.home_x_fp8 = {at(fwd.x_codes), at(fwd.x_scales)};
     if (exchange.options().fp8_reverse_combine) {
       state.home_dy_fp8 = {at(bwd.dy_codes), at(bwd.dy_scales)};
@@ -129,6 +131,9 @@ RankState make_rank_state(const LayerSizes& sizes, const transfer::TokenExchange
   if (sizes.fp8) {  // the shared expert in FP8 too (DeepSeek-V3's recipe: every FFN GEMM), on its buffers
     state.shared_fp8 = fp8_twin(shared, local.shared_x_fp8, local.shared_activation_fp8, local.shared_dy_fp8,
                                 local.shared_d_gate_up_fp8, sizes.fp8_weight_grads);
+    // Its x rows are x's home codes (the FP8 plan quantizes x there over the shared rows);
+    // shared_x_fp8 keeps their columns for the weight gradients.
+    state.shared_fp8.x_fp8 = state.home_x_fp8;
   }
   return state;
 }

@@ -27,7 +27,8 @@ struct RankState {
   MoELayerBuffers io;             // the exchange's input/output buffers (zero-copy path)
   gemm::ExpertPass routed;        // L experts over the schedule's rows
   gemm::Fp8ExpertPass routed_fp8;  // the same rows in FP8 (LayerSizes::fp8; else unused)
-  gemm::Fp8RowOutput home_x_fp8;   // the exchange's x_codes and x_scales (LayerSizes::fp8; else null)
+  gemm::Fp8RowOutput home_x_fp8;   // the exchange's x_codes and x_scales (LayerSizes::fp8; else null):
+                                   // the shared expert's e4m3 rows too
   gemm::Fp8RowOutput home_dy_fp8;  // its dy_codes and dy_scales (FP8 weight gradients; else null)
   gemm::Fp8RowOutput expert_dy_fp8;  // its expert_dy_codes and expert_dy_scales (likewise)
   uint8_t* weights_fp8 = nullptr;  // where its passes quantize weights not given quantized (MoEWeights::w_fp8;

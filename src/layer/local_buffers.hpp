@@ -54,7 +54,8 @@ struct LocalBuffers {
   float* shared_gates = nullptr;              // [shared_rows] c_t (1 without a scale); 0 on padding
   float* shared_dg = nullptr;                 // [shared_rows] <dy_t, E_shared(x_t)>
   float* shared_workspace = nullptr;          // (gemm::fp8_)down_dgrad_workspace_floats(shared_rows, Is)
-  // FP8 layers: the shared expert's rows in e4m3 (as the routed experts', over shared_rows rows).
+  // FP8 layers: the shared expert's rows in e4m3 (as the routed experts', over shared_rows rows; its
+  // x rows are the exchange's x_codes, shared_x_fp8 holds their columns for the weight gradients).
   gemm::Fp8RowOutput shared_x_fp8, shared_activation_fp8, shared_dy_fp8, shared_d_gate_up_fp8;
 };
 

@@ -143,9 +143,10 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
       const int64_t rb = ceil_div(rows, block), cb = ceil_div(cols, block);
       return 2 * rows * cols + (cb * scale_row(rb) + rb * scale_row(cb)) * 4;
     };
-    // expert_dx; x and, with FP8 weight gradients (the default), dy in e4m3 at home and on the expert
-    // side (TokenExchange::dispatch_fp8, reverse_combine_fp8).
-    const int64_t e4m3_pull = T * (D + D / block * 4) + capacity * (D + D / block * 4);
+    // expert_dx; x and, with FP8 weight gradients (the default), dy in e4m3 at home (over T rounded
+    // up to the tile) and on the expert side (TokenExchange::dispatch_fp8, reverse_combine_fp8).
+    const int64_t home_rows = ceil_div(T, tile_m) * tile_m;
+    const int64_t e4m3_pull = home_rows * (D + D / block * 4) + capacity * (D + D / block * 4);
     m.fp8_layer_heap = b.v1_layer_heap + capacity * D * 2 + 2 * e4m3_pull;
     // The routed experts' e4m3 rows (the activation, dy, d_gate_up), weights and dgrad partials per
     // 128 columns, not 256; the shared expert's likewise (x too: it quantizes its own).

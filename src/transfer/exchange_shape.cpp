@@ -49,6 +49,7 @@ ExchangeSizes exchange_sizes(const ExchangeShape& shape, int64_t world_size) {
   sizes.chunks = (sizes.routes + kScheduleChunkRoutes - 1) / kScheduleChunkRoutes;
   sizes.blocks = (sizes.chunks + kScheduleBlockChunks - 1) / kScheduleBlockChunks;
   sizes.pulled_row_bytes = row_format(shape.precision).row_bytes(shape.hidden);
+  sizes.home_rows = (shape.tokens + shape.tile_m - 1) / shape.tile_m * shape.tile_m;
   // E + (2 + warps) * L + 1 ints: see schedule::shared_ints (schedule_build.cuh).
   const int64_t shared_ints = shape.num_experts + (2 + kScheduleWarps) * sizes.local_experts + 1;
   sizes.schedule_shared_bytes = static_cast<size_t>(shared_ints) * sizeof(int32_t);

@@ -76,8 +76,8 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.forward.y = heap.take<__nv_bfloat16>(T * D);
     if (options.fp8_dispatch) {
       const int64_t blocks = D / kFp8Block;
-      b.forward.x_codes = heap.take<__nv_fp8_e4m3>(T * D);
-      b.forward.x_scales = heap.take<float>(T * blocks);
+      b.forward.x_codes = heap.take<__nv_fp8_e4m3>(sizes.home_rows * D);
+      b.forward.x_scales = heap.take<float>(blocks * sizes.home_rows);
       b.forward.expert_x_codes = heap.take<__nv_fp8_e4m3>(rows * D);
       b.forward.expert_x_scales = heap.take<float>(blocks * rows);
     }
@@ -97,8 +97,8 @@ Buffers lay_out(HeapLayout& heap, const ExchangeShape& shape, const ExchangeSize
     b.backward.dx = heap.take<__nv_bfloat16>(T * D);
     if (options.fp8_reverse_combine) {
       const int64_t blocks = D / kFp8Block;
-      b.backward.dy_codes = heap.take<__nv_fp8_e4m3>(T * D);
-      b.backward.dy_scales = heap.take<float>(T * blocks);
+      b.backward.dy_codes = heap.take<__nv_fp8_e4m3>(sizes.home_rows * D);
+      b.backward.dy_scales = heap.take<float>(blocks * sizes.home_rows);
       b.backward.expert_dy_codes = heap.take<__nv_fp8_e4m3>(rows * D);
       b.backward.expert_dy_scales = heap.take<float>(blocks * rows);
     }
@@ -259,6 +259,7 @@ TokenExchange::TokenExchange(comm::World& world, const ExchangeShape& shape, con
   a.rows_per_route = options_.rows_per_route;
   a.window = {0, a.schedule.row_capacity, 0};
   a.fp8_zero_scale = block_scale(0.0f, ScaleRounding::kExact).scale;
+  a.fp8_home_rows = static_cast<int>(sizes_.home_rows);
 }
 
 TokenExchange::~TokenExchange() = default;

@@ -1,6 +1,7 @@
 // TokenExchange::dispatch_fp8 and reverse_combine_fp8 (ExchangeOptions::fp8_dispatch,
 // fp8_reverse_combine): every schedule row gets its home token's e4m3 codes and 1 x 128 scales bit
-// for bit (and, for dy, its route's g), the scales in the FP8 GEMMs' MN-major layout;
+// for bit (and, for dy, its route's g), the scales read from and stored in the FP8 GEMMs' MN-major
+// layout (home: over T rounded up to tile_m rows);
 // padding rows zero codes under the scale of a zero block; nothing past the schedule's rows is
 // written. In loopback at W = 1, 2, 4, 8 on every routing case, per (token, rank) and per route,
 // with fresh random codes and scales (any byte is a code here: NaN codes travel too) and every
@@ -39,20 +40,24 @@ const ExchangeShape kShapes[] = {
     {40, 36, 4608, 48, 8},   // k > 32: a token's slots in two rounds; 36 scales a row: two rounds of lanes
 };
 
+// Every rank's home rows: codes [Th][D], scales [D/128][Th] (Th = T rounded up to tile_m; the rows
+// past T random too: never pulled).
 struct Fp8Inputs {
-  std::vector<std::vector<uint8_t>> codes;  // [W][T*D]
-  std::vector<std::vector<float>> scales;   // [W][T*D/128]
+  int64_t home_rows = 0;                    // Th
+  std::vector<std::vector<uint8_t>> codes;  // [W][Th*D]
+  std::vector<std::vector<float>> scales;   // [W][D/128*Th]
   std::vector<std::vector<float>> gates;    // [W][T*k] (dy's pull)
 };
 
-Fp8Inputs make_inputs(const ExchangeShape& shape, int64_t world, uint64_t seed) {
+Fp8Inputs make_inputs(const ExchangeShape& shape, int64_t home_rows, int64_t world, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> scale(1e-6f, 4.0f);
   Fp8Inputs in;
+  in.home_rows = home_rows;
   for (int64_t r = 0; r < world; ++r) {
-    std::vector<uint8_t> codes(static_cast<size_t>(shape.tokens * shape.hidden));
+    std::vector<uint8_t> codes(static_cast<size_t>(home_rows * shape.hidden));
     for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
-    std::vector<float> scales(static_cast<size_t>(shape.tokens * shape.hidden / kBlock));
+    std::vector<float> scales(static_cast<size_t>(home_rows * shape.hidden / kBlock));
     for (float& s : scales) s = scale(rng);
     std::vector<float> gates(static_cast<size_t>(shape.tokens * shape.top_k));
     for (float& g : gates) g = scale(rng);
@@ -89,7 +94,7 @@ ExpectedRows expected_rows(const ExchangeShape& shape, const RankSchedule& rs, c
         r.is_padding() ? 0.0f : in.gates[static_cast<size_t>(r.src_rank)][static_cast<size_t>(r.src_route)];
     for (int64_t b = 0; b < blocks; ++b) {
       want.scales[b * stride + row] =
-          r.is_padding() ? zero_scale : in.scales[static_cast<size_t>(r.src_rank)][token * blocks + b];
+          r.is_padding() ? zero_scale : in.scales[static_cast<size_t>(r.src_rank)][b * in.home_rows + token];
     }
   }
   return want;
@@ -124,7 +129,7 @@ void run_and_check(TokenExchange& ex, Pull which, const Routing& routing, uint64
   const ExchangeShape& shape = ex.shape();
   const int64_t D = shape.hidden, blocks = D / kBlock, routes = ex.sizes().routes, S = scale_stride(ex);
   const Schedule schedule = build_schedule(routing, shape.num_experts, shape.tile_m);
-  const Fp8Inputs in = make_inputs(shape, world.world_size(), seed);
+  const Fp8Inputs in = make_inputs(shape, ex.sizes().home_rows, world.world_size(), seed);
   const PullBuffers b = buffers_of(ex, which);
   for (int l = 0; l < world.local_ranks(); ++l) {
     const size_t rank = static_cast<size_t>(world.first_local_rank() + l);

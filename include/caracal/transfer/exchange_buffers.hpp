@@ -65,8 +65,10 @@ struct ForwardBuffers {
   Sym<__nv_bfloat16> shared_out;     // [T][D] optional input: the shared expert's output
   Sym<__nv_bfloat16> y;              // [T][D] combine output
   // x in e4m3 with one fp32 scale per 1 x 128 block (ExchangeOptions::fp8_dispatch, else null):
-  Sym<__nv_fp8_e4m3> x_codes;         // [T][D] input: x quantized at home
-  Sym<float> x_scales;                // [T][D / 128] input, a token's scales contiguous
+  // [Th][D] and [D / 128][Th] input, Th = T rounded up to tile_m: x quantized at home in the FP8
+  // GEMMs' layout (a rank's own GEMMs may read them too); rows past T are not pulled.
+  Sym<__nv_fp8_e4m3> x_codes;
+  Sym<float> x_scales;
   Sym<__nv_fp8_e4m3> expert_x_codes;  // [R][D] dispatch_fp8 output, schedule order; padding rows zero
   Sym<float> expert_x_scales;         // [D / 128][S] (the FP8 GEMMs' layout, S = the schedule view's
                                       // buffer rows); padding rows the scale of a zero block
@@ -85,8 +87,8 @@ struct BackwardBuffers {
   Sym<__nv_bfloat16> dx;         // [T][D] reverse-dispatch output
   // dy in e4m3 with one fp32 scale per 1 x 128 block (ExchangeOptions::fp8_reverse_combine, else
   // null), laid out as ForwardBuffers' x_codes ... expert_x_scales:
-  Sym<__nv_fp8_e4m3> dy_codes;         // [T][D] input: dy quantized at home
-  Sym<float> dy_scales;                // [T][D / 128] input, a token's scales contiguous
+  Sym<__nv_fp8_e4m3> dy_codes;         // [Th][D] and [D / 128][Th] input (as x_codes, x_scales):
+  Sym<float> dy_scales;                // dy quantized at home
   Sym<__nv_fp8_e4m3> expert_dy_codes;  // [R][D] reverse_combine_fp8 output; padding rows zero
   Sym<float> expert_dy_scales;         // [D / 128][S]; padding rows the scale of a zero block
 };

@@ -52,6 +52,7 @@ struct ExchangeSizes {
   int64_t blocks = 0;                // schedule blocks per source rank: ceil(chunks / kScheduleBlockChunks)
   size_t schedule_shared_bytes = 0;  // dynamic shared memory of the schedule builder's CTAs
   int64_t pulled_row_bytes = 0;      // one row of x, expert_x, dy, expert_dy in the shape's precision
+  int64_t home_rows = 0;             // T rounded up to tile_m: the home e4m3 rows of x (fp8_dispatch)
 };
 
 // Validates `shape` for `world_size` ranks and derives its sizes. Throws caracal::Error naming the

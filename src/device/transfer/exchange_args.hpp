@@ -26,8 +26,10 @@ struct ExchangeArgs {
   // window of this many rows), led by the group's highest row (DxSlots::kPerTokenRank); -1: a row
   // per route.
   int dx_group_rows = -1;
-  // dispatch_fp8 (ExchangeOptions::fp8_dispatch): the scale of a zero block, a padding row's.
+  // dispatch_fp8 (ExchangeOptions::fp8_dispatch): the scale of a zero block, a padding row's, and
+  // the home scales' stride (ExchangeSizes::home_rows).
   float fp8_zero_scale = 0.0f;
+  int fp8_home_rows = 0;
 };
 
 }  // namespace caracal::transfer::detail

@@ -29,13 +29,14 @@ inline constexpr int kFp8ScaleBlock = 128;   // codes per fp32 scale along a row
 // Where an FP8 pull reads and writes (exchange_buffers.hpp's x_codes ... expert_x_scales, or dy's),
 // and with gates g of each row's route (home gates [T*k] into expert_gates [rows]; padding rows 0).
 struct PullFp8Rows {
-  comm::SymmetricPtr<__nv_fp8_e4m3> home_codes;    // [T][D]
-  comm::SymmetricPtr<float> home_scales;           // [T][D / 128]
+  comm::SymmetricPtr<__nv_fp8_e4m3> home_codes;    // [home_rows][D]
+  comm::SymmetricPtr<float> home_scales;           // [D / 128][home_rows]
   comm::SymmetricPtr<__nv_fp8_e4m3> expert_codes;  // [scale_stride][D]
   comm::SymmetricPtr<float> expert_scales;         // [D / 128][scale_stride]
   int top_k;
   int hidden;        // D, a multiple of 128
   int scale_stride;  // the expert rows' count (the schedule view's buffer rows)
+  int home_rows;     // the home scales' stride
   float zero_scale;  // a padding row's scales: those the quantizer gives a zero block
   comm::SymmetricPtr<float> home_gates;    // with gates only
   comm::SymmetricPtr<float> expert_gates;  // with gates only
@@ -46,7 +47,7 @@ struct PullFp8Rows {
 __host__ __device__ inline PullFp8Rows fp8_pull_rows(const detail::ExchangeArgs& args) {
   return {args.forward.x_codes,        args.forward.x_scales, args.forward.expert_x_codes,
           args.forward.expert_x_scales, args.top_k,            args.hidden,
-          args.schedule.row_capacity,   args.fp8_zero_scale,   {}, {}};
+          args.schedule.row_capacity,   args.fp8_home_rows,    args.fp8_zero_scale, {}, {}};
 }
 
 // The exchange's FP8 reverse combine: dy_codes and dy_scales into expert_dy_codes and
@@ -54,8 +55,8 @@ __host__ __device__ inline PullFp8Rows fp8_pull_rows(const detail::ExchangeArgs&
 __host__ __device__ inline PullFp8Rows fp8_dy_pull_rows(const detail::ExchangeArgs& args) {
   return {args.backward.dy_codes,        args.backward.dy_scales, args.backward.expert_dy_codes,
           args.backward.expert_dy_scales, args.top_k,              args.hidden,
-          args.schedule.row_capacity,     args.fp8_zero_scale,     args.router.gates,
-          args.backward.expert_gates};
+          args.schedule.row_capacity,     args.fp8_home_rows,      args.fp8_zero_scale,
+          args.router.gates,              args.backward.expert_gates};
 }
 
 __device__ __forceinline__ uint4* fp8_row_vectors(__nv_fp8_e4m3* base, int64_t row, int hidden) {
@@ -65,13 +66,13 @@ __device__ __forceinline__ const uint4* fp8_row_vectors(const __nv_fp8_e4m3* bas
   return reinterpret_cast<const uint4*>(base + row * hidden);
 }
 
-// One warp stores a token's `blocks` scales (`src`, contiguous) into the row of each lane in
-// `members` (lanes whose `mine` names a row), each scale loaded once. Call from all lanes.
-__device__ __forceinline__ void warp_fan_out_scales(const float* src, int blocks, unsigned members, int mine,
-                                                    float* scales, int stride, int lane) {
+// One warp stores a token's `blocks` scales (block b at src[b * src_stride]) into the row of each
+// lane in `members` (lanes whose `mine` names a row), each scale loaded once. Call from all lanes.
+__device__ __forceinline__ void warp_fan_out_scales(const float* src, int src_stride, int blocks, unsigned members,
+                                                    int mine, float* scales, int stride, int lane) {
   for (int base = 0; base < blocks; base += kWarpSize) {
     const int b = base + lane;
-    const float s = b < blocks ? load_coherent_f32(src + b) : 0.0f;
+    const float s = b < blocks ? load_coherent_f32(src + static_cast<int64_t>(b) * src_stride) : 0.0f;
     for (unsigned rest = members; rest != 0u; rest &= rest - 1u) {
       const int row = __shfl_sync(~0u, mine, __ffs(rest) - 1);
       if (b < blocks) scales[static_cast<int64_t>(b) * stride + row] = s;
@@ -118,10 +119,12 @@ __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, co
     const uint4* const src = fp8_row_vectors(world.at(pull.home_codes, entry.x), token, pull.hidden);
     warp_fan_out_row<kCoherentPulls>(
         group, src, pull.hidden / kFp8PerVector, [&](int r) { return fp8_row_vectors(codes, r, pull.hidden); }, lane);
-    const float* const token_scales = world.at(pull.home_scales, entry.x) + token * blocks;
+    const float* const token_scales = world.at(pull.home_scales, entry.x) + token;
     for_each_slot_round(group, lane, [&](int, int mine) {
       const unsigned members = __ballot_sync(~0u, mine >= 0);
-      if (members != 0u) warp_fan_out_scales(token_scales, blocks, members, mine, scales, pull.scale_stride, lane);
+      if (members != 0u) {
+        warp_fan_out_scales(token_scales, pull.home_rows, blocks, members, mine, scales, pull.scale_stride, lane);
+      }
     });
   });
 }
@@ -156,8 +159,8 @@ __device__ inline void pull_fp8_rows_single_rank(const comm::DeviceWorld& world,
         if constexpr (kWithGates) {
           if (row >= 0) world.at(pull.expert_gates, rank)[row] = world.at(pull.home_gates, rank)[first_route + slot];
         }
-        const float* const token_scales = world.at(pull.home_scales, rank) + static_cast<int64_t>(token) * blocks;
-        warp_fan_out_scales(token_scales, blocks, members, row, scales, pull.scale_stride, lane);
+        const float* const token_scales = world.at(pull.home_scales, rank) + token;
+        warp_fan_out_scales(token_scales, pull.home_rows, blocks, members, row, scales, pull.scale_stride, lane);
       }
     }
   });
