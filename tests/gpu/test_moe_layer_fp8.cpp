@@ -62,11 +62,10 @@ TEST_P(GpuMoELayerFp8, CloseToTheUnquantizedReference) {
 // is the kernels' own error (fp32 accumulation, FP8 wgmma's promotion every 128 of K), and where it
 // tips a bf16 rounding the e4m3 code it feeds next (the activation's, d_gate_up's). ~3x the errors
 // measured on an H100 (2026-12-06, over every case and rank): y 0.74% Frobenius, 3.5% the worst row;
-// dx 0.60%, 2.3%; the weight gradients 0.13%, 0.17%; d_topk_scores |error| <= 5e-4 B_t. d_shared_scale
-// (<dy, E_shared(x)> through the shared expert's FP8 GEMMs) is held to y's bound until a run measures
-// it.
+// dx 0.60%, 2.3%; the weight gradients 0.13%, 0.17%; d_topk_scores |error| <= 5e-4 B_t; d_shared_scale
+// (<dy, E_shared(x)> through the shared expert's FP8 GEMMs, one row) 0.095% over four seeds.
 constexpr checks::LayerBounds kFp8KernelBounds{{2.2e-2, 1.1e-1}, {1.8e-2, 7e-2}, {4e-3, 5e-3},
-                                               {2.2e-2, 1.1e-1}, 1e-2, 1.5e-3};
+                                               {3e-3, 3e-3}, 1e-2, 1.5e-3};
 
 TEST_P(GpuMoELayerFp8, CloseToTheQuantizedReference) {
   CARACAL_REQUIRE_GPU();
