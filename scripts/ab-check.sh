@@ -12,8 +12,9 @@
 #      T = 4096, forward + backward; AB_LAYER_ARGS: more of its arguments, e.g. "--graph
 #      --bf16-weight-grads");
 #   3. the grouped GEMMs: caracal_gemm_bench of both, alternated the same way (GEMM_CASES=none:
-#      not run, for builds staged without it);
-# then a table of medians over the rounds (each run's own figure is a median of --reps runs).
+#      not run, for builds staged without it; GEMM_ARGS: more of its arguments, e.g. --no-fp8);
+# then a table of medians over the rounds (each run's own figure is a median of --reps runs; the
+# layer's v1 rows too where the bench timed v1).
 # Every soak and benchmark run is bounded by AB_TIMEOUT s (300). The last line is "FAILED: <steps>"
 # (exit status 1: a run failed or the checksums differ) or "all passed"
 # (tests/scripts/test_ab_check.sh checks this logic with stub builds).
@@ -85,7 +86,9 @@ for round in $(seq 1 "$rounds"); do
     run "layer_${side}_$round" "$limit" "$dir/caracal-bench" --model deepseek-v3 --experts 32 --ep 1 --tokens 4096 \
       --reps 20 --quiet --no-validate ${AB_LAYER_ARGS:-} --json "$logs/layer_${side}_$round.json"
     [ "${GEMM_CASES:-}" = none ] && continue
-    run "gemm_${side}_$round" "$limit" "$dir/caracal_gemm_bench" --reps 20 $gemm_cases --json "$logs/gemm_${side}_$round.json"
+    # shellcheck disable=SC2086  # GEMM_ARGS splits into arguments
+    run "gemm_${side}_$round" "$limit" "$dir/caracal_gemm_bench" --reps 20 $gemm_cases ${GEMM_ARGS:-} \
+      --json "$logs/gemm_${side}_$round.json"
   done
 done
 
@@ -102,6 +105,12 @@ for p in ("forward", "backward", "fwd_bwd"):
     o = median([r["runs"][0][p]["ms"] for r in load("layer_old_*.json")])
     n = median([r["runs"][0][p]["ms"] for r in load("layer_new_*.json")])
     print(f"  {p:10s} {o:8.3f} | {n:8.3f} | {n / o:.3f}")
+def v1_ms(side, p):  # v1's launches in the same runs, where the bench timed them
+    return median([r["runs"][0].get("v1", {}).get(p, {}).get("ms") for r in load(f"layer_{side}_*.json")])
+for p in ("forward", "backward", "fwd_bwd"):
+    o, n = v1_ms("old", p), v1_ms("new", p)
+    if o == o and n == n:  # not NaN
+        print(f"  v1 {p:7s} {o:8.3f} | {n:8.3f} | {n / o:.3f}")
 print("grouped GEMMs (ms): old | new | new/old")
 rows = {}
 for side in ("old", "new"):
