@@ -128,8 +128,9 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
     gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane);
     if (task.dgrad()) {
       const bool shared = task.shared();
-      gemm::DownDgradSwigluGemm::Epilogue::apply(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum,
-                                                 active, ring, consumer);
+      // Its pairs loaded in place: these consumers' 216 registers leave no room to load ahead.
+      gemm::DownDgradSwigluGemm::Epilogue::apply</*kLoadAhead=*/false>(
+          shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum, active, ring, consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();

@@ -15,8 +15,9 @@
 // The thread holding d_h column j also needs gate_j and up_j: with the 8-row interleave they are
 // the bf16 pairs at gate_up columns 16t + 2(l%4) and 16t + 8 + 2(l%4) of the tile's 2N columns
 // for accumulator group t, read straight from global memory (the producer prefetched them into
-// L2 shortly before). The pieces below the epilogue serve any tile N (this epilogue's 256, the bf16
-// policy's; swiglu_backward_fp8_epilogue.cuh's 128).
+// L2 shortly before), half a chunk ahead of their use where the consumers have the registers. The
+// pieces below the epilogue serve any tile N (this epilogue's 256, the bf16 policy's;
+// swiglu_backward_fp8_epilogue.cuh's 128).
 #include <cstdint>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -74,7 +75,9 @@ struct SwigluBackwardEpilogue {
   // Producer: pull the tile's 128 rows x 512 columns of gate_up into L2 (mainloop.cuh says when).
   __device__ static void prefetch_source(Params const& p, TileCoord const& tile);
 
-  template <class Accum>
+  // kLoadAhead: each half chunk's gate/up pairs are loaded while the one before is stored (16 more
+  // registers a thread); else just before their use (for consumers without those registers).
+  template <bool kLoadAhead = true, class Accum>
   __device__ static void apply(Params const& p, TileCoord const& tile, Accum const& acc,
                                bool active, ChunkStoreRing& ring, int warpgroup);
 };
@@ -126,14 +129,9 @@ __device__ inline void gate_up_sources(SwigluBackwardEpilogue::Params const& p, 
   }
 }
 
-// Half a 64-column d_h chunk, accumulator groups [group0, group0 + kHalfGroups): their d_gate_up,
-// one 64-column chunk in gate_up order, into `grad_words`; their scaled activation into half
-// `half` of `activation_words`; their dg terms added to `dg`.
-template <class Accum>
-__device__ void swiglu_backward_half(Accum const& acc, const uint32_t* const (&src)[2], float const (&g)[2],
-                                     int group0, int half, float (&dg)[2], ChunkWords& grad_words,
-                                     ChunkWords& activation_words) {
-  GateUpPairs pairs;
+// The thread's gate and up pairs for half a d_h chunk, accumulator groups [group0, group0 +
+// kHalfGroups).
+__device__ inline void load_gate_up_pairs(const uint32_t* const (&src)[2], int group0, GateUpPairs& pairs) {
   CUTE_UNROLL
   for (int q = 0; q < kHalfGroups; ++q) {
     CUTE_UNROLL
@@ -142,6 +140,14 @@ __device__ void swiglu_backward_half(Accum const& acc, const uint32_t* const (&s
       pairs.up[2 * q + h] = __ldg(src[h] + 8 * (group0 + q) + 4);
     }
   }
+}
+
+// Half a 64-column d_h chunk, accumulator groups [group0, group0 + kHalfGroups) with their `pairs`:
+// their d_gate_up, one 64-column chunk in gate_up order, into `grad_words`; their scaled activation
+// into half `half` of `activation_words`; their dg terms added to `dg`.
+template <class Accum>
+__device__ void swiglu_backward_half(Accum const& acc, GateUpPairs const& pairs, float const (&g)[2], int group0,
+                                     int half, float (&dg)[2], ChunkWords& grad_words, ChunkWords& activation_words) {
   CUTE_UNROLL
   for (int q = 0; q < kHalfGroups; ++q) {
     CUTE_UNROLL
@@ -158,6 +164,15 @@ __device__ void swiglu_backward_half(Accum const& acc, const uint32_t* const (&s
       activation_words.w[2 * (kHalfGroups * half + q) + h] = pack_bf16x2(lo.scaled_activation, hi.scaled_activation);
     }
   }
+}
+
+// The same, its pairs loaded here.
+template <class Accum>
+__device__ void swiglu_backward_half(Accum const& acc, const uint32_t* const (&src)[2], float const (&g)[2], int group0,
+                                     int half, float (&dg)[2], ChunkWords& grad_words, ChunkWords& activation_words) {
+  GateUpPairs pairs;
+  load_gate_up_pairs(src, group0, pairs);
+  swiglu_backward_half(acc, pairs, g, group0, half, dg, grad_words, activation_words);
 }
 
 // The four lanes of a row hold disjoint columns: add them in a fixed butterfly (every lane ends
@@ -177,7 +192,7 @@ __device__ inline void SwigluBackwardEpilogue::prefetch_source(Params const& p, 
   prefetch_gate_up<kBlockN>(p, tile);
 }
 
-template <class Accum>
+template <bool kLoadAhead, class Accum>
 __device__ void SwigluBackwardEpilogue::apply(Params const& p, TileCoord const& tile, Accum const& acc, bool active,
                                               ChunkStoreRing& ring, int warpgroup) {
   constexpr int kTileN = kTileNOf<Accum>;
@@ -187,6 +202,10 @@ __device__ void SwigluBackwardEpilogue::apply(Params const& p, TileCoord const& 
   float g[2] = {0.0f, 0.0f};
   gate_up_sources(p, tile, r, intermediate, active, src, g);
 
+  // Half chunk j (groups kHalfGroups j) exists where its 64 columns start below I.
+  constexpr int kHalfChunks = 2 * kTileN / kChunkCols;
+  GateUpPairs pairs;
+  if (kLoadAhead && active) load_gate_up_pairs(src, 0, pairs);
   float dg[2] = {0.0f, 0.0f};
   CUTE_UNROLL
   for (int hc = 0; hc < kTileN / kChunkCols; ++hc) {
@@ -194,10 +213,16 @@ __device__ void SwigluBackwardEpilogue::apply(Params const& p, TileCoord const& 
     ChunkWords activation_words{};  // an inactive slice stores zeros
     CUTE_UNROLL
     for (int half = 0; half < 2; ++half) {
+      int const j = 2 * hc + half;
       ChunkWords grad_words{};
       if (active) {
-        swiglu_backward_half(acc, src, g, kDhChunkGroups * hc + kHalfGroups * half, half, dg, grad_words,
-                             activation_words);
+        if constexpr (kLoadAhead) {
+          swiglu_backward_half(acc, pairs, g, kHalfGroups * j, half, dg, grad_words, activation_words);
+          bool const next_exists = tile.n_begin + ((j + 1) / 2) * kChunkCols < intermediate;
+          if (j + 1 < kHalfChunks && next_exists) load_gate_up_pairs(src, kHalfGroups * (j + 1), pairs);
+        } else {
+          swiglu_backward_half(acc, src, g, kHalfGroups * j, half, dg, grad_words, activation_words);
+        }
       }
       ring.acquire();
       ring.write(grad_words);
