@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 47's check, on one GPU in one device call:
 #   1. the FP8 GPU tests: the quantizers, the forward and backward FP8 GEMMs, the FP8 weight
-#      gradients, the FP8 expert pass and the FP8 layer (each a test binary of BUILD/tests),
-#      compute-sanitizer memcheck and racecheck on the quantizers' and the weight gradients' small
-#      cases, then tests/python/test_moe_fp8.py where BUILD holds libcaracal_torch.so
+#      gradients, the e4m3 pulls of x and dy, the FP8 expert pass and the FP8 layer (each a test
+#      binary of BUILD/tests), compute-sanitizer memcheck and racecheck on the quantizers', the
+#      weight gradients' and the pulls' small cases, then tests/python/test_moe_fp8.py where BUILD holds libcaracal_torch.so
 #      (SKIP_PYTHON=1: not);
 #   2. caracal_gemm_bench on the FP8 cases (GEMM_CASES: DeepSeek-V3 and Kimi K2 uniform,
 #      Qwen3-30B-A3B E128 T8192);
@@ -70,15 +70,16 @@ step() {
 }
 
 for t in test_gpu_quantize_fp8 test_gpu_grouped_gemm_fp8 test_gpu_grouped_gemm_fp8_backward test_gpu_weight_grad_fp8 \
-  test_gpu_expert_pass_fp8 test_gpu_moe_layer_fp8; do
+  test_gpu_dispatch_fp8 test_gpu_expert_pass_fp8 test_gpu_moe_layer_fp8; do
   if [ -x "$build/tests/$t" ]; then
     step "$t" "$out/$t.log" "$build/tests/$t" --gtest_brief=1
   else
     record_failed "$t" "not built ($build/tests/$t)"
   fi
 done
-# compute-sanitizer memcheck and racecheck on small cases: the quantizers (rows, columns and
-# weights, partial blocks) and the FP8 weight gradients (edge counts, empty experts).
+# compute-sanitizer memcheck and racecheck on small cases: the quantizers (rows, columns of bf16 and
+# of e4m3 rows, weights, partial blocks), the FP8 weight gradients (edge counts, empty experts) and
+# the e4m3 pulls of x and dy (W = 1 and 4, all-to-one, -1 slots, graph replay).
 sanitize() {  # sanitize BINARY FILTER
   local tool
   for tool in memcheck racecheck; do
@@ -90,8 +91,9 @@ sanitize() {  # sanitize BINARY FILTER
       "$build/tests/$1" --gtest_filter="$2" --gtest_brief=1
   done
 }
-sanitize test_gpu_quantize_fp8 '*/260x200_stride260_exact:*/3x264x200_exact:*/257x1000_exact_row_major'
+sanitize test_gpu_quantize_fp8 '*/260x200_stride260_exact:*/260x256_stride260_exact:*/3x264x200_exact:*/257x1000_exact_row_major'
 sanitize test_gpu_weight_grad_fp8 'Cases/Fp8WeightGradReference.*/edge_counts:Fp8WeightGradEmpty.*'
+sanitize test_gpu_dispatch_fp8 '*/W1_uniform_shape0_*:*/W4_all_to_one_shape0_*:*/W4_empty_slots_shape0_*:GpuDispatchFp8Graph.*'
 
 if [ "${SKIP_PYTHON:-0}" = 1 ]; then
   record "test_moe_fp8.py" "skipped (SKIP_PYTHON=1)"

@@ -10,7 +10,7 @@ results="$root/docs/results"
 make_build() {  # make_build DIR: every FP8 test passing, benches that write the recorded JSON
   mkdir -p "$1/tests"
   for t in test_gpu_quantize_fp8 test_gpu_grouped_gemm_fp8 test_gpu_grouped_gemm_fp8_backward \
-    test_gpu_weight_grad_fp8 test_gpu_expert_pass_fp8 test_gpu_moe_layer_fp8; do
+    test_gpu_weight_grad_fp8 test_gpu_dispatch_fp8 test_gpu_expert_pass_fp8 test_gpu_moe_layer_fp8; do
     stub_gtest "$1/tests/$t" 0
   done
   cat >"$1/caracal_gemm_bench" <<STUB
@@ -34,7 +34,8 @@ script_env=(OUT="$work/out" SKIP_PYTHON=1)
 run_and_expect "the targets missed" 1 "FAILED: targets" "MISS: .*forward 1.273x bf16 \(target 1.5\)" \
   env "${script_env[@]}" bash "$root/scripts/fp8-check.sh" "$work/build"
 grep -qE "test_gpu_weight_grad_fp8 +ok" <<<"$out" || fail "each test is a summary row"$'\n'"$out"
-grep -qE "sanitizer racecheck \(test_gpu_weight_grad_fp8\) +ok" <<<"$out" || fail "the sanitizer rows"$'\n'"$out"
+grep -qE "sanitizer racecheck \(test_gpu_weight_grad_fp8\) +ok" <<<"$out" &&
+  grep -qE "sanitizer memcheck \(test_gpu_dispatch_fp8\) +ok" <<<"$out" || fail "the sanitizer rows"$'\n'"$out"
 grep -qE "ceilings +ok" <<<"$out" && grep -q "^| deepseek-v3 E32 T4096 | 1.273 / 1.019 | " "$work/out/fp8-ceiling.md" ||
   fail "the ceilings (fp8_ceiling.py on the layers' and the GEMM bench's JSON)"$'\n'"$out"
 grep -q -- "--precision fp8 --fp8-weight-grads fp8 --graph --rounds 2 --reps 10" "$work/build/calls" ||
@@ -57,7 +58,7 @@ check_on_build "a failing test" "$work/build" 1 \
 # A sanitizer error fails its step by name.
 make_build "$work/b3"
 check_on_build "a sanitizer error" "$work/b3" 1 \
-  "FAILED: sanitizer memcheck (test_gpu_quantize_fp8), sanitizer racecheck (test_gpu_quantize_fp8), sanitizer memcheck (test_gpu_weight_grad_fp8), sanitizer racecheck (test_gpu_weight_grad_fp8), targets" \
+  "FAILED: sanitizer memcheck (test_gpu_quantize_fp8), sanitizer racecheck (test_gpu_quantize_fp8), sanitizer memcheck (test_gpu_weight_grad_fp8), sanitizer racecheck (test_gpu_weight_grad_fp8), sanitizer memcheck (test_gpu_dispatch_fp8), sanitizer racecheck (test_gpu_dispatch_fp8), targets" \
   "" -- STUB_SANITIZER_ERRORS=1
 
 # No budget: no bench starts; the GEMM bench's figures are still checked.
