@@ -4,7 +4,9 @@
 // schedule, so its counts are exactly what the GPU schedule will hold.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "caracal/gemm/gemm_tiles.hpp"
 #include "caracal/layer_config.hpp"
 #include "caracal/routing.hpp"
 
@@ -122,6 +124,7 @@ struct Plan {
 
   MemoryPlan memory;
   RooflinePlan roofline;
+  std::vector<gemm::LayerGemmTile> gemm_tiles;  // the tiles the layer's grouped GEMMs run in
 };
 
 // The ring the planner sizes by default (PlanOptions::ring_rows = 0): a balanced step (T*k routes

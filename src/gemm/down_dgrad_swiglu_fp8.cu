@@ -16,8 +16,6 @@ size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate) {
   return size_t(row_capacity) * size_t((intermediate + kTileN - 1) / kTileN);
 }
 
-bool fp8_dgrad_wide_tiles(int hidden) { return hidden >= kFp8DgradWideTilesMinK; }
-
 void grouped_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream) {
   const char* fn = "grouped_down_dgrad_swiglu (fp8)";
   check_down_dgrad_swiglu_args(args);

@@ -213,6 +213,7 @@ Plan make_plan(const LayerConfig& config, const Routing& routing, const std::str
   plan.config = config;
   plan.options = options;
   plan.routing_source = routing_source;
+  plan.gemm_tiles = gemm::layer_gemm_tiles(config.precision, s.hidden);
 
   const Schedule schedule = build_schedule(routing, s.num_experts, options.tile_m);
 

@@ -297,5 +297,37 @@ TEST(Planner, RejectsBadOptions) {
   EXPECT_THROW(plan_with(config_for("kimi-k2", 8, 16), RoutingKind::kUniform, o), Error);
 }
 
+// The GEMM tiles the plan reports are the launchers' (caracal/gemm/gemm_tiles.hpp): one tile for
+// every bf16 GEMM; in FP8 the dgrad's by D, wide from 4096 (DeepSeek-V3's 7168), narrow below
+// (Qwen3-30B-A3B's 2048).
+TEST(Planner, ReportsTheGemmTilesByPrecisionAndShape) {
+  const auto dgrad_tile = [](const Plan& p) {
+    for (const gemm::LayerGemmTile& g : p.gemm_tiles) {
+      if (std::string(g.gemm) == "dgrad + SwiGLU") return g.tile;
+    }
+    ADD_FAILURE() << "no dgrad row";
+    return gemm::GemmTile{0, 0, 0};
+  };
+  for (const char* model : {"deepseek-v3", "qwen3-30b-a3b"}) {
+    LayerConfig c = config_for(model, 8, 256);
+    const Plan bf16 = plan_with(c, RoutingKind::kUniform);
+    ASSERT_EQ(bf16.gemm_tiles.size(), 5u);
+    for (const gemm::LayerGemmTile& g : bf16.gemm_tiles) {
+      EXPECT_EQ(g.tile.n, 256) << g.gemm;
+      EXPECT_EQ(g.tile.k, 64) << g.gemm;
+      EXPECT_STREQ(g.rule, "") << g.gemm;
+    }
+    c.precision = Precision::kFP8;
+    const Plan fp8 = plan_with(c, RoutingKind::kUniform);
+    const bool long_k = c.shape.hidden >= 4096;
+    EXPECT_EQ(dgrad_tile(fp8).n, long_k ? 256 : 128) << model;
+    EXPECT_EQ(dgrad_tile(fp8).k, 128) << model;
+    EXPECT_EQ(fp8.gemm_tiles.back().tile.n, 128) << "the FP8 weight gradients, " << model;
+  }
+  EXPECT_TRUE(gemm::fp8_dgrad_wide_tiles(7168));
+  EXPECT_FALSE(gemm::fp8_dgrad_wide_tiles(2048));
+}
+
 }  // namespace
 }  // namespace caracal
+

@@ -102,7 +102,13 @@ void print_plan_table(std::ostream& os, const Plan& p, const ModelPreset* preset
                  static_cast<double>(rf.forward_pull_bytes) * 1e-6,
                  static_cast<double>(rf.forward_pull_bytes) / static_cast<double>(rf.forward_pull_bf16_bytes));
   }
-  os << format("  bound                      %9s   %9s\n", rf.forward_bound(), rf.backward_bound());
+  os << format("  bound                      %9s   %9s\n\n", rf.forward_bound(), rf.backward_bound());
+
+  os << "GEMM tiles (M x N x K a k step)\n";
+  for (const gemm::LayerGemmTile& g : p.gemm_tiles) {
+    os << format("  %-24s  %dx%dx%d", g.gemm, g.tile.m, g.tile.n, g.tile.k);
+    os << (*g.rule ? std::string("   (") + g.rule + ")" : std::string()) << "\n";
+  }
 }
 
 nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
@@ -172,6 +178,11 @@ nlohmann::json plan_to_json(const Plan& p, const ModelPreset* preset) {
                      {"v1_nvlink_bytes", rf.v1_backward_nvlink_bytes},
                      {"nvlink_ms", rf.backward_nvlink_ms},
                      {"bound", rf.backward_bound()}}}};
+  nlohmann::json tiles = nlohmann::json::array();
+  for (const gemm::LayerGemmTile& g : p.gemm_tiles) {
+    tiles.push_back({{"gemm", g.gemm}, {"m", g.tile.m}, {"n", g.tile.n}, {"k", g.tile.k}, {"rule", g.rule}});
+  }
+  j["gemm_tiles"] = tiles;
   return j;
 }
 

@@ -2,7 +2,7 @@
 // The backward's row-direction grouped GEMMs in DeepSeek-V3's FP8 recipe (issue 47): the dgrad of
 // down with the SwiGLU backward, and dx. Operands and accumulation as the FP8 forward GEMMs'
 // (caracal/gemm/grouped_gemm_fp8.hpp: e4m3 codes, 1 x 128 row scales along K, 128 x 128 weight
-// scales, fp32 accumulators promoted per 128-wide K block, 128 x 128 tiles, one CTA a tile); the
+// scales, fp32 accumulators promoted per 128-wide K block, one CTA a tile: caracal/gemm/gemm_tiles.hpp); the
 // weights in their transposed copies (FP8 wgmma reads K-major operands only). Outputs, rows,
 // padding, determinism, g and dL/dg as caracal/gemm/grouped_gemm_backward.hpp says of the bf16
 // kernels, with D and I multiples of 128. Each GEMM's fp32 result equals the fp64 GEMM of its
@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "caracal/gemm/gemm_tiles.hpp"  // fp8_dgrad_wide_tiles: the dgrad's tile by shape
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 #include "caracal/schedule_view.hpp"
 
@@ -25,11 +26,6 @@ namespace caracal::gemm {
 // 128-column N tile of I (enough for its 256-column tiles too).
 size_t fp8_down_dgrad_workspace_floats(int row_capacity, int intermediate);
 
-// The FP8 dgrad's tile, by shape: 128 x 256 where K = D is at least this (a long K keeps the wide
-// tile's mainloop ahead of its larger epilogue), else 128 x 128 (a short K leaves the epilogue
-// exposed and half the tiles for the SMs). docs/PERF.md, "FP8 grouped GEMMs", has the figures.
-inline constexpr int kFp8DgradWideTilesMinK = 4096;
-bool fp8_dgrad_wide_tiles(int hidden);
 
 // grouped_down_dgrad_swiglu in FP8: d_h = dy · W_down[e] (fp32), then the bf16 kernel's epilogue
 // (B1, B2, B5), and d_gate_up once more in e4m3 for the FP8 dx GEMM: its codes and scales are

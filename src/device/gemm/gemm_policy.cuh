@@ -78,21 +78,23 @@ struct GemmPolicy {
 // Today's GEMMs: bf16 operands, fp32 accumulators, 128 x 256 x 64 tiles in a ring of 4 stages
 // (48 KiB each).
 using Bf16GemmPolicy = GemmPolicy<cute::bfloat16_t, cute::bfloat16_t, ScaleKind::kNone, ScaleKind::kNone, float,
-                                  kBlockM, kBlockN, 64, 4>;
+                                  kBf16Tile.m, kBf16Tile.n, kBf16Tile.k, 4>;
 
 // DeepSeek-V3's recipe: e4m3 activations scaled per 1 x 128 block along K, e4m3 weights per
 // 128 x 128 block, fp32 accumulators promoted per 128-wide K block (block_scaled_mainloop.cuh).
 // 128 x 128 x 128 tiles, for the dgrad where K is short (its epilogue's outputs are per tile, I
 // only a multiple of 128): a consumer thread holds the tile's and the block's accumulators, 64 each.
 using Fp8BlockScaledGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
-                                            ScaleKind::kPerBlock, float, kBlockM, 128, 128, 5>;
+                                            ScaleKind::kPerBlock, float, kFp8NarrowTile.m, kFp8NarrowTile.n,
+                                            kFp8NarrowTile.k, 5>;
 
 // The same recipe in 128 x 256 x 128 tiles, for the row GEMMs (the forward's up/gate and down, the
 // backward's dx, and the dgrad where K is long): a warpgroup's k step is two 64 x 128 slices
 // of wgmmas, each promoted into its half of the 64 x 256 accumulators. Four stages of 48 KiB with
 // their scales and the chunk ring fill the 227 KiB exactly (persistent_task_kernel.cuh: no slack).
 using Fp8BlockScaledWideGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
-                                                ScaleKind::kPerBlock, float, kBlockM, 256, 128, 4>;
+                                                ScaleKind::kPerBlock, float, kFp8WideTile.m, kFp8WideTile.n,
+                                                kFp8WideTile.k, 4>;
 
 // The weight gradients in that recipe: both operands are rows quantized down their columns (1 x 128
 // blocks along the tokens, this GEMM's K), so both are scaled per row block; the promotion scales
@@ -100,6 +102,7 @@ using Fp8BlockScaledWideGemmPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_
 // fp32 slice (64 x 128: four chunks) fits its chunk ring whole, so a tile's stores drain under the
 // next tile's mainloop (a tile is only K / 128 stages deep: 4 at 512 rows an expert).
 using Fp8WeightGradPolicy = GemmPolicy<cute::float_e4m3_t, cute::float_e4m3_t, ScaleKind::kPerRowBlock,
-                                       ScaleKind::kPerRowBlock, float, kBlockM, 128, 128, 4, 4>;
+                                       ScaleKind::kPerRowBlock, float, kFp8WeightGradTile.m, kFp8WeightGradTile.n,
+                                       kFp8WeightGradTile.k, 4, 4>;
 
 }  // namespace caracal::gemm

@@ -4,12 +4,12 @@
 // the pair and weight-tile schedulers and the fused task lists are written for (the forward's
 // epilogues and RowTileSchedulerOf take any policy's N). The K depth and the stage ring are a
 // GEMM's policy's (gemm_policy.cuh).
-#include "caracal/gemm/grouped_gemm.hpp"
+#include "caracal/gemm/gemm_tiles.hpp"
 
 namespace caracal::gemm {
 
 inline constexpr int kBlockM = kGroupedGemmTileM;  // 128: one expert per M block
-inline constexpr int kBlockN = 256;
+inline constexpr int kBlockN = kBf16Tile.n;
 
 // Tiles of one expert are visited in groups of this many M blocks, N blocks outer, M blocks
 // inner (raster_order.hpp): the CTAs running at one time share a few A blocks and a few weight
