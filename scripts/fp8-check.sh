@@ -10,8 +10,10 @@
 #   3. caracal-bench --precision fp8 at W = 1 on each of LAYERS (model:local experts:tokens;
 #      DeepSeek-V3 32 and Kimi K2 48 at T = 4096, Qwen3-30B-A3B 128 at T = 8192), --graph --rounds
 #      ROUNDS (2) --reps REPS (10), the bf16 fused layer, bf16 v1 and NCCL + GEMMs in the same runs;
-#   4. the plain PyTorch FP8 and bf16 layers on the first layer's shape
-#      (bench/python/torch_fp8_moe_layer.py --check; SKIP_PYTHON=1: not);
+#   4. the plain PyTorch FP8 and bf16 layers on the first layer's shape (PLAIN_LAYERS=all: every
+#      layer's, or a list of LAYERS' entries; bench/python/torch_fp8_moe_layer.py --check;
+#      SKIP_PYTHON=1: not). Issue 47's five presets in one call: LAYERS="deepseek-v3:32:4096
+#      kimi-k2:48:4096 qwen3.5-397b:64:4096 glm-5:32:4096 deepseek-v4-pro:48:4096" PLAIN_LAYERS=all;
 # then issue 47's targets against the figures (scripts/lib/fp8_summary.py: two markdown tables for
 # docs/PERF.md, fp8-check.json for docs/results/), the layers' ceilings (bench/python/fp8_ceiling.py:
 # fp8-ceiling.md and .json) and the summary of the steps.
@@ -41,6 +43,16 @@ layers=${LAYERS:-deepseek-v3:32:4096 kimi-k2:48:4096 qwen3-30b-a3b:128:8192}
 for l in $layers; do
   [[ "$l" =~ ^[a-z0-9.-]+:[0-9]+:[0-9]+$ ]] || usage_error "LAYERS: expected model:experts:tokens, got '$l'"
 done
+case "${PLAIN_LAYERS:-first}" in
+  first) plain_layers=${layers%% *} ;;
+  all) plain_layers=$layers ;;
+  *)
+    plain_layers=$PLAIN_LAYERS
+    for l in $plain_layers; do
+      [[ " $layers " == *" $l "* ]] || usage_error "PLAIN_LAYERS: expected first, all or layers of LAYERS, got '$l'"
+    done
+    ;;
+esac
 cases=${GEMM_CASES:-deepseek-v3/uniform kimi-k2/uniform qwen3-30b-a3b/uniform/w1}
 mkdir -p "$out"
 source "$root/scripts/lib/nccl-env.sh"
@@ -127,17 +139,19 @@ for l in $layers; do
   fi
 done
 
-# The plain PyTorch layers (FP8 and bf16) on the first layer's shape, checked against each other.
-IFS=: read -r model experts tokens <<<"${layers%% *}"
-name="$model-e$experts-t$tokens"
-if [ "${SKIP_PYTHON:-0}" = 1 ]; then
-  record "plain PyTorch layers" "skipped (SKIP_PYTHON=1)"
-elif [ $((SECONDS - start)) -ge "$budget" ]; then
-  record_failed "plain PyTorch layers" "not run (CHECK_BUDGET_S = $budget s spent)"
-elif step "plain PyTorch layers" "$out/plain-$name.log" python3 "$root/bench/python/torch_fp8_moe_layer.py" \
-  --model "$model" --experts "$experts" --tokens "$tokens" --check --json "$out/plain-$name.json"; then
-  [[ " ${summary_args[*]} " == *" $name="* ]] && summary_args+=(--plain "$name=$out/plain-$name.json")
-fi
+# The plain PyTorch layers (FP8 and bf16) on PLAIN_LAYERS' shapes, each checked against the other.
+for l in $plain_layers; do
+  IFS=: read -r model experts tokens <<<"$l"
+  name="$model-e$experts-t$tokens"
+  if [ "${SKIP_PYTHON:-0}" = 1 ]; then
+    record "plain PyTorch layers $name" "skipped (SKIP_PYTHON=1)"
+  elif [ $((SECONDS - start)) -ge "$budget" ]; then
+    record_failed "plain PyTorch layers $name" "not run (CHECK_BUDGET_S = $budget s spent)"
+  elif step "plain PyTorch layers $name" "$out/plain-$name.log" python3 "$root/bench/python/torch_fp8_moe_layer.py" \
+    --model "$model" --experts "$experts" --tokens "$tokens" --check --json "$out/plain-$name.json"; then
+    [[ " ${summary_args[*]} " == *" $name="* ]] && summary_args+=(--plain "$name=$out/plain-$name.json")
+  fi
+done
 
 if [ "${#summary_args[@]}" -gt 0 ]; then
   python3 "$root/scripts/lib/fp8_summary.py" "${summary_args[@]}" --json "$out/fp8-check.json" >"$out/fp8-check.md"

@@ -83,4 +83,13 @@ check_on_build "bad layers" "$work/b2" 2 "fp8-check: LAYERS: expected model:expe
   LAYERS=deepseek-v3
 check_on_build "bad wgrad" "$work/b2" 2 "fp8-check: FP8_WEIGHT_GRADS: expected fp8 or bf16, got 'fp16'" "" -- \
   FP8_WEIGHT_GRADS=fp16
+check_on_build "bad plain layers" "$work/b2" 2 \
+  "fp8-check: PLAIN_LAYERS: expected first, all or layers of LAYERS, got 'glm-5:32:4096'" "" -- PLAIN_LAYERS=glm-5:32:4096
+
+# PLAIN_LAYERS=all: a plain-layer step per layer (skipped here, as SKIP_PYTHON says).
+make_build "$work/b4"
+run_and_expect "every layer's plain layers" 1 "FAILED: targets" "plain PyTorch layers qwen3-30b-a3b-e128-t8192 +skipped" \
+  env "${script_env[@]}" PLAIN_LAYERS=all bash "$root/scripts/fp8-check.sh" "$work/b4"
+grep -qE "plain PyTorch layers deepseek-v3-e32-t4096 +skipped" <<<"$out" &&
+  grep -qE "plain PyTorch layers kimi-k2-e48-t4096 +skipped" <<<"$out" || fail "a plain-layer row per layer"$'\n'"$out"
 finish test_fp8_check
