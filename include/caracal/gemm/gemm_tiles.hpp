@@ -2,9 +2,7 @@
 // The grouped GEMMs' CTA tiles (M x N, and K: the depth of a k step) by precision and GEMM, and the
 // one shape rule among them, as host code sees them: src/device/gemm/gemm_policy.cuh builds its
 // policies from these numbers, the FP8 dgrad's launcher picks by fp8_dgrad_wide_tiles, and
-// `caracal plan` prints what a layer runs (layer_gemm_tiles). docs/PERF.md has the measurements
-// behind each choice ("Grouped GEMMs against cuBLAS and CUTLASS", "FP8 grouped GEMMs").
-// Free of CUDA headers.
+// `caracal plan` prints what a layer runs (layer_gemm_tiles). Free of CUDA headers.
 #include <cstdint>
 #include <vector>
 
