@@ -78,8 +78,7 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
     const int2 entry = view.rows[row];
     const transfer::TokenGroup group(route_rows, p.schedule.routes, pull.top_k, entry, row, view.first_row, end_row);
     if (!group.led_by_own_row(lane)) return true;  // pulled by the warp that meets the group's leader
-    const float* home_gates = world.at(pull.home_gates, entry.x);
-    transfer::for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+    transfer::pull_group_gates(group, world.at(pull.home_gates, entry.x), expert_gates, lane);
     transfer::warp_fan_out_row<true>(
         group, transfer::row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k, pull.hidden), vectors,
         ring_row, lane);

@@ -111,9 +111,7 @@ __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, co
                            pull.top_k, entry, row, window.first_row, window.end_row);
     if (!group.led_by_own_row(lane)) return;  // pulled by the warp that meets the group's leader
     if constexpr (kWithGates) {
-      const float* home_gates = world.at(pull.home_gates, entry.x);
-      float* expert_gates = world.at(pull.expert_gates, rank);
-      for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+      pull_group_gates(group, world.at(pull.home_gates, entry.x), world.at(pull.expert_gates, rank), lane);
     }
     const int64_t token = entry.y / pull.top_k;
     const uint4* const src = fp8_row_vectors(world.at(pull.home_codes, entry.x), token, pull.hidden);

@@ -59,9 +59,7 @@ __device__ void pull_schedule_rows(const comm::DeviceWorld& world, const Schedul
                            pull.top_k, entry, row, window.first_row, window.end_row);
     if (!group.led_by_own_row(lane)) return;  // pulled by the warp that meets the group's leader
     if constexpr (kWithGates) {
-      const float* home_gates = world.at(pull.home_gates, entry.x);
-      float* expert_gates = world.at(pull.expert_gates, rank);
-      for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+      pull_group_gates(group, world.at(pull.home_gates, entry.x), world.at(pull.expert_gates, rank), lane);
     }
     const uint4* home_row = row_vectors(world.at(pull.home_rows, entry.x), entry.y / pull.top_k, pull.hidden);
     warp_fan_out_row<kCoherent>(group, home_row, pull.hidden / kBf16PerVector, buffer_row, lane);

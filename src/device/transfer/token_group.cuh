@@ -89,6 +89,13 @@ __device__ void for_each_member(const TokenGroup& group, int lane, Visit&& visit
   });
 }
 
+// Every member's g from its route's home gate: home_gates [T*k] of the group's home rank into
+// expert_gates [rows] of the pulling one. Call from all lanes.
+__device__ __forceinline__ void pull_group_gates(const TokenGroup& group, const float* home_gates, float* expert_gates,
+                                                 int lane) {
+  for_each_member(group, lane, [&](int slot, int member) { expert_gates[member] = home_gates[group.route(slot)]; });
+}
+
 // One warp loads `vectors` 16-byte vectors from src once and stores them into every member's row
 // (row_of(row): its first vector). kCoherent as warp_copy_row. Call from all lanes.
 template <bool kCoherent, typename RowOf>
