@@ -47,11 +47,14 @@ __device__ inline void quantize_d_gate_up_block(ChunkWords const (&grad)[2], Chu
   }
 }
 
-template <int TileN>
+template <int TileN, bool LoadAhead>
 struct SwigluBackwardFp8EpilogueOf {
   // The tile's N. I is a multiple of 128 (the launcher checks): a 256-column tile may end past I,
   // its chunks there skipped.
   static constexpr int kTileN = TileN;
+  // The next chunk's first half chunk of gate/up pairs loaded while this one's outputs are stored
+  // (16 registers a thread), or each half chunk's just before its use.
+  static constexpr bool kLoadAhead = LoadAhead;
   static_assert(kTileN % kScaleBlock == 0, "whole scaling blocks of d_h a tile");
 
   struct Params {
@@ -77,6 +80,11 @@ struct SwigluBackwardFp8EpilogueOf {
     float g[2] = {0.0f, 0.0f};
     gate_up_sources(b, tile, r, b.intermediate, active, src, g);
 
+    static_assert(!kLoadAhead || kTileN == kScaleBlock, "loads ahead over whole tiles of I only");
+    GateUpPairs ahead;  // the next chunk's first half
+    if constexpr (kLoadAhead) {
+      if (active) load_gate_up_pairs(src, 0, ahead);
+    }
     float dg[2] = {0.0f, 0.0f};
     CUTE_UNROLL
     for (int hc = 0; hc < kTileN / kChunkCols; ++hc) {
@@ -89,8 +97,19 @@ struct SwigluBackwardFp8EpilogueOf {
       if (active) {
         CUTE_UNROLL
         for (int half = 0; half < 2; ++half) {
-          swiglu_backward_half(acc, src, g, kDhChunkGroups * hc + kHalfGroups * half, half, dg, grad_words[half],
-                               activation_words);
+          int const group0 = kDhChunkGroups * hc + kHalfGroups * half;
+          if constexpr (kLoadAhead) {
+            if (half == 0) {
+              swiglu_backward_half(acc, ahead, g, group0, half, dg, grad_words[half], activation_words);
+            } else {
+              swiglu_backward_half(acc, src, g, group0, half, dg, grad_words[half], activation_words);
+            }
+          } else {
+            swiglu_backward_half(acc, src, g, group0, half, dg, grad_words[half], activation_words);
+          }
+        }
+        if constexpr (kLoadAhead) {
+          if (hc + 1 < kTileN / kChunkCols) load_gate_up_pairs(src, kDhChunkGroups * (hc + 1), ahead);
         }
       }
       CUTE_UNROLL
@@ -119,7 +138,8 @@ struct SwigluBackwardFp8EpilogueOf {
 };
 
 // The two tiles the FP8 dgrad comes in (src/gemm/down_dgrad_swiglu_fp8.cu picks by shape).
-using SwigluBackwardFp8Epilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledGemmPolicy::kBlockN>;
-using SwigluBackwardFp8WideEpilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledWideGemmPolicy::kBlockN>;
+// The wide kernel loads in place: it spills with any more live registers in its epilogue.
+using SwigluBackwardFp8Epilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledGemmPolicy::kBlockN, true>;
+using SwigluBackwardFp8WideEpilogue = SwigluBackwardFp8EpilogueOf<Fp8BlockScaledWideGemmPolicy::kBlockN, false>;
 
 }  // namespace caracal::gemm
