@@ -127,18 +127,46 @@ __device__ inline void pull_fp8_schedule_rows(const comm::DeviceWorld& world, co
   });
 }
 
-// In a world of one rank: the rows of the whole schedule by token, as pull_rows_single_rank pulls
-// bf16 rows (equal runs of 512-byte chunks a warp), the scales (and g) by the warp holding a token's
-// first chunk; then the padding rows. Call from every thread of a launch of whole warps.
+// In a world of one rank, each schedule row's scales (and g) by the row: lane l of a warp takes row
+// base + l, so a block's scales go out as one coalesced store of 32 rows (the home scales, a few
+// MB at most, are read from L2); padding rows get zero_scale (and g = 0).
+template <bool kWithGates>
+__device__ inline void store_fp8_row_scales_single_rank(const comm::DeviceWorld& world, const ScheduleParams& schedule,
+                                                        const PullFp8Rows& pull) {
+  const int rank = world.first_local_rank;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int blocks = pull.hidden / kFp8ScaleBlock;
+  const ScheduleView view = rank_schedule(world, schedule, rank);
+  const int rows = view.expert_offset[schedule.local_experts];
+  const float* const home_scales = world.at(pull.home_scales, rank);
+  float* const scales = world.at(pull.expert_scales, rank);
+  const WarpWorkers warps = launch_warps();
+  for (int base = warps.index * kWarpSize; base < rows; base += warps.count * kWarpSize) {
+    const int row = base + lane;
+    if (row >= rows) break;
+    const int2 entry = view.rows[row];
+    const int token = entry.x >= 0 ? entry.y / pull.top_k : -1;
+    if constexpr (kWithGates) {
+      world.at(pull.expert_gates, rank)[row] = token >= 0 ? world.at(pull.home_gates, rank)[entry.y] : 0.0f;
+    }
+    for (int b = 0; b < blocks; ++b) {
+      scales[static_cast<int64_t>(b) * pull.scale_stride + row] =
+          token >= 0 ? home_scales[static_cast<int64_t>(b) * pull.home_rows + token] : pull.zero_scale;
+    }
+  }
+}
+
+// In a world of one rank: the rows' codes of the whole schedule by token, as pull_rows_single_rank
+// pulls bf16 rows (equal runs of 512-byte chunks a warp), then the padding rows' zero codes; the
+// scales (and g) by the row (store_fp8_row_scales_single_rank). Call from every thread of a launch
+// of whole warps.
 template <bool kWithGates>
 __device__ inline void pull_fp8_rows_single_rank(const comm::DeviceWorld& world, const ScheduleParams& schedule,
                                           const PullFp8Rows& pull, int tokens) {
   const int rank = world.first_local_rank;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int vectors = pull.hidden / kFp8PerVector;
-  const int blocks = pull.hidden / kFp8ScaleBlock;
   __nv_fp8_e4m3* const codes = world.at(pull.expert_codes, rank);
-  float* const scales = world.at(pull.expert_scales, rank);
   const int2* const locations = world.at(schedule.buffers.route_location, rank);
   const int32_t* const ids = world.at(schedule.buffers.topk_idx, rank);
   for_each_token_run(tokens, vectors, [&](int token, int first_vector, int end_vector) {
@@ -153,22 +181,12 @@ __device__ inline void pull_fp8_rows_single_rank(const comm::DeviceWorld& world,
       const uint4* const src = fp8_row_vectors(world.at(pull.home_codes, rank), token, pull.hidden);
       warp_fan_out_vectors<kCoherentPulls>(src, first_vector, end_vector, members, row,
                                            [&](int r) { return fp8_row_vectors(codes, r, pull.hidden); }, lane);
-      if (first_vector == 0) {
-        if constexpr (kWithGates) {
-          if (row >= 0) world.at(pull.expert_gates, rank)[row] = world.at(pull.home_gates, rank)[first_route + slot];
-        }
-        const float* const token_scales = world.at(pull.home_scales, rank) + token;
-        warp_fan_out_scales(token_scales, pull.home_rows, blocks, members, row, scales, pull.scale_stride, lane);
-      }
     }
   });
   for_each_schedule_row(world, schedule, launch_warps(), [&](int, int row, int2 entry) {
-    if (entry.x >= 0) return;
-    if constexpr (kWithGates) {
-      if (lane == 0) world.at(pull.expert_gates, rank)[row] = 0.0f;
-    }
-    warp_zero_fp8_row(pull, codes, scales, row, lane);
+    if (entry.x < 0) warp_zero_row(fp8_row_vectors(codes, row, pull.hidden), vectors, lane);
   });
+  store_fp8_row_scales_single_rank<kWithGates>(world, schedule, pull);
 }
 
 }  // namespace caracal::transfer
