@@ -34,11 +34,10 @@ void quantize_pass_rows(const Fp8ExpertPass& pass, const __nv_bfloat16* values, 
   quant::quantize_rows(q, stream);
 }
 
-// `values` ([buffer rows][cols] bf16) quantized down their columns into `out` (exact scales).
-void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* values, int cols,
-                           const Fp8ColumnOutput& out, cudaStream_t stream) {
+// The pass's [buffer rows][cols] quantized down their columns into `out`: codes [cols][buffer rows],
+// scales MN-major (the weight-gradient GEMMs' layout), exact scales. The caller sets the source.
+quant::QuantizeColumnsArgs pass_column_args(const Fp8ExpertPass& pass, int cols, const Fp8ColumnOutput& out) {
   quant::QuantizeColumnsArgs q;
-  q.values = values;
   q.rows = pass.rows.buffer_rows();
   q.cols = cols;
   q.codes_t = out.codes_t;
@@ -46,6 +45,14 @@ void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* value
   q.scales = out.scales;
   q.scale_col_stride = 1;
   q.scale_block_stride = cols;
+  return q;
+}
+
+// `values` ([buffer rows][cols] bf16) quantized down their columns into `out`.
+void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* values, int cols,
+                           const Fp8ColumnOutput& out, cudaStream_t stream) {
+  quant::QuantizeColumnsArgs q = pass_column_args(pass, cols, out);
+  q.values = values;
   quant::quantize_columns(q, stream);
 }
 
@@ -53,14 +60,7 @@ void quantize_pass_columns(const Fp8ExpertPass& pass, const __nv_bfloat16* value
 // columns into `out` (pass.x or pass.dy null).
 void quantize_pass_columns_of_e4m3(const Fp8ExpertPass& pass, const Fp8RowOutput& rows, int cols,
                                    const Fp8ColumnOutput& out, cudaStream_t stream) {
-  quant::QuantizeColumnsArgs q;
-  q.rows = pass.rows.buffer_rows();
-  q.cols = cols;
-  q.codes_t = out.codes_t;
-  q.codes_row_stride = q.rows;
-  q.scales = out.scales;
-  q.scale_col_stride = 1;
-  q.scale_block_stride = cols;
+  const quant::QuantizeColumnsArgs q = pass_column_args(pass, cols, out);
   quant::quantize_columns_of_e4m3(q, {rows.codes, rows.scales, q.rows}, stream);
 }
 

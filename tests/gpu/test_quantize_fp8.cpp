@@ -128,6 +128,57 @@ std::string columns_case_name(const ::testing::TestParamInfo<ColumnsCase>& p) {
          std::to_string(p.param.codes_row_stride) + (p.param.rounding == ScaleRounding::kExact ? "_exact" : "_pow2");
 }
 
+// `values` [rows][cols] as [cols][rows].
+std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::vector<float> t(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < cols; ++col) t[col * rows + r] = values[r * cols + col];
+  }
+  return t;
+}
+
+// A column quantization's outputs in `c`'s layout, poisoned, and the kernels' arguments naming
+// them (each test sets the source).
+struct ColumnOutputs {
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  quant::QuantizeColumnsArgs args;
+};
+
+void allocate_column_outputs(const ColumnsCase& c, int64_t blocks, ColumnOutputs& out) {
+  ASSERT_NO_FATAL_FAILURE(out.codes.allocate(static_cast<size_t>(c.cols * c.codes_row_stride)));
+  ASSERT_NO_FATAL_FAILURE(out.scales.allocate(static_cast<size_t>(c.cols * blocks)));
+  ASSERT_NO_FATAL_FAILURE(out.codes.poison());
+  ASSERT_NO_FATAL_FAILURE(out.scales.poison());
+  out.args.rows = c.rows;
+  out.args.cols = c.cols;
+  out.args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(out.codes.get());
+  out.args.codes_row_stride = c.codes_row_stride;
+  out.args.scales = out.scales.get();
+  out.args.scale_col_stride = 1;  // MN-major, as a GEMM's tensor map of the scales reads them
+  out.args.scale_block_stride = c.cols;
+  out.args.rounding = c.rounding;
+}
+
+// How many of the outputs' codes and scales differ from `expected`, the row quantization of the
+// transposed values, bit for bit.
+void count_column_mismatches(ColumnOutputs& out, const ColumnsCase& c, const Fp8Matrix& expected, size_t& mismatches) {
+  std::vector<uint8_t> got_codes;
+  std::vector<float> got_scales;
+  ASSERT_NO_FATAL_FAILURE(out.codes.download(got_codes));
+  ASSERT_NO_FATAL_FAILURE(out.scales.download(got_scales));
+  const int64_t blocks = expected.scale_cols();
+  mismatches = 0;
+  for (int64_t col = 0; col < c.cols; ++col) {
+    for (int64_t r = 0; r < c.rows; ++r) {
+      mismatches += got_codes[col * c.codes_row_stride + r] != expected.codes[col * c.rows + r];
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      mismatches += float_bits(got_scales[col + b * c.cols]) != float_bits(expected.scales[col * blocks + b]);
+    }
+  }
+}
+
 class QuantizeColumnsOnGpu : public ::testing::TestWithParam<ColumnsCase> {};
 
 // The contract of a column quantization: the row quantization of the transposed values.
@@ -138,47 +189,17 @@ TEST_P(QuantizeColumnsOnGpu, MatchTheRowQuantizationOfTheTransposeBitForBit) {
   std::mt19937_64 rng(seed.value());
   const std::vector<uint16_t> bits = random_bf16_bits(rng, c.rows, c.cols);
   const std::vector<float> values = to_floats(bits);
-  std::vector<float> transposed(values.size());
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t col = 0; col < c.cols; ++col) transposed[col * c.rows + r] = values[r * c.cols + col];
-  }
-  const Fp8Matrix expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
-  const int64_t blocks = expected.scale_cols();
+  const Fp8Matrix expected = quantize_rows(transposed(values, c.rows, c.cols), c.cols, c.rows, c.rounding);
 
   DeviceBuffer<uint16_t> d_values;
-  DeviceBuffer<uint8_t> codes;
-  DeviceBuffer<float> scales;
+  ColumnOutputs out;
   ASSERT_NO_FATAL_FAILURE(d_values.upload(bits));
-  ASSERT_NO_FATAL_FAILURE(codes.allocate(static_cast<size_t>(c.cols * c.codes_row_stride)));
-  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(c.cols * blocks)));
-  ASSERT_NO_FATAL_FAILURE(codes.poison());
-  ASSERT_NO_FATAL_FAILURE(scales.poison());
-  quant::QuantizeColumnsArgs args;
-  args.values = reinterpret_cast<const __nv_bfloat16*>(d_values.get());
-  args.rows = c.rows;
-  args.cols = c.cols;
-  args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
-  args.codes_row_stride = c.codes_row_stride;
-  args.scales = scales.get();
-  args.scale_col_stride = 1;  // MN-major, as a GEMM's tensor map of the scales reads them
-  args.scale_block_stride = c.cols;
-  args.rounding = c.rounding;
-  quant::quantize_columns(args, nullptr);
+  ASSERT_NO_FATAL_FAILURE(allocate_column_outputs(c, expected.scale_cols(), out));
+  out.args.values = reinterpret_cast<const __nv_bfloat16*>(d_values.get());
+  quant::quantize_columns(out.args, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  std::vector<uint8_t> got_codes;
-  std::vector<float> got_scales;
-  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
-  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
   size_t mismatches = 0;
-  for (int64_t col = 0; col < c.cols; ++col) {
-    for (int64_t r = 0; r < c.rows; ++r) {
-      mismatches += got_codes[col * c.codes_row_stride + r] != expected.codes[col * c.rows + r];
-    }
-    for (int64_t b = 0; b < blocks; ++b) {
-      mismatches += float_bits(got_scales[col + b * c.cols]) != float_bits(expected.scales[col * blocks + b]);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(count_column_mismatches(out, c, expected, mismatches));
   EXPECT_EQ(mismatches, 0u);
 }
 
@@ -201,52 +222,26 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, MatchTheRowQuantizationOfTheTransposedValuesB
   std::mt19937_64 rng(seed.value());
   const Fp8Matrix rows = quantize_rows(to_floats(random_bf16_bits(rng, c.rows, c.cols)), c.rows, c.cols);
   const std::vector<float> values = dequantize_to_float(rows);
-  std::vector<float> transposed(values.size());
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t col = 0; col < c.cols; ++col) transposed[col * c.rows + r] = values[r * c.cols + col];
-  }
-  const Fp8Matrix expected = quantize_rows(transposed, c.cols, c.rows, c.rounding);
-  const int64_t blocks = expected.scale_cols(), row_blocks = rows.scale_cols();
+  const Fp8Matrix expected = quantize_rows(transposed(values, c.rows, c.cols), c.cols, c.rows, c.rounding);
+  const int64_t row_blocks = rows.scale_cols();
   const int64_t stride = c.rows + 4;  // the row scales' block stride: past the rows, as a buffer's
   std::vector<float> row_scales(static_cast<size_t>(row_blocks * stride), std::nanf(""));
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t b = 0; b < row_blocks; ++b) row_scales[b * stride + r] = rows.scales[r * row_blocks + b];
   }
 
-  DeviceBuffer<uint8_t> d_codes, codes;
-  DeviceBuffer<float> d_scales, scales;
+  DeviceBuffer<uint8_t> d_codes;
+  DeviceBuffer<float> d_scales;
+  ColumnOutputs out;
   ASSERT_NO_FATAL_FAILURE(d_codes.upload(rows.codes));
   ASSERT_NO_FATAL_FAILURE(d_scales.upload(row_scales));
-  ASSERT_NO_FATAL_FAILURE(codes.allocate(static_cast<size_t>(c.cols * c.codes_row_stride)));
-  ASSERT_NO_FATAL_FAILURE(scales.allocate(static_cast<size_t>(c.cols * blocks)));
-  ASSERT_NO_FATAL_FAILURE(codes.poison());
-  ASSERT_NO_FATAL_FAILURE(scales.poison());
-  quant::QuantizeColumnsArgs args;
-  args.rows = c.rows;
-  args.cols = c.cols;
-  args.codes_t = reinterpret_cast<__nv_fp8_e4m3*>(codes.get());
-  args.codes_row_stride = c.codes_row_stride;
-  args.scales = scales.get();
-  args.scale_col_stride = 1;
-  args.scale_block_stride = c.cols;
-  args.rounding = c.rounding;
-  quant::quantize_columns_of_e4m3(args, {reinterpret_cast<const __nv_fp8_e4m3*>(d_codes.get()), d_scales.get(), stride},
+  ASSERT_NO_FATAL_FAILURE(allocate_column_outputs(c, expected.scale_cols(), out));
+  quant::quantize_columns_of_e4m3(out.args,
+                                  {reinterpret_cast<const __nv_fp8_e4m3*>(d_codes.get()), d_scales.get(), stride},
                                   nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  std::vector<uint8_t> got_codes;
-  std::vector<float> got_scales;
-  ASSERT_NO_FATAL_FAILURE(codes.download(got_codes));
-  ASSERT_NO_FATAL_FAILURE(scales.download(got_scales));
   size_t mismatches = 0;
-  for (int64_t col = 0; col < c.cols; ++col) {
-    for (int64_t r = 0; r < c.rows; ++r) {
-      mismatches += got_codes[col * c.codes_row_stride + r] != expected.codes[col * c.rows + r];
-    }
-    for (int64_t b = 0; b < blocks; ++b) {
-      mismatches += float_bits(got_scales[col + b * c.cols]) != float_bits(expected.scales[col * blocks + b]);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(count_column_mismatches(out, c, expected, mismatches));
   EXPECT_EQ(mismatches, 0u);
 }
 
