@@ -86,6 +86,14 @@ check_on_build "bad wgrad" "$work/b2" 2 "fp8-check: FP8_WEIGHT_GRADS: expected f
 check_on_build "bad plain layers" "$work/b2" 2 \
   "fp8-check: PLAIN_LAYERS: expected first, all or layers of LAYERS, got 'glm-5:32:4096'" "" -- PLAIN_LAYERS=glm-5:32:4096
 
+# Layers without a GEMM case: their ceilings are left out by name, the others' computed.
+make_build "$work/b5"
+run_and_expect "ceilings without a GEMM case" 1 "FAILED: targets" \
+  "ceilings +ok \(fp8-ceiling.md\); left out, no uniform GEMM case: kimi-k2-e48-t4096 qwen3-30b-a3b-e128-t8192" \
+  env "${script_env[@]}" GEMM_CASES=deepseek-v3/uniform bash "$root/scripts/fp8-check.sh" "$work/b5"
+[ "$(grep -c "^| deepseek-v3 E32 T4096 | " "$work/out/fp8-ceiling.md")" -eq 1 ] ||
+  fail "one ceiling row, the layer with a GEMM case"$'\n'"$(cat "$work/out/fp8-ceiling.md")"
+
 # PLAIN_LAYERS=all: a plain-layer step per layer (skipped here, as SKIP_PYTHON says).
 make_build "$work/b4"
 run_and_expect "every layer's plain layers" 1 "FAILED: targets" "plain PyTorch layers qwen3-30b-a3b-e128-t8192 +skipped" \
