@@ -234,7 +234,6 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
   r.quantize_ms = t.quantize;
-  r.step_weights_ready_ms = t.step_weights_ready;
   if (r.fp8) {  // the bf16 default path
     const LayerTimes f = time_layer_on_backend(bf16, routing, a, true);
     r.forward_bf16 = {f.forward, fwd_flops, tokens};
@@ -370,9 +369,8 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
                "(token, rank)");
   app.add_flag("--profile-step", a.profile_step,
-               "No timing: after two warm-up steps, one forward and backward of the layer (FP8: its weights "
-               "quantized once first, as a step does) between cudaProfilerStart and cudaProfilerStop (ncu "
-               "--profile-from-start off; scripts/kernel-times.sh)");
+               "No timing: after two warm-up steps, one forward and backward of the layer between "
+               "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");
   app.add_option("--profile-path", a.profile_path, "The layer --profile-step runs: the fused path or v1's launches")
       ->check(CLI::IsMember({"fused", "v1"}))
       ->capture_default_str();
