@@ -369,8 +369,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
                "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
                "(token, rank)");
   app.add_flag("--profile-step", a.profile_step,
-               "No timing: after two warm-up steps, one forward and backward of the layer between "
-               "cudaProfilerStart and cudaProfilerStop (ncu --profile-from-start off; scripts/kernel-times.sh)");
+               "No timing: after two warm-up steps, one forward and backward of the layer (FP8: its weights "
+               "quantized once first, as a step does) between cudaProfilerStart and cudaProfilerStop (ncu "
+               "--profile-from-start off; scripts/kernel-times.sh)");
   app.add_option("--profile-path", a.profile_path, "The layer --profile-step runs: the fused path or v1's launches")
       ->check(CLI::IsMember({"fused", "v1"}))
       ->capture_default_str();

@@ -58,6 +58,28 @@ struct LayerUnderTest {
   const LayerInputs in;
 };
 
+// An FP8 layer's weights quantized into a block of their own per local rank, which `forward` (the
+// forward arguments, one a local rank) then names as MoEWeights::w_fp8; nothing for bf16. As in
+// training, quantize() runs once a step, before the step's forward.
+class Fp8WeightBlocks {
+ public:
+  Fp8WeightBlocks(MoELayer& layer, const LayerConfig& c, std::vector<MoEForwardArgs>& forward) : layer_(layer) {
+    if (c.precision != Precision::kFP8) return;
+    for (MoEForwardArgs& f : forward) {
+      blocks_.push_back(comm::device_alloc<uint8_t>(layer.fp8_weight_bytes(), "bench: the FP8 weights"));
+      f.weights.w_fp8 = blocks_.back().get();
+    }
+  }
+  bool any() const { return !blocks_.empty(); }
+  void quantize(const std::vector<MoEForwardArgs>& forward, cudaStream_t stream) const {
+    for (size_t l = 0; l < blocks_.size(); ++l) layer_.quantize_weights(forward[l].weights, blocks_[l].get(), stream);
+  }
+
+ private:
+  MoELayer& layer_;
+  std::vector<comm::DeviceMemory<uint8_t>> blocks_;
+};
+
 // Warm-up runs of a rank timed in lock-step with ranks in other threads (NCCL, W > 1): enough for
 // the layer's sizes (milliseconds a run) to reach the 200 ms the single-GPU timer asks for.
 constexpr int kLockstepWarmupRuns = 20;
@@ -104,20 +126,11 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
     const bench::CapturedGraph* graph = graphs.back().get();
     return [graph, &stream] { graph->launch(stream.get()); };
   };
-  // FP8: each local rank's weights quantized into a block of its own.
-  const bool fp8 = c.precision == Precision::kFP8;
   std::vector<MoEForwardArgs> forward_args = in.forward;
-  std::vector<comm::DeviceMemory<uint8_t>> w_fp8;
-  const auto quantize = [&] {
-    for (size_t l = 0; l < w_fp8.size(); ++l) layer.quantize_weights(forward_args[l].weights, w_fp8[l].get(), stream.get());
-  };
-  if (fp8) {
-    for (MoEForwardArgs& f : forward_args) {
-      w_fp8.push_back(comm::device_alloc<uint8_t>(layer.fp8_weight_bytes(), "bench: the FP8 weights"));
-      f.weights.w_fp8 = w_fp8.back().get();
-    }
-    quantize();
-  }
+  const Fp8WeightBlocks w_fp8(layer, c, forward_args);
+  const bool fp8 = w_fp8.any();
+  const auto quantize = [&] { w_fp8.quantize(forward_args, stream.get()); };
+  quantize();
   LayerTimes t;
   MoEContext context;
   const bool talk = world.first_local_rank() == 0;
@@ -152,8 +165,11 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
 void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                    bool fused_forward) {
   const LayerUnderTest u(world, c, routing, a, fused_forward);
-  const auto step = [&] {
-    const MoEContext context = u.layer->forward(u.in.forward, u.stream.get());
+  std::vector<MoEForwardArgs> forward_args = u.in.forward;
+  const Fp8WeightBlocks w_fp8(*u.layer, c, forward_args);
+  const auto step = [&] {  // time_layer's timed step
+    w_fp8.quantize(forward_args, u.stream.get());
+    const MoEContext context = u.layer->forward(forward_args, u.stream.get());
     u.layer->backward(u.in.backward, context, u.stream.get());
   };
   for (int i = 0; i < 2; ++i) step();  // warm: the first launches load modules and fill caches

@@ -29,9 +29,10 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward);
 
-// No timing: after two warm-up steps, one forward and one backward of the layer between
-// cudaProfilerStart and cudaProfilerStop (for `ncu --profile-from-start off`: the kernels of one
-// step, scripts/kernel-times.sh). Collective for NCCL worlds.
+// No timing: after two warm-up steps, one step of the layer between cudaProfilerStart and
+// cudaProfilerStop (for `ncu --profile-from-start off`: the kernels of one step,
+// scripts/kernel-times.sh): time_layer's forward+backward, for an FP8 layer its weights quantized
+// once first. Collective for NCCL worlds.
 void profile_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                    bool fused_forward);
 
