@@ -14,7 +14,9 @@ fwd+bwd ms, the weights' quantization, the bf16 fused layer's over the FP8 one's
 over the FP8 one's; targets (issue 47, DeepSeek-V3 at W = 1, held to on every shape here): forward
 >= 1.5x bf16, fwd+bwd >= 1.35x bf16. PLAIN.json: bench/python/torch_fp8_moe_layer.py --json on the
 layer NAME's shape: the plain PyTorch FP8 and bf16 layers' fwd+bwd over the FP8 layer's; targets
->= 1.5x the plain FP8 layer, >= 2.0x the plain bf16 one. The last line printed is "all targets met" or "MISS: <what>";
+>= 1.5x the plain FP8 layer, >= 2.0x the plain bf16 one; beside them (no target) the same ratios
+for the FP8 layer's fwd+bwd on weights quantized before (a step's micro-batches after its first,
+BENCH.json's fp8_fwd_bwd_weights_ready_ms). The last line printed is "all targets met" or "MISS: <what>";
 the exit status is 0 either way once the inputs were read (1 when one is missing or malformed), so
 that the caller decides what a miss means.
 """
@@ -74,9 +76,12 @@ def gemm_rows(run):
 def add_plain(row, plain):
     """The plain PyTorch layers' fwd+bwd over the FP8 layer's, and their misses."""
     row["over_plain"] = {}
+    row["over_plain_weights_ready"] = {}
     for label, target in PLAIN_TARGETS.items():
-        got = ratio(plain.get(label, {}).get("fwd_bwd", {}).get("ms"), row["ms"]["fwd_bwd"])
+        plain_ms = plain.get(label, {}).get("fwd_bwd", {}).get("ms")
+        got = ratio(plain_ms, row["ms"]["fwd_bwd"])
         row["over_plain"][label] = got
+        row["over_plain_weights_ready"][label] = ratio(plain_ms, row["fwd_bwd_weights_ready_ms"])
         if got is None or got < target:
             row["misses"].append(f"{row['layer']} fwd_bwd {fmt(got)}x the plain {label} layer (target {target})")
 
@@ -98,9 +103,11 @@ def layer_row(name, bench):
         "device": bench.get("device", {}).get("name"),
         "ms": fp8,
         "weights_quantized_ms": run.get("fp8_weight_quantization_ms"),
+        "fwd_bwd_weights_ready_ms": run.get("fp8_fwd_bwd_weights_ready_ms"),  # absent from older runs
         "over_bf16": {p: ratio(bf16[p], fp8[p]) for p in fp8},
         "over_nccl": {p: ratio(nccl_ms.get(p), fp8[p]) for p in fp8},
         "over_plain": None,
+        "over_plain_weights_ready": None,
         "misses": [],
     }
     for p, target in LAYER_TARGETS.items():
@@ -114,18 +121,28 @@ def fmt(v, digits=3):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def weights_ready(r):
+    """The weights-ready cell: its ms, and its ratios over the plain layers where they ran."""
+    if r["fwd_bwd_weights_ready_ms"] is None:
+        return "-"
+    over = r["over_plain_weights_ready"]
+    return fmt(r["fwd_bwd_weights_ready_ms"]) + (
+        ", " + " / ".join(fmt(over[k], 2) for k in PLAIN_TARGETS) if over else "")
+
+
 def print_tables(gemms, layers):
     if layers:
         print("| layer | weight gradients | FP8 fwd / bwd / fwd+bwd ms | weights quantized ms | over bf16 fused: "
-              "fwd / bwd / fwd+bwd | over NCCL + GEMMs | fwd+bwd over plain FP8 / bf16 | targets |")
-        print("|---|---|---|---|---|---|---|---|")
+              "fwd / bwd / fwd+bwd | over NCCL + GEMMs | fwd+bwd over plain FP8 / bf16 | targets | "
+              "fwd+bwd on weights quantized before: ms, over plain FP8 / bf16 |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in layers:
             shape = f"{r['model']} E{r['experts']} T{r['tokens']}"
             print(f"| {shape} | {r['weight_grads']} | {' / '.join(fmt(r['ms'][p]) for p in r['ms'])} | "
                   f"{fmt(r['weights_quantized_ms'])} | {' / '.join(fmt(r['over_bf16'][p]) for p in r['ms'])} | "
                   f"{' / '.join(fmt(r['over_nccl'][p], 2) for p in r['ms'])} | "
                   f"{' / '.join(fmt(r['over_plain'][k], 2) for k in PLAIN_TARGETS) if r['over_plain'] else '-'} | "
-                  f"{'PASS' if not r['misses'] else 'MISS'} |")
+                  f"{'PASS' if not r['misses'] else 'MISS'} | {weights_ready(r)} |")
     if gemms:
         print()
         print("| GEMM case | FP8 over bf16: up / down / dgrad / dx / wgrad | over CUTLASS FP8: up / down | "

@@ -280,6 +280,7 @@ TEST(BenchSmoke, Fp8TimesTheFp8LayerBesideBf16) {
   const nlohmann::json& run = r.json.at("runs").at(0);
   EXPECT_EQ(run.at("forward_path").get<std::string>(), "fp8 (v1's launches)");
   EXPECT_GT(run.at("fp8_weight_quantization_ms").get<double>(), 0.0);
+  EXPECT_GT(run.at("fp8_fwd_bwd_weights_ready_ms").get<double>(), 0.0);
   for (const char* pass : {"forward", "backward", "fwd_bwd"}) {
     expect_pass(run.at(pass), pass);
     expect_pass(run.at("bf16_fused").at(pass), "bf16 fused");
@@ -290,6 +291,7 @@ TEST(BenchSmoke, Fp8TimesTheFp8LayerBesideBf16) {
                    run.at("bf16_fused").at("forward").at("ms").get<double>() /
                        nccl.at("gemms_alone_forward_ms").get<double>());
   EXPECT_NE(r.out.find("fp8 over bf16 (fused): forward"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp8 fwd+bwd on weights quantized before"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp8 over bf16 v1"), std::string::npos) << r.out;
 }
 

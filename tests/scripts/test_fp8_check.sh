@@ -73,6 +73,17 @@ run_and_expect "the plain layers" 0 \
   "MISS: ds forward 1.273x bf16 (target 1.5); ds fwd_bwd 1.019x bf16 (target 1.35); ds fwd_bwd 1.475x the plain bf16 layer (target 2.0)" \
   "\| 1.81 / 1.47 \| MISS \|" python3 "$root/scripts/lib/fp8_summary.py" \
   --layer "ds=$results/2026-12-06-bench-fp8-deepseek-v3-e32-fp8-wgrad-h100-39bd35c.json" --plain "ds=$work/plain.json"
+# The FP8 step on weights quantized before (a step's later micro-batches): beside the targets, no verdict.
+python3 - "$results/2026-12-06-bench-fp8-deepseek-v3-e32-fp8-wgrad-h100-39bd35c.json" "$work/ready.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["runs"][0]["fp8_fwd_bwd_weights_ready_ms"] = 12.0
+json.dump(d, open(sys.argv[2], "w"))
+PY
+run_and_expect "weights quantized before" 0 \
+  "MISS: ds forward 1.273x bf16 (target 1.5); ds fwd_bwd 1.019x bf16 (target 1.35); ds fwd_bwd 1.475x the plain bf16 layer (target 2.0)" \
+  "\| MISS \| 12.000, 2.50 / 2.04 \|" \
+  python3 "$root/scripts/lib/fp8_summary.py" --layer "ds=$work/ready.json" --plain "ds=$work/plain.json"
 run_and_expect "plain without its layer" 1 "fp8_summary: error: --plain 'x=$work/plain.json': expected NAME=PATH with NAME a --layer's" "" \
   python3 "$root/scripts/lib/fp8_summary.py" \
   --layer "ds=$results/2026-12-06-bench-fp8-deepseek-v3-e32-fp8-wgrad-h100-39bd35c.json" --plain "x=$work/plain.json"

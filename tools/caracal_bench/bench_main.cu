@@ -234,6 +234,7 @@ RunResult run_one(const LayerConfig& c, const RoutingSpec& spec, const BenchOpti
   r.backward = {t.backward, 2.0 * fwd_flops, tokens};
   r.step = {t.step, 3.0 * fwd_flops, tokens};
   r.quantize_ms = t.quantize;
+  r.step_weights_ready_ms = t.step_weights_ready;
   if (r.fp8) {  // the bf16 default path
     const LayerTimes f = time_layer_on_backend(bf16, routing, a, true);
     r.forward_bf16 = {f.forward, fwd_flops, tokens};

@@ -125,6 +125,8 @@ void print_run(const RunResult& r) {
   if (r.fp8) {
     std::cout << "  " << std::string(23, ' ') << "the weights quantized: " << fmt("%.3f", r.quantize_ms)
               << " ms (once a step: in fp8 fwd+bwd, not in forward or backward alone)\n";
+    std::cout << "  " << std::string(23, ' ') << "fp8 fwd+bwd on weights quantized before (a step's later "
+              << "micro-batches): " << fmt("%.3f", r.step_weights_ready_ms) << " ms\n";
     print_pass(r, "forward bf16", r.forward_bf16, r.cublas.forward_ms, r.nccl.forward_ms);
     print_pass(r, "backward bf16", r.backward_bf16, r.cublas.backward_ms, r.nccl.backward_ms);
     print_pass(r, "fwd+bwd bf16", r.step_bf16, r.cublas.step_ms(), r.nccl.step_ms());
@@ -183,6 +185,8 @@ nlohmann::json run_json(const RunResult& r) {
           {"fwd_bwd", pass_json(r.step)},
           {"forward_path", r.fp8 ? "fp8 (v1's launches)" : "fused"},
           {"fp8_weight_quantization_ms", r.fp8 ? nlohmann::json(r.quantize_ms) : nlohmann::json(nullptr)},
+          // fwd_bwd without the weights' quantization: a step's micro-batches after its first
+          {"fp8_fwd_bwd_weights_ready_ms", r.fp8 ? nlohmann::json(r.step_weights_ready_ms) : nlohmann::json(nullptr)},
           {"v1", r.v1_skipped.empty()
                      ? nlohmann::json{{"forward", pass_json(r.forward_v1)},
                                       {"backward", pass_json(r.backward_v1)},

@@ -31,6 +31,7 @@ struct RunResult {
   bool fp8 = false;              // --precision fp8
   Pass forward, backward, step;  // the fused layer; with fp8 the FP8 layer (on v1's launches)
   double quantize_ms = 0.0;      // with fp8: its weights quantized, once a step (in `step`)
+  double step_weights_ready_ms = 0.0;  // with fp8: `step` without it (a step's later micro-batches)
   Pass forward_bf16, backward_bf16, step_bf16;  // with fp8: the bf16 fused layer, same run
   Pass forward_v1, backward_v1, step_v1;  // bf16 MoELayer v1 (separate launches), same run
   std::string v1_skipped;        // why v1 did not run (its buffers do not fit), or empty

@@ -30,6 +30,7 @@ RunResult median_of_rounds(const std::vector<RunResult>& rounds) {
   set_median(rounds, m.backward.ms, [](const RunResult& r) { return r.backward.ms; });
   set_median(rounds, m.step.ms, [](const RunResult& r) { return r.step.ms; });
   set_median(rounds, m.quantize_ms, [](const RunResult& r) { return r.quantize_ms; });
+  set_median(rounds, m.step_weights_ready_ms, [](const RunResult& r) { return r.step_weights_ready_ms; });
   set_median(rounds, m.forward_bf16.ms, [](const RunResult& r) { return r.forward_bf16.ms; });
   set_median(rounds, m.backward_bf16.ms, [](const RunResult& r) { return r.backward_bf16.ms; });
   set_median(rounds, m.step_bf16.ms, [](const RunResult& r) { return r.step_bf16.ms; });

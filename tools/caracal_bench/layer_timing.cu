@@ -152,11 +152,18 @@ LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& r
   t.backward = median(as_timed([&] { layer.backward(in.backward, context, stream.get()); }), forward);
   layer.check();
   if (talk) progress(a, where + "forward+backward");
-  t.step = median(as_timed([&] {
-    if (fp8) quantize();  // once a step
+  const auto forward_backward = [&] {
     context = layer.forward(forward_args, stream.get());
     layer.backward(in.backward, context, stream.get());
+  };
+  t.step = median(as_timed([&] {
+    if (fp8) quantize();  // once a step
+    forward_backward();
   }));
+  if (fp8) {
+    if (talk) progress(a, where + "forward+backward, the weights quantized before");
+    t.step_weights_ready = median(as_timed(forward_backward));
+  }
   check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize(bench)");
   layer.check();
   return t;

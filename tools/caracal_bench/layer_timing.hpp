@@ -14,6 +14,9 @@ namespace caracal::bench_tool {
 struct LayerTimes {
   double forward = 0.0, backward = 0.0, step = 0.0;  // ms
   double quantize = 0.0;  // FP8 layers: every local rank's weights quantized (MoELayer::quantize_weights)
+  // FP8 layers: forward+backward on weights quantized before it, as every micro-batch of a step
+  // after its first runs under gradient accumulation (`step` quantizes them first).
+  double step_weights_ready = 0.0;
 };
 
 // Why a layer (fused, or v1) of `c` with every local rank's weights and fp32 gradients does not
@@ -24,8 +27,8 @@ std::string memory_shortfall(const LayerConfig& c, const BenchOptions& a, bool f
 // Times the layer over `world`, whose local ranks this thread drives, with the fused forward or
 // v1's (MoELayerOptions::fused_forward). An FP8 layer (c.precision) gets its weights quantized by
 // the caller (MoEWeights::w_fp8) as after an optimizer step: the forward and the backward read them
-// as they are, forward+backward quantizes them first (once a step), and the quantization is timed
-// apart. Collective for NCCL worlds.
+// as they are, forward+backward quantizes them first (once a step), and the quantization and
+// forward+backward without it are timed apart. Collective for NCCL worlds.
 LayerTimes time_layer(comm::World& world, const LayerConfig& c, const Routing& routing, const BenchOptions& a,
                       bool fused_forward);
 
