@@ -304,6 +304,16 @@ TEST(BenchSmoke, ProfileStepRunsOneStepWithoutTiming) {
   EXPECT_FALSE(r.json.contains("runs"));
 }
 
+// The FP8 layer's profiled step: its weights quantized into blocks of their own first, as a timed step.
+TEST(BenchSmoke, ProfileStepRunsTheFp8LayersStep) {
+  CARACAL_REQUIRE_GPU();
+  const BenchRun r =
+      run_bench(std::string(kTinyShape) + " --ep 1 --tokens 256 --no-validate --profile-step --precision fp8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("profiled T=256: one forward and backward"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.json.at("profiled").get<bool>());
+}
+
 TEST(BenchSmoke, NcclOneRank) {
   CARACAL_REQUIRE_GPU();
   expect_report(run_bench(std::string(kTinyShape) + " --ep 1 --backend nccl --tokens 128"), 128, 1, true);
