@@ -115,7 +115,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeRowsOnGpu,
                          ::testing::Values(RowsCase{257, 1000, ScaleRounding::kExact, false},
                                            RowsCase{257, 1000, ScaleRounding::kPowerOfTwo, true},
                                            RowsCase{1, 4, ScaleRounding::kExact, true},
-                                           RowsCase{300, 7168, ScaleRounding::kExact, true}),
+                                           RowsCase{300, 7168, ScaleRounding::kExact, true},
+                                           // whole blocks: 3 items (fewer than a warp's), 2,055 (a partial last run)
+                                           RowsCase{3, 128, ScaleRounding::kPowerOfTwo, false},
+                                           RowsCase{685, 384, ScaleRounding::kExact, false}),
                          rows_case_name);
 
 struct ColumnsCase {
