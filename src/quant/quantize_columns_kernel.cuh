@@ -5,6 +5,11 @@
 // its 8 rows in each square, the quad's 32 rows by shuffles, the four quarters of the rows (warps
 // w / 2) through shared memory. The codes leave transposed from byte permutes in registers, 8 bytes
 // a column where the layout keeps them 8-byte aligned, else two 4-byte stores.
+//
+// A memory-bound kernel: its speed is the bytes in flight, so the square stays in registers as
+// loaded (Source::Raw: 24 or 32 registers) and is unpacked twice, for the amax and for the codes (the
+// same operations both times, so the same floats), which keeps a thread within kColumnCtasPerSm
+// CTAs an SM.
 #include <cuda_fp8.h>
 
 #include "quant/block_scale.cuh"
@@ -82,11 +87,12 @@ namespace {  // each unit instantiates its own
 
 constexpr int kSide = kColumnBlockSide;
 constexpr int kQuarters = kSide / (4 * kSquare);  // row quarters of a block: 4 (a quad's 32 rows each)
+constexpr int kColumnCtasPerSm = 4;               // 64 registers a thread
 
 // `args`' outputs (its values unused) from `source`'s rows.
 template <class Source>
-__global__ void __launch_bounds__(kSquareThreads) quantize_columns_kernel(const QuantizeColumnsArgs args,
-                                                                          const Source source) {
+__global__ void __launch_bounds__(kSquareThreads, kColumnCtasPerSm)
+    quantize_columns_kernel(const QuantizeColumnsArgs args, const Source source) {
   __shared__ float quarter_amax[kQuarters][kSide];
   const int64_t col_blocks = (args.cols + kSide - 1) / kSide;
   const int64_t rb = blockIdx.x / col_blocks, cb = blockIdx.x % col_blocks;
@@ -97,17 +103,17 @@ __global__ void __launch_bounds__(kSquareThreads) quantize_columns_kernel(const 
   const int rows_here =
       first_col < args.cols ? static_cast<int>(max(int64_t(0), min(int64_t(kSquare), args.rows - first_row))) : 0;
 
-  float v[kSquare][kSquare];  // row r, column j of the square; 0 outside the values
+  typename Source::Raw raw[kSquare];  // row r of the square as loaded; zeros outside the values
   const typename Source::Cursor first = source.at(first_row, first_col);
-  for (int r = 0; r < kSquare; ++r) {
-    typename Source::Raw raw = Source::kZero;
-    if (r < rows_here) raw = first.load(r);
-    Source::unpack(raw, v[r]);
-  }
+  for (int r = 0; r < kSquare; ++r) raw[r] = r < rows_here ? first.load(r) : Source::kZero;
   float amax[kSquare];
+  for (int j = 0; j < kSquare; ++j) amax[j] = 0.0f;
+  for (int r = 0; r < kSquare; ++r) {
+    float v[kSquare];  // row r's values
+    Source::unpack(raw[r], v);
+    for (int j = 0; j < kSquare; ++j) amax[j] = fmaxf(amax[j], fabsf(v[j]));
+  }
   for (int j = 0; j < kSquare; ++j) {
-    amax[j] = 0.0f;
-    for (int r = 0; r < kSquare; ++r) amax[j] = fmaxf(amax[j], fabsf(v[r][j]));
     amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 1));
     amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], 2));
   }
@@ -131,8 +137,10 @@ __global__ void __launch_bounds__(kSquareThreads) quantize_columns_kernel(const 
 
   uint32_t codes[kSquare][2];  // row r's columns 4h .. 4h+3
   for (int r = 0; r < kSquare; ++r) {
+    float v[kSquare];
+    Source::unpack(raw[r], v);
     uint16_t p[4];
-    for (int j = 0; j < 4; ++j) p[j] = e4m3_code_pair(v[r][2 * j], v[r][2 * j + 1], inverse[2 * j], inverse[2 * j + 1]);
+    for (int j = 0; j < 4; ++j) p[j] = e4m3_code_pair(v[2 * j], v[2 * j + 1], inverse[2 * j], inverse[2 * j + 1]);
     codes[r][0] = uint32_t(p[0]) | uint32_t(p[1]) << 16;
     codes[r][1] = uint32_t(p[2]) | uint32_t(p[3]) << 16;
   }
