@@ -51,9 +51,11 @@ __device__ __forceinline__ void quantize_whole_blocks(const QuantizeRowsArgs& ar
     for (int u = 0; u < kWholeItemsPerWarp; ++u) {
       packed[u] = first + u < items ? *reinterpret_cast<const uint2*>(from + u * kFp8Block) : make_uint2(0, 0);
     }
+    int64_t row = first / blocks_per_row, block = first % blocks_per_row;
     for (int u = 0; u < kWholeItemsPerWarp; ++u) {
       if (first + u >= items) break;  // the same for every lane of the warp
-      quantize_item(args, (first + u) / blocks_per_row, (first + u) % blocks_per_row, lane, packed[u]);
+      quantize_item(args, row, block, lane, packed[u]);
+      if (++block == blocks_per_row) block = 0, ++row;
     }
   }
 }
