@@ -19,7 +19,7 @@ needs HBM bandwidth the tiles leave idle; the down phase moves ~2 TB/s of the H2
 
     python3 bench/python/combine_overlap_bound.py [--experts 128] [--top-k 8] [--tokens 8192]
         [--gemms-ms 1.046] [--down-share 0.36] [--combine-ms 0.0876] [--schedule-ms 0.0253]
-        [--shares 0.25,0.5,1] [--order phases|experts]
+        [--shares 0.25,0.5,1] [--order phases|experts] [--tail-share 1]
 
 Defaults: Qwen3-30B-A3B with 128 experts on one H200 (ncu kernel times, 2026-12-05, ce8de61:
 docs/results/2026-12-05-fused-vs-v1-h200-ce8de61.txt; the down share is v1's down kernel over its
@@ -54,9 +54,10 @@ def ready_fractions(experts, top_k, tokens, down_share, seed, order="phases", bl
     return sorted(ready)
 
 
-def tail_after_launch(ready, launch, combine, share):
+def tail_after_launch(ready, launch, combine, share, tail_share=1.0):
     """Time past the launch's end the combine still needs, tokens taken in ready order at `share` of
-    the full rate until the launch ends and at the full rate after."""
+    the full rate until the launch ends and at `tail_share` of it after (1: the whole CTA's threads
+    sum once the tiles are done; the summing warps alone keep their own rate)."""
     per_token = combine / len(ready)
     now = 0.0
     for r in ready:
@@ -65,9 +66,9 @@ def tail_after_launch(ready, launch, combine, share):
             during = min(per_token / share, launch - now)
             now += during
             left = per_token - during * share
-            now += left  # any remainder after the launch, at the full rate
+            now += left / tail_share  # any remainder after the launch
         else:
-            now += per_token
+            now += per_token / tail_share
     return max(0.0, now - launch)
 
 
@@ -84,13 +85,18 @@ def main():
     parser.add_argument("--order", choices=("phases", "experts"), default="phases",
                         help="the launch's tile order: phases (every up/gate tile, then the down tiles: today's) "
                              "or experts (each expert's up/gate, then its down tiles)")
+    parser.add_argument("--tail-share", type=float, default=1.0,
+                        help="the combine's rate after the launch's last tile, as a share of the standalone "
+                             "combine's (1: every thread of the CTAs sums then; the token sums of 2026-12-06 kept "
+                             "their three warps a CTA, about the beside-the-tiles share)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     shares = [float(s) for s in args.shares.split(",") if s]
     if not 0 < args.top_k <= args.experts or args.tokens < 1 or args.gemms_ms <= 0 or args.combine_ms < 0 \
-            or not 0 < args.down_share <= 1 or any(not 0 < s <= 1 for s in shares):
+            or not 0 < args.down_share <= 1 or any(not 0 < s <= 1 for s in shares) \
+            or not 0 < args.tail_share <= 1:
         parser.error("need 0 < --top-k <= --experts, --tokens >= 1, --gemms-ms > 0, --combine-ms >= 0, "
-                     "--down-share and every share in (0, 1]")
+                     "--down-share, --tail-share and every share in (0, 1]")
     ready = ready_fractions(args.experts, args.top_k, args.tokens, args.down_share, args.seed, args.order)
     g, c, s = args.gemms_ms, args.combine_ms, args.schedule_ms
     print(f"E {args.experts}, top-{args.top_k}, T {args.tokens}, tile order {args.order}: GEMMs alone {g:.3f} ms, "
@@ -99,9 +105,9 @@ def main():
         print(f"  tokens ready by {f:.0%} of the launch: {sum(r <= f for r in ready) / len(ready):6.1%}")
     print(f"  combine after the launch (today): forward / GEMMs alone >= {(s + g + c) / g:.3f}")
     for share in shares:
-        tail = tail_after_launch(ready, g, c, share)
-        print(f"  combine beside the tiles at {share:4.0%} of its rate: tail {1e3 * tail:6.1f} us, "
-              f"forward / GEMMs alone >= {(s + g + tail) / g:.3f}")
+        tail = tail_after_launch(ready, g, c, share, args.tail_share)
+        print(f"  combine beside the tiles at {share:4.0%} of its rate, {args.tail_share:4.0%} after them: tail "
+              f"{1e3 * tail:6.1f} us, forward >= {s + g + tail:.3f} ms, / GEMMs alone >= {(s + g + tail) / g:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/python/combine_overlap_bound.py (arithmetic, no GPU): its readiness model and verdicts on
 # small cases: with one expert every token is ready when its row block's down tile ends; a combine
-# that runs at the full rate beside the tiles leaves a shorter tail than one at a quarter; today's
+# that runs at the full rate beside the tiles leaves a shorter tail than one at a quarter, and one
+# that keeps a quarter of the rate after the tiles a longer one; today's
 # line is (schedule + GEMMs + combine) / GEMMs; bad arguments are refused.
 source "$(dirname "$0")/script_test_lib.sh"
 script="$root/bench/python/combine_overlap_bound.py"
@@ -19,14 +20,18 @@ assert set(bound.ready_fractions(2, 2, 128, 0.5, seed=1, order="experts")) == {1
 assert abs(bound.tail_after_launch([1.0] * 10, 1.0, 0.1, 0.5) - 0.1) < 1e-12
 # Everything ready at the start, combined at half rate beside a launch long enough: no tail.
 assert bound.tail_after_launch([0.0] * 10, 1.0, 0.1, 0.5) == 0.0
+# Nothing ready before the end, the tail at a quarter of the rate: four times the combine.
+assert abs(bound.tail_after_launch([1.0] * 10, 1.0, 0.1, 0.5, 0.25) - 0.4) < 1e-12
 PY
 
 out=$(python3 "$script" --experts 16 --tokens 1024 --shares 0.25,1 2>&1) || fail "a small case: exit $?"$'\n'"$out"
 grep -q "combine after the launch (today): forward / GEMMs alone >= 1.108" <<<"$out" || fail "today's line"$'\n'"$out"
-quarter=$(sed -n 's/.*at  25% of its rate: tail *\([0-9.]*\) us.*/\1/p' <<<"$out")
-full=$(sed -n 's/.*at 100% of its rate: tail *\([0-9.]*\) us.*/\1/p' <<<"$out")
+quarter=$(sed -n 's/.*at  25% of its rate, 100% after them: tail *\([0-9.]*\) us.*/\1/p' <<<"$out")
+full=$(sed -n 's/.*at 100% of its rate, 100% after them: tail *\([0-9.]*\) us.*/\1/p' <<<"$out")
 python3 -c "import sys; sys.exit(not (0 <= float('$full') < float('$quarter')))" 2>/dev/null ||
   fail "a faster combine leaves a shorter tail: quarter '$quarter', full '$full'"$'\n'"$out"
-run_and_expect "bad share" 2 "combine_overlap_bound.py: error: need 0 < --top-k <= --experts, --tokens >= 1, --gemms-ms > 0, --combine-ms >= 0, --down-share and every share in (0, 1]" "" \
+run_and_expect "bad share" 2 "combine_overlap_bound.py: error: need 0 < --top-k <= --experts, --tokens >= 1, --gemms-ms > 0, --combine-ms >= 0, --down-share, --tail-share and every share in (0, 1]" "" \
   python3 "$script" --shares 0,1
+run_and_expect "bad tail share" 2 "combine_overlap_bound.py: error: need 0 < --top-k <= --experts, --tokens >= 1, --gemms-ms > 0, --combine-ms >= 0, --down-share, --tail-share and every share in (0, 1]" "" \
+  python3 "$script" --tail-share 0
 finish test_combine_overlap_bound
