@@ -16,7 +16,7 @@ rm -rf "$stage"
 mkdir -p "$stage/tests"
 cp "$build"/tests/test_gpu_* "$stage/tests/"  # the host-only tests run in CI
 
-for f in caracal caracal-bench caracal-soak caracal_transfer_bench caracal_gemm_bench \
+for f in caracal caracal-bench caracal-soak caracal_transfer_bench caracal_gemm_bench caracal_gather_bench \
          libcaracal_gemm.a libcaracal_transfer.a NCCL_VERSION; do
   cp "$build/$f" "$stage/"
 done
