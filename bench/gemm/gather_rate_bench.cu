@@ -1,8 +1,9 @@
 // caracal_gather_bench: how fast a CTA's producer warpgroup fills the GEMMs' stage ring with rows
 // gathered by cp.async (gathered_rows.cuh, as the fused forward's up/gate tiles and the W = 1 FP8
-// up/gate read x in place) against one thread's TMA loads of contiguous rows (the row buffers a copy
-// filled first), with no tensor-core work: the ceiling of each operand path, to set beside a GEMM's
-// bytes per k step (a bf16 128 x 256 x 64 tile takes 16 KiB of A and 32 KiB of B per 4.2 MFLOP).
+// up/gate read x in place; their sources looked up once a tile, or again every stage as a gather
+// along K must) against one thread's TMA loads of contiguous rows (the row buffers a copy filled
+// first), with no tensor-core work: the ceiling of each operand path, to set beside a GEMM's bytes
+// per k step (a bf16 128 x 256 x 64 tile takes 16 KiB of A and 32 KiB of B per 4.2 MFLOP).
 //
 // A persistent CTA an SM; its producer warpgroup streams 128-row tiles of a [T][D] bf16 matrix, each
 // tile's k steps through a ring of 4 stages of `boxes` 128 x 64 boxes (16 KiB each), and one consumer
@@ -56,10 +57,15 @@ __device__ inline void arrive_consumers_done(uint64_t* empty, int lane) {
   if (lane == 0) cutlass::arch::ClusterBarrier::arrive(empty);
 }
 
-// kGather: every producer thread copies its units of each k step (gather_k_tile); else thread 0
-// loads the tile's consecutive rows by TMA.
-template <bool kGather>
+// How the producer fills a stage: thread 0's TMA loads of the tile's consecutive rows; every
+// producer thread's cp.async copies (gather_k_tile) of rows whose sources it looked up once per tile
+// (the fused forward's up/gate A, K along the row); or looked up again for every stage (a gather
+// along K, as the weight gradients' rows: each stage's rows are new, their routes loaded first).
+enum class Fill { kTma, kGatherPerTile, kGatherPerStage };
+
+template <Fill kFill>
 __global__ void __launch_bounds__(kThreadsPerCta, 1) stream_rows(const __grid_constant__ CUtensorMap map, Args a) {
+  constexpr bool kGather = kFill != Fill::kTma;
   extern __shared__ uint8_t raw[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   int const thread = int(threadIdx.x);
@@ -82,14 +88,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) stream_rows(const __grid_co
     for (int i = 0; i < a.tiles_per_cta; ++i) {
       int const tile = (int(blockIdx.x) + i * int(gridDim.x)) % tiles;
       caracal::gemm::GatherRows rows{};
-      if (kGather) {
+      auto look_up = [&](int block) {  // the sources of row block `block`'s rows
         for (int j = 0; j < caracal::gemm::kGatherRowsPerThread; ++j) {
-          int const token = __ldg(&a.token_of_row[tile * kBlockM + caracal::gemm::gather_row(thread, j)]);
+          int const token = __ldg(&a.token_of_row[block * kBlockM + caracal::gemm::gather_row(thread, j)]);
           rows.src[j] = a.matrix + int64_t(token) * a.hidden;
         }
-      }
+      };
+      if (kFill == Fill::kGatherPerTile) look_up(tile);
       for (int k = 0; k < k_steps; ++k) {
         cutlass::arch::ClusterBarrier::wait(&s.empty[stage], phase ^ 1u);
+        if (kFill == Fill::kGatherPerStage) look_up((tile + k) % tiles);
         if (kGather) {
           if (thread == 0) cutlass::arch::ClusterBarrier::arrive(&s.full[stage]);
           for (int b = 0; b < a.boxes; ++b) {
@@ -148,10 +156,10 @@ struct Result {
 };
 
 // The median of `reps` launches (after one warm-up) of one path over `a`.
-template <bool kGather>
+template <Fill kFill>
 Result time_path(const CUtensorMap& map, Args a, int ctas, int reps) {
   int const smem = int(sizeof(Smem)) + 1024;
-  check(cudaFuncSetAttribute(stream_rows<kGather>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem limit");
+  check(cudaFuncSetAttribute(stream_rows<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem limit");
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");
@@ -160,7 +168,7 @@ Result time_path(const CUtensorMap& map, Args a, int ctas, int reps) {
   for (int rep = 0; rep <= reps; ++rep) {
     check(cudaMemset(a.checksum, 0, sizeof(unsigned long long)), "memset");
     check(cudaEventRecord(start), "record");
-    stream_rows<kGather><<<ctas, kThreadsPerCta, smem>>>(map, a);
+    stream_rows<kFill><<<ctas, kThreadsPerCta, smem>>>(map, a);
     check(cudaGetLastError(), "launch");
     check(cudaEventRecord(stop), "record");
     check(cudaEventSynchronize(stop), "run");
@@ -224,15 +232,17 @@ int main(int argc, char** argv) {
     for (int boxes = 1; boxes <= kMaxBoxes; ++boxes) {
       Args a{matrix, token_of_row, shape.tokens, hidden, boxes, check_only ? shape.tokens / kBlockM / sms + 1 : 64,
              checksum};
-      const Result tma = time_path<false>(map, a, sms, check_only ? 1 : reps);
-      const Result gather = time_path<true>(map, a, sms, check_only ? 1 : reps);
+      const Result tma = time_path<Fill::kTma>(map, a, sms, check_only ? 1 : reps);
+      const Result gather = time_path<Fill::kGatherPerTile>(map, a, sms, check_only ? 1 : reps);
+      const Result per_stage = time_path<Fill::kGatherPerStage>(map, a, sms, check_only ? 1 : reps);
       double const bytes = double(sms) * a.tiles_per_cta * double(kBlockM) * hidden * 2;
-      for (const auto& [path, r] : {std::pair<const char*, Result>{"TMA", tma}, {"gathered", gather}}) {
+      for (const auto& [path, r] : {std::pair<const char*, Result>{"TMA", tma}, {"gathered", gather},
+                                    {"gath/stage", per_stage}}) {
         double const tbs = bytes / (r.ms * 1e-3) / 1e12;
         std::printf("%-30s %-9s %5d %8.3f %9.2f %10.1f\n", shape.name, path, boxes * 16, r.ms, tbs,
                     tbs * 1e3 / sms);
       }
-      if (check_only && tma.checksum != gather.checksum) {
+      if (check_only && tma.checksum != gather.checksum) {  // (per stage: other rows each stage)
         std::printf("FAILED: the gathered rows' checksum %llu is not the TMA rows' %llu (%d boxes)\n", gather.checksum,
                     tma.checksum, boxes);
         ok = false;
