@@ -207,7 +207,6 @@ void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
   if (gathered) {
     up.x_tokens = pass.x_tokens;
     up.top_k = pass.top_k;
-    up.tile_queue = nullptr;  // its producer warpgroup walks the tiles
   } else {
     up.x = operand(pass.x_fp8);
   }

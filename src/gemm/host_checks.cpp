@@ -146,8 +146,6 @@ void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& a) {
     CARACAL_CHECK(a.top_k >= 1, fn, ": top_k must be >= 1 with x_tokens, got ", a.top_k);
     CARACAL_CHECK(a.x_tokens.scale_block_stride >= 1, fn,
                   ": x_tokens.scale_block_stride must be >= 1 (the tokens' rows), got ", a.x_tokens.scale_block_stride);
-    CARACAL_CHECK(a.tile_queue == nullptr, fn,
-                  ": x_tokens takes no tile_queue (its producer warpgroup walks the tiles), got one");
   } else {
     check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
   }

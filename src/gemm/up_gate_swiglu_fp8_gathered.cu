@@ -18,7 +18,7 @@ using Fp8UpGateSwigluGatheredKernel = Scheduled<Fp8UpGateSwigluGatheredGemm, Row
 void launch_up_gate_swiglu_fp8_gathered(const Fp8UpGateSwigluArgs& args, cudaStream_t stream) {
   using Gemm = Fp8UpGateSwigluGatheredKernel;
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
-  GemmParams<Gemm> p = fp8_row_gemm_params<Gemm>(args.rows, {}, args.w_gate_up, 2 * i, d, "x", "w_gate_up", nullptr);
+  GemmParams<Gemm> p = fp8_row_gemm_params<Gemm>(args.rows, {}, args.w_gate_up, 2 * i, d, "x", "w_gate_up", args.tile_queue);
   p.mainloop.a_rows = {reinterpret_cast<const uint8_t*>(args.x_tokens.codes), args.x_tokens.scales, args.rows.rows,
                        int64_t(args.hidden), args.x_tokens.scale_block_stride, args.top_k};
   p.epilogue = up_gate_fp8_epilogue(args);

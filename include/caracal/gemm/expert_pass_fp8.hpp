@@ -36,7 +36,7 @@ struct Fp8ExpertPass {
   Fp8RowOutput x_fp8;                   // K = D: x quantized (forward)
   // Or x read where the tokens are (a world of one rank: no dispatch of x_fp8's rows first): the
   // tokens' e4m3 rows, schedule row r being route rows.rows[r].y (token route / top_k). Then the
-  // up/gate gathers them (Fp8XRows::kGiven, no tile queue) and, with FP8 weight gradients and x
+  // up/gate gathers them (Fp8XRows::kGiven) and, with FP8 weight gradients and x
   // null, x's columns are quantized from them; x_fp8 is not read.
   Fp8TokenRows x_tokens;
   int top_k = 0;

@@ -80,8 +80,8 @@ struct Fp8UpGateSwigluArgs {
   uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr
   // x read where the tokens are instead of from x's rows (a world of one rank: no dispatch_fp8
   // first): schedule row r is route rows.rows[r].y of this rank (token route / top_k; padding rows
-  // negative). Then x is null, rows.rows set, top_k >= 1 and tile_queue null (the producer
-  // warpgroup gathers the rows and walks the tiles itself). The same bits as x's rows dispatched.
+  // negative). Then x is null, rows.rows set and top_k >= 1 (the producer warpgroup gathers the
+  // rows). The same bits as x's rows dispatched.
   Fp8TokenRows x_tokens;
   int top_k = 0;
 };

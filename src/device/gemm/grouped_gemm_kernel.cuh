@@ -9,8 +9,7 @@
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
 // An OperandA of gathered_fp8_rows.cuh (the FP8 up/gate's x read where the tokens are) is copied by
-// the whole producer warpgroup instead (no IdleWarps, no tile queue), its source in the mainloop's
-// parameters.
+// the whole producer warpgroup instead (no IdleWarps), its source in the mainloop's parameters.
 // with how this kernel walks its tiles (Scheduled below, ScheduledInPairs in paired_gemm_kernel.cuh)
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
 //                       its Params, the CTA's first tile and the stride between its tiles;
@@ -155,15 +154,18 @@ __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params con
 }
 
 // The producer warpgroup (`thread` in [0, kGatherThreads)) of a Gemm whose A it gathers: every
-// thread walks the CTA's tiles (the same scheduler walk; the launch takes no tile queue); per tile
-// it learns its rows' tokens, per k tile thread 0 loads B and its scales by TMA
-// (arrive_and_expect_tx of their bytes) and every thread copies its share of A's codes and scales,
-// arriving once they land.
+// thread walks the CTA's tiles, from the tile queue where there is one (thread 0 takes each tile as
+// producer_take_tile does and the others read it from the stage's slot after the warpgroup meets:
+// the slot is rewritten only once the stage is released, after every thread's arrival on it) or
+// else at the fixed stride; per tile it learns its rows' tokens, per k tile thread 0 loads B and its
+// scales by TMA (arrive_and_expect_tx of their bytes) and every thread copies its share of A's
+// codes and scales, arriving once they land. At the queue's end every thread arrives once on the
+// end stage besides thread 0's producer_arrive.
 template <class Gemm>
 __device__ void produce_gathered_a_tiles(GemmParams<Gemm> const& p,
                                          typename Mainloop<typename Gemm::Policy>::Storage& smem,
                                          TmaPipeline<Gemm::Policy::kStages> const& pipe,
-                                         typename Gemm::Scheduler& scheduler, int thread) {
+                                         typename Gemm::Scheduler& scheduler, uint32_t* queue, int thread) {
   using Policy = typename Gemm::Policy;
   using Collective = Mainloop<Policy>;
   static_assert(Policy::kBlockScaled, "gathered A rows are e4m3 with their scales");
@@ -171,7 +173,19 @@ __device__ void produce_gathered_a_tiles(GemmParams<Gemm> const& p,
                 "the producer warpgroup gathers: no other work for it");
   constexpr uint32_t kTmaBytes = Policy::B::kBytes + ScaleTile<typename Policy::B>::kBytes;
   PipelineState<Policy::kStages> st;
-  for (; scheduler.has_tile(); scheduler.advance()) {
+  for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
+    if (queue != nullptr) {
+      if (thread == 0) producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st);
+      gather_threads_sync();  // thread 0's slot written
+      uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot<Policy::kStages>(queue, st.stage));
+      if (t == kNoMoreTiles) {
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+        break;
+      }
+      scheduler.seek(int(t));
+    } else if (!scheduler.has_tile()) {
+      break;
+    }
     TileCoord tile = scheduler.coord();
     Gemm::Scheduler::locate(p.scheduler, tile);
     GatheredFp8Tile const rows = gathered_fp8_tile(p.mainloop.a_rows, tile.m_begin, thread);
@@ -225,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     run_producer_warpgroup<kRegisters.producer>([&] {
       if constexpr (kGathersA<Gemm>) {
-        produce_gathered_a_tiles<Gemm>(p, smem.mainloop, pipe, scheduler, int(threadIdx.x));
+        produce_gathered_a_tiles<Gemm>(p, smem.mainloop, pipe, scheduler, queue, int(threadIdx.x));
       } else {
         // One thread issues every TMA load; the rest of the warpgroup retires, or runs the Gemm's
         // IdleWarps work.
