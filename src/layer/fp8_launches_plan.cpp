@@ -8,7 +8,9 @@
 // (MoELayerOptions::fp8_weight_gradients false) read x's and dy's bf16 rows, which it pulls. A
 // replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes.
 // forward:  weights quantized | x quantized at home | shared expert | build_schedule (and the gates) |
-//           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
+//           dispatch_fp8 (not in a world of one rank: the routed up/gate then reads the home codes
+//           through the schedule's routes, and so do x's columns in the backward after it) | the
+//           routed experts' FP8 pass | (shared rows scaled) | combine
 // backward: (replay: stage inputs | weights quantized | x quantized at home | shared up/gate |
 //           build_schedule | dispatch | routed up/gate, x quantized on the expert side) | (dy
 //           staged) | FP8 weight gradients: dy quantized at home, reverse_combine_fp8; bf16:
@@ -109,7 +111,9 @@ class Fp8LaunchesPlan final : public LayerPlan {
   }
 
   int ring_rows() const override { return 0; }
+  transfer::DxSlots dx_slots() const override { return transfer::DxSlots::kPerRoute; }
 
+ private:
   // In a world of one rank the routed up/gate reads x's home codes in place of dispatched rows.
   bool reads_x_in_place() const { return state_.config.ep_size == 1; }
   // Local rank l's routed pass: with x read in place (not after a replay, which dispatches and
@@ -123,9 +127,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
     }
     return pass;
   }
-  transfer::DxSlots dx_slots() const override { return transfer::DxSlots::kPerRoute; }
 
- private:
   // Before any launch: the FP8 GEMMs read W_gate_up interleaved.
   static void check_layouts(const std::vector<MoEForwardArgs>& ranks) {
     for (size_t l = 0; l < ranks.size(); ++l) {
