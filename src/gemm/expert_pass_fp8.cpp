@@ -199,9 +199,17 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
 }
 
 void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream, Fp8XRows x) {
+  const bool gathered = pass.x_tokens.codes != nullptr;
+  CARACAL_CHECK(!gathered || x == Fp8XRows::kGiven, "expert_up_gate (fp8): pass.x_tokens are e4m3 rows already: "
+                "x must be Fp8XRows::kGiven with them");
   if (x == Fp8XRows::kQuantize) quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
   auto up = fp8_gemm_args<Fp8UpGateSwigluArgs>(pass);
-  up.x = operand(pass.x_fp8);
+  if (gathered) {
+    up.x_tokens = pass.x_tokens;
+    up.top_k = pass.top_k;
+  } else {
+    up.x = operand(pass.x_fp8);
+  }
   up.w_gate_up = weights.w_gate_up;
   up.activation_fp8_out = pass.activation_fp8;  // the down GEMM's operand; the backward reads none
   up.gate_up_out = pass.gate_up;                 // backward recomputes SwiGLU from it
@@ -261,6 +269,11 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   // reads the e4m3 rows its columns may take the place of.
   if (pass.x != nullptr) {
     quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);
+  } else if (pass.x_tokens.codes != nullptr) {  // the tokens' rows in the schedule's order
+    const quant::QuantizeColumnsArgs q = pass_column_args(pass, pass.hidden, pass.x_columns);
+    quant::quantize_columns_of_e4m3(q, {pass.x_tokens.codes, pass.x_tokens.scales, pass.x_tokens.scale_block_stride,
+                                        pass.rows.rows, pass.top_k},
+                                    stream);
   } else {
     quantize_pass_columns_of_e4m3(pass, pass.x_fp8, pass.hidden, pass.x_columns, stream);
   }

@@ -138,7 +138,17 @@ void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& a) {
   const char* fn = "grouped_up_gate_swiglu (fp8)";
   check_fp8_row_gemm(a, 2 * int64_t(a.intermediate), fn);
   bool const no_rows = a.rows.row_capacity == 0;
-  check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
+  if (a.x_tokens.codes != nullptr || a.x_tokens.scales != nullptr) {  // x gathered from the tokens' rows
+    CARACAL_CHECK(a.x.codes == nullptr && a.x.scales == nullptr, fn,
+                  ": x and x_tokens are alternatives: x must be null when x_tokens is set");
+    check_fp8_pointers(a.x_tokens.codes, a.x_tokens.scales, false, fn, "x_tokens");
+    CARACAL_CHECK(no_rows || a.rows.rows != nullptr, fn, ": x_tokens needs rows.rows (each schedule row's route), got null");
+    CARACAL_CHECK(a.top_k >= 1, fn, ": top_k must be >= 1 with x_tokens, got ", a.top_k);
+    CARACAL_CHECK(a.x_tokens.scale_block_stride >= 1, fn,
+                  ": x_tokens.scale_block_stride must be >= 1 (the tokens' rows), got ", a.x_tokens.scale_block_stride);
+  } else {
+    check_fp8_pointers(a.x.codes, a.x.scales, no_rows, fn, "x");
+  }
   check_fp8_pointers(a.w_gate_up.codes, a.w_gate_up.scales, false, fn, "w_gate_up");
   bool const codes = a.activation_fp8_out.codes != nullptr || a.activation_fp8_out.scales != nullptr;
   CARACAL_CHECK(no_rows || codes || a.activation_out != nullptr, fn,

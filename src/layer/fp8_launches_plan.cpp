@@ -8,7 +8,9 @@
 // (MoELayerOptions::fp8_weight_gradients false) read x's and dy's bf16 rows, which it pulls. A
 // replayed forward pulls the rows in bf16 and quantizes them on the expert side: the same codes.
 // forward:  weights quantized | x quantized at home | shared expert | build_schedule (and the gates) |
-//           dispatch_fp8 | the routed experts' FP8 pass | (shared rows scaled) | combine
+//           dispatch_fp8 (not in a world of one rank: the routed up/gate then reads the home codes
+//           through the schedule's routes, and so do x's columns in the backward after it) | the
+//           routed experts' FP8 pass | (shared rows scaled) | combine
 // backward: (replay: stage inputs | weights quantized | x quantized at home | shared up/gate |
 //           build_schedule | dispatch | routed up/gate, x quantized on the expert side) | (dy
 //           staged) | FP8 weight gradients: dy quantized at home, reverse_combine_fp8; bf16:
@@ -40,9 +42,9 @@ class Fp8LaunchesPlan final : public LayerPlan {
       gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream, gemm::Fp8XRows::kGiven);
     }
     state_.exchange->build_schedule(state_.config.router, stream);
-    state_.exchange->dispatch_fp8(stream);
+    if (!reads_x_in_place()) state_.exchange->dispatch_fp8(stream);
     for (size_t l = 0; l < ranks.size(); ++l) {
-      gemm::expert_forward(state_.ranks[l].routed_fp8, weights[l].routed, stream, gemm::Fp8XRows::kGiven);
+      gemm::expert_forward(routed_pass(l, /*replayed=*/false), weights[l].routed, stream, gemm::Fp8XRows::kGiven);
     }
   }
 
@@ -87,7 +89,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
     for (size_t l = 0; l < ranks.size(); ++l) {
       // FP8 weight gradients quantize x's and dy's columns from their e4m3 rows (DeepSeek-V3's
       // requantization), dy's as pulled.
-      gemm::Fp8ExpertPass pass = state_.ranks[l].routed_fp8;
+      gemm::Fp8ExpertPass pass = routed_pass(l, replayed);
       if (fp8_weight_grads) {
         pass.x = nullptr;
         pass.dy = nullptr;
@@ -112,6 +114,20 @@ class Fp8LaunchesPlan final : public LayerPlan {
   transfer::DxSlots dx_slots() const override { return transfer::DxSlots::kPerRoute; }
 
  private:
+  // In a world of one rank the routed up/gate reads x's home codes in place of dispatched rows.
+  bool reads_x_in_place() const { return state_.config.ep_size == 1; }
+  // Local rank l's routed pass: with x read in place (not after a replay, which dispatches and
+  // quantizes x's rows on the expert side), the tokens' home codes through the schedule's routes.
+  gemm::Fp8ExpertPass routed_pass(size_t l, bool replayed) const {
+    gemm::Fp8ExpertPass pass = state_.ranks[l].routed_fp8;
+    if (reads_x_in_place() && !replayed) {
+      const RankState& rank = state_.ranks[l];
+      pass.x_tokens = {rank.home_x_fp8.codes, rank.home_x_fp8.scales, int64_t(state_.sizes.shared_rows)};
+      pass.top_k = state_.sizes.top_k;
+    }
+    return pass;
+  }
+
   // Before any launch: the FP8 GEMMs read W_gate_up interleaved.
   static void check_layouts(const std::vector<MoEForwardArgs>& ranks) {
     for (size_t l = 0; l < ranks.size(); ++l) {

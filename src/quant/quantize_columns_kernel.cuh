@@ -83,6 +83,38 @@ struct E4m3ColumnValues {
   }
 };
 
+// The same e4m3 rows read in place as tokens' rows (E4m3Rows::routes): row r is token
+// routes[r].y / top_k's, a negative route a row of zeros.
+struct GatheredE4m3ColumnValues {
+  using Raw = E4m3ColumnValues::Raw;
+  static constexpr Raw kZero = E4m3ColumnValues::kZero;
+  const __nv_fp8_e4m3* codes;
+  const float* scales;
+  int64_t scale_block_stride;
+  int64_t cols;
+  const int2* routes;
+  int top_k;
+  struct Cursor {
+    const __nv_fp8_e4m3* codes;  // column col of token 0
+    const float* scales;         // the block's scale of token 0
+    const int2* routes;          // the first row's
+    int64_t cols;
+    int top_k;
+    __device__ __forceinline__ Raw load(int r) const {
+      const int route = __ldg(&routes[r].y);
+      if (route < 0) return kZero;
+      const int64_t token = route / top_k;
+      return {*reinterpret_cast<const uint2*>(codes + token * cols), scales[token]};
+    }
+  };
+  __device__ __forceinline__ Cursor at(int64_t row, int64_t col) const {
+    return {codes + col, scales + col / kColumnBlockSide * scale_block_stride, routes + row, cols, top_k};
+  }
+  __device__ __forceinline__ static void unpack(const Raw& raw, float (&v)[kSquare]) {
+    E4m3ColumnValues::unpack(raw, v);
+  }
+};
+
 namespace {  // each unit instantiates its own
 
 constexpr int kSide = kColumnBlockSide;
@@ -165,5 +197,10 @@ __global__ void __launch_bounds__(kSquareThreads, kColumnCtasPerSm)
 
 // The checks both launchers share (`where` names the function), and the grid: a CTA a block.
 int column_blocks(const QuantizeColumnsArgs& args, const char* where);
+
+// quantize_columns_of_e4m3 of rows with routes (quantize_columns_e4m3_gathered.cu), checked, on
+// `blocks` CTAs.
+void quantize_columns_of_gathered_e4m3(const QuantizeColumnsArgs& args, const E4m3Rows& rows, int blocks,
+                                       cudaStream_t stream);
 
 }  // namespace caracal::quant

@@ -8,6 +8,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <vector_types.h>  // int2
+
 #include <cstdint>
 
 #include "caracal/block_fp8.hpp"
@@ -76,7 +78,12 @@ struct QuantizeColumnsArgs {
 struct E4m3Rows {
   const __nv_fp8_e4m3* codes = nullptr;
   const float* scales = nullptr;
-  int64_t scale_block_stride = 0;  // at least rows
+  int64_t scale_block_stride = 0;  // at least rows (with routes: at least the tokens)
+  // Optional: the rows are tokens' rows read in place, row r being token routes[r].y / top_k's (a
+  // negative route: a row of zeros), codes and scales then over the tokens (quantize_columns_of_e4m3
+  // of rows gathered in the schedule's order; the FP8 weight gradients' x in a world of one rank).
+  const int2* routes = nullptr;
+  int top_k = 0;
 };
 
 // Enqueue on `stream`. Throw caracal::Error naming the argument that is wrong (null pointers where

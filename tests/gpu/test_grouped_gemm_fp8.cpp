@@ -10,9 +10,11 @@
 //   Host: argument validation (no GPU needed).
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,11 +109,48 @@ void make_problem(Problem& p, const Case& c) {
   ASSERT_NO_FATAL_FAILURE(p.d_activation8.scales.allocate(I / 128 * cap));
 }
 
+// x's real rows as the tokens' rows (Fp8UpGateSwigluArgs::x_tokens): each row's codes and scales at
+// a token of its own, the tokens shuffled, routes of k = kGatherTopK naming them.
+constexpr int kGatherTopK = 3;
+struct TokenRows {
+  std::vector<uint8_t> codes;   // [T][D]
+  std::vector<float> scales;    // [D / 128][T]
+  std::vector<int2> routes;     // [capacity]: {0, token * k + slot}, padding {-1, -1}
+  int tokens = 0;
+  DeviceQuantized d_rows;
+  DeviceBuffer<int2> d_routes;
+};
+
+void make_token_rows(const Problem& p, TokenRows& t) {
+  const size_t D = size_t(p.c.hidden), cap = size_t(p.rows.capacity), blocks = D / 128;
+  std::vector<int> real;
+  for (size_t e = 0; e < p.c.counts.size(); ++e) {
+    for (int r = 0; r < p.c.counts[e]; ++r) real.push_back(p.rows.offset[e] + r);
+  }
+  t.tokens = std::max<int>(int(real.size()), 1);
+  std::vector<int> token_of(real.size());
+  std::iota(token_of.begin(), token_of.end(), 0);
+  std::mt19937_64 rng(p.seed.value() + 1);
+  std::shuffle(token_of.begin(), token_of.end(), rng);
+  t.codes.assign(size_t(t.tokens) * D, 0);
+  t.scales.assign(blocks * size_t(t.tokens), 0.0f);
+  t.routes.assign(cap, int2{-1, -1});
+  for (size_t i = 0; i < real.size(); ++i) {
+    const size_t row = size_t(real[i]), token = size_t(token_of[i]);
+    t.routes[row] = int2{0, int(token) * kGatherTopK + int(i % kGatherTopK)};
+    std::copy_n(p.xq.codes.begin() + ptrdiff_t(row * D), D, t.codes.begin() + ptrdiff_t(token * D));
+    for (size_t b = 0; b < blocks; ++b) t.scales[b * size_t(t.tokens) + token] = p.xq.scales[b * cap + row];
+  }
+  ASSERT_NO_FATAL_FAILURE(t.d_rows.upload(t.codes, t.scales));
+  ASSERT_NO_FATAL_FAILURE(t.d_routes.upload(t.routes));
+}
+
 struct RunOptions {
   int num_ctas = 0;
   bool pass_counts = true;
   bool tile_queue = false;
   bool bf16_activation = true;  // activation_out given (the e4m3 activation always is)
+  const TokenRows* gathered = nullptr;  // x gathered from these tokens' rows instead of its rows
 };
 
 struct Outputs {
@@ -133,6 +172,12 @@ void run_forward(Problem& p, const RunOptions& o, Outputs& out) {
   }
   auto up = kernel_args<Fp8UpGateSwigluArgs>(rows, p.c.hidden, p.c.intermediate, o.num_ctas);
   up.x = {p.d_xq.fp8(), p.d_xq.scales.get()};
+  if (o.gathered != nullptr) {
+    up.rows.rows = o.gathered->d_routes.get();
+    up.x = {};
+    up.x_tokens = {o.gathered->d_rows.fp8(), o.gathered->d_rows.scales.get(), o.gathered->tokens};
+    up.top_k = kGatherTopK;
+  }
   up.w_gate_up = {p.d_w_gate_up_q.fp8(), p.d_w_gate_up_q.scales.get()};
   up.activation_out = o.bf16_activation ? as_bf16(p.d_activation.get()) : nullptr;
   up.activation_fp8_out = {reinterpret_cast<__nv_fp8_e4m3*>(p.d_activation8.codes.get()), p.d_activation8.scales.get()};
@@ -252,6 +297,46 @@ TEST(GroupedGemmFp8Determinism, BitwiseAcrossRunsGridSizesCountsAndATileQueue) {
   }
 }
 
+// x gathered from the tokens' rows (Fp8UpGateSwigluArgs::x_tokens, a world of one rank): the same
+// bits as x's rows dispatched (padding rows gathered as zero codes under zero scales), with and
+// without counts, on 7 CTAs and with a tile queue, over the reference cases; one code of one token
+// changed must change the outputs (the comparison can fail).
+TEST(GroupedGemmFp8GatheredX, TokenRowsGiveTheDispatchedBits) {
+  CARACAL_REQUIRE_GPU();
+  bool checked_failure = false;
+  for (const Case& c : reference_cases()) {
+    for (const int variant : {0, 1, 2, 3}) {
+      SCOPED_TRACE("case " + c.name + ", variant " + std::to_string(variant));
+      Problem p;
+      ASSERT_NO_FATAL_FAILURE(make_problem(p, c));
+      TokenRows tokens;
+      ASSERT_NO_FATAL_FAILURE(make_token_rows(p, tokens));
+      RunOptions o;
+      o.pass_counts = variant != 1;
+      o.num_ctas = variant == 2 ? 7 : 0;
+      o.tile_queue = variant == 3;
+      Outputs dispatched, gathered;
+      ASSERT_NO_FATAL_FAILURE(run_forward(p, o, dispatched));
+      o.gathered = &tokens;
+      ASSERT_NO_FATAL_FAILURE(run_forward(p, o, gathered));
+      EXPECT_TRUE(same_bits(dispatched.gate_up, gathered.gate_up)) << "gate_up differs";
+      EXPECT_TRUE(same_bits(dispatched.hidden, gathered.hidden)) << "hidden differs";
+      EXPECT_TRUE(same_bits(dispatched.hidden8, gathered.hidden8)) << "e4m3 hidden differs";
+      EXPECT_TRUE(same_bits(dispatched.hidden8_scales, gathered.hidden8_scales)) << "hidden scales differ";
+      if (!checked_failure && c.counts[0] > 0) {
+        checked_failure = true;
+        const int2 first = tokens.routes[size_t(p.rows.offset[0])];
+        tokens.codes[size_t(first.y / kGatherTopK) * size_t(c.hidden) + 3] ^= 0x01;  // one ulp of one code
+        ASSERT_NO_FATAL_FAILURE(tokens.d_rows.upload(tokens.codes, tokens.scales));
+        Outputs changed;
+        ASSERT_NO_FATAL_FAILURE(run_forward(p, o, changed));
+        EXPECT_FALSE(same_bits(dispatched.gate_up, changed.gate_up)) << "a changed token code went unseen";
+      }
+    }
+  }
+  EXPECT_TRUE(checked_failure);
+}
+
 // ---- Host: argument checks ------------------------------------------------------------------------
 
 Fp8UpGateSwigluArgs valid_fp8_up_args() {
@@ -276,6 +361,38 @@ TEST(GroupedGemmFp8Args, UpGateRejectsBadArguments) {
                {"activation_fp8_out.scales", "null"});
   expect_error(with([](auto& a) { a.rows.row_capacity = 100; }), {"rows.row_capacity", "100"});
   expect_error(with([](auto& a) { a.num_ctas = -1; }), {"num_ctas", "-1"});
+  // x gathered from the tokens' rows instead.
+  const auto gathered = [](Fp8UpGateSwigluArgs& a) {
+    a.x = {};
+    a.x_tokens = {fake_ptr<const __nv_fp8_e4m3>(1 << 17), fake_ptr<const float>(1 << 18), 64};
+    a.rows.rows = fake_ptr<const int2>(1 << 19);
+    a.top_k = 8;
+  };
+  expect_error(with([&](auto& a) {
+                 gathered(a);
+                 a.x.codes = fake_ptr<const __nv_fp8_e4m3>();
+               }),
+               {"x and x_tokens", "x must be null"});
+  expect_error(with([&](auto& a) {
+                 gathered(a);
+                 a.x_tokens.scales = nullptr;
+               }),
+               {"x_tokens.scales", "null"});
+  expect_error(with([&](auto& a) {
+                 gathered(a);
+                 a.rows.rows = nullptr;
+               }),
+               {"x_tokens needs rows.rows"});
+  expect_error(with([&](auto& a) {
+                 gathered(a);
+                 a.top_k = 0;
+               }),
+               {"top_k must be >= 1 with x_tokens", "got 0"});
+  expect_error(with([&](auto& a) {
+                 gathered(a);
+                 a.x_tokens.scale_block_stride = 0;
+               }),
+               {"x_tokens.scale_block_stride must be >= 1", "got 0"});
 }
 
 TEST(GroupedGemmFp8Args, DownRejectsBadArguments) {

@@ -136,6 +136,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuMoELayerFp8, testing::ValuesIn(fp8_cases()), 
 
 const LayerCase kRepeatCase{"W2_uniform_k4_shared_scale", 2, 97, 8, 4, true, true, kNormalized,
                             RoutingCase::kUniform, Precision::kFP8};
+// In a world of one rank the forward's up/gate reads x's home codes in place (no dispatch_fp8), and
+// x's columns for the weight gradients come from them; a replay dispatches and quantizes on the
+// expert side instead: the two must give the same bits.
+const LayerCase kRepeatCaseW1{"W1_uniform_k4_shared_scale", 1, 197, 8, 4, true, true, kNormalized,
+                              RoutingCase::kUniform, Precision::kFP8};
 
 TEST(GpuMoELayerFp8Steps, BitwiseRepeats) {
   CARACAL_REQUIRE_GPU();
@@ -143,19 +148,16 @@ TEST(GpuMoELayerFp8Steps, BitwiseRepeats) {
   expect_same_bits(run_once(kRepeatCase, s), run_once(kRepeatCase, s), "two FP8 layers, one step");
 }
 
-// A backward after another forward of the same layer recomputes the first forward's activations
-// (the replay), so it gives the bits of a backward right after its forward.
-TEST(GpuMoELayerFp8Steps, BackwardAfterAnotherForward) {
-  CARACAL_REQUIRE_GPU();
-  const SeededStep s(kRepeatCase, kRepeatCase.routing);
-  const std::vector<RankOutputs> direct = run_once(kRepeatCase, s);
-  LoopbackLayer l(kRepeatCase, s.weights);
+void expect_backward_after_another_forward(const LayerCase& c) {
+  const SeededStep s(c, c.routing);
+  const std::vector<RankOutputs> direct = run_once(c, s);
+  LoopbackLayer l(c, s.weights);
   const Stream stream;
   l.buffers.prepare(s.step, l.world);
   const MoEContext first = l.layer.forward(l.buffers.forward_args(), stream.get());
   stream.sync();
   const std::vector<RankOutputs> with_y = l.buffers.download();
-  const HostStep other = random_step(kRepeatCase, RoutingCase::kZipf, fresh_seed());
+  const HostStep other = random_step(c, RoutingCase::kZipf, fresh_seed());
   l.buffers.prepare(other, l.world);
   (void)l.layer.forward(l.buffers.forward_args(), stream.get());
   stream.sync();
@@ -166,6 +168,17 @@ TEST(GpuMoELayerFp8Steps, BackwardAfterAnotherForward) {
   std::vector<RankOutputs> replayed = l.buffers.download();
   for (size_t r = 0; r < replayed.size(); ++r) replayed[r].y = with_y[r].y;
   expect_same_bits(direct, replayed, "a backward after another forward");
+}
+
+// A backward after another forward of the same layer recomputes the first forward's activations
+// (the replay), so it gives the bits of a backward right after its forward (at W = 1 the one read x
+// in place, the replay dispatches it).
+TEST(GpuMoELayerFp8Steps, BackwardAfterAnotherForward) {
+  CARACAL_REQUIRE_GPU();
+  for (const LayerCase& c : {kRepeatCase, kRepeatCaseW1}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_NO_FATAL_FAILURE(expect_backward_after_another_forward(c));
+  }
 }
 
 // Weights given quantized (MoELayer::quantize_weights into MoEWeights::w_fp8, as a training loop
@@ -201,13 +214,9 @@ TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
   EXPECT_NE(zeroed[0].y, own[0].y) << "the layer quantized the weights again over the block it was given";
 }
 
-// One CUDA graph of forward + backward (the weights quantized inside it, as at every call without
-// MoEWeights::w_fp8) replayed with new routing and inputs: each replay the bits of an eager step of
-// a fresh layer.
-TEST(GpuMoELayerFp8Steps, GraphReplaysGiveTheEagerBits) {
-  CARACAL_REQUIRE_GPU();
-  const SeededStep s(kRepeatCase, RoutingCase::kZipf);
-  LoopbackLayer l(kRepeatCase, s.weights);
+void expect_graph_replays_give_the_eager_bits(const LayerCase& c) {
+  const SeededStep s(c, RoutingCase::kZipf);
+  LoopbackLayer l(c, s.weights);
   const Stream stream;
   l.buffers.prepare(s.step, l.world);
   ASSERT_NO_THROW(run_step(l.layer, l.buffers, stream));  // an eager step first: every kernel's module loaded
@@ -222,13 +231,24 @@ TEST(GpuMoELayerFp8Steps, GraphReplaysGiveTheEagerBits) {
   }
   for (RoutingCase routing : {RoutingCase::kUniform, RoutingCase::kAllToOne, RoutingCase::kEmptySlots}) {
     const TracedSeed seed(std::string(exchange_test::name_of(routing)) + ", ");
-    const HostStep step = random_step(kRepeatCase, routing, seed.value());
+    const HostStep step = random_step(c, routing, seed.value());
     l.buffers.prepare(step, l.world);
     graph->launch(stream);
     stream.sync();
     ASSERT_NO_THROW(l.layer.check());
-    expect_same_bits(run_once(kRepeatCase, s.weights, step), l.buffers.download(),
+    expect_same_bits(run_once(c, s.weights, step), l.buffers.download(),
                      std::string("a replay, ") + exchange_test::name_of(routing));
+  }
+}
+
+// One CUDA graph of forward + backward (the weights quantized inside it, as at every call without
+// MoEWeights::w_fp8) replayed with new routing and inputs: each replay the bits of an eager step of
+// a fresh layer.
+TEST(GpuMoELayerFp8Steps, GraphReplaysGiveTheEagerBits) {
+  CARACAL_REQUIRE_GPU();
+  for (const LayerCase& c : {kRepeatCase, kRepeatCaseW1}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replays_give_the_eager_bits(c));
   }
 }
 

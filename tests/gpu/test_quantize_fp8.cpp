@@ -8,9 +8,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +250,84 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, MatchTheRowQuantizationOfTheTransposedValuesB
   EXPECT_EQ(mismatches, 0u);
 }
 
+// The same rows read in place as tokens' rows (E4m3Rows::routes: a shuffled token per row, k = 3,
+// every fifth row a padding route of zeros): the bits of those rows laid out in schedule order (the
+// padding rows zero codes under zero scales). One code of one token changed must change them.
+TEST_P(QuantizeColumnsOfE4m3OnGpu, TokenRowsThroughRoutesGiveTheRowsBits) {
+  CARACAL_REQUIRE_GPU();
+  const ColumnsCase c = GetParam();
+  const TracedSeed seed;
+  std::mt19937_64 rng(seed.value());
+  constexpr int kTopK = 3;
+  Fp8Matrix rows = quantize_rows(to_floats(random_bf16_bits(rng, c.rows, c.cols)), c.rows, c.cols);
+  const int64_t blocks = rows.scale_cols();
+  std::vector<int64_t> token_of(static_cast<size_t>(c.rows));
+  std::iota(token_of.begin(), token_of.end(), 0);
+  std::shuffle(token_of.begin(), token_of.end(), rng);
+  std::vector<int2> routes(static_cast<size_t>(c.rows));
+  std::vector<uint8_t> token_codes(static_cast<size_t>(c.rows * c.cols), 0);
+  std::vector<float> token_scales(static_cast<size_t>(blocks * c.rows), 0.0f);
+  std::vector<float> row_scales(static_cast<size_t>(blocks * c.rows), 0.0f);  // schedule order, MN-major
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const bool padding = r % 5 == 4;
+    routes[r] = padding ? int2{-1, -1} : int2{0, int(token_of[r] * kTopK + r % kTopK)};
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (padding) {
+        rows.scales[r * blocks + b] = 0.0f;
+      } else {
+        token_scales[b * c.rows + token_of[r]] = rows.scales[r * blocks + b];
+      }
+      row_scales[b * c.rows + r] = rows.scales[r * blocks + b];
+    }
+    for (int64_t j = 0; j < c.cols; ++j) {
+      uint8_t& code = rows.codes[r * c.cols + j];
+      if (padding) code = 0;
+      if (!padding) token_codes[token_of[r] * c.cols + j] = code;
+    }
+  }
+  DeviceBuffer<uint8_t> d_rows, d_tokens;
+  DeviceBuffer<float> d_row_scales, d_token_scales;
+  DeviceBuffer<int2> d_routes;
+  ASSERT_NO_FATAL_FAILURE(d_rows.upload(rows.codes));
+  ASSERT_NO_FATAL_FAILURE(d_row_scales.upload(row_scales));
+  ASSERT_NO_FATAL_FAILURE(d_tokens.upload(token_codes));
+  ASSERT_NO_FATAL_FAILURE(d_token_scales.upload(token_scales));
+  ASSERT_NO_FATAL_FAILURE(d_routes.upload(routes));
+  const auto fp8 = [](const DeviceBuffer<uint8_t>& b) { return reinterpret_cast<const __nv_fp8_e4m3*>(b.get()); };
+  const auto run = [&](const quant::E4m3Rows& source, std::vector<uint8_t>& codes, std::vector<float>& scales) {
+    ColumnOutputs out;
+    ASSERT_NO_FATAL_FAILURE(allocate_column_outputs(c, blocks, out));
+    quant::quantize_columns_of_e4m3(out.args, source, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(out.codes.download(codes));
+    ASSERT_NO_FATAL_FAILURE(out.scales.download(scales));
+  };
+  std::vector<uint8_t> want_codes, got_codes;
+  std::vector<float> want_scales, got_scales;
+  ASSERT_NO_FATAL_FAILURE(run({fp8(d_rows), d_row_scales.get(), c.rows}, want_codes, want_scales));
+  const quant::E4m3Rows gathered{fp8(d_tokens), d_token_scales.get(), c.rows, d_routes.get(), kTopK};
+  ASSERT_NO_FATAL_FAILURE(run(gathered, got_codes, got_scales));
+  EXPECT_TRUE(want_codes == got_codes) << "codes differ";
+  EXPECT_EQ(std::memcmp(want_scales.data(), got_scales.data(), want_scales.size() * sizeof(float)), 0)
+      << "scales differ";
+  // Column 0's code of the row with the largest scale of the first row block (random bits: the
+  // rows' magnitudes differ by many binades, so a change in a small row may round away down the
+  // column): the largest code 0x7E makes it the column's largest value, and one that was 0x7E
+  // already becomes a small one.
+  int64_t big = 0;
+  for (int64_t r = 0; r < std::min<int64_t>(c.rows, 128); ++r) {
+    if (r % 5 != 4 && token_scales[token_of[r]] > token_scales[token_of[big]]) big = r;
+  }
+  uint8_t& code = token_codes[static_cast<size_t>(token_of[big] * c.cols)];
+  code = (code & 0x7F) == 0x7E ? 0x30 : 0x7E;
+  ASSERT_NO_FATAL_FAILURE(d_tokens.upload(token_codes));  // a new buffer
+  const quant::E4m3Rows changed{fp8(d_tokens), d_token_scales.get(), c.rows, d_routes.get(), kTopK};
+  ASSERT_NO_FATAL_FAILURE(run(changed, got_codes, got_scales));
+  EXPECT_FALSE(want_codes == got_codes && std::memcmp(want_scales.data(), got_scales.data(),
+                                                      want_scales.size() * sizeof(float)) == 0)
+      << "a changed token code went unseen";
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeColumnsOfE4m3OnGpu,
                          ::testing::Values(ColumnsCase{260, 256, 260, ScaleRounding::kExact},
                                            ColumnsCase{4, 128, 4, ScaleRounding::kExact},
@@ -410,6 +490,11 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
   cols.cols = 128;
   expect_error([&] { quant::quantize_columns_of_e4m3(cols, {e4m3.codes, scales, 2}, nullptr); },
                {"quantize_columns_of_e4m3", "rows.scale_block_stride", "at least rows"});
+  const int2* const routes = reinterpret_cast<const int2*>(codes);
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, {e4m3.codes, scales, 4, routes, 0}, nullptr); },
+               {"quantize_columns_of_e4m3", "rows.top_k must be >= 1 with rows.routes", "got 0"});
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, {e4m3.codes, scales, 0, routes, 2}, nullptr); },
+               {"quantize_columns_of_e4m3", "rows.scale_block_stride must be >= 1", "got 0"});
 }
 
 }  // namespace

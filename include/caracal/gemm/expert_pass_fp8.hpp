@@ -34,6 +34,12 @@ struct Fp8ExpertPass {
   // requantization; x_columns must then take memory of its own).
   const __nv_bfloat16* x = nullptr;
   Fp8RowOutput x_fp8;                   // K = D: x quantized (forward)
+  // Or x read where the tokens are (a world of one rank: no dispatch of x_fp8's rows first): the
+  // tokens' e4m3 rows, schedule row r being route rows.rows[r].y (token route / top_k). Then the
+  // up/gate gathers them (Fp8XRows::kGiven) and, with FP8 weight gradients and x
+  // null, x's columns are quantized from them; x_fp8 is not read.
+  Fp8TokenRows x_tokens;
+  int top_k = 0;
   __nv_bfloat16* gate_up = nullptr;     // [buffer rows][2I] forward output, backward input
   __nv_bfloat16* activation = nullptr;  // [buffer rows][I] bf16(g * SwiGLU activation) (backward)
   Fp8RowOutput activation_fp8;          // K = I: the activation quantized (the forward's up/gate epilogue)

@@ -37,6 +37,15 @@ struct Fp8RowOutput {
   float* scales = nullptr;  // [K / 128][buffer rows]
 };
 
+// The tokens' rows in e4m3 where they are (a world of one rank: read in place of rows dispatched
+// into schedule order), token t's codes at codes + t * K and its scale of K block kb at
+// scales[kb * scale_block_stride + t] (the layout Fp8RowOperand reads, over the tokens).
+struct Fp8TokenRows {
+  const __nv_fp8_e4m3* codes = nullptr;
+  const float* scales = nullptr;
+  int64_t scale_block_stride = 0;  // at least the tokens
+};
+
 // A row of Fp8WeightOperand's scales holds N block nb's scale at float fp8_weight_scale_at(nb), 16
 // bytes apart (a TMA box starts on a 16-byte boundary; the floats between are never read), and is
 // fp8_weight_scale_row(ceil(N / 128)) floats long: whole 128-byte boxes.
@@ -69,6 +78,12 @@ struct Fp8UpGateSwigluArgs {
   Fp8RowOutput activation_fp8_out;
   int num_ctas = 0;                         // persistent CTAs; 0 = one per SM
   uint32_t* tile_queue = nullptr;           // kTileQueueWords words, or nullptr
+  // x read where the tokens are instead of from x's rows (a world of one rank: no dispatch_fp8
+  // first): schedule row r is route rows.rows[r].y of this rank (token route / top_k; padding rows
+  // negative). Then x is null, rows.rows set and top_k >= 1 (the producer warpgroup gathers the
+  // rows). The same bits as x's rows dispatched.
+  Fp8TokenRows x_tokens;
+  int top_k = 0;
 };
 
 // grouped_down_proj in FP8: y = bf16(activation · W_down^T) (F3).

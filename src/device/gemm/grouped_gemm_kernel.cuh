@@ -8,6 +8,8 @@
 //   Policy              precision, tile and stages (gemm_policy.cuh): the mainloop's and the storage's
 //   OperandA, OperandB  operand kinds (operand_loads.cuh): their majorness and TMA loads
 //   Epilogue            apply(params, tile, accum, active, ring, warpgroup) per tile and warpgroup
+// An OperandA of gathered_fp8_rows.cuh (the FP8 up/gate's x read where the tokens are) is copied by
+// the whole producer warpgroup instead (no IdleWarps), its source in the mainloop's parameters.
 // with how this kernel walks its tiles (Scheduled below, ScheduledInPairs in paired_gemm_kernel.cuh)
 //   Scheduler           RowTileScheduler (M = rows) or WeightTileScheduler (K = rows), built from
 //                       its Params, the CTA's first tile and the stride between its tiles;
@@ -22,10 +24,12 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "device/gemm/chunk_store.cuh"
+#include "device/gemm/gathered_fp8_rows.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/gemm_policy.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
+#include "device/gemm/operand_loads.cuh"
 #include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/tile_coord.cuh"
 #include "device/gemm/tile_queue.cuh"
@@ -78,10 +82,22 @@ inline constexpr RegisterSplit kRegisterSplit = kDefaultRegisterSplit;
 template <class Gemm>
 inline constexpr RegisterSplit kRegisterSplit<Gemm, std::void_t<decltype(Gemm::kRegisterSplit)>> = Gemm::kRegisterSplit;
 
+// Whether the Gemm's A is gathered by the producer warpgroup (gathered_fp8_rows.cuh), and its
+// mainloop's parameters then: the collective's and where A's rows are.
+template <class Gemm>
+inline constexpr bool kGathersA = kIsGathered<typename Gemm::OperandA>;
+template <class CollectiveParams>
+struct WithGatheredA : CollectiveParams {
+  GatheredFp8RowsSource a_rows;
+};
+template <class Gemm>
+using MainloopParamsOfGemm =
+    std::conditional_t<kGathersA<Gemm>, WithGatheredA<typename Mainloop<typename Gemm::Policy>::Params>,
+                       typename Mainloop<typename Gemm::Policy>::Params>;
+
 template <class Gemm>
 using GemmParams = KernelParams<typename Gemm::Scheduler::Params, typename Gemm::Epilogue::Params,
-                                typename IdleWarpsOf<Gemm>::type::Params,
-                                typename Mainloop<typename Gemm::Policy>::Params>;
+                                typename IdleWarpsOf<Gemm>::type::Params, MainloopParamsOfGemm<Gemm>>;
 
 // In the producer warpgroup, after the register handover: its warps 1-3 run the Gemm's IdleWarps
 // work, if any (the producer thread's warp returns).
@@ -129,11 +145,62 @@ __device__ __forceinline__ void consume_tile(typename Gemm::Epilogue::Params con
       continued = Gemm::Epilogue::load_partial(epilogue, tile, window, accum, consumer);
       warpgroup_fence_operand(accum);
     }
-    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane, false, continued);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane, kGathersA<Gemm>, continued);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, window, accum, active, ring, consumer);
   } else {
-    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane);
+    mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, tile.k_tiles, active, lane, kGathersA<Gemm>);
     if (stores) Gemm::Epilogue::apply(epilogue, tile, accum, active, ring, consumer);
+  }
+}
+
+// The producer warpgroup (`thread` in [0, kGatherThreads)) of a Gemm whose A it gathers: every
+// thread walks the CTA's tiles, from the tile queue where there is one (thread 0 takes each tile as
+// producer_take_tile does and the others read it from the stage's slot after the warpgroup meets:
+// the slot is rewritten only once the stage is released, after every thread's arrival on it) or
+// else at the fixed stride; per tile it learns its rows' tokens, per k tile thread 0 loads B and its
+// scales by TMA (arrive_and_expect_tx of their bytes) and every thread copies its share of A's
+// codes and scales, arriving once they land. At the queue's end every thread arrives once on the
+// end stage besides thread 0's producer_arrive.
+template <class Gemm>
+__device__ void produce_gathered_a_tiles(GemmParams<Gemm> const& p,
+                                         typename Mainloop<typename Gemm::Policy>::Storage& smem,
+                                         TmaPipeline<Gemm::Policy::kStages> const& pipe,
+                                         typename Gemm::Scheduler& scheduler, uint32_t* queue, int thread) {
+  using Policy = typename Gemm::Policy;
+  using Collective = Mainloop<Policy>;
+  static_assert(Policy::kBlockScaled, "gathered A rows are e4m3 with their scales");
+  static_assert(!kHasIdleWarps<Gemm> && !kPrefetchesSource<typename Gemm::Epilogue>,
+                "the producer warpgroup gathers: no other work for it");
+  constexpr uint32_t kTmaBytes = Policy::B::kBytes + ScaleTile<typename Policy::B>::kBytes;
+  PipelineState<Policy::kStages> st;
+  for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
+    if (queue != nullptr) {
+      if (thread == 0) producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st);
+      gather_threads_sync();  // thread 0's slot written
+      uint32_t const t = *static_cast<volatile uint32_t*>(tile_slot<Policy::kStages>(queue, st.stage));
+      if (t == kNoMoreTiles) {
+        cutlass::arch::ClusterBarrier::arrive(&smem.full[st.stage]);
+        break;
+      }
+      scheduler.seek(int(t));
+    } else if (!scheduler.has_tile()) {
+      break;
+    }
+    TileCoord tile = scheduler.coord();
+    Gemm::Scheduler::locate(p.scheduler, tile);
+    GatheredFp8Tile const rows = gathered_fp8_tile(p.mainloop.a_rows, tile.m_begin, thread);
+    for (int k = 0; k < tile.k_tiles; ++k) {
+      pipe.producer_acquire(st);
+      uint64_t* const full = &smem.full[st.stage];
+      int const k_index = tile.k_begin + k * Policy::kBlockK;
+      if (thread == 0) {
+        pipe.producer_expect(st, kTmaBytes);
+        Collective::template load_b<Gemm>(p.mainloop, full, smem, st.stage, tile.n_begin, k_index, tile.expert);
+      }
+      gather_fp8_k_tile<typename Policy::A>(rows, p.mainloop.a_rows, k_index, smem.a[st.stage],
+                                            smem.scales_a[st.stage], full, thread);
+      st.advance();
+    }
   }
 }
 
@@ -153,8 +220,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   TmaPipeline const pipe(smem.mainloop.full, smem.mainloop.empty);
   start_persistent_cta(
       [&] {
-        pipe.init();
-        Mainloop<Policy>::prefetch_descriptors(p.mainloop);
+        if constexpr (kGathersA<Gemm>) {
+          pipe.init(1 + kGatherArrivals);  // every producer thread arrives too (produce_gathered_a_tiles)
+          cute::prefetch_tma_descriptor(&p.mainloop.b);
+          cute::prefetch_tma_descriptor(&p.mainloop.scales_b);
+        } else {
+          pipe.init();
+          Mainloop<Policy>::prefetch_descriptors(p.mainloop);
+        }
       },
       [] { __syncthreads(); });
 
@@ -165,22 +238,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     run_producer_warpgroup<kRegisters.producer>([&] {
-      // One thread issues every TMA load; the rest of the warpgroup retires, or runs the Gemm's
-      // IdleWarps work.
-      if (threadIdx.x == 0) {
-        PipelineState<Policy::kStages> st;
-        for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
-          if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
-            if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
-          } else if (!scheduler.has_tile()) {
-            break;
+      if constexpr (kGathersA<Gemm>) {
+        produce_gathered_a_tiles<Gemm>(p, smem.mainloop, pipe, scheduler, queue, int(threadIdx.x));
+      } else {
+        // One thread issues every TMA load; the rest of the warpgroup retires, or runs the Gemm's
+        // IdleWarps work.
+        if (threadIdx.x == 0) {
+          PipelineState<Policy::kStages> st;
+          for (;; scheduler.advance()) {  // with a queue, advance() is overridden by seek()
+            if (queue != nullptr) {  // a constant nullptr where the Gemm takes no queue
+              if (!producer_take_tile<Gemm, 1>(queue, scheduler, pipe, st)) break;
+            } else if (!scheduler.has_tile()) {
+              break;
+            }
+            TileCoord tile = scheduler.coord();
+            Gemm::Scheduler::locate(p.scheduler, tile);
+            load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
           }
-          TileCoord tile = scheduler.coord();
-          Gemm::Scheduler::locate(p.scheduler, tile);
-          load_tile<Gemm>(p.mainloop, p.epilogue, smem.mainloop, pipe, st, tile);
         }
+        run_idle_warps<Gemm>(p, lane);
       }
-      run_idle_warps<Gemm>(p, lane);
     });
   } else {
     // run_consumer_warpgroup's setup, written out (persistent_task_kernel.cuh).

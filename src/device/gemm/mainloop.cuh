@@ -222,8 +222,13 @@ __device__ void mma_tile(TiledMma& tiled_mma, FragA const& tCrA, FragB const& tC
         if (n == 0) promotion.prepare();
         warpgroup_wait<0>();
         warpgroup_fence_operand(mma_accum);
-        // The last slice's wgmmas and the scale loads are done with the stage.
-        if (n == size<1>(tCrB) - 1) pipe.consumer_release(st, lane);
+        // The last slice's wgmmas and the scale loads are done with the stage. Scales the producer
+        // wrote with cp.async (gathered) are read with ld.shared by every lane: the warp meets before
+        // lane 0 releases the stage for the next copies into it.
+        if (n == size<1>(tCrB) - 1) {
+          if (gathered) __syncwarp();
+          pipe.consumer_release(st, lane);
+        }
         promotion.promote(tiled_mma, n);
       }
     } else {

@@ -1,0 +1,98 @@
+#pragma once
+// A block-scaled K-major A operand gathered row by row: the FP8 up/gate's x in a world of one rank,
+// read as the tokens' e4m3 rows and 1 x 128 scales at home (quantized there once) instead of from
+// rows that dispatch_fp8 copied into schedule order first. Per tile each producer thread learns the
+// tokens of its rows (schedule row r is route schedule_rows[r].y, token route / top_k; a padding
+// route is negative: zeros); per k step (one 128-byte k tile of e4m3 codes) it copies its share of
+// the codes with cp.async into the stage as the TMA lays a K-major row tile (gathered_rows.cuh's
+// SWIZZLE_128B layout: row r's 16-byte unit u at unit u ^ (r % 8)), and thread t the scale of row t
+// into the stage's ScaleTile (one float per row, operand_loads.cuh), then arrives on the stage's
+// full barrier once its copies landed (kGatherArrivals of them besides the producer thread's
+// arrive_and_expect_tx for B). Thread 8q + u copies unit u of rows q, q + 16, ..., q + 112.
+#include <vector_types.h>  // int2
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device/gemm/gathered_rows.cuh"
+#include "device/gemm/gemm_config.cuh"
+#include "device/gemm/gemm_policy.cuh"
+
+namespace caracal::gemm {
+
+// Where a gathered e4m3 operand's rows are: token t's codes at codes + t * ld (K of them), its scale
+// of K block b at scales[b * scale_block_stride + t] (the FP8 GEMMs' MN-major layout).
+struct GatheredFp8RowsSource {
+  const uint8_t* codes;
+  const float* scales;
+  const int2* schedule_rows;
+  int64_t ld;
+  int64_t scale_block_stride;
+  int top_k;
+};
+
+// The operand kind (operand_loads.cuh's kinds load by TMA; this one by the producer warpgroup).
+struct GatheredKMajorFp8Rows {
+  static constexpr Major kMajor = Major::K;
+  static constexpr bool kGathered = true;
+};
+
+template <class Kind, class = void>
+inline constexpr bool kIsGathered = false;
+template <class Kind>
+inline constexpr bool kIsGathered<Kind, std::void_t<decltype(Kind::kGathered)>> = Kind::kGathered;
+
+// One gathering thread's sources for a tile of kBlockM schedule rows from `first_row`: its rows'
+// codes (nullptr: a padding row) and the token whose scales it copies (-1: none).
+struct GatheredFp8Tile {
+  const uint8_t* codes[kGatherRowsPerThread];
+  int scale_token;
+};
+
+__device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const& src, int first_row, int thread) {
+  auto token_of = [&](int row) {
+    int const route = __ldg(&src.schedule_rows[first_row + row].y);
+    return route >= 0 ? route / src.top_k : -1;
+  };
+  GatheredFp8Tile t;
+  CUTE_UNROLL
+  for (int j = 0; j < kGatherRowsPerThread; ++j) {
+    int const token = token_of(gather_row(thread, j));
+    t.codes[j] = token >= 0 ? src.codes + int64_t(token) * src.ld + (thread % 8) * 16 : nullptr;
+  }
+  t.scale_token = token_of(thread);
+  return t;
+}
+
+// One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
+// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows) into `stage` and its
+// row's scale of that K block into `scales` (the stage's ScaleTile), and arms `full` with them.
+template <class Tile>
+__device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, GatheredFp8RowsSource const& src, int k_index,
+                                  typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
+  static_assert(sizeof(typename Tile::Element) == 1 && Tile::kBlockK == kScaleBlock && Tile::kRows == kBlockM &&
+                    Tile::kScale == ScaleKind::kPerRowBlock,
+                "a gathered stage holds a row block of e4m3 rows, one 1 x 128 block deep, scaled per row");
+  int const unit = thread % 8;
+  uint32_t const base = uint32_t(__cvta_generic_to_shared(stage));
+  CUTE_UNROLL
+  for (int j = 0; j < kGatherRowsPerThread; ++j) {
+    int const row = gather_row(thread, j);
+    const uint8_t* const from = tile.codes[j];
+    void const* const at = from != nullptr ? static_cast<void const*>(from + k_index) : src.codes;
+    uint32_t const to = base + uint32_t(row * 128 + ((unit ^ (row % 8)) << 4));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(at), "r"(from != nullptr ? 16u : 0u)
+                 : "memory");
+  }
+  bool const scaled = tile.scale_token >= 0;
+  float const* const scale =
+      scaled ? src.scales + int64_t(k_index / kScaleBlock) * src.scale_block_stride + tile.scale_token : src.scales;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(scales + thread))),
+               "l"(scale), "r"(scaled ? 4u : 0u)
+               : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                   uint32_t(__cvta_generic_to_shared(full)))
+               : "memory");
+}
+
+}  // namespace caracal::gemm
