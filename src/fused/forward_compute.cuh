@@ -49,6 +49,8 @@ namespace caracal::fused {
 // 88 x 128 + 208 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr uint32_t kFusedProducerRegisters = 88;
 inline constexpr uint32_t kFusedConsumerRegisters = 208;
+static_assert(gemm::fits_launch_registers({kFusedProducerRegisters, kFusedConsumerRegisters}),
+              "the fused forward's setmaxnreg budgets fit the launch's registers");
 
 // The policy of the forward's two GEMMs, which share the CTA's stage ring and storage.
 using ForwardGemmPolicy = gemm::UpGateSwigluGemm::Policy;
