@@ -162,9 +162,9 @@ class ChunkStoreRingOf {
     index_ = (index_ + 1) % kBuffers;
   }
 
-  // Every thread of the warpgroup has issued its scatter() stores (a barrier, after which one
-  // thread's release publishes them all).
-  __device__ void scatters_issued() const { sync(); }
+  // Every thread of the warpgroup has issued its plain stores (scatter()'s, or an epilogue's own): a
+  // barrier, after which one thread's release publishes them all.
+  __device__ void plain_stores_issued() const { sync(); }
 
   // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
   __device__ void drain() const {

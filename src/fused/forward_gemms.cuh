@@ -1,0 +1,187 @@
+#pragma once
+// The fused forward's two GEMMs in one precision, the one seam between the bf16 and the FP8 forward
+// (forward_compute.cuh, forward_pull.cuh and forward.cu / forward_fp8.cu take it as `Gemms`):
+//   UpGate, Down        the standalone kernels' GEMMs (device/gemm/expert_gemms/), hence the same
+//                       bits; one policy, so that they share the CTA's stage ring and storage
+//   Pull                where the rows of the up/gate's A are, at home and in the ring (the comm
+//                       role pulls other GPUs' rows into the ring in that form)
+//   GatheredTile        a producer thread's sources of one up/gate tile (gather_tile below), copied
+//                       into each stage by gather_stage
+//   kMaxLocalRanks      the local ranks whose GEMM descriptors the kernel's parameters (32 KiB) hold
+//   kProducerRegisters, kConsumerRegisters
+//                       the setmaxnreg budgets: (producer + 2 x consumers) x 128 <= 64 K registers
+//   kGatheredTmaBytes   the TMA bytes of a gathered stage (B, and its scales)
+//   kUpGateStoresByThreads
+//                       whether the up/gate epilogue stores part of the activation with plain stores
+//                       (the FP8 activation's scales) besides the ring's TMA stores: its warpgroup
+//                       then meets before the activation is published
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "caracal/schedule_view.hpp"
+#include "device/comm/device_world.cuh"
+#include "device/gemm/expert_gemms/down_proj.cuh"
+#include "device/gemm/expert_gemms/down_proj_fp8.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
+#include "device/gemm/expert_gemms/up_gate_swiglu_fp8.cuh"
+#include "device/gemm/gathered_fp8_rows.cuh"
+#include "device/gemm/gathered_rows.cuh"
+#include "device/gemm/block_scaled_mainloop.cuh"
+#include "device/gemm/mainloop.cuh"
+#include "device/gemm/operand_loads.cuh"
+#include "device/gemm/tile_coord.cuh"
+#include "device/gemm/tile_shape.hpp"
+#include "device/transfer/pull_fp8_rows.cuh"
+#include "device/transfer/pull_rows.cuh"
+#include "fused/fused_forward.hpp"
+
+namespace caracal::fused {
+
+// Where the rows of an up/gate tile are read from, as the producer sees them.
+template <class Pull>
+struct GatherSources {
+  const comm::DeviceWorld& world;
+  const Pull& pull;    // home rows (any rank) and this rank's ring rows
+  int rank;
+  bool pull_all_rows;  // every row is pulled, those of tokens on this GPU too
+};
+
+// Where schedule row `row` is: a token row on this GPU where it is (at home; `home` its home rank,
+// `token` its row there), a row from another GPU where the comm role pulls it (the ring's buffer row;
+// `pulled` set), or a padding row nowhere (false).
+struct RowPlace {
+  bool real, pulled;
+  int home, token;
+};
+template <class Pull>
+__device__ inline RowPlace row_place(const GatherSources<Pull>& from, const ScheduleView& schedule, int row) {
+  const int2 entry = schedule.rows[row];
+  if (entry.x < 0) return {false, false, 0, 0};
+  const bool pulled =
+      from.pull_all_rows ||
+      static_cast<unsigned>(entry.x - from.world.first_local_rank) >= static_cast<unsigned>(from.world.local_ranks);
+  return {true, pulled, entry.x, entry.y / from.pull.top_k};
+}
+
+struct Bf16ForwardGemms {
+  using UpGate = gemm::UpGateSwigluGemm;
+  using Down = gemm::DownProjGemm;
+  using Policy = UpGate::Policy;
+  using Pull = transfer::PullRows;
+  using GatheredTile = gemm::GatherRows;
+  static constexpr int kMaxLocalRanks = kFusedMaxLocalRanks;
+  // The producer warpgroup also takes tasks over macrobatches, waits on counters and gathers rows
+  // (ptxas spills it at 80 registers; the standalone GEMM's producer has 40): 88 x 128 + 208 x 256 =
+  // 64512, the 168 x 384 the CTA is launched with.
+  static constexpr uint32_t kProducerRegisters = 88;
+  static constexpr uint32_t kConsumerRegisters = 208;
+  static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes;
+  static constexpr bool kUpGateStoresByThreads = false;
+
+  // Schedule row `row` as a bf16 row (nullptr: zero-filled).
+  __device__ static const __nv_bfloat16* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule,
+                                                    int row, bool& pulled) {
+    const int2 entry = schedule.rows[row];
+    pulled = false;
+    if (entry.x < 0) return nullptr;
+    if (!from.pull_all_rows && static_cast<unsigned>(entry.x - from.world.first_local_rank) <
+                                   static_cast<unsigned>(from.world.local_ranks)) {
+      return from.world.at(from.pull.home_rows, entry.x) + static_cast<int64_t>(entry.y / from.pull.top_k) * from.pull.hidden;
+    }
+    pulled = true;
+    return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
+  }
+  // This producer thread's sources of the tile; `pulled`: whether row `thread` is pulled.
+  __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
+                                             const gemm::TileCoord& tile, int thread, bool& pulled) {
+    (void)row_source(from, schedule, tile.m_begin + thread, pulled);  // row `thread`: counted
+    GatheredTile rows;
+    for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+      bool unused;
+      rows.src[j] = row_source(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
+    }
+    return rows;
+  }
+  // Its copies of k tile `k_index` into the stage (`any_address`: for the zero-filling copies).
+  template <class Storage>
+  __device__ static void gather_stage(const GatheredTile& rows, const void* any_address, int k_index, Storage& smem,
+                                      int stage, uint64_t* full, int thread) {
+    gemm::gather_k_tile<Policy::A>(rows, static_cast<const __nv_bfloat16*>(any_address), k_index, smem.a[stage], full,
+                                   thread);
+  }
+};
+
+struct Fp8ForwardGemms {
+  using UpGate = gemm::Fp8UpGateSwigluGemm;
+  using Down = gemm::Fp8DownProjGemm;
+  using Policy = UpGate::Policy;
+  using Pull = transfer::PullFp8Rows;
+  using GatheredTile = gemm::GatheredFp8Tile;
+  // Four maps more a group of experts (the operands' scales): half the local ranks of bf16's. A
+  // process of a multi-GPU world drives one; loopback worlds of more ranks run the separate launches.
+  static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
+  // The wide FP8 mainloop at 216 registers runs as fast as at 232 (journal 2026-12-06):
+  // 80 x 128 + 216 x 256 = 65536.
+  static constexpr uint32_t kProducerRegisters = 80;
+  static constexpr uint32_t kConsumerRegisters = 216;
+  static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes + gemm::ScaleTile<Policy::B>::kBytes;
+  static constexpr bool kUpGateStoresByThreads = true;
+
+  // Row `row`'s codes (nullptr: zero-filled) and, with `scale`, where its scales are.
+  __device__ static const uint8_t* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
+                                              bool& pulled, const float** scale = nullptr,
+                                              int64_t* scale_block_stride = nullptr) {
+    const RowPlace at = row_place(from, schedule, row);
+    pulled = at.real && at.pulled;
+    const uint8_t* codes = nullptr;
+    const float* scales = nullptr;
+    int64_t stride = 0;
+    if (at.real && !at.pulled) {
+      codes = reinterpret_cast<const uint8_t*>(from.world.at(from.pull.home_codes, at.home)) +
+              static_cast<int64_t>(at.token) * from.pull.hidden;
+      scales = from.world.at(from.pull.home_scales, at.home) + at.token;
+      stride = from.pull.home_rows;
+    } else if (at.real) {
+      const int buffer_row = schedule.buffer_row(row);
+      codes = reinterpret_cast<const uint8_t*>(from.world.at(from.pull.expert_codes, from.rank)) +
+              static_cast<int64_t>(buffer_row) * from.pull.hidden;
+      scales = from.world.at(from.pull.expert_scales, from.rank) + buffer_row;
+      stride = from.pull.scale_stride;
+    }
+    if (scale != nullptr) {
+      *scale = scales;
+      *scale_block_stride = stride;
+    }
+    return codes;
+  }
+  __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
+                                             const gemm::TileCoord& tile, int thread, bool& pulled) {
+    GatheredTile rows;
+    (void)row_source(from, schedule, tile.m_begin + thread, pulled, &rows.scale, &rows.scale_block_stride);
+    for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
+      bool unused;
+      const uint8_t* codes = row_source(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
+      rows.codes[j] = codes != nullptr ? codes + (thread % 8) * 16 : nullptr;
+    }
+    return rows;
+  }
+  template <class Storage>
+  __device__ static void gather_stage(const GatheredTile& rows, const void* any_address, int k_index, Storage& smem,
+                                      int stage, uint64_t* full, int thread) {
+    gemm::gather_fp8_k_tile<Policy::A>(rows, any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
+  }
+};
+
+template <class Gemms>
+inline constexpr bool kForwardGemmsShareRing =
+    std::is_same_v<typename Gemms::UpGate::Policy, typename Gemms::Down::Policy> &&
+    std::is_same_v<typename Gemms::UpGate::OperandA, typename Gemms::Down::OperandA> &&
+    Gemms::Policy::kBlockN == gemm::kBlockN;  // the task cursor's tiles (forward_tasks.cuh)
+static_assert(kForwardGemmsShareRing<Bf16ForwardGemms> && kForwardGemmsShareRing<Fp8ForwardGemms>,
+              "a forward's GEMMs share the CTA's stage ring, their A rows load alike, their tiles are the cursor's");
+static_assert((Bf16ForwardGemms::kProducerRegisters + 2 * Bf16ForwardGemms::kConsumerRegisters) * 128 <= 65536 &&
+                  (Fp8ForwardGemms::kProducerRegisters + 2 * Fp8ForwardGemms::kConsumerRegisters) * 128 <= 65536,
+              "the register file holds the three warpgroups' budgets");
+
+}  // namespace caracal::fused
