@@ -52,8 +52,10 @@ GroupGemms<Bf16ForwardGemms> expert_gemms(const gemm::ExpertPass& pass, const ge
 size_t ready_counter_words(int row_capacity, int shared_rows) {
   static_assert(Bf16ForwardGemms::Policy::kStages == Fp8ForwardGemms::Policy::kStages,
                 "one count of task slots for both precisions' launches");
+  static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0 && alignof(ProducerScratch) <= sizeof(TaskSlot));
   return counters_and_task_slots_words<Bf16ForwardGemms::Policy>(
-      ForwardCounters(nullptr, row_capacity, shared_rows).words, sizeof(TaskSlot));
+             ForwardCounters(nullptr, row_capacity, shared_rows).words, sizeof(TaskSlot)) +
+         size_t(kFusedMaxCtasPerRank) * sizeof(ProducerScratch) / sizeof(uint32_t);
 }
 
 int fused_ctas_per_rank(const comm::World& world) { return forward_ctas_per_rank<Bf16ForwardGemms>(world, kName); }

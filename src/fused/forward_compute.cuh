@@ -50,9 +50,20 @@ using ForwardMainloop = gemm::Mainloop<typename Gemms::Policy>;
 template <class Gemms>
 using ForwardPipeline = gemm::TmaPipeline<Gemms::Policy::kStages>;
 
-// The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks and waits for each one's A
-// rows (the first routed task also for the schedule's launch, which the shared expert's tiles need
-// not wait for); then all stream its operands: a routed up/gate tile's A gathered by every thread
+// A task thread 0 wrote into the producer scratch, read after the producer threads met.
+__device__ inline ForwardTask handed_task(const ForwardTask& slot) {
+  static_assert(sizeof(ForwardTask) % sizeof(int) == 0);
+  ForwardTask task;
+  const volatile int* from = reinterpret_cast<const volatile int*>(&slot);
+  int* to = reinterpret_cast<int*>(&task);
+  for (int i = 0; i < int(sizeof(ForwardTask) / sizeof(int)); ++i) to[i] = from[i];
+  return task;
+}
+
+// The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks, walking the task cursor in
+// the CTA's producer scratch (forward_tasks.cuh), hands each to the other threads there and waits
+// for its A rows (every thread, at the first routed task, for the schedule's launch, which the
+// shared expert's tiles need not wait for); then all stream its operands: a routed up/gate tile's A gathered by every thread
 // (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
 // Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
@@ -60,24 +71,41 @@ using ForwardPipeline = gemm::TmaPipeline<Gemms::Policy::kStages>;
 template <class Gemms>
 __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                       const FusedForwardRankParams<Gemms>& p, const ForwardKernelParams<Gemms>& kp,
-                                      typename ForwardMainloop<Gemms>::Storage& smem, int& shared_task,
+                                      typename ForwardMainloop<Gemms>::Storage& smem,
                                       const ForwardPipeline<Gemms>& pipe, int thread) {
   using Policy = typename Gemms::Policy;
   using Mainloop = ForwardMainloop<Gemms>;
   const GatherSources<typename Gemms::Pull> sources{world, kp.pull, place.rank, kp.pull_all_rows};
-  ForwardTaskCursor tasks(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
+  ProducerScratch& scratch = p.producer_scratch[cta_in_rank(world)];
+  if (thread == 0) new (&scratch.cursor) ForwardTaskCursor(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   typename ForwardPipeline<Gemms>::State st;
-  for (;;) {
-    if (thread == 0) shared_task = static_cast<int>(atomicAdd(p.task_counter, 1u));
-    gemm::gather_threads_sync();
-    const int t = shared_task;
-    if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {  // every producer thread alike
-      comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
-      tasks.count_routed_tasks();
+  bool schedule_built = false;  // this thread has waited for the schedule's launch
+  for (int round = 0;; ++round) {
+    const int buffer = round % 2;
+    if (thread == 0) {  // the next task, or the end
+      ForwardTaskCursor& tasks = scratch.cursor;
+      const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
+      if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {
+        comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
+        tasks.count_routed_tasks();
+      }
+      ForwardTask next{ForwardPhase::end, {}};
+      int previous = -1;
+      if (t < tasks.num_tasks()) {
+        next = tasks.at(t);
+        if (!next.shared()) previous = tasks.macrobatches().previous_in_ring(next.m_block());
+      }
+      scratch.task[buffer] = next;
+      scratch.previous[buffer] = previous;
     }
-    // Meets every thread before thread 0 writes the next task.
-    if (gemm::gather_threads_count(t >= tasks.num_tasks()) > 0) break;
-    const ForwardTask task = tasks.at(t);
+    gemm::gather_threads_sync();  // thread 0's task written; every thread is past the round before
+    const ForwardTask task = handed_task(scratch.task[buffer]);
+    if (task.phase == ForwardPhase::end) break;
+    const int previous = *const_cast<const volatile int*>(&scratch.previous[buffer]);
+    if (!task.shared() && !schedule_built) {  // every producer thread, before it reads the schedule
+      comm::wait_for_previous_grid();
+      schedule_built = true;
+    }
     const int block = task.m_block();
     if (task.phase == ForwardPhase::group_sums) {  // for the consumers: a stage with the task and no bytes
       pipe.producer_acquire(st);
@@ -99,7 +127,6 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm
     // down tile for its block's activation and, routed, for the group sums of the macrobatch whose
     // output rows it takes over; the shared expert's up/gate tiles for nothing.
     const int pulled_rows = gathered ? gemm::gather_threads_count(pulled) : 0;
-    const int previous = task.shared() ? -1 : tasks.macrobatches().previous_in_ring(block);
     if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
@@ -111,7 +138,7 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm
           const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
           ready = comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete, block);
           if (ready && previous >= 0) {
-            const Macrobatches& batches = tasks.macrobatches();
+            const Macrobatches& batches = scratch.cursor.macrobatches();
             const int batch = batches.of_block(previous);
             ready = comm::wait_ready_thread(world, place, p.sums_done + batch,
                                             kGroupSumWarps * static_cast<uint32_t>(batches.blocks_in(batch)), batch);
@@ -182,9 +209,9 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     if (task.phase == ForwardPhase::end) break;
     const bool sums = task.phase == ForwardPhase::group_sums;  // one stage without bytes, no wgmma
     const bool active = !sums && task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
-    const ExpertGemms<Gemms>& gemms = task.shared() ? p.shared : p.routed;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
+    const ExpertGemms<Gemms>& gemms = task.shared() ? p.shared : p.routed;  // after the mainloop: not held across it
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
       (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
@@ -223,7 +250,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
 template <class Gemms>
 __device__ void run_forward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                   const FusedForwardRankParams<Gemms>& p, const ForwardKernelParams<Gemms>& kp,
-                                  gemm::KernelStorage<typename Gemms::Policy>& smem, int& producer_task) {
+                                  gemm::KernelStorage<typename Gemms::Policy>& smem) {
   using namespace cute;
   using namespace gemm;
   using Policy = typename Gemms::Policy;
@@ -248,7 +275,7 @@ __device__ void run_forward_tasks(const comm::DeviceWorld& world, const comm::Ct
 
   if (warpgroup == 0) {
     run_producer_warpgroup<Gemms::kProducerRegisters>([&] {
-      produce_forward_tiles(world, place, p, kp, smem.mainloop, producer_task, pipe, static_cast<int>(threadIdx.x));
+      produce_forward_tiles(world, place, p, kp, smem.mainloop, pipe, static_cast<int>(threadIdx.x));
     });
     return;
   }

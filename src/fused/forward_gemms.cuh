@@ -131,12 +131,12 @@ struct Fp8ForwardGemms {
   // Row `row`'s codes (nullptr: zero-filled) and, with `scale`, where its scales are.
   __device__ static const uint8_t* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
                                               bool& pulled, const float** scale = nullptr,
-                                              int64_t* scale_block_stride = nullptr) {
+                                              int* scale_block_stride = nullptr) {
     const RowPlace at = row_place(from, schedule, row);
     pulled = at.real && at.pulled;
     const uint8_t* codes = nullptr;
     const float* scales = nullptr;
-    int64_t stride = 0;
+    int stride = 0;
     if (at.real && !at.pulled) {
       codes = reinterpret_cast<const uint8_t*>(from.world.at(from.pull.home_codes, at.home)) +
               static_cast<int64_t>(at.token) * from.pull.hidden;

@@ -24,8 +24,7 @@ namespace caracal::fused {
 template <class Gemms>
 __global__ void __launch_bounds__(gemm::kThreads, 1)
     fused_forward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT ForwardKernelParams<Gemms> const p) {
-  __shared__ int producer_task;  // the producer warpgroup's (forward_compute.cuh)
-  extern __shared__ uint8_t smem_raw[];
+  extern __shared__ uint8_t smem_raw[];  // the GEMMs' storage alone (the FP8 one fills 227 KiB)
   if (comm::cta_of_rank(world) < p.comm_ctas) {
     comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
@@ -36,8 +35,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
   const FusedForwardRankParams<Gemms>& rank = p.ranks[place.local_rank];
-  run_forward_tasks<Gemms>(world, place, rank, p,
-                           gemm::kernel_storage<typename Gemms::Policy>(smem_raw), producer_task);
+  run_forward_tasks<Gemms>(world, place, rank, p, gemm::kernel_storage<typename Gemms::Policy>(smem_raw));
 }
 
 // One group of experts' GEMMs but the down epilogue, and the down epilogue's parameters.
@@ -88,6 +86,7 @@ FusedForwardRankParams<Gemms> forward_rank_params(const Rank& rank, ExpertGemmsO
   }
   r.task_counter = counters.task_counter;
   r.task_slots = task_slots_after<TaskSlot>(rank.ready_counters, counters.words);
+  r.producer_scratch = reinterpret_cast<ProducerScratch*>(r.task_slots + kFusedMaxCtasPerRank * Gemms::Policy::kStages);
   return r;
 }
 

@@ -48,7 +48,7 @@ inline constexpr bool kIsGathered<Kind, std::void_t<decltype(Kind::kGathered)>> 
 struct GatheredFp8Tile {
   const uint8_t* codes[kGatherRowsPerThread];
   const float* scale;
-  int64_t scale_block_stride;
+  int scale_block_stride;  // a row count
 };
 
 // From the tokens' rows at `src`, for the schedule rows from `first_row`.
@@ -65,7 +65,7 @@ __device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const&
   }
   int const token = token_of(thread);
   t.scale = token >= 0 ? src.scales + token : nullptr;
-  t.scale_block_stride = src.scale_block_stride;
+  t.scale_block_stride = int(src.scale_block_stride);
   return t;
 }
 
