@@ -212,6 +212,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane,
                    /*gathered=*/task.phase == ForwardPhase::up_gate);
     const ExpertGemms<Gemms>& gemms = task.shared() ? p.shared : p.routed;  // after the mainloop: not held across it
+    if constexpr (Gemms::kRematerializesRingOffsets) ring.rematerialize_offsets();
     if (sums) {
       const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
       (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,

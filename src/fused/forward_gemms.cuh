@@ -11,6 +11,8 @@
 //   kProducerRegisters, kConsumerRegisters
 //                       the setmaxnreg budgets: (producer + 2 x consumers) x 128 <= 64 K registers
 //   kGatheredTmaBytes   the TMA bytes of a gathered stage (B, and its scales)
+//   kRematerializesRingOffsets
+//                       whether the consumers recompute the chunk ring's offsets each tile
 //   kUpGateStoresByThreads
 //                       whether the up/gate epilogue stores part of the activation with plain stores
 //                       (the FP8 activation's scales) besides the ring's TMA stores: its warpgroup
@@ -78,6 +80,7 @@ struct Bf16ForwardGemms {
   static constexpr uint32_t kConsumerRegisters = 208;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes;
   static constexpr bool kUpGateStoresByThreads = false;
+  static constexpr bool kRematerializesRingOffsets = false;
 
   // Schedule row `row` as a bf16 row (nullptr: zero-filled).
   __device__ static const __nv_bfloat16* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule,
@@ -127,6 +130,9 @@ struct Fp8ForwardGemms {
   static constexpr uint32_t kConsumerRegisters = 216;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes + gemm::ScaleTile<Policy::B>::kBytes;
   static constexpr bool kUpGateStoresByThreads = true;
+  // The consumers' registers are short: the chunk ring's swizzled offsets are computed at each
+  // tile's epilogue, not held across the mainloop (ChunkStoreRing::rematerialize_offsets).
+  static constexpr bool kRematerializesRingOffsets = true;
 
   // Row `row`'s codes (nullptr: zero-filled) and, with `scale`, where its scales are.
   __device__ static const uint8_t* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
