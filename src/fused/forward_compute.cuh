@@ -69,13 +69,13 @@ __device__ inline ForwardTask handed_task(const ForwardTask& slot) {
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 template <class Gemms>
-__device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
+__device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
                                       const FusedForwardRankParams<Gemms>& p, const ForwardKernelParams<Gemms>& kp,
                                       typename ForwardMainloop<Gemms>::Storage& smem,
                                       const ForwardPipeline<Gemms>& pipe, int thread) {
   using Policy = typename Gemms::Policy;
   using Mainloop = ForwardMainloop<Gemms>;
-  const GatherSources<typename Gemms::Pull> sources{world, kp.pull, place.rank, kp.pull_all_rows};
+  const GatherSources<typename Gemms::Pull> sources{world, kp.pull, rank, kp.pull_all_rows};
   ProducerScratch& scratch = p.producer_scratch[cta_in_rank(world)];
   if (thread == 0) new (&scratch.cursor) ForwardTaskCursor(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
   typename ForwardPipeline<Gemms>::State st;
@@ -130,6 +130,7 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm
     if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
+        const comm::CtaPlace place = comm::whole_launch_place(world);  // found again: not held across tiles
         if (gathered) {
           const uint32_t ring_released = 2u * static_cast<uint32_t>(gemms.tiles.down.n_blocks);
           if (previous >= 0) ready = comm::wait_ready_thread(world, place, p.down_done + previous, ring_released, previous);
@@ -155,7 +156,8 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm
       const int k_index = task.tile.k_begin + k * Policy::kBlockK;
       if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).
-        Gemms::gather_stage(rows, gemms.tiles.up.schedule.rows, k_index, smem, st.stage, &smem.full[st.stage], thread);
+        Gemms::gather_stage(sources, rows, gemms.tiles.up.schedule.rows, k_index, smem, st.stage, &smem.full[st.stage],
+                            thread);
         if (thread == 0) {
           uint64_t* full = pipe.producer_expect(st, Gemms::kGatheredTmaBytes);
           Mainloop::template load_b<typename Gemms::UpGate>(mainloop, full, smem, st.stage, task.tile.n_begin, k_index,
@@ -276,7 +278,7 @@ __device__ void run_forward_tasks(const comm::DeviceWorld& world, const comm::Ct
 
   if (warpgroup == 0) {
     run_producer_warpgroup<Gemms::kProducerRegisters>([&] {
-      produce_forward_tiles(world, place, p, kp, smem.mainloop, pipe, static_cast<int>(threadIdx.x));
+      produce_forward_tiles(world, place.rank, p, kp, smem.mainloop, pipe, static_cast<int>(threadIdx.x));
     });
     return;
   }

@@ -108,8 +108,8 @@ struct Bf16ForwardGemms {
   }
   // Its copies of k tile `k_index` into the stage (`any_address`: for the zero-filling copies).
   template <class Storage>
-  __device__ static void gather_stage(const GatheredTile& rows, const void* any_address, int k_index, Storage& smem,
-                                      int stage, uint64_t* full, int thread) {
+  __device__ static void gather_stage(const GatherSources<Pull>&, const GatheredTile& rows, const void* any_address,
+                                      int k_index, Storage& smem, int stage, uint64_t* full, int thread) {
     gemm::gather_k_tile<Policy::A>(rows, static_cast<const __nv_bfloat16*>(any_address), k_index, smem.a[stage], full,
                                    thread);
   }
@@ -120,7 +120,6 @@ struct Fp8ForwardGemms {
   using Down = gemm::Fp8DownProjGemm;
   using Policy = UpGate::Policy;
   using Pull = transfer::PullFp8Rows;
-  using GatheredTile = gemm::GatheredFp8Tile;
   // Four maps more a group of experts (the operands' scales): half the local ranks of bf16's. A
   // process of a multi-GPU world drives one; loopback worlds of more ranks run the separate launches.
   static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
@@ -134,24 +133,35 @@ struct Fp8ForwardGemms {
   // tile's epilogue, not held across the mainloop (ChunkStoreRing::rematerialize_offsets).
   static constexpr bool kRematerializesRingOffsets = true;
 
-  // Row `row`'s codes (nullptr: zero-filled) and, with `scale`, where its scales are.
-  __device__ static const uint8_t* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
-                                              bool& pulled, const float** scale = nullptr,
-                                              int* scale_block_stride = nullptr) {
+  // A producer thread's rows of an up/gate tile: its eight rows by source and row there (32 bits
+  // each: the pointers would take sixteen of the producer's 80 registers), turned into addresses at
+  // each stage, and the scales of row `thread`.
+  struct RowRefs {
+    uint32_t row[gemm::kGatherRowsPerThread];  // kNoRow, or source << kSourceShift | row
+    const float* scale;                        // block 0's scale; nullptr: a padding row
+    int scale_block_stride;
+  };
+  using GatheredTile = RowRefs;
+  static constexpr uint32_t kNoRow = ~0u;
+  static constexpr int kSourceShift = 29;                // the sources: the local ranks' home rows, the ring
+  static constexpr uint32_t kRingSource = 7;
+  static_assert(kMaxLocalRanks <= int(kRingSource), "a source number for each local rank's home rows");
+
+  // Row `row` of the schedule as a RowRefs entry, and with `scale`, where its scales are.
+  __device__ static uint32_t row_ref(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
+                                     bool& pulled, const float** scale = nullptr, int* scale_block_stride = nullptr) {
     const RowPlace at = row_place(from, schedule, row);
     pulled = at.real && at.pulled;
-    const uint8_t* codes = nullptr;
+    uint32_t ref = kNoRow;
     const float* scales = nullptr;
     int stride = 0;
     if (at.real && !at.pulled) {
-      codes = reinterpret_cast<const uint8_t*>(from.world.at(from.pull.home_codes, at.home)) +
-              static_cast<int64_t>(at.token) * from.pull.hidden;
+      ref = uint32_t(at.home - from.world.first_local_rank) << kSourceShift | uint32_t(at.token);
       scales = from.world.at(from.pull.home_scales, at.home) + at.token;
       stride = from.pull.home_rows;
     } else if (at.real) {
       const int buffer_row = schedule.buffer_row(row);
-      codes = reinterpret_cast<const uint8_t*>(from.world.at(from.pull.expert_codes, from.rank)) +
-              static_cast<int64_t>(buffer_row) * from.pull.hidden;
+      ref = kRingSource << kSourceShift | uint32_t(buffer_row);
       scales = from.world.at(from.pull.expert_scales, from.rank) + buffer_row;
       stride = from.pull.scale_stride;
     }
@@ -159,23 +169,35 @@ struct Fp8ForwardGemms {
       *scale = scales;
       *scale_block_stride = stride;
     }
-    return codes;
+    return ref;
   }
   __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
                                              const gemm::TileCoord& tile, int thread, bool& pulled) {
     GatheredTile rows;
-    (void)row_source(from, schedule, tile.m_begin + thread, pulled, &rows.scale, &rows.scale_block_stride);
+    (void)row_ref(from, schedule, tile.m_begin + thread, pulled, &rows.scale, &rows.scale_block_stride);
     for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
       bool unused;
-      const uint8_t* codes = row_source(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
-      rows.codes[j] = codes != nullptr ? codes + (thread % 8) * 16 : nullptr;
+      rows.row[j] = row_ref(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
     }
     return rows;
   }
   template <class Storage>
-  __device__ static void gather_stage(const GatheredTile& rows, const void* any_address, int k_index, Storage& smem,
-                                      int stage, uint64_t* full, int thread) {
-    gemm::gather_fp8_k_tile<Policy::A>(rows, any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
+  __device__ static void gather_stage(const GatherSources<Pull>& from, const GatheredTile& rows,
+                                      const void* any_address, int k_index, Storage& smem, int stage, uint64_t* full,
+                                      int thread) {
+    const auto codes_of = [&](int j) -> const uint8_t* {
+      uint32_t ref = rows.row[j];
+      asm volatile("mov.b32 %0, %0;" : "+r"(ref));  // the address made here, each stage: not hoisted and held
+      if (ref == kNoRow) return nullptr;
+      const uint32_t source = ref >> kSourceShift;
+      const __nv_fp8_e4m3* base = source == kRingSource
+                                      ? from.world.at(from.pull.expert_codes, from.rank)
+                                      : from.world.at(from.pull.home_codes, from.world.first_local_rank + int(source));
+      return reinterpret_cast<const uint8_t*>(base) +
+             static_cast<int64_t>(ref & ((1u << kSourceShift) - 1)) * from.pull.hidden + (thread % 8) * 16;
+    };
+    gemm::gather_fp8_stage<Policy::A>(codes_of, rows.scale, rows.scale_block_stride, any_address, k_index,
+                                      smem.a[stage], smem.scales_a[stage], full, thread);
   }
 };
 

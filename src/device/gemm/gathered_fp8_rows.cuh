@@ -70,12 +70,15 @@ __device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const&
 }
 
 // One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
-// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows) into `stage` and its
-// row's scale of that K block into `scales` (the stage's ScaleTile), and arms `full` with them.
-// `any_address`: a valid global address, named by the zero-filling copies (which read nothing).
-template <class Tile>
-__device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, void const* any_address, int k_index,
-                                  typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
+// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows; `codes_of(j)`: row
+// gather_row(thread, j)'s codes at the thread's unit, nullptr for a padding row) into `stage` and
+// its row's scale of that K block (`scale`: block 0's, the next blocks `scale_block_stride` apart;
+// nullptr: zero) into `scales` (the stage's ScaleTile), and arms `full` with them. `any_address`:
+// a valid global address, named by the zero-filling copies (which read nothing).
+template <class Tile, class CodesOf>
+__device__ void gather_fp8_stage(CodesOf&& codes_of, float const* scale, int scale_block_stride,
+                                 void const* any_address, int k_index, typename Tile::Element* stage, float* scales,
+                                 uint64_t* full, int thread) {
   static_assert(sizeof(typename Tile::Element) == 1 && Tile::kBlockK == kScaleBlock && Tile::kRows == kBlockM &&
                     Tile::kScale == ScaleKind::kPerRowBlock,
                 "a gathered stage holds a row block of e4m3 rows, one 1 x 128 block deep, scaled per row");
@@ -84,22 +87,29 @@ __device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, void const* any_a
   CUTE_UNROLL
   for (int j = 0; j < kGatherRowsPerThread; ++j) {
     int const row = gather_row(thread, j);
-    const uint8_t* const from = tile.codes[j];
+    const uint8_t* const from = codes_of(j);
     void const* const at = from != nullptr ? static_cast<void const*>(from + k_index) : any_address;
     uint32_t const to = base + uint32_t(row * 128 + ((unit ^ (row % 8)) << 4));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(at), "r"(from != nullptr ? 16u : 0u)
                  : "memory");
   }
-  bool const scaled = tile.scale != nullptr;
-  void const* const scale =
-      scaled ? static_cast<void const*>(tile.scale + int64_t(k_index / kScaleBlock) * tile.scale_block_stride)
-             : any_address;
+  bool const scaled = scale != nullptr;
+  void const* const scale_at =
+      scaled ? static_cast<void const*>(scale + int64_t(k_index / kScaleBlock) * scale_block_stride) : any_address;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(scales + thread))),
-               "l"(scale), "r"(scaled ? 4u : 0u)
+               "l"(scale_at), "r"(scaled ? 4u : 0u)
                : "memory");
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
                    uint32_t(__cvta_generic_to_shared(full)))
                : "memory");
+}
+
+// The same from a GatheredFp8Tile's sources.
+template <class Tile>
+__device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, void const* any_address, int k_index,
+                                  typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
+  gather_fp8_stage<Tile>([&](int j) { return tile.codes[j]; }, tile.scale, tile.scale_block_stride, any_address,
+                         k_index, stage, scales, full, thread);
 }
 
 }  // namespace caracal::gemm
