@@ -216,11 +216,13 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
     const ExpertGemms<Gemms>& gemms = task.shared() ? p.shared : p.routed;  // after the mainloop: not held across it
     if constexpr (Gemms::kRematerializesRingOffsets) ring.rematerialize_offsets();
     if (sums) {
-      const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
-      (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
-                             kp.rows_per_route, task.tile, warp, kGroupSumWarps, lane);
-      __syncwarp();  // every lane's reads of the output rows before the count
-      if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
+      if constexpr (Gemms::kSumsGroupsInLaunch) {  // else the launch has one macrobatch: no such task
+        const int warp = consumer * (gemm::kWarpgroupThreads / 32) + wg_thread / 32;
+        (void)sum_block_groups(world, comm::whole_launch_place(world), p, kp.schedule, kp.sums, kp.pull.hidden,
+                               kp.rows_per_route, task.tile, warp, kGroupSumWarps, lane);
+        __syncwarp();  // every lane's reads of the output rows before the count
+        if (lane == 0) comm::signal_ready_thread(p.sums_done + task.tile.expert);
+      }
     } else if (task.up_gate()) {
       // Into the ring.
       Gemms::UpGate::Epilogue::apply(gemms.up_epilogue, task.tile, accum, active, ring, consumer);
@@ -236,7 +238,7 @@ __device__ void consume_forward_tiles(const comm::DeviceWorld& world, const Fuse
       if (wg_thread == 0) comm::signal_ready_thread(p.down_done + task.m_block());  // after its stages' waits
       Gemms::Down::Epilogue::apply(p.routed_out, task.tile, accum, active, ring, consumer);  // into the ring
       // Macrobatch 0's rows wait for the combine launch: their stores need no drain here.
-      if (Macrobatches::summed_in_launch(p.routed.tiles.up.schedule, task.m_block())) {
+      if (Gemms::kSumsGroupsInLaunch && Macrobatches::summed_in_launch(p.routed.tiles.up.schedule, task.m_block())) {
         ring.drain();  // this warpgroup's stores of the slice have completed
         if (wg_thread == 0) {
           comm::async_proxy_fence();

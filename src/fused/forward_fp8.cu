@@ -23,6 +23,9 @@ GroupGemms<Fp8ForwardGemms> expert_gemms(const gemm::Fp8ExpertPass& pass, const 
                                          uint32_t* activation_ready) {
   using namespace gemm;
   check_forward_pass(pass, kName);
+  static_assert(!Fp8ForwardGemms::kSumsGroupsInLaunch);
+  CARACAL_CHECK(pass.rows.ring_rows == 0, kName, ": rows.ring_rows must be 0 (the FP8 launch walks the schedule in "
+                "one macrobatch: its consumers run no group sums), got ", pass.rows.ring_rows);
   CARACAL_CHECK(pass.x_tokens.codes == nullptr, kName, ": pass.x_tokens must be null (the launch reads the tokens' "
                 "home codes through the exchange, the ring's rows through pass.x_fp8)");
   const ScheduleView& schedule = pass.rows;

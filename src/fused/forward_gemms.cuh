@@ -13,6 +13,9 @@
 //   kGatheredTmaBytes   the TMA bytes of a gathered stage (B, and its scales)
 //   kRematerializesRingOffsets
 //                       whether the consumers recompute the chunk ring's offsets each tile
+//   kSumsGroupsInLaunch whether the consumers run group_sums tasks (a ring of several macrobatches);
+//                       without, the launch takes one macrobatch (ring_rows 0) and the consumers hold
+//                       none of the sums' registers
 //   kUpGateStoresByThreads
 //                       whether the up/gate epilogue stores part of the activation with plain stores
 //                       (the FP8 activation's scales) besides the ring's TMA stores: its warpgroup
@@ -81,6 +84,7 @@ struct Bf16ForwardGemms {
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes;
   static constexpr bool kUpGateStoresByThreads = false;
   static constexpr bool kRematerializesRingOffsets = false;
+  static constexpr bool kSumsGroupsInLaunch = true;
 
   // Schedule row `row` as a bf16 row (nullptr: zero-filled).
   __device__ static const __nv_bfloat16* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule,
@@ -123,15 +127,18 @@ struct Fp8ForwardGemms {
   // Four maps more a group of experts (the operands' scales): half the local ranks of bf16's. A
   // process of a multi-GPU world drives one; loopback worlds of more ranks run the separate launches.
   static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
-  // The wide FP8 mainloop at 216 registers runs as fast as at 232 (journal 2026-12-06):
-  // 80 x 128 + 216 x 256 = 65536.
-  static constexpr uint32_t kProducerRegisters = 80;
-  static constexpr uint32_t kConsumerRegisters = 216;
+  // 64 x 128 + 224 x 256 = 65536: the producer walks no task cursor (ProducerScratch) and holds its
+  // rows as 32-bit references; the consumers' 224 hold the wide FP8 mainloop and epilogues, not the
+  // group sums (kSumsGroupsInLaunch).
+  static constexpr uint32_t kProducerRegisters = 64;
+  static constexpr uint32_t kConsumerRegisters = 224;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes + gemm::ScaleTile<Policy::B>::kBytes;
   static constexpr bool kUpGateStoresByThreads = true;
   // The consumers' registers are short: the chunk ring's swizzled offsets are computed at each
   // tile's epilogue, not held across the mainloop (ChunkStoreRing::rematerialize_offsets).
   static constexpr bool kRematerializesRingOffsets = true;
+  // One macrobatch a launch for now (ring_rows 0, forward_fp8.cu): the registers (journal 2026-12-06).
+  static constexpr bool kSumsGroupsInLaunch = false;
 
   // A producer thread's rows of an up/gate tile: its eight rows by source and row there (32 bits
   // each: the pointers would take sixteen of the producer's 80 registers), turned into addresses at
