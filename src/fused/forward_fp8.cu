@@ -70,7 +70,9 @@ void fused_forward(comm::World& world, const FusedForwardFp8Args& args, cudaStre
   CARACAL_CHECK(args.exchange->options().fp8_dispatch, kName,
                 ": the exchange must hold x in e4m3 (ExchangeOptions::fp8_dispatch)");
   const transfer::detail::ExchangeArgs& exchange = transfer::ExchangeInternals::kernel_args(*args.exchange);
-  launch_fused_forward<Fp8ForwardGemms>(world, args, transfer::fp8_pull_rows(exchange), expert_gemms, stream, kName);
+  // Pulling every row, it leaves expert_x_codes as dispatch_fp8 does, padding rows included.
+  launch_fused_forward<Fp8ForwardGemms>(world, args, transfer::fp8_pull_rows(exchange), expert_gemms,
+                                        /*zero_padding_rows=*/args.pull_all_rows, stream, kName);
 }
 
 }  // namespace caracal::fused

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
     const comm::CtaPlace place = comm::role_place(world, 0, p.comm_ctas);
     // A failed wait is recorded; the CTA computes on, and its own waits fail as fast.
     (void)pull_forward_rows<Gemms>(world, place, p.schedule, p.pull, p.ranks[place.local_rank], p.pull_all_rows,
-                                   p.rows_per_route);
+                                   p.rows_per_route, p.zero_padding_rows);
   }
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
@@ -109,10 +109,11 @@ void zero_forward_counters(const Args& args, cudaStream_t stream, const char* na
 
 // Checks `args` (a FusedForwardArgs or FusedForwardFp8Args) against the world and the exchange and
 // launches: each rank's GEMMs by `expert_gemms`, the rows pulled by `pull` (the exchange's buffers in
-// the precision's form).
+// the precision's form), with `zero_padding_rows` the ring's padding rows written too.
 template <class Gemms, class Args, class ExpertGemmsOf>
 void launch_fused_forward(comm::World& world, const Args& args, const typename Gemms::Pull& pull,
-                          ExpertGemmsOf&& expert_gemms, cudaStream_t stream, const char* name) {
+                          ExpertGemmsOf&& expert_gemms, bool zero_padding_rows, cudaStream_t stream,
+                          const char* name) {
   CARACAL_CHECK(args.exchange != nullptr, name, ": exchange must not be null");
   const int local_ranks = world.local_ranks();
   CARACAL_CHECK(local_ranks <= Gemms::kMaxLocalRanks, name, ": at most ", Gemms::kMaxLocalRanks,
@@ -150,6 +151,7 @@ void launch_fused_forward(comm::World& world, const Args& args, const typename G
             {static_cast<float>(args.router.scale), args.router.normalize}};
   p.comm_ctas = comm_ctas;
   p.pull_all_rows = args.pull_all_rows;
+  p.zero_padding_rows = zero_padding_rows;
   p.rows_per_route = exchange.rows_per_route;
   shape.starts_early = true;  // while build_schedule runs (fused_forward.hpp)
   comm::launch(world, name, shape, stream, fused_forward_kernel<Gemms>, p);

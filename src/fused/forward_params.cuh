@@ -107,6 +107,7 @@ struct ForwardKernelParams {
   GroupSumParams sums;
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
+  bool zero_padding_rows;   // write the ring's padding rows too (FusedForwardFp8Args::pull_all_rows)
   bool rows_per_route;      // ExchangeOptions::rows_per_route
 };
 static_assert(sizeof(ForwardKernelParams<Bf16ForwardGemms>) <= 32764 &&

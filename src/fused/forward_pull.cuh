@@ -63,12 +63,27 @@ __device__ inline auto ring_row_copy(const comm::DeviceWorld& world, const trans
   };
 }
 
-// All threads of a comm CTA. Returns false when a wait failed (timeout or aborted world, recorded).
+// One warp writes ring row `row` (a padding row) as dispatch writes one: zeros (in FP8, zero codes
+// under the zero block's scale).
+__device__ inline void zero_ring_row(const comm::DeviceWorld& world, const transfer::PullRows& pull, int rank,
+                                     const ScheduleView& view, int row, int lane) {
+  transfer::warp_zero_row(transfer::row_vectors(world.at(pull.expert_rows, rank), view.buffer_row(row), pull.hidden),
+                          pull.hidden / transfer::kBf16PerVector, lane);
+}
+__device__ inline void zero_ring_row(const comm::DeviceWorld& world, const transfer::PullFp8Rows& pull, int rank,
+                                     const ScheduleView& view, int row, int lane) {
+  transfer::warp_zero_fp8_row(pull, world.at(pull.expert_codes, rank), world.at(pull.expert_scales, rank),
+                              view.buffer_row(row), lane);
+}
+
+// All threads of a comm CTA. With `zero_padding_rows` the ring's padding rows are written too (a
+// later launch reads every ring row). Returns false when a wait failed (timeout or aborted world,
+// recorded).
 template <class Gemms>
 __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                          const transfer::ScheduleParams& schedule, const typename Gemms::Pull& pull,
                                          const FusedForwardRankParams<Gemms>& rank, bool pull_all_rows,
-                                         bool per_route) {
+                                         bool per_route, bool zero_padding_rows) {
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
   const transfer::WarpWorkers warps = transfer::rank_warps(place);
   const ScheduleView& view = rank.routed.tiles.up.schedule;  // the ring's rows
@@ -89,11 +104,15 @@ __device__ inline bool pull_forward_rows(const comm::DeviceWorld& world, const c
     const int2 entry = view.rows[row_of(i)];
     const bool on_this_gpu =
         static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
-    return entry.x >= 0 && (!on_this_gpu || pull_all_rows);  // else padding, or gathered in place
+    return entry.x >= 0 ? !on_this_gpu || pull_all_rows : zero_padding_rows;  // else gathered in place
   };
   return transfer::for_each_wanted_item(0, rows, warps, to_pull, [&](int i) {
     const int row = row_of(i);
     const int2 entry = view.rows[row];
+    if (entry.x < 0) {  // no tile waits for it: the gather zero-fills padding rows
+      zero_ring_row(world, pull, place.rank, view, row, lane);
+      return true;
+    }
     // The token's rows in this row's macrobatch, pulled together by the warp that meets the first.
     const int batch_begin = row / batch_rows * batch_rows;
     const transfer::TokenGroup group(route_rows, schedule.routes, pull.top_k, entry, row, batch_begin,

@@ -78,6 +78,8 @@ struct FusedForwardFp8Args {
   RouterNormalization router;
   std::vector<FusedForwardFp8Rank> ranks;
   int comm_ctas = 0;
+  // As FusedForwardArgs's; then the ring's rows are those dispatch_fp8 leaves, padding rows (zero
+  // codes under the zero block's scale) included, for a backward that reads them.
   bool pull_all_rows = false;
 };
 
