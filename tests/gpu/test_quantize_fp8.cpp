@@ -310,12 +310,19 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, TokenRowsThroughRoutesGiveTheRowsBits) {
   EXPECT_TRUE(want_codes == got_codes) << "codes differ";
   EXPECT_EQ(std::memcmp(want_scales.data(), got_scales.data(), want_scales.size() * sizeof(float)), 0)
       << "scales differ";
-  // A code far from the one there (the requantization down the columns may absorb one ulp): row 0
-  // is never padding.
-  uint8_t& code = token_codes[static_cast<size_t>(token_of[0] * c.cols)];
-  code = code == 0x70 ? 0x30 : 0x70;
-  ASSERT_NO_FATAL_FAILURE(d_tokens.upload(token_codes));
-  ASSERT_NO_FATAL_FAILURE(run(gathered, got_codes, got_scales));
+  // Column 0's code of the row with the largest scale of the first row block (random bits: the
+  // rows' magnitudes differ by many binades, so a change in a small row may round away down the
+  // column): the largest code 0x7E makes it the column's largest value, and one that was 0x7E
+  // already becomes a small one.
+  int64_t big = 0;
+  for (int64_t r = 0; r < std::min<int64_t>(c.rows, 128); ++r) {
+    if (r % 5 != 4 && token_scales[token_of[r]] > token_scales[token_of[big]]) big = r;
+  }
+  uint8_t& code = token_codes[static_cast<size_t>(token_of[big] * c.cols)];
+  code = (code & 0x7F) == 0x7E ? 0x30 : 0x7E;
+  ASSERT_NO_FATAL_FAILURE(d_tokens.upload(token_codes));  // a new buffer
+  const quant::E4m3Rows changed{fp8(d_tokens), d_token_scales.get(), c.rows, d_routes.get(), kTopK};
+  ASSERT_NO_FATAL_FAILURE(run(changed, got_codes, got_scales));
   EXPECT_FALSE(want_codes == got_codes && std::memcmp(want_scales.data(), got_scales.data(),
                                                       want_scales.size() * sizeof(float)) == 0)
       << "a changed token code went unseen";
