@@ -50,20 +50,10 @@ using ForwardMainloop = gemm::Mainloop<typename Gemms::Policy>;
 template <class Gemms>
 using ForwardPipeline = gemm::TmaPipeline<Gemms::Policy::kStages>;
 
-// A task thread 0 wrote into the producer scratch, read after the producer threads met.
-__device__ inline ForwardTask handed_task(const ForwardTask& slot) {
-  static_assert(sizeof(ForwardTask) % sizeof(int) == 0);
-  ForwardTask task;
-  const volatile int* from = reinterpret_cast<const volatile int*>(&slot);
-  int* to = reinterpret_cast<int*>(&task);
-  for (int i = 0; i < int(sizeof(ForwardTask) / sizeof(int)); ++i) to[i] = from[i];
-  return task;
-}
-
-// The producer warpgroup (`thread` in [0, 128)): thread 0 takes tasks, walking the task cursor in
-// the CTA's producer scratch (forward_tasks.cuh), hands each to the other threads there and waits
-// for its A rows (every thread, at the first routed task, for the schedule's launch, which the
-// shared expert's tiles need not wait for); then all stream its operands: a routed up/gate tile's A gathered by every thread
+// The producer warpgroup (`thread` in [0, 128)): takes tasks as the precision's TaskHandOff hands
+// them (forward_task_handoff.cuh; the first routed task waits for the schedule's launch, which the
+// shared expert's tiles need not wait for), thread 0 waits for each one's A rows; then all stream
+// its operands: a routed up/gate tile's A gathered by every thread
 // (gathered_rows.cuh) and B by TMA from thread 0, every other tile's A and B by TMA from thread 0.
 // Every stage's fill completes on 1 + kGatherArrivals arrivals (run_forward_tasks): thread 0's
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
@@ -76,36 +66,12 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
   using Policy = typename Gemms::Policy;
   using Mainloop = ForwardMainloop<Gemms>;
   const GatherSources<typename Gemms::Pull> sources{world, kp.pull, rank, kp.pull_all_rows};
-  ProducerScratch& scratch = p.producer_scratch[cta_in_rank(world)];
-  if (thread == 0) new (&scratch.cursor) ForwardTaskCursor(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
+  typename Gemms::TaskHandOff tasks(p, world, thread);
   typename ForwardPipeline<Gemms>::State st;
-  bool schedule_built = false;  // this thread has waited for the schedule's launch
-  for (int round = 0;; ++round) {
-    const int buffer = round % 2;
-    if (thread == 0) {  // the next task, or the end
-      ForwardTaskCursor& tasks = scratch.cursor;
-      const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
-      if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {
-        comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
-        tasks.count_routed_tasks();
-      }
-      ForwardTask next{ForwardPhase::end, {}};
-      int previous = -1;
-      if (t < tasks.num_tasks()) {
-        next = tasks.at(t);
-        if (!next.shared()) previous = tasks.macrobatches().previous_in_ring(next.m_block());
-      }
-      scratch.task[buffer] = next;
-      scratch.previous[buffer] = previous;
-    }
-    gemm::gather_threads_sync();  // thread 0's task written; every thread is past the round before
-    const ForwardTask task = handed_task(scratch.task[buffer]);
-    if (task.phase == ForwardPhase::end) break;
-    const int previous = *const_cast<const volatile int*>(&scratch.previous[buffer]);
-    if (!task.shared() && !schedule_built) {  // every producer thread, before it reads the schedule
-      comm::wait_for_previous_grid();
-      schedule_built = true;
-    }
+  for (;;) {
+    ForwardTask task;
+    int previous;
+    if (!tasks.next(p, world, thread, task, previous)) break;
     const int block = task.m_block();
     if (task.phase == ForwardPhase::group_sums) {  // for the consumers: a stage with the task and no bytes
       pipe.producer_acquire(st);
@@ -139,7 +105,7 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
           const uint32_t activation_complete = 2u * static_cast<uint32_t>(gemms.tiles.up.n_blocks);
           ready = comm::wait_ready_thread(world, place, gemms.activation_ready + block, activation_complete, block);
           if (ready && previous >= 0) {
-            const Macrobatches& batches = scratch.cursor.macrobatches();
+            const Macrobatches& batches = tasks.macrobatches(p, world);
             const int batch = batches.of_block(previous);
             ready = comm::wait_ready_thread(world, place, p.sums_done + batch,
                                             kGroupSumWarps * static_cast<uint32_t>(batches.blocks_in(batch)), batch);
@@ -152,7 +118,9 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
     const typename Mainloop::Params& mainloop = task.up_gate() ? gemms.up_mainloop : gemms.down_mainloop;
     for (int k = 0; k < task.tile.k_tiles; ++k) {
       pipe.producer_acquire(st);  // the stage's last use (and, at k = 0, the slot's last task) has been read
-      if (thread == 0 && k == 0) p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = task;
+      if (thread == 0 && k == 0) {
+        p.task_slots[first_task_slot<Policy::kStages>(world) + st.stage].task = tasks.slot_task(p, world, task);
+      }
       const int k_index = task.tile.k_begin + k * Policy::kBlockK;
       if (gathered) {
         // Zero-filling copies name the schedule (any valid address: they read nothing).

@@ -8,6 +8,7 @@
 //   GatheredTile        a producer thread's sources of one up/gate tile (gather_tile below), copied
 //                       into each stage by gather_stage
 //   kMaxLocalRanks      the local ranks whose GEMM descriptors the kernel's parameters (32 KiB) hold
+//   TaskHandOff         how the producer threads learn their tasks (forward_task_handoff.cuh)
 //   kProducerRegisters, kConsumerRegisters
 //                       the setmaxnreg budgets: (producer + 2 x consumers) x 128 <= 64 K registers
 //   kGatheredTmaBytes   the TMA bytes of a gathered stage (B, and its scales)
@@ -39,6 +40,7 @@
 #include "device/gemm/tile_shape.hpp"
 #include "device/transfer/pull_fp8_rows.cuh"
 #include "device/transfer/pull_rows.cuh"
+#include "fused/forward_task_handoff.cuh"
 #include "fused/fused_forward.hpp"
 
 namespace caracal::fused {
@@ -80,6 +82,7 @@ struct Bf16ForwardGemms {
   // (ptxas spills it at 80 registers; the standalone GEMM's producer has 40): 88 x 128 + 208 x 256 =
   // 64512, the 168 x 384 the CTA is launched with.
   static constexpr uint32_t kProducerRegisters = 88;
+  using TaskHandOff = TaskThroughScratch;
   static constexpr uint32_t kConsumerRegisters = 208;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes;
   static constexpr bool kUpGateStoresByThreads = false;
@@ -127,10 +130,11 @@ struct Fp8ForwardGemms {
   // Four maps more a group of experts (the operands' scales): half the local ranks of bf16's. A
   // process of a multi-GPU world drives one; loopback worlds of more ranks run the separate launches.
   static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
-  // 64 x 128 + 224 x 256 = 65536: the producer walks no task cursor (ProducerScratch) and holds its
+  // 56 x 128 + 224 x 256 = 64512: the producer walks no task cursor (ProducerScratch) and holds its
   // rows as 32-bit references; the consumers' 224 hold the wide FP8 mainloop and epilogues, not the
   // group sums (kSumsGroupsInLaunch).
-  static constexpr uint32_t kProducerRegisters = 64;
+  static constexpr uint32_t kProducerRegisters = 56;
+  using TaskHandOff = TaskThroughScratch;
   static constexpr uint32_t kConsumerRegisters = 224;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes + gemm::ScaleTile<Policy::B>::kBytes;
   static constexpr bool kUpGateStoresByThreads = true;
@@ -140,13 +144,12 @@ struct Fp8ForwardGemms {
   // One macrobatch a launch for now (ring_rows 0, forward_fp8.cu): the registers (journal 2026-12-06).
   static constexpr bool kSumsGroupsInLaunch = false;
 
-  // A producer thread's rows of an up/gate tile: its eight rows by source and row there (32 bits
-  // each: the pointers would take sixteen of the producer's 80 registers), turned into addresses at
-  // each stage, and the scales of row `thread`.
+  // A producer thread's rows of an up/gate tile: its eight rows and the row whose scales it copies
+  // (row `thread`), each by source and row there (32 bits each: the addresses would take twenty of
+  // the producer's 56 registers), turned into addresses at each stage.
   struct RowRefs {
     uint32_t row[gemm::kGatherRowsPerThread];  // kNoRow, or source << kSourceShift | row
-    const float* scale;                        // block 0's scale; nullptr: a padding row
-    int scale_block_stride;
+    uint32_t scale_row;                        // likewise
   };
   using GatheredTile = RowRefs;
   static constexpr uint32_t kNoRow = ~0u;
@@ -154,34 +157,19 @@ struct Fp8ForwardGemms {
   static constexpr uint32_t kRingSource = 7;
   static_assert(kMaxLocalRanks <= int(kRingSource), "a source number for each local rank's home rows");
 
-  // Row `row` of the schedule as a RowRefs entry, and with `scale`, where its scales are.
+  // Row `row` of the schedule as a RowRefs entry.
   __device__ static uint32_t row_ref(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
-                                     bool& pulled, const float** scale = nullptr, int* scale_block_stride = nullptr) {
+                                     bool& pulled) {
     const RowPlace at = row_place(from, schedule, row);
     pulled = at.real && at.pulled;
-    uint32_t ref = kNoRow;
-    const float* scales = nullptr;
-    int stride = 0;
-    if (at.real && !at.pulled) {
-      ref = uint32_t(at.home - from.world.first_local_rank) << kSourceShift | uint32_t(at.token);
-      scales = from.world.at(from.pull.home_scales, at.home) + at.token;
-      stride = from.pull.home_rows;
-    } else if (at.real) {
-      const int buffer_row = schedule.buffer_row(row);
-      ref = kRingSource << kSourceShift | uint32_t(buffer_row);
-      scales = from.world.at(from.pull.expert_scales, from.rank) + buffer_row;
-      stride = from.pull.scale_stride;
-    }
-    if (scale != nullptr) {
-      *scale = scales;
-      *scale_block_stride = stride;
-    }
-    return ref;
+    if (!at.real) return kNoRow;
+    if (!at.pulled) return uint32_t(at.home - from.world.first_local_rank) << kSourceShift | uint32_t(at.token);
+    return kRingSource << kSourceShift | uint32_t(schedule.buffer_row(row));
   }
   __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
                                              const gemm::TileCoord& tile, int thread, bool& pulled) {
     GatheredTile rows;
-    (void)row_ref(from, schedule, tile.m_begin + thread, pulled, &rows.scale, &rows.scale_block_stride);
+    rows.scale_row = row_ref(from, schedule, tile.m_begin + thread, pulled);
     for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
       bool unused;
       rows.row[j] = row_ref(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
@@ -192,19 +180,36 @@ struct Fp8ForwardGemms {
   __device__ static void gather_stage(const GatherSources<Pull>& from, const GatheredTile& rows,
                                       const void* any_address, int k_index, Storage& smem, int stage, uint64_t* full,
                                       int thread) {
-    const auto codes_of = [&](int j) -> const uint8_t* {
-      uint32_t ref = rows.row[j];
+    const auto opaque = [](uint32_t ref) {
       asm volatile("mov.b32 %0, %0;" : "+r"(ref));  // the address made here, each stage: not hoisted and held
+      return ref;
+    };
+    const auto source_row = [](uint32_t ref) { return static_cast<int64_t>(ref & ((1u << kSourceShift) - 1)); };
+    const auto codes_of = [&](int j) -> const uint8_t* {
+      const uint32_t ref = opaque(rows.row[j]);
       if (ref == kNoRow) return nullptr;
       const uint32_t source = ref >> kSourceShift;
       const __nv_fp8_e4m3* base = source == kRingSource
                                       ? from.world.at(from.pull.expert_codes, from.rank)
                                       : from.world.at(from.pull.home_codes, from.world.first_local_rank + int(source));
-      return reinterpret_cast<const uint8_t*>(base) +
-             static_cast<int64_t>(ref & ((1u << kSourceShift) - 1)) * from.pull.hidden + (thread % 8) * 16;
+      return reinterpret_cast<const uint8_t*>(base) + source_row(ref) * from.pull.hidden + (thread % 8) * 16;
     };
-    gemm::gather_fp8_stage<Policy::A>(codes_of, rows.scale, rows.scale_block_stride, any_address, k_index,
-                                      smem.a[stage], smem.scales_a[stage], full, thread);
+    // Row `thread`'s block-0 scale and the distance between its K blocks' (nullptr: a padding row).
+    const uint32_t scale_ref = opaque(rows.scale_row);
+    const float* scale = nullptr;
+    int scale_block_stride = 0;
+    if (scale_ref != kNoRow) {
+      const uint32_t source = scale_ref >> kSourceShift;
+      if (source == kRingSource) {
+        scale = from.world.at(from.pull.expert_scales, from.rank) + source_row(scale_ref);
+        scale_block_stride = from.pull.scale_stride;
+      } else {
+        scale = from.world.at(from.pull.home_scales, from.world.first_local_rank + int(source)) + source_row(scale_ref);
+        scale_block_stride = from.pull.home_rows;
+      }
+    }
+    gemm::gather_fp8_stage<Policy::A>(codes_of, scale, scale_block_stride, any_address, k_index, smem.a[stage],
+                                      smem.scales_a[stage], full, thread);
   }
 };
 
@@ -215,8 +220,11 @@ inline constexpr bool kForwardGemmsShareRing =
     Gemms::Policy::kBlockN == gemm::kBlockN;  // the task cursor's tiles (forward_tasks.cuh)
 static_assert(kForwardGemmsShareRing<Bf16ForwardGemms> && kForwardGemmsShareRing<Fp8ForwardGemms>,
               "a forward's GEMMs share the CTA's stage ring, their A rows load alike, their tiles are the cursor's");
-static_assert((Bf16ForwardGemms::kProducerRegisters + 2 * Bf16ForwardGemms::kConsumerRegisters) * 128 <= 65536 &&
-                  (Fp8ForwardGemms::kProducerRegisters + 2 * Fp8ForwardGemms::kConsumerRegisters) * 128 <= 65536,
+// setmaxnreg.inc waits until the CTA's pool has the registers: the pool is what the launch allotted
+// (168 a thread at 384 threads, 64512), not the SM's 65536; past it the consumers wait forever.
+static_assert((Bf16ForwardGemms::kProducerRegisters + 2 * Bf16ForwardGemms::kConsumerRegisters) * 128 <= 168 * gemm::kThreads &&
+                  (Fp8ForwardGemms::kProducerRegisters + 2 * Fp8ForwardGemms::kConsumerRegisters) * 128 <=
+                      168 * gemm::kThreads,
               "the register file holds the three warpgroups' budgets");
 
 }  // namespace caracal::fused

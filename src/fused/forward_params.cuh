@@ -14,6 +14,7 @@
 #include "device/transfer/device_params.hpp"
 #include "fused/forward_gemms.cuh"
 #include "fused/fused_launch.hpp"
+#include "fused/forward_task_handoff.cuh"
 #include "fused/forward_tasks.cuh"
 
 namespace caracal::fused {

@@ -197,15 +197,5 @@ class ForwardTaskCursor {
   int batch_ = -1;  // no macrobatch yet
 };
 
-// A CTA's producer scratch, in global memory after its rank's task slots (forward_params.cuh): the
-// task cursor, which the producer's thread 0 alone walks (held in registers, its state would take
-// ~27 of every producer thread's), and the task it hands the other producer threads each round, in
-// two buffers by the round's parity (a buffer is rewritten two rounds on, after every thread has met
-// thread 0 in between), with the block whose ring rows the task takes over (-1: none).
-struct ProducerScratch {
-  ForwardTaskCursor cursor;
-  ForwardTask task[2];
-  int previous[2];
-};
 
 }  // namespace caracal::fused
