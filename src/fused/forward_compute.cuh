@@ -59,13 +59,13 @@ using ForwardPipeline = gemm::TmaPipeline<Gemms::Policy::kStages>;
 // arrive_and_expect_tx and one per thread, after its gathering copies landed (up/gate) or at once
 // (down; and the end sentinel's, where thread 0's extra arrival stands in for the expect).
 template <class Gemms>
-__device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
+__device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
                                       const FusedForwardRankParams<Gemms>& p, const ForwardKernelParams<Gemms>& kp,
                                       typename ForwardMainloop<Gemms>::Storage& smem,
                                       const ForwardPipeline<Gemms>& pipe, int thread) {
   using Policy = typename Gemms::Policy;
   using Mainloop = ForwardMainloop<Gemms>;
-  const GatherSources<typename Gemms::Pull> sources{world, kp.pull, rank, kp.pull_all_rows};
+  const GatherSources<typename Gemms::Pull> sources{world, kp.pull, place.rank, kp.pull_all_rows};
   typename Gemms::TaskHandOff tasks(p, world, thread);
   typename ForwardPipeline<Gemms>::State st;
   for (;;) {
@@ -96,7 +96,6 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, int rank,
     if (pulled_rows > 0 || previous >= 0 || !task.up_gate()) {
       bool ready = true;
       if (thread == 0) {
-        const comm::CtaPlace place = comm::whole_launch_place(world);  // found again: not held across tiles
         if (gathered) {
           const uint32_t ring_released = 2u * static_cast<uint32_t>(gemms.tiles.down.n_blocks);
           if (previous >= 0) ready = comm::wait_ready_thread(world, place, p.down_done + previous, ring_released, previous);
@@ -248,7 +247,7 @@ __device__ void run_forward_tasks(const comm::DeviceWorld& world, const comm::Ct
 
   if (warpgroup == 0) {
     run_producer_warpgroup<Gemms::kProducerRegisters>([&] {
-      produce_forward_tiles(world, place.rank, p, kp, smem.mainloop, pipe, static_cast<int>(threadIdx.x));
+      produce_forward_tiles(world, place, p, kp, smem.mainloop, pipe, static_cast<int>(threadIdx.x));
     });
     return;
   }
@@ -266,7 +265,9 @@ __device__ void run_forward_tasks(const comm::DeviceWorld& world, const comm::Ct
   Tensor accum = partition_fragment_C(tiled_mma, Shape<Int<Policy::kBlockM>, Int<Policy::kBlockN>>{});
   static_assert(kTileNOf<decltype(accum)> == Policy::kBlockN, "the accumulators cover the policy's tile");
   ChunkStoreRing ring(smem.epilogue.chunks[consumer], consumer, wg_thread);
-  consume_forward_tiles(world, p, kp, tiled_mma, tCrA, tCrB, scales, accum, pipe, ring, consumer, wg_thread);
+  // The rank's parameters found again here: the kernel's index of them, held from its entry, spills.
+  consume_forward_tiles(world, kp.ranks[local_rank_of_cta(world)], kp, tiled_mma, tCrA, tCrB, scales, accum, pipe,
+                        ring, consumer, wg_thread);
   ring.drain();
 }
 

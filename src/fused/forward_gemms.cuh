@@ -82,7 +82,7 @@ struct Bf16ForwardGemms {
   // (ptxas spills it at 80 registers; the standalone GEMM's producer has 40): 88 x 128 + 208 x 256 =
   // 64512, the 168 x 384 the CTA is launched with.
   static constexpr uint32_t kProducerRegisters = 88;
-  using TaskHandOff = TaskThroughScratch;
+  using TaskHandOff = TaskPerThread;
   static constexpr uint32_t kConsumerRegisters = 208;
   static constexpr uint32_t kGatheredTmaBytes = Policy::B::kBytes;
   static constexpr bool kUpGateStoresByThreads = false;

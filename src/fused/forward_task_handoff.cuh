@@ -16,6 +16,44 @@
 
 namespace caracal::fused {
 
+class TaskPerThread {
+ public:
+  template <class Rank>
+  __device__ TaskPerThread(const Rank& p, const comm::DeviceWorld&, int)
+      : tasks_(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles) {}
+
+  template <class Rank>
+  __device__ bool next(const Rank& p, const comm::DeviceWorld&, int thread, ForwardTask& task, int& previous) {
+    if (thread == 0) word() = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    gemm::gather_threads_sync();
+    const int t = word();
+    if (t >= tasks_.shared_tasks() && !tasks_.routed_counted()) {  // every producer thread alike
+      comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
+      tasks_.count_routed_tasks();
+    }
+    // Meets every thread before thread 0 writes the next task.
+    if (gemm::gather_threads_count(t >= tasks_.num_tasks()) > 0) return false;
+    task = tasks_.at(t);
+    previous = task.shared() ? -1 : tasks_.macrobatches().previous_in_ring(task.m_block());
+    return true;
+  }
+  template <class Rank>
+  __device__ const Macrobatches& macrobatches(const Rank&, const comm::DeviceWorld&) const {
+    return tasks_.macrobatches();
+  }
+  template <class Rank>
+  __device__ ForwardTask slot_task(const Rank&, const comm::DeviceWorld&, const ForwardTask& task) const {
+    return task;
+  }
+
+ private:
+  __device__ static int& word() {
+    __shared__ int task_number;
+    return task_number;
+  }
+  ForwardTaskCursor tasks_;
+};
+
 // A CTA's producer scratch, in global memory after its rank's task slots (forward_params.cuh): the
 // task cursor, and the task thread 0 hands the other producer threads each round, in two buffers by
 // the round's parity (a buffer is rewritten two rounds on, after every thread has met thread 0 in
