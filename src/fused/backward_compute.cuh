@@ -42,6 +42,8 @@ namespace caracal::fused {
 // its warpgroup's other warps copy rows and sum dx groups;
 // 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
 inline constexpr gemm::RegisterSplit kBackwardRegisterSplit{72, 216};
+static_assert(gemm::fits_launch_registers(kBackwardRegisterSplit),
+              "the fused backward's setmaxnreg budgets fit the launch's registers");
 
 // The policy of the backward's GEMMs, which share the CTA's stage ring and storage.
 using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;

@@ -220,11 +220,8 @@ inline constexpr bool kForwardGemmsShareRing =
     Gemms::Policy::kBlockN == gemm::kBlockN;  // the task cursor's tiles (forward_tasks.cuh)
 static_assert(kForwardGemmsShareRing<Bf16ForwardGemms> && kForwardGemmsShareRing<Fp8ForwardGemms>,
               "a forward's GEMMs share the CTA's stage ring, their A rows load alike, their tiles are the cursor's");
-// setmaxnreg.inc waits until the CTA's pool has the registers: the pool is what the launch allotted
-// (168 a thread at 384 threads, 64512), not the SM's 65536; past it the consumers wait forever.
-static_assert((Bf16ForwardGemms::kProducerRegisters + 2 * Bf16ForwardGemms::kConsumerRegisters) * 128 <= 168 * gemm::kThreads &&
-                  (Fp8ForwardGemms::kProducerRegisters + 2 * Fp8ForwardGemms::kConsumerRegisters) * 128 <=
-                      168 * gemm::kThreads,
-              "the register file holds the three warpgroups' budgets");
+static_assert(gemm::fits_launch_registers({Bf16ForwardGemms::kProducerRegisters, Bf16ForwardGemms::kConsumerRegisters}) &&
+                  gemm::fits_launch_registers({Fp8ForwardGemms::kProducerRegisters, Fp8ForwardGemms::kConsumerRegisters}),
+              "the fused forwards' setmaxnreg budgets fit the launch's registers (gemm_config.cuh)");
 
 }  // namespace caracal::fused

@@ -45,6 +45,16 @@ struct RegisterSplit {
 };
 inline constexpr RegisterSplit kDefaultRegisterSplit{40, 232};
 
+// Whether a split fits the registers the launch allotted the CTA (168 a thread at kThreads): a
+// setmaxnreg.inc waits until the CTA's pool holds the registers it asks for, so a split past the
+// pool (even within the SM's 65536) hangs the consumers at their first instruction.
+constexpr bool fits_launch_registers(RegisterSplit r) {
+  return r.producer * kWarpgroupThreads + r.consumer * kConsumerWarpgroups * kWarpgroupThreads <= 168 * kThreads &&
+         r.producer % 8 == 0 && r.consumer % 8 == 0;
+}
+static_assert(fits_launch_registers({56, 224}) && !fits_launch_registers({64, 224}),
+              "64 + 2 x 224 is the SM's 512 a thread-triple but past the launch's 504: it hung");
+
 // Epilogue: each consumer warpgroup stages bf16 64 x 64 chunks (one 128-byte swizzled TMA box)
 // in a ring of kChunkBuffers buffers (a policy may ask for more), so writing one chunk overlaps the
 // TMA store of the last.

@@ -115,8 +115,7 @@ __device__ __forceinline__ void run_idle_warps(GemmParams<Gemm> const& p, int la
 template <class Gemm>
 constexpr RegisterSplit checked_register_split() {
   constexpr RegisterSplit r = kRegisterSplit<Gemm>;
-  static_assert(r.producer * kWarpgroupThreads + r.consumer * kConsumerWarpgroups * kWarpgroupThreads <= 168 * kThreads &&
-                    r.producer % 8 == 0 && r.consumer % 8 == 0,
+  static_assert(fits_launch_registers(r),
                 "setmaxnreg budgets over the 168 registers per thread of the launch, or not multiples of 8");
   return r;
 }
