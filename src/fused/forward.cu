@@ -70,7 +70,7 @@ void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_
   CARACAL_CHECK(args.exchange != nullptr, kName, ": exchange must not be null");
   const transfer::detail::ExchangeArgs& exchange = transfer::ExchangeInternals::kernel_args(*args.exchange);
   const transfer::PullRows pull{exchange.forward.x, exchange.forward.expert_x, {}, {}, exchange.top_k, exchange.hidden};
-  launch_fused_forward<Bf16ForwardGemms>(world, args, pull, expert_gemms, /*zero_padding_rows=*/false, stream, kName);
+  launch_fused_forward<Bf16ForwardGemms>(world, args, pull, NoRowBases{}, expert_gemms, /*zero_padding_rows=*/false, stream, kName);
 }
 
 }  // namespace caracal::fused

@@ -65,7 +65,7 @@ __device__ void produce_forward_tiles(const comm::DeviceWorld& world, const comm
                                       const ForwardPipeline<Gemms>& pipe, int thread) {
   using Policy = typename Gemms::Policy;
   using Mainloop = ForwardMainloop<Gemms>;
-  const GatherSources<typename Gemms::Pull> sources{world, kp.pull, place.rank, kp.pull_all_rows};
+  const typename Gemms::Sources sources{world, kp.pull, place.rank, kp.pull_all_rows, kp.row_bases};
   typename Gemms::TaskHandOff tasks(p, world, thread);
   typename ForwardPipeline<Gemms>::State st;
   for (;;) {

@@ -70,8 +70,18 @@ void fused_forward(comm::World& world, const FusedForwardFp8Args& args, cudaStre
   CARACAL_CHECK(args.exchange->options().fp8_dispatch, kName,
                 ": the exchange must hold x in e4m3 (ExchangeOptions::fp8_dispatch)");
   const transfer::detail::ExchangeArgs& exchange = transfer::ExchangeInternals::kernel_args(*args.exchange);
+  const transfer::PullFp8Rows pull = transfer::fp8_pull_rows(exchange);
+  CARACAL_CHECK(world.local_ranks() <= kFusedFp8MaxLocalRanks, kName, ": at most ", kFusedFp8MaxLocalRanks,
+                " local ranks, got ", world.local_ranks());
+  Fp8RowBases bases{};
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    bases.home_codes[l] = reinterpret_cast<const uint8_t*>(world.local_pointer(pull.home_codes, l));
+    bases.home_scales[l] = world.local_pointer(pull.home_scales, l);
+    bases.ring_codes[l] = reinterpret_cast<const uint8_t*>(world.local_pointer(pull.expert_codes, l));
+    bases.ring_scales[l] = world.local_pointer(pull.expert_scales, l);
+  }
   // Pulling every row, it leaves expert_x_codes as dispatch_fp8 does, padding rows included.
-  launch_fused_forward<Fp8ForwardGemms>(world, args, transfer::fp8_pull_rows(exchange), expert_gemms,
+  launch_fused_forward<Fp8ForwardGemms>(world, args, pull, bases, expert_gemms,
                                         /*zero_padding_rows=*/args.pull_all_rows, stream, kName);
 }
 

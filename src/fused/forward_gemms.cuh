@@ -45,13 +45,27 @@
 
 namespace caracal::fused {
 
+// The bf16 gather makes its rows' addresses once a tile: it needs no bases resolved before the launch.
+struct NoRowBases {};
+
+// The FP8 gather makes its rows' addresses at each stage (its producer holds 32-bit row references),
+// from these bases, resolved on the host for each local rank: a lookup in the kernel's parameters
+// (the constant cache), not in the world's heap table in global memory.
+struct Fp8RowBases {
+  const uint8_t* home_codes[kFusedFp8MaxLocalRanks];  // x's e4m3 rows at home, [home_rows][D]
+  const float* home_scales[kFusedFp8MaxLocalRanks];   // [D / 128][home_rows]
+  const uint8_t* ring_codes[kFusedFp8MaxLocalRanks];  // the rank's expert_x codes, [scale_stride][D]
+  const float* ring_scales[kFusedFp8MaxLocalRanks];   // [D / 128][scale_stride]
+};
+
 // Where the rows of an up/gate tile are read from, as the producer sees them.
-template <class Pull>
+template <class Pull, class RowBases>
 struct GatherSources {
   const comm::DeviceWorld& world;
   const Pull& pull;    // home rows (any rank) and this rank's ring rows
   int rank;
   bool pull_all_rows;  // every row is pulled, those of tokens on this GPU too
+  const RowBases& bases;
 };
 
 // Where schedule row `row` is: a token row on this GPU where it is (at home; `home` its home rank,
@@ -61,8 +75,8 @@ struct RowPlace {
   bool real, pulled;
   int home, token;
 };
-template <class Pull>
-__device__ inline RowPlace row_place(const GatherSources<Pull>& from, const ScheduleView& schedule, int row) {
+template <class Sources>
+__device__ inline RowPlace row_place(const Sources& from, const ScheduleView& schedule, int row) {
   const int2 entry = schedule.rows[row];
   if (entry.x < 0) return {false, false, 0, 0};
   const bool pulled =
@@ -76,6 +90,8 @@ struct Bf16ForwardGemms {
   using Down = gemm::DownProjGemm;
   using Policy = UpGate::Policy;
   using Pull = transfer::PullRows;
+  using RowBases = NoRowBases;
+  using Sources = GatherSources<Pull, RowBases>;
   using GatheredTile = gemm::GatherRows;
   static constexpr int kMaxLocalRanks = kFusedMaxLocalRanks;
   // The producer warpgroup also takes tasks over macrobatches, waits on counters and gathers rows
@@ -90,7 +106,7 @@ struct Bf16ForwardGemms {
   static constexpr bool kSumsGroupsInLaunch = true;
 
   // Schedule row `row` as a bf16 row (nullptr: zero-filled).
-  __device__ static const __nv_bfloat16* row_source(const GatherSources<Pull>& from, const ScheduleView& schedule,
+  __device__ static const __nv_bfloat16* row_source(const Sources& from, const ScheduleView& schedule,
                                                     int row, bool& pulled) {
     const int2 entry = schedule.rows[row];
     pulled = false;
@@ -103,7 +119,7 @@ struct Bf16ForwardGemms {
     return from.world.at(from.pull.expert_rows, from.rank) + static_cast<int64_t>(schedule.buffer_row(row)) * from.pull.hidden;
   }
   // This producer thread's sources of the tile; `pulled`: whether row `thread` is pulled.
-  __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
+  __device__ static GatheredTile gather_tile(const Sources& from, const ScheduleView& schedule,
                                              const gemm::TileCoord& tile, int thread, bool& pulled) {
     (void)row_source(from, schedule, tile.m_begin + thread, pulled);  // row `thread`: counted
     GatheredTile rows;
@@ -115,7 +131,7 @@ struct Bf16ForwardGemms {
   }
   // Its copies of k tile `k_index` into the stage (`any_address`: for the zero-filling copies).
   template <class Storage>
-  __device__ static void gather_stage(const GatherSources<Pull>&, const GatheredTile& rows, const void* any_address,
+  __device__ static void gather_stage(const Sources&, const GatheredTile& rows, const void* any_address,
                                       int k_index, Storage& smem, int stage, uint64_t* full, int thread) {
     gemm::gather_k_tile<Policy::A>(rows, static_cast<const __nv_bfloat16*>(any_address), k_index, smem.a[stage], full,
                                    thread);
@@ -127,6 +143,8 @@ struct Fp8ForwardGemms {
   using Down = gemm::Fp8DownProjGemm;
   using Policy = UpGate::Policy;
   using Pull = transfer::PullFp8Rows;
+  using RowBases = Fp8RowBases;
+  using Sources = GatherSources<Pull, RowBases>;
   // Four maps more a group of experts (the operands' scales): half the local ranks of bf16's. A
   // process of a multi-GPU world drives one; loopback worlds of more ranks run the separate launches.
   static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
@@ -158,7 +176,7 @@ struct Fp8ForwardGemms {
   static_assert(kMaxLocalRanks <= int(kRingSource), "a source number for each local rank's home rows");
 
   // Row `row` of the schedule as a RowRefs entry.
-  __device__ static uint32_t row_ref(const GatherSources<Pull>& from, const ScheduleView& schedule, int row,
+  __device__ static uint32_t row_ref(const Sources& from, const ScheduleView& schedule, int row,
                                      bool& pulled) {
     const RowPlace at = row_place(from, schedule, row);
     pulled = at.real && at.pulled;
@@ -166,7 +184,7 @@ struct Fp8ForwardGemms {
     if (!at.pulled) return uint32_t(at.home - from.world.first_local_rank) << kSourceShift | uint32_t(at.token);
     return kRingSource << kSourceShift | uint32_t(schedule.buffer_row(row));
   }
-  __device__ static GatheredTile gather_tile(const GatherSources<Pull>& from, const ScheduleView& schedule,
+  __device__ static GatheredTile gather_tile(const Sources& from, const ScheduleView& schedule,
                                              const gemm::TileCoord& tile, int thread, bool& pulled) {
     GatheredTile rows;
     rows.scale_row = row_ref(from, schedule, tile.m_begin + thread, pulled);
@@ -177,7 +195,7 @@ struct Fp8ForwardGemms {
     return rows;
   }
   template <class Storage>
-  __device__ static void gather_stage(const GatherSources<Pull>& from, const GatheredTile& rows,
+  __device__ static void gather_stage(const Sources& from, const GatheredTile& rows,
                                       const void* any_address, int k_index, Storage& smem, int stage, uint64_t* full,
                                       int thread) {
     const auto opaque = [](uint32_t ref) {
@@ -185,14 +203,13 @@ struct Fp8ForwardGemms {
       return ref;
     };
     const auto source_row = [](uint32_t ref) { return static_cast<int64_t>(ref & ((1u << kSourceShift) - 1)); };
+    const int local = from.rank - from.world.first_local_rank;  // this rank's ring
     const auto codes_of = [&](int j) -> const uint8_t* {
       const uint32_t ref = opaque(rows.row[j]);
       if (ref == kNoRow) return nullptr;
       const uint32_t source = ref >> kSourceShift;
-      const __nv_fp8_e4m3* base = source == kRingSource
-                                      ? from.world.at(from.pull.expert_codes, from.rank)
-                                      : from.world.at(from.pull.home_codes, from.world.first_local_rank + int(source));
-      return reinterpret_cast<const uint8_t*>(base) + source_row(ref) * from.pull.hidden + (thread % 8) * 16;
+      const uint8_t* base = source == kRingSource ? from.bases.ring_codes[local] : from.bases.home_codes[source];
+      return base + source_row(ref) * from.pull.hidden + (thread % 8) * 16;
     };
     // Row `thread`'s block-0 scale and the distance between its K blocks' (nullptr: a padding row).
     const uint32_t scale_ref = opaque(rows.scale_row);
@@ -201,10 +218,10 @@ struct Fp8ForwardGemms {
     if (scale_ref != kNoRow) {
       const uint32_t source = scale_ref >> kSourceShift;
       if (source == kRingSource) {
-        scale = from.world.at(from.pull.expert_scales, from.rank) + source_row(scale_ref);
+        scale = from.bases.ring_scales[local] + source_row(scale_ref);
         scale_block_stride = from.pull.scale_stride;
       } else {
-        scale = from.world.at(from.pull.home_scales, from.world.first_local_rank + int(source)) + source_row(scale_ref);
+        scale = from.bases.home_scales[source] + source_row(scale_ref);
         scale_block_stride = from.pull.home_rows;
       }
     }

@@ -109,11 +109,12 @@ void zero_forward_counters(const Args& args, cudaStream_t stream, const char* na
 
 // Checks `args` (a FusedForwardArgs or FusedForwardFp8Args) against the world and the exchange and
 // launches: each rank's GEMMs by `expert_gemms`, the rows pulled by `pull` (the exchange's buffers in
-// the precision's form), with `zero_padding_rows` the ring's padding rows written too.
+// the precision's form) and gathered from `row_bases`, with `zero_padding_rows` the ring's padding
+// rows written too.
 template <class Gemms, class Args, class ExpertGemmsOf>
 void launch_fused_forward(comm::World& world, const Args& args, const typename Gemms::Pull& pull,
-                          ExpertGemmsOf&& expert_gemms, bool zero_padding_rows, cudaStream_t stream,
-                          const char* name) {
+                          const typename Gemms::RowBases& row_bases, ExpertGemmsOf&& expert_gemms,
+                          bool zero_padding_rows, cudaStream_t stream, const char* name) {
   CARACAL_CHECK(args.exchange != nullptr, name, ": exchange must not be null");
   const int local_ranks = world.local_ranks();
   CARACAL_CHECK(local_ranks <= Gemms::kMaxLocalRanks, name, ": at most ", Gemms::kMaxLocalRanks,
@@ -153,6 +154,7 @@ void launch_fused_forward(comm::World& world, const Args& args, const typename G
   p.pull_all_rows = args.pull_all_rows;
   p.zero_padding_rows = zero_padding_rows;
   p.rows_per_route = exchange.rows_per_route;
+  p.row_bases = row_bases;
   shape.starts_early = true;  // while build_schedule runs (fused_forward.hpp)
   comm::launch(world, name, shape, stream, fused_forward_kernel<Gemms>, p);
 }

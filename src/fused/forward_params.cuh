@@ -110,6 +110,8 @@ struct ForwardKernelParams {
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
   bool zero_padding_rows;   // write the ring's padding rows too (FusedForwardFp8Args::pull_all_rows)
   bool rows_per_route;      // ExchangeOptions::rows_per_route
+  // Last, so that an empty one (bf16's) takes only the tail's padding.
+  typename Gemms::RowBases row_bases;  // the gathered rows' bases, resolved per local rank (forward_gemms.cuh)
 };
 static_assert(sizeof(ForwardKernelParams<Bf16ForwardGemms>) <= 32764 &&
                   sizeof(ForwardKernelParams<Fp8ForwardGemms>) <= 32764,
