@@ -143,7 +143,7 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
     } else {
       gemm::GateUpDgradToHomeGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
       if (p.tiles.group_dx) {
-        ring.scatters_issued();  // one release per warpgroup publishes its threads' row stores
+        ring.plain_stores_issued();  // one release per warpgroup publishes its threads' row stores
         if (wg_thread == 0) comm::signal_ready_thread(p.dx_done + task.buffer_block());
       }
     }

@@ -26,10 +26,12 @@ inline constexpr int kGroupSumWarps = 2 * gemm::kWarpgroupThreads / 32;
 
 // One warp (`warp` of `warps`) on a group_sums task (forward_tasks.cuh): the groups led by rows of
 // its block. Returns false when a wait failed (timeout or aborted world, recorded).
+template <class Gemms>
 __device__ inline bool sum_block_groups(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                        const FusedForwardRankParams& p, const transfer::ScheduleParams& schedule,
-                                        const GroupSumParams& sums, int hidden, bool per_route,
-                                        const gemm::TileCoord& task, int warp, int warps, int lane) {
+                                        const FusedForwardRankParams<Gemms>& p,
+                                        const transfer::ScheduleParams& schedule, const GroupSumParams& sums,
+                                        int hidden, bool per_route, const gemm::TileCoord& task, int warp, int warps,
+                                        int lane) {
   const ScheduleView& view = p.routed.tiles.up.schedule;
   const uint32_t stored = 2u * static_cast<uint32_t>(p.routed.tiles.down.n_blocks);
   const int32_t* route_rows = per_route ? nullptr : world.at(schedule.buffers.route_rows, place.rank);

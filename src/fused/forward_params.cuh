@@ -1,48 +1,48 @@
 #pragma once
 // What the fused forward kernel reads: per local rank the two grouped GEMMs (up/gate+SwiGLU, down)
-// of its routed experts and of its shared expert, and its readiness counters; the exchange's
-// schedule and pull buffers for all ranks. Passed as a __grid_constant__ so the TMA descriptors
-// stay in parameter space.
+// of its routed experts and of its shared expert in the forward's precision (`Gemms`,
+// forward_gemms.cuh), and its readiness counters; the exchange's schedule and pull buffers for all
+// ranks. Passed as a __grid_constant__ so the TMA descriptors stay in parameter space.
 #include <cstdint>
 #include <type_traits>
 
 #include <cuda_bf16.h>
 
 #include "caracal/comm/symmetric_ptr.hpp"
-#include "device/gemm/expert_gemms/down_proj.cuh"
-#include "device/gemm/expert_gemms/up_gate_swiglu.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
 #include "device/transfer/device_params.hpp"
-#include "device/transfer/pull_rows.cuh"
+#include "fused/forward_gemms.cuh"
 #include "fused/fused_launch.hpp"
+#include "fused/forward_task_handoff.cuh"
 #include "fused/forward_tasks.cuh"
 
 namespace caracal::fused {
 
-// The GEMMs are the standalone kernels' (gemm::UpGateSwigluGemm, gemm::DownProjGemm), hence the
-// same bits; the routed experts' y rows go to the ring rows of their output buffer (the group sums
-// push them home, forward_group_sums.cuh), the shared expert's to its output rows.
-static_assert(std::is_same_v<gemm::UpGateSwigluGemm::OperandA, gemm::DownProjGemm::OperandA>,
-              "the producer loads every TMA row operand the same way");
+// The routed experts' y rows go to the ring rows of their output buffer (the group sums push them
+// home, forward_group_sums.cuh), the shared expert's to its output rows.
 
 // One group of experts' two GEMMs (the routed experts over the schedule's rows, or the shared
 // expert over the rank's tokens), but the down GEMM's epilogue. The row buffers' TMA maps span the
 // rows they hold (the ring's, for the routed experts): a tile loads and stores at the buffer row
 // of its first schedule row (tiles.up.schedule.buffer_row).
+template <class Gemms>
 struct ExpertGemms {
-  gemm::MainloopParams up_mainloop;
-  gemm::UpGateSwigluGemm::Epilogue::Params up_epilogue;
-  gemm::MainloopParams down_mainloop;
+  using MainloopParams = typename gemm::Mainloop<typename Gemms::Policy>::Params;
+  MainloopParams up_mainloop;  // the routed experts' A is gathered (no map of it)
+  typename Gemms::UpGate::Epilogue::Params up_epilogue;
+  MainloopParams down_mainloop;
   ExpertTiles tiles;
   // Zeroed before the launch, one word per 128-row block: the up/gate tiles' warpgroup slices
   // stored (2 * tiles.up.n_blocks: the block's activation is complete).
   uint32_t* activation_ready;
 };
 
+template <class Gemms>
 struct FusedForwardRankParams {
-  ExpertGemms routed;
-  gemm::DownProjGemm::Epilogue::Params routed_out;  // into out_rows' ring rows
+  using OutParams = typename Gemms::Down::Epilogue::Params;
+  ExpertGemms<Gemms> routed;
+  OutParams routed_out;  // into out_rows' ring rows
   const __nv_bfloat16* out_rows;  // the routed rows' outputs, [ring rows][D], as routed_out
   // Zeroed before the launch, one word per 128-row block of the schedule: the down tiles' warpgroup
   // slices whose mainloop is done (2 * tiles.down.n_blocks: the block's ring rows may be reused).
@@ -53,13 +53,14 @@ struct FusedForwardRankParams {
   // Zeroed before the launch, one word per macrobatch: its group_sums tasks done (all of them: the
   // next macrobatch's down tiles may overwrite its output rows).
   uint32_t* sums_done;
-  ExpertGemms shared;  // only with has_shared
-  gemm::DownProjGemm::Epilogue::Params shared_out;
+  ExpertGemms<Gemms> shared;  // only with has_shared
+  OutParams shared_out;
   bool has_shared;
   // Zeroed before the launch: per 128-row block of the schedule, its rows pulled from other GPUs.
   uint32_t* x_ready;
   uint32_t* task_counter;  // the rank's next task (forward_tasks.cuh)
-  TaskSlot* task_slots;    // [CTAs of the rank][ForwardGemmPolicy::kStages] (forward_tasks.cuh)
+  TaskSlot* task_slots;    // [CTAs of the rank][Gemms::Policy::kStages] (forward_tasks.cuh)
+  ProducerScratch* producer_scratch;  // [CTAs of the rank], after the task slots
 };
 
 // A rank's readiness counters, named spans of its ready_counters (FusedForwardRank), zeroed before
@@ -91,8 +92,6 @@ struct ForwardCounters {
   }
 };
 
-// Parameter space holds up to 32 KiB: per-rank GEMM descriptors for this many local ranks fit.
-inline constexpr int kMaxLocalRanks = 8;
 
 // What the group sums read at the home ranks and where they store (forward_group_sums.cuh).
 struct GroupSumParams {
@@ -101,15 +100,21 @@ struct GroupSumParams {
   transfer::RouterScaling scaling;
 };
 
+template <class Gemms>
 struct ForwardKernelParams {
-  FusedForwardRankParams ranks[kMaxLocalRanks];
+  FusedForwardRankParams<Gemms> ranks[Gemms::kMaxLocalRanks];
   transfer::ScheduleParams schedule;
-  transfer::PullRows pull;  // home x rows into the ring's expert_x rows (no gates)
+  typename Gemms::Pull pull;  // home x rows into the ring's expert_x rows (no gates)
   GroupSumParams sums;
   int comm_ctas;            // the first comm_ctas CTAs of every rank pull, then compute too
   bool pull_all_rows;       // pull the rows of tokens on this GPU too (FusedForwardArgs::pull_all_rows)
+  bool zero_padding_rows;   // write the ring's padding rows too (FusedForwardFp8Args::pull_all_rows)
   bool rows_per_route;      // ExchangeOptions::rows_per_route
+  // Last, so that an empty one (bf16's) takes only the tail's padding.
+  typename Gemms::RowBases row_bases;  // the gathered rows' bases, resolved per local rank (forward_gemms.cuh)
 };
-static_assert(sizeof(ForwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
+static_assert(sizeof(ForwardKernelParams<Bf16ForwardGemms>) <= 32764 &&
+                  sizeof(ForwardKernelParams<Fp8ForwardGemms>) <= 32764,
+              "kernel parameters are limited to 32,764 bytes");
 
 }  // namespace caracal::fused

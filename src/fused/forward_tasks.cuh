@@ -197,4 +197,14 @@ class ForwardTaskCursor {
   int batch_ = -1;  // no macrobatch yet
 };
 
+// A CTA's producer scratch, in global memory after its rank's task slots (forward_params.cuh): the
+// task cursor, and the task thread 0 hands the other producer threads each round, in two buffers by
+// the round's parity (a buffer is rewritten two rounds on, after every thread has met thread 0 in
+// between), with the block whose ring rows the task takes over (forward_task_handoff.cuh walks it).
+struct ProducerScratch {
+  ForwardTaskCursor cursor;
+  ForwardTask task[2];
+  int previous[2];
+};
+
 }  // namespace caracal::fused

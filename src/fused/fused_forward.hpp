@@ -15,12 +15,15 @@
 
 #include "caracal/comm/world.hpp"
 #include "caracal/gemm/expert_pass.hpp"
+#include "caracal/gemm/expert_pass_fp8.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 
 namespace caracal::fused {
 
-// The fused kernels' parameters hold every local rank's GEMM descriptors: at most this many.
+// The fused kernels' parameters hold every local rank's GEMM descriptors: at most this many (the
+// FP8 forward's, with the operands' scale maps: kFusedFp8MaxLocalRanks).
 inline constexpr int kFusedMaxLocalRanks = 8;
+inline constexpr int kFusedFp8MaxLocalRanks = 4;
 // The CTAs of a rank's share of the launch that ready_counter_words leaves task slots for.
 inline constexpr int kFusedMaxCtasPerRank = 256;
 
@@ -51,6 +54,35 @@ struct FusedForwardArgs {
   bool pull_all_rows = false;
 };
 
+// The forward in DeepSeek-V3's FP8 recipe (issue 47; gemm::Fp8ExpertPass's GEMMs, hence its bits):
+// the same launch with each row of x in e4m3 with its 1 x 128 scales, quantized at home (the
+// exchange's x_codes / x_scales, over its home rows), gathered where it is or pulled into the
+// ring's expert_x_codes / expert_x_scales, and the activation stored in e4m3 by the up/gate
+// epilogue for the down GEMM.
+struct FusedForwardFp8Rank {
+  // rows as FusedForwardRank's; the ring's rows: gate_up, activation_fp8 and out (the exchange's
+  // expert_dy); x_fp8 the exchange's expert_x codes and scales (the ring's, pulled); x, x_tokens
+  // and the rest not read.
+  gemm::Fp8ExpertPass pass;
+  gemm::Fp8ExpertWeights weights;
+  // The shared expert, its x_fp8 the rank's home codes (the exchange's x_codes / x_scales over the
+  // home rows, T rounded up to 128, zero rows past T).
+  bool has_shared = false;
+  gemm::Fp8ExpertPass shared;
+  gemm::Fp8ExpertWeights shared_weights;
+  uint32_t* ready_counters = nullptr;  // as FusedForwardRank's
+};
+
+struct FusedForwardFp8Args {
+  const transfer::TokenExchange* exchange = nullptr;  // with ExchangeOptions::fp8_dispatch
+  RouterNormalization router;
+  std::vector<FusedForwardFp8Rank> ranks;
+  int comm_ctas = 0;
+  // As FusedForwardArgs's; then the ring's rows are those dispatch_fp8 leaves, padding rows (zero
+  // codes under the zero block's scale) included, for a backward that reads them.
+  bool pull_all_rows = false;
+};
+
 // Device words a rank needs for `row_capacity` schedule rows and `shared_rows` rows of a shared
 // expert (0: none): its readiness counters and the CTAs' task slots; 32-byte aligned.
 size_t ready_counter_words(int row_capacity, int shared_rows);
@@ -74,5 +106,11 @@ void zero_ready_counters(const FusedForwardArgs& args, cudaStream_t stream);
 // for a world of more than kFusedMaxLocalRanks local ranks, comm_ctas outside
 // [1, fused_ctas_per_rank - 1] or arguments the grouped GEMMs refuse.
 void fused_forward(comm::World& world, const FusedForwardArgs& args, cudaStream_t stream);
+
+// The same for the FP8 forward (the exchange's x_codes and x_scales published before the launch, as
+// for TokenExchange::dispatch_fp8). fused_fp8_ctas_per_rank: its CTAs per rank.
+void zero_ready_counters(const FusedForwardFp8Args& args, cudaStream_t stream);
+void fused_forward(comm::World& world, const FusedForwardFp8Args& args, cudaStream_t stream);
+int fused_fp8_ctas_per_rank(const comm::World& world);
 
 }  // namespace caracal::fused

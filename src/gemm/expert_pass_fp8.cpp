@@ -198,13 +198,9 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
   expert_down(pass, weights, stream);
 }
 
-void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream, Fp8XRows x) {
-  const bool gathered = pass.x_tokens.codes != nullptr;
-  CARACAL_CHECK(!gathered || x == Fp8XRows::kGiven, "expert_up_gate (fp8): pass.x_tokens are e4m3 rows already: "
-                "x must be Fp8XRows::kGiven with them");
-  if (x == Fp8XRows::kQuantize) quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
+Fp8UpGateSwigluArgs up_gate_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto up = fp8_gemm_args<Fp8UpGateSwigluArgs>(pass);
-  if (gathered) {
+  if (pass.x_tokens.codes != nullptr) {
     up.x_tokens = pass.x_tokens;
     up.top_k = pass.top_k;
   } else {
@@ -213,15 +209,26 @@ void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
   up.w_gate_up = weights.w_gate_up;
   up.activation_fp8_out = pass.activation_fp8;  // the down GEMM's operand; the backward reads none
   up.gate_up_out = pass.gate_up;                 // backward recomputes SwiGLU from it
-  grouped_up_gate_swiglu(up, stream);
+  return up;
 }
 
-void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
+Fp8DownProjArgs down_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto down = fp8_gemm_args<Fp8DownProjArgs>(pass);
   down.activation = operand(pass.activation_fp8);
   down.w_down = weights.w_down;
   down.y_out = pass.out;
-  grouped_down_proj(down, stream);
+  return down;
+}
+
+void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream, Fp8XRows x) {
+  CARACAL_CHECK(pass.x_tokens.codes == nullptr || x == Fp8XRows::kGiven, "expert_up_gate (fp8): pass.x_tokens are "
+                "e4m3 rows already: x must be Fp8XRows::kGiven with them");
+  if (x == Fp8XRows::kQuantize) quantize_pass_rows(pass, pass.x, pass.hidden, pass.x_fp8, stream);
+  grouped_up_gate_swiglu(up_gate_gemm_args(pass, weights), stream);
+}
+
+void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream) {
+  grouped_down_proj(down_gemm_args(pass, weights), stream);
 }
 
 void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,

@@ -22,6 +22,7 @@
 // layer's weights in between).
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass_fp8.hpp"
+#include "fused/fused_forward.hpp"
 #include "layer/fp8_weights.hpp"
 #include "layer/layer_plan.hpp"
 #include "quant/quantize_fp8.hpp"
@@ -32,12 +33,16 @@ namespace {
 
 class Fp8LaunchesPlan final : public LayerPlan {
  public:
-  explicit Fp8LaunchesPlan(LayerState& state) : state_(state) {}
+  Fp8LaunchesPlan(LayerState& state, comm::World& world) : state_(state), world_(world) {}
 
   void forward(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
     check_layouts(ranks);
     const std::vector<Fp8Weights> weights = quantized_weights(ranks, stream);
     for (size_t l = 0; l < ranks.size(); ++l) quantize_home_x(l, stream);
+    if (state_.experiments.fused_fp8_forward) {
+      fused_forward(weights, stream);
+      return;
+    }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
       gemm::expert_forward(state_.ranks[l].shared_fp8, weights[l].shared, stream, gemm::Fp8XRows::kGiven);
     }
@@ -49,7 +54,11 @@ class Fp8LaunchesPlan final : public LayerPlan {
   }
 
   void combine(const std::vector<__nv_bfloat16*>& y, cudaStream_t stream) override {
-    state_.exchange->combine(state_.config.router, stream, 0, y);
+    if (state_.experiments.fused_fp8_forward) {  // the routed rows wait in expert_dy
+      state_.exchange->combine_after_fused_forward(state_.config.router, 0, stream, y);
+    } else {
+      state_.exchange->combine(state_.config.router, stream, 0, y);
+    }
   }
 
   void replay(const std::vector<MoEForwardArgs>& ranks, cudaStream_t stream) override {
@@ -178,13 +187,39 @@ class Fp8LaunchesPlan final : public LayerPlan {
     return out;
   }
 
+  // The experiment's forward (LayerExperiments::fused_fp8_forward): the schedule, then one launch.
+  // The routed rows' outputs go to expert_dy; x's rows pulled into expert_x_codes at W > 1 (all of
+  // them: the backward reads them there), read at home at W = 1 (the backward through the routes).
+  void fused_forward(const std::vector<Fp8Weights>& weights, cudaStream_t stream) {
+    fused::FusedForwardFp8Args args;
+    args.exchange = state_.exchange.get();
+    args.router = state_.config.router;
+    args.pull_all_rows = state_.experiments.pull_all_rows || !reads_x_in_place();
+    for (size_t l = 0; l < state_.ranks.size(); ++l) {
+      const RankState& rank = state_.ranks[l];
+      fused::FusedForwardFp8Rank r;
+      r.pass = rank.routed_fp8;
+      r.pass.out = world_.local_pointer(state_.exchange->backward_buffers().expert_dy, int(l));
+      r.weights = weights[l].routed;
+      r.has_shared = state_.sizes.has_shared;
+      r.shared = rank.shared_fp8;
+      r.shared_weights = weights[l].shared;
+      r.ready_counters = rank.local.buffers().ready_counters;
+      args.ranks.push_back(r);
+    }
+    fused::zero_ready_counters(args, stream);
+    state_.exchange->build_schedule(state_.config.router, stream);
+    fused::fused_forward(world_, args, stream);  // right after the schedule: it starts early
+  }
+
   LayerState& state_;
+  comm::World& world_;
 };
 
 }  // namespace
 
-std::unique_ptr<LayerPlan> make_fp8_launches_plan(LayerState& state) {
-  return std::make_unique<Fp8LaunchesPlan>(state);
+std::unique_ptr<LayerPlan> make_fp8_launches_plan(LayerState& state, comm::World& world) {
+  return std::make_unique<Fp8LaunchesPlan>(state, world);
 }
 
 }  // namespace caracal::layer

@@ -21,6 +21,11 @@ struct LayerExperiments {
   // token's home row once per route and combine pushes each route's row home alone. The gradient
   // bits of dx_rows_per_route; y rounds each route's row.
   bool rows_per_route = false;
+  // The FP8 layer's forward in one launch (fused::fused_forward of FusedForwardFp8Args: the shared
+  // and routed experts' FP8 GEMMs, x's e4m3 rows gathered where they are or pulled, one macrobatch),
+  // its combine from expert_dy after it; the separate launches' bits. At W > 1 every row is pulled
+  // (the backward reads x's dispatched rows).
+  bool fused_fp8_forward = false;
 };
 
 struct ExperimentalLayer {

@@ -50,7 +50,7 @@ inline gemm::ExpertPassGradients routed_gradients(const MoEBackwardArgs& a, cons
 
 std::unique_ptr<LayerPlan> make_separate_launches_plan(LayerState& state, comm::World& world);
 // An FP8 layer's (LayerSizes::fp8): v1's launches with the routed experts' FP8 pass.
-std::unique_ptr<LayerPlan> make_fp8_launches_plan(LayerState& state);
+std::unique_ptr<LayerPlan> make_fp8_launches_plan(LayerState& state, comm::World& world);
 // `comm_ctas`: MoELayerOptions::fused_comm_ctas, checked by the caller.
 std::unique_ptr<LayerPlan> make_fused_plan(LayerState& state, comm::World& world, int comm_ctas);
 

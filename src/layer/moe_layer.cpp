@@ -127,7 +127,7 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   for (int l = 0; l < world.local_ranks(); ++l) {
     state.ranks.push_back(layer::make_rank_state(state.sizes, *state.exchange, world, l, options));
   }
-  impl_->plan = state.sizes.fp8  ? layer::make_fp8_launches_plan(state)
+  impl_->plan = state.sizes.fp8  ? layer::make_fp8_launches_plan(state, world)
                 : impl_->fused   ? layer::make_fused_plan(state, world, options.fused_comm_ctas)
                                  : layer::make_separate_launches_plan(state, world);
 }

@@ -4,7 +4,8 @@
 //   bounds of what e4m3 costs (checks::kFp8LayerBounds, ~3x the measured errors); loopback worlds of
 //   1, 2, 4 and 8 ranks, adversarial routings (Zipf, all to one expert, empty slots); bitwise
 //   repeats; a backward after another forward (the replay); a CUDA graph replayed with new
-//   routing and inputs (the eager bits); the [gate; up] halves refused by
+//   routing and inputs (the eager bits); the fused FP8 forward (a test switch) against the separate
+//   launches, bit for bit; the [gate; up] halves refused by
 //   name; against the fp64 reference of the quantized operands too (the bound that measures the
 //   kernels, with the bf16 weight-gradient GEMMs the reference models); the FP8 weight gradients
 //   (MoELayerOptions::fp8_weight_gradients, the default) against the bf16 GEMMs' on the same layer,
@@ -249,6 +250,26 @@ TEST(GpuMoELayerFp8Steps, GraphReplaysGiveTheEagerBits) {
   for (const LayerCase& c : {kRepeatCase, kRepeatCaseW1}) {
     SCOPED_TRACE(c.name);
     ASSERT_NO_FATAL_FAILURE(expect_graph_replays_give_the_eager_bits(c));
+  }
+}
+
+// The FP8 forward in one launch (layer::LayerExperiments::fused_fp8_forward: the shared and routed
+// experts' FP8 GEMMs from one task counter, x's e4m3 rows gathered at home or pulled, one
+// macrobatch, combine from expert_dy after it) gives the separate launches' bits, forward and
+// backward; with every row pulled too (pull_all_rows: the comm role's e4m3 pulls and the ring's
+// waits run at W = 1). The world sizes its kernel parameters hold (fused::kFusedFp8MaxLocalRanks).
+TEST(GpuMoELayerFp8Steps, FusedForwardGivesTheSeparateLaunchesBits) {
+  CARACAL_REQUIRE_GPU();
+  const std::vector<LayerCase> cases = fp8_cases();
+  for (const LayerCase& c : {kRepeatCaseW1, kRepeatCase, cases[0], cases[2], cases[3]}) {
+    for (const bool pull_all_rows : {false, true}) {
+      SCOPED_TRACE(c.name + (pull_all_rows ? ", every row pulled" : ""));
+      const SeededStep s(c, c.routing);
+      LayerSetup fused;
+      fused.experiments.fused_fp8_forward = true;
+      fused.experiments.pull_all_rows = pull_all_rows;
+      expect_same_bits(run_once(c, s), run_once(c, s, fused), "the fused FP8 forward against the separate launches");
+    }
   }
 }
 

@@ -18,6 +18,8 @@
 #include "caracal/transfer/exchange_shape.hpp"
 #include "caracal/transfer/token_exchange.hpp"
 #include "error_checks.hpp"
+#include "fused/forward_tasks.cuh"  // src/: ProducerScratch
+#include "fused/fused_forward.hpp"
 #include "layer/argument_checks.hpp"
 #include "layer/layer_sizes.hpp"
 
@@ -129,7 +131,10 @@ TEST(MoELayerMemory, HeapIsTheExchangesAndLocalHoldsTheActivations) {
       routed += shared_rows * 256 * 2 * 3 + shared_rows * (2 * 192 + 192) * 2;  // x (dx over it), out, dy; activations
       EXPECT_GE(m.local, routed);
     }
-    EXPECT_LT(m.local, routed + 64 * 1024) << "beyond 256-byte alignment of each buffer";
+    // Beyond them: 256-byte alignment of each buffer, the fused kernels' counters and task slots,
+    // and the forward producers' scratch (a task cursor per CTA).
+    const size_t producer_scratch = size_t(fused::kFusedMaxCtasPerRank) * sizeof(fused::ProducerScratch);
+    EXPECT_LT(m.local, routed + 64 * 1024 + producer_scratch) << "beyond the activations and the fused kernels' words";
     EXPECT_EQ(MoELayer::memory(c, v1).local, m.local);  // the same rows: the ring holds them all
 
     // A ring of 1,024 rows: expert_x, expert_dy, expert_dx, gate_up and activation hold 1,024 rows, and two

@@ -369,6 +369,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--dx-rows-per-route", a.dx_rows_per_route,
                "Experiment: at W > 1 the fused backward sends a dx row home per route instead of one sum per "
                "(token, rank)");
+  app.add_flag("--fused-fp8-forward", a.fused_fp8_forward,
+               "Experiment: with --precision fp8, the forward in one fused launch (one macrobatch; at W > 1 every "
+               "row pulled)");
   app.add_flag("--profile-step", a.profile_step,
                "No timing: after two warm-up steps, one forward and backward of the layer (FP8: its weights "
                "quantized once first, as a step does) between cudaProfilerStart and cudaProfilerStop (ncu "

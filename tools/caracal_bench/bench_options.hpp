@@ -29,6 +29,7 @@ struct BenchOptions {
   bool fused_pull_all_rows = false;  // layer::LayerExperiments::pull_all_rows
   bool rows_per_route = false;       // layer::LayerExperiments::rows_per_route
   bool dx_rows_per_route = false;    // layer::LayerExperiments::dx_rows_per_route
+  bool fused_fp8_forward = false;    // layer::LayerExperiments::fused_fp8_forward
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)

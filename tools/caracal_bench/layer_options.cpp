@@ -13,6 +13,7 @@ LayerSetup layer_setup(const BenchOptions& a, bool fused_forward) {
   s.experiments.pull_all_rows = a.fused_pull_all_rows;
   s.experiments.rows_per_route = a.rows_per_route;
   s.experiments.dx_rows_per_route = a.dx_rows_per_route;
+  s.experiments.fused_fp8_forward = a.fused_fp8_forward;
   return s;
 }
 
@@ -29,7 +30,8 @@ nlohmann::json setup_json(const LayerSetup& s) {
           {"experiments",
            {{"pull_all_rows", e.pull_all_rows},
             {"rows_per_route", e.rows_per_route},
-            {"dx_rows_per_route", e.dx_rows_per_route}}}};
+            {"dx_rows_per_route", e.dx_rows_per_route},
+            {"fused_fp8_forward", e.fused_fp8_forward}}}};
 }
 
 }  // namespace caracal::bench_tool

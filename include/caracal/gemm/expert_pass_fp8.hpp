@@ -133,6 +133,10 @@ void expert_forward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, 
 void expert_up_gate(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream,
                     Fp8XRows x = Fp8XRows::kQuantize);
 void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cudaStream_t stream);
+// Their GEMMs' arguments, x read as given (pass.x_tokens, else pass.x_fp8): activation_fp8_out =
+// pass.activation_fp8, gate_up_out = pass.gate_up; activation = pass.activation_fp8, y_out = pass.out.
+Fp8UpGateSwigluArgs up_gate_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
+Fp8DownProjArgs down_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
 // dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), dx (B3) from the e4m3
 // d_gate_up and the weight gradients (B5: x, dy, d_gate_up, g·activation), in FP8 from their
 // column quantizations (pass.fp8_weight_grads(): x, dy and g·activation quantized before dx,

@@ -55,6 +55,14 @@ class ChunkStoreRingOf {
         thread_(thread),
         leader_(thread == 0) {}
 
+  // Makes the thread's offsets opaque to the compiler until they are next used, so that the
+  // swizzled offsets derived from them are computed there rather than hoisted out of a persistent
+  // kernel's tile loop and held (eight registers) across its mainloop: call once a tile, before its
+  // epilogue, where the consumers' registers are short.
+  __device__ void rematerialize_offsets() {
+    asm volatile("mov.b32 %0, %0;" : "+r"(swizzle_));
+  }
+
   // Waits until the next buffer is no longer read by an earlier TMA store.
   __device__ void acquire() {
     if (leader_) cute::tma_store_wait<kBuffers - 1>();
@@ -162,9 +170,9 @@ class ChunkStoreRingOf {
     index_ = (index_ + 1) % kBuffers;
   }
 
-  // Every thread of the warpgroup has issued its scatter() stores (a barrier, after which one
-  // thread's release publishes them all).
-  __device__ void scatters_issued() const { sync(); }
+  // Every thread of the warpgroup has issued its plain stores (scatter()'s, or an epilogue's own): a
+  // barrier, after which one thread's release publishes them all.
+  __device__ void plain_stores_issued() const { sync(); }
 
   // Every store issued by this warpgroup has completed (reads and writes): before the CTA exits.
   __device__ void drain() const {

@@ -42,13 +42,16 @@ inline constexpr bool kIsGathered = false;
 template <class Kind>
 inline constexpr bool kIsGathered<Kind, std::void_t<decltype(Kind::kGathered)>> = Kind::kGathered;
 
-// One gathering thread's sources for a tile of kBlockM schedule rows from `first_row`: its rows'
-// codes (nullptr: a padding row) and the token whose scales it copies (-1: none).
+// One gathering thread's sources for a tile of kBlockM rows: its rows' codes at the thread's unit
+// (nullptr: a padding row, zero-filled) and the scales of the row it copies scales for (K block b's
+// at scale + b * scale_block_stride; nullptr: zeros).
 struct GatheredFp8Tile {
   const uint8_t* codes[kGatherRowsPerThread];
-  int scale_token;
+  const float* scale;
+  int scale_block_stride;  // a row count
 };
 
+// From the tokens' rows at `src`, for the schedule rows from `first_row`.
 __device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const& src, int first_row, int thread) {
   auto token_of = [&](int row) {
     int const route = __ldg(&src.schedule_rows[first_row + row].y);
@@ -60,16 +63,22 @@ __device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const&
     int const token = token_of(gather_row(thread, j));
     t.codes[j] = token >= 0 ? src.codes + int64_t(token) * src.ld + (thread % 8) * 16 : nullptr;
   }
-  t.scale_token = token_of(thread);
+  int const token = token_of(thread);
+  t.scale = token >= 0 ? src.scales + token : nullptr;
+  t.scale_block_stride = int(src.scale_block_stride);
   return t;
 }
 
 // One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
-// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows) into `stage` and its
-// row's scale of that K block into `scales` (the stage's ScaleTile), and arms `full` with them.
-template <class Tile>
-__device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, GatheredFp8RowsSource const& src, int k_index,
-                                  typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
+// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows; `codes_of(j)`: row
+// gather_row(thread, j)'s codes at the thread's unit, nullptr for a padding row) into `stage` and
+// its row's scale of that K block (`scale`: block 0's, the next blocks `scale_block_stride` apart;
+// nullptr: zero) into `scales` (the stage's ScaleTile), and arms `full` with them. `any_address`:
+// a valid global address, named by the zero-filling copies (which read nothing).
+template <class Tile, class CodesOf>
+__device__ void gather_fp8_stage(CodesOf&& codes_of, float const* scale, int scale_block_stride,
+                                 void const* any_address, int k_index, typename Tile::Element* stage, float* scales,
+                                 uint64_t* full, int thread) {
   static_assert(sizeof(typename Tile::Element) == 1 && Tile::kBlockK == kScaleBlock && Tile::kRows == kBlockM &&
                     Tile::kScale == ScaleKind::kPerRowBlock,
                 "a gathered stage holds a row block of e4m3 rows, one 1 x 128 block deep, scaled per row");
@@ -78,21 +87,29 @@ __device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, GatheredFp8RowsSo
   CUTE_UNROLL
   for (int j = 0; j < kGatherRowsPerThread; ++j) {
     int const row = gather_row(thread, j);
-    const uint8_t* const from = tile.codes[j];
-    void const* const at = from != nullptr ? static_cast<void const*>(from + k_index) : src.codes;
+    const uint8_t* const from = codes_of(j);
+    void const* const at = from != nullptr ? static_cast<void const*>(from + k_index) : any_address;
     uint32_t const to = base + uint32_t(row * 128 + ((unit ^ (row % 8)) << 4));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(at), "r"(from != nullptr ? 16u : 0u)
                  : "memory");
   }
-  bool const scaled = tile.scale_token >= 0;
-  float const* const scale =
-      scaled ? src.scales + int64_t(k_index / kScaleBlock) * src.scale_block_stride + tile.scale_token : src.scales;
+  bool const scaled = scale != nullptr;
+  void const* const scale_at =
+      scaled ? static_cast<void const*>(scale + int64_t(k_index / kScaleBlock) * scale_block_stride) : any_address;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(scales + thread))),
-               "l"(scale), "r"(scaled ? 4u : 0u)
+               "l"(scale_at), "r"(scaled ? 4u : 0u)
                : "memory");
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
                    uint32_t(__cvta_generic_to_shared(full)))
                : "memory");
+}
+
+// The same from a GatheredFp8Tile's sources.
+template <class Tile>
+__device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, void const* any_address, int k_index,
+                                  typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
+  gather_fp8_stage<Tile>([&](int j) { return tile.codes[j]; }, tile.scale, tile.scale_block_stride, any_address,
+                         k_index, stage, scales, full, thread);
 }
 
 }  // namespace caracal::gemm

@@ -196,7 +196,7 @@ __device__ void produce_gathered_a_tiles(GemmParams<Gemm> const& p,
         pipe.producer_expect(st, kTmaBytes);
         Collective::template load_b<Gemm>(p.mainloop, full, smem, st.stage, tile.n_begin, k_index, tile.expert);
       }
-      gather_fp8_k_tile<typename Policy::A>(rows, p.mainloop.a_rows, k_index, smem.a[st.stage],
+      gather_fp8_k_tile<typename Policy::A>(rows, p.mainloop.a_rows.codes, k_index, smem.a[st.stage],
                                             smem.scales_a[st.stage], full, thread);
       st.advance();
     }
