@@ -64,6 +64,8 @@ def figures(bench):
     else:
         gaps.append("GEMMs alone not run: " + str(gemms.get("note", "?")))
     f["fused_forward_ms"], f["fused_backward_ms"] = run["forward"]["ms"], run["backward"]["ms"]
+    # A step over its two passes timed apart: above 1, the passes cost more back to back in one step.
+    f["fused_step_over_passes"] = f["fused_fwd_bwd_ms"] / (f["fused_forward_ms"] + f["fused_backward_ms"])
     v1 = run.get("v1", {})
     for pass_name in ("forward", "backward"):  # each pass timed apart (v1's backward: benches since 2026-12-05)
         if pass_name in v1:
@@ -72,6 +74,8 @@ def figures(bench):
     if "fwd_bwd" in v1:
         f["v1_fwd_bwd_ms"] = v1["fwd_bwd"]["ms"]
         f["fused_over_v1"] = f["fused_fwd_bwd_ms"] / f["v1_fwd_bwd_ms"]
+        if "v1_forward_ms" in f and "v1_backward_ms" in f:
+            f["v1_step_over_passes"] = f["v1_fwd_bwd_ms"] / (f["v1_forward_ms"] + f["v1_backward_ms"])
     else:
         gaps.append("v1 not run: " + str(v1.get("skipped", "?")))
     if cublas.get("available"):
@@ -177,7 +181,7 @@ def cell(row, key, fmt):
 
 def table(rows, max_v1, max_gemms):
     head = ("| shape | D / I / k / shared I | fwd / GEMMs alone | bwd / GEMMs alone | fused f+b ms | v1 f+b ms "
-            "| fused / v1 | fwd, bwd fused / v1 | cuBLAS / fused | cuBLAS / v1 | target |")
+            "| fused / v1 | fwd, bwd fused / v1 | f+b / (fwd + bwd), fused, v1 | cuBLAS / fused | cuBLAS / v1 | target |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         dims = (f"{r['hidden']} / {r['intermediate']} / {r['top_k']} / {r['shared_intermediate']}"
@@ -186,12 +190,14 @@ def table(rows, max_v1, max_gemms):
                      f"| {cell(r, 'backward_over_gemms_alone', '.3f')} | {cell(r, 'fused_fwd_bwd_ms', '.3f')} "
                      f"| {cell(r, 'v1_fwd_bwd_ms', '.3f')} | {cell(r, 'fused_over_v1', '.3f')} "
                      f"| {cell(r, 'forward_fused_over_v1', '.3f')}, {cell(r, 'backward_fused_over_v1', '.3f')} "
+                     f"| {cell(r, 'fused_step_over_passes', '.3f')}, {cell(r, 'v1_step_over_passes', '.3f')} "
                      f"| {cell(r, 'cublas_over_fused', '.2f')} | {cell(r, 'cublas_over_v1', '.2f')} | {r['text']} |")
     lines.append("")
     lines.append(f"Targets (issue 49): fused fwd+bwd / v1's <= {max_v1:.2f}, forward and backward / their GEMMs "
                  f"alone <= {max_gemms:.2f}, on the medians of rounds; cuBLAS: dense bf16 GEMMs of equal FLOPs, "
                  "ms over ours; fwd, bwd fused / v1: each pass timed apart (a backward after its own untimed "
-                 "forward), for where a fwd+bwd difference comes from.")
+                 "forward), for where a fwd+bwd difference comes from; f+b / (fwd + bwd): a path's step over "
+                 "its passes timed apart (above 1: they cost more back to back).")
     return "\n".join(lines)
 
 

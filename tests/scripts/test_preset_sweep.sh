@@ -83,7 +83,7 @@ check() {  # check NAME WANT_RC LAST_LINE [PATTERN...] -- ENV...
 }
 
 check "a passing sweep" 0 "all passed" \
-  '^\| alpha E8 T4096 \| 2048 / 768 / 8 / 0 \| 1\.030 \| 1\.040 \| 3\.000 \| 3\.100 \| 0\.968 \| 1\.000, 0\.952 \| 0\.60 \| 0\.58 \| PASS \|$' \
+  '^\| alpha E8 T4096 \| 2048 / 768 / 8 / 0 \| 1\.030 \| 1\.040 \| 3\.000 \| 3\.100 \| 0\.968 \| 1\.000, 0\.952 \| 1\.000, 1\.000 \| 0\.60 \| 0\.58 \| PASS \|$' \
   '^\| beta \| - \|.*\| refused: its experts have biases and a clamped SwiGLU \|$' \
   '^qwen3-30b-a3b E128 T8192 +PASS \([0-9]+ s\)$' '^beta +refused: its experts have biases' -- QUICK=0
 # The rows, in order, with the sweep's arguments.
@@ -109,6 +109,7 @@ assert alpha["bench"]["layer"]["local_experts"] == 8 and alpha["json"] == "bench
 assert abs(alpha["fused_over_v1"] - 3.0 / 3.1) < 1e-9
 assert (alpha["fused_backward_ms"], alpha["v1_backward_ms"]) == (2.0, 2.1), alpha
 assert abs(alpha["backward_fused_over_v1"] - 2.0 / 2.1) < 1e-9 and alpha["forward_fused_over_v1"] == 1.0, alpha
+assert alpha["fused_step_over_passes"] == 1.0 and abs(alpha["v1_step_over_passes"] - 1.0) < 1e-9, alpha
 PY
 grep -q '^| qwen3-30b-a3b E16 T8192 |' "$work/out/preset-sweep.md" 2>/dev/null || fail "no table in preset-sweep.md"
 
