@@ -159,7 +159,7 @@ struct Fp8ForwardGemms {
   // The consumers' registers are short: the chunk ring's swizzled offsets are computed at each
   // tile's epilogue, not held across the mainloop (ChunkStoreRing::rematerialize_offsets).
   static constexpr bool kRematerializesRingOffsets = true;
-  // One macrobatch a launch for now (ring_rows 0, forward_fp8.cu): the registers (journal 2026-12-06).
+  // One macrobatch a launch (ring_rows 0, forward_fp8.cu): the consumers have no registers left for the sums.
   static constexpr bool kSumsGroupsInLaunch = false;
 
   // A producer thread's rows of an up/gate tile: its eight rows and the row whose scales it copies
