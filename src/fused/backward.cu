@@ -25,8 +25,11 @@
 namespace caracal::fused {
 namespace {
 
+using Gemms = Bf16BackwardGemms;
+using Policy = Gemms::Policy;
+
 __global__ void __launch_bounds__(gemm::kThreads, 1)
-    fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams const p) {
+    fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams<Gemms> const p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const bool comm_cta = comm::cta_of_rank(world) < p.comm_ctas;
@@ -34,8 +37,8 @@ __global__ void __launch_bounds__(gemm::kThreads, 1)
   if (p.local_rows_in_launch && !comm_cta) copy_local_dy_prologue(world, p);
   // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
   const comm::CtaPlace place = comm::whole_launch_place(world);
-  const FusedBackwardRankParams& rank = p.ranks[place.local_rank];
-  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage<BackwardGemmPolicy>*>(smem),
+  const FusedBackwardRankParams<Gemms>& rank = p.ranks[place.local_rank];
+  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage<Policy>*>(smem),
                      [&](int idle_warp) {
                        // The rows of tokens on this GPU before the dx sums: the dx tiles the sums
                        // wait for need them.
@@ -52,7 +55,7 @@ constexpr const char* kName = "fused backward";
 int shared_rows_of(const FusedBackwardRank& rank) { return rank.has_shared ? rank.shared.rows.buffer_rows() : 0; }
 
 // Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
-FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
+FusedBackwardRankParams<Gemms> rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
                                     const FusedBackwardRank& rank) {
   using namespace gemm;
   const ExpertPass& pass = rank.pass;
@@ -78,7 +81,7 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 
   const DownDgradSwigluDescriptors d = down_dgrad_swiglu_descriptors(dgrad);
   const GateUpDgradDescriptors x = gate_up_dgrad_descriptors(dx);
-  FusedBackwardRankParams r{};
+  FusedBackwardRankParams<Gemms> r{};
   r.dgrad_mainloop = d.mainloop;
   r.dgrad_epilogue = d.epilogue;
   r.dx_mainloop = x.mainloop;
@@ -129,7 +132,7 @@ FusedBackwardRankParams rank_params(comm::World& world, const transfer::TokenExc
 }  // namespace
 
 size_t backward_ready_counter_words(int buffer_rows, int shared_rows) {
-  return counters_and_task_slots_words<BackwardGemmPolicy>(BackwardCounters(nullptr, buffer_rows, shared_rows).words,
+  return counters_and_task_slots_words<Policy>(BackwardCounters(nullptr, buffer_rows, shared_rows).words,
                                                            sizeof(BackwardTaskSlot));
 }
 
@@ -139,7 +142,7 @@ bool groups_dx_rows(const transfer::TokenExchange& exchange) {
 }
 
 int fused_backward_ctas_per_rank(const comm::World& world) {
-  return fused_kernel_ctas_per_rank<BackwardGemmPolicy>(world, fused_backward_kernel, kName);
+  return fused_kernel_ctas_per_rank<Policy>(world, fused_backward_kernel, kName);
 }
 
 int default_backward_comm_ctas(const comm::World& world, bool local_rows_in_launch) {
@@ -161,14 +164,14 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   CARACAL_CHECK(ex.schedule.tile_m == gemm::kBlockM, kName, ": the exchange's tile_m must be ", gemm::kBlockM, ", got ",
                 ex.schedule.tile_m);
   const comm::LaunchShape shape =
-      fused_launch_shape<BackwardGemmPolicy>(fused_backward_ctas_per_rank(world), kName);
+      fused_launch_shape<Policy>(fused_backward_ctas_per_rank(world), kName);
   // The idle warps copy the rows of tokens on this GPU, but with pull_all_rows (tests), which gives
   // every real row to the pull role.
   const bool local_rows_in_launch = !args.pull_all_rows;
   const int comm_ctas = checked_comm_ctas(
       args.comm_ctas == 0 ? default_backward_comm_ctas(world, local_rows_in_launch) : args.comm_ctas, shape, kName);
 
-  BackwardKernelParams p{};
+  BackwardKernelParams<Gemms> p{};
   const ScheduleView& window = args.ranks.front().pass.rows;
   for (int l = 0; l < local_ranks; ++l) {
     const FusedBackwardRank& rank = args.ranks[static_cast<size_t>(l)];

@@ -1,5 +1,6 @@
 #pragma once
-// The fused backward's compute role: the persistent task kernel's CTA (persistent_task_kernel.cuh:
+// The fused backward's compute role, over the GEMMs of its precision (`Gemms`, backward_gemms.cuh):
+// the persistent task kernel's CTA (persistent_task_kernel.cuh:
 // warpgroup 0 produces, warpgroups 1 and 2 run wgmma and the epilogue; warpgroup 0's warps 1-3, idle there,
 // copy rows or sum dx groups under the tiles, backward.cu) running the rank's tasks
 // (backward_tasks.cuh) as it takes them from the rank's task counter. Both GEMMs load their
@@ -22,44 +23,31 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/ready_flags.cuh"
 #include "device/gemm/chunk_store.cuh"
-#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
-#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
-#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
 #include "device/gemm/gemm_config.cuh"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/gemm/mma_config.cuh"
 #include "device/gemm/persistent_task_kernel.cuh"
 #include "device/gemm/tma_pipeline.cuh"
+#include "fused/backward_gemms.cuh"
 #include "fused/backward_params.cuh"
 #include "fused/backward_tasks.cuh"
 #include "fused/task_slots.cuh"
 
 namespace caracal::fused {
 
-// setmaxnreg budgets: the producer thread takes tasks, waits on counters and prefetches the dgrad
-// epilogue's gate/up (ptxas spilled it at 56 registers; the standalone dgrad's producer has 48),
-// its warpgroup's other warps copy rows and sum dx groups;
-// 72 x 128 + 216 x 256 = 64512, the 168 x 384 the CTA is launched with.
-inline constexpr gemm::RegisterSplit kBackwardRegisterSplit{72, 216};
-static_assert(gemm::fits_launch_registers(kBackwardRegisterSplit),
-              "the fused backward's setmaxnreg budgets fit the launch's registers");
-
-// The policy of the backward's GEMMs, which share the CTA's stage ring and storage.
-using BackwardGemmPolicy = gemm::DownDgradSwigluGemm::Policy;
-static_assert(std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradGemm::Policy> &&
-              std::is_same_v<BackwardGemmPolicy, gemm::GateUpDgradToHomeGemm::Policy>);
-using BackwardMainloop = gemm::Mainloop<BackwardGemmPolicy>;
-using BackwardPipeline = gemm::TmaPipeline<BackwardGemmPolicy::kStages>;
+template <class Gemms>
+using BackwardPipeline = gemm::TmaPipeline<Gemms::Policy::kStages>;
 
 // The producer thread: takes tasks, waits for each one's A rows, streams its operands by TMA.
+template <class Gemms>
 __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                              const FusedBackwardRankParams& p,
-                                              BackwardMainloop::Storage& smem,
-                                              const BackwardPipeline& pipe) {
-  constexpr int kStages = BackwardGemmPolicy::kStages;
+                                              const FusedBackwardRankParams<Gemms>& p,
+                                              typename gemm::Mainloop<typename Gemms::Policy>::Storage& smem,
+                                              const BackwardPipeline<Gemms>& pipe) {
+  constexpr int kStages = Gemms::Policy::kStages;
   BackwardTaskCursor tasks(p.tiles);
-  BackwardPipeline::State st;
+  typename BackwardPipeline<Gemms>::State st;
   for (;;) {
     // The task is taken once its first stage is free, so the tiles in flight stay consecutive.
     pipe.producer_acquire(st);
@@ -90,17 +78,18 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
     p.task_slots[first_task_slot<kStages>(world) + st.stage].task = task;
     switch (task.phase) {
       case BackwardPhase::shared_dgrad:
-        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st,
-                                                   task.tile);
+        gemm::load_tile<typename Gemms::Dgrad>(p.shared_dgrad_mainloop, p.shared_dgrad_epilogue, smem, pipe, st,
+                                               task.tile);
         break;
       case BackwardPhase::shared_dx:
-        gemm::load_tile<gemm::GateUpDgradGemm>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<typename Gemms::SharedDx>(p.shared_dx_mainloop, p.shared_dx_epilogue, smem, pipe, st,
+                                                  task.tile);
         break;
       case BackwardPhase::dgrad:
-        gemm::load_tile<gemm::DownDgradSwigluGemm>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<typename Gemms::Dgrad>(p.dgrad_mainloop, p.dgrad_epilogue, smem, pipe, st, task.tile);
         break;
       default:
-        gemm::load_tile<gemm::GateUpDgradToHomeGemm>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
+        gemm::load_tile<typename Gemms::Dx>(p.dx_mainloop, p.dx_epilogue, smem, pipe, st, task.tile);
         break;
     }
   }
@@ -114,34 +103,33 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
 // complete and raises the block's dgrad_done; after a dx tile whose rows the dx sums read
 // (dx_group_sums.cuh), the warpgroup's leader raises the block's dx_done once the warpgroup's
 // threads issued their stores.
-template <class TiledMma, class FragA, class FragB, class StageScales, class Accum>
-__device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams& p,
+template <class Gemms, class TiledMma, class FragA, class FragB, class StageScales, class Accum>
+__device__ void consume_backward_tiles(const comm::DeviceWorld& world, const FusedBackwardRankParams<Gemms>& p,
                                        TiledMma& tiled_mma, const FragA& tCrA, const FragB& tCrB,
                                        const StageScales& scales, Accum& accum,
-                                       const BackwardPipeline& pipe, gemm::ChunkStoreRing& ring, int consumer,
+                                       const BackwardPipeline<Gemms>& pipe, gemm::ChunkStoreRing& ring, int consumer,
                                        int wg_thread) {
   const int lane = wg_thread % 32;
-  BackwardPipeline::State st;
+  typename BackwardPipeline<Gemms>::State st;
   for (;;) {
     pipe.consumer_wait(st);  // the tile's first stage, and with it its task
-    const BackwardTask task = p.task_slots[first_task_slot<BackwardGemmPolicy::kStages>(world) + st.stage].task;
+    const BackwardTask task = p.task_slots[first_task_slot<Gemms::Policy::kStages>(world) + st.stage].task;
     if (task.phase == BackwardPhase::end) break;
     const bool active = task.tile.m_begin + consumer * gemm::kWarpgroupRows < task.tile.active_end;
     gemm::mma_tile(tiled_mma, tCrA, tCrB, scales, accum, pipe, st, task.tile.k_tiles, active, lane);
     if (task.dgrad()) {
       const bool shared = task.shared();
-      // Its pairs loaded in place: these consumers' 216 registers leave no room to load ahead.
-      gemm::DownDgradSwigluGemm::Epilogue::apply</*kLoadAhead=*/false>(
-          shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum, active, ring, consumer);
+      Gemms::apply_dgrad_epilogue(shared ? p.shared_dgrad_epilogue : p.dgrad_epilogue, task.tile, accum, active, ring,
+                                  consumer);
       ring.drain();  // this warpgroup's stores of the slice have completed
       if (wg_thread == 0) {
         comm::async_proxy_fence();
         comm::signal_ready_thread((shared ? p.shared_dgrad_done : p.dgrad_done) + task.buffer_block());
       }
     } else if (task.phase == BackwardPhase::shared_dx) {
-      gemm::GateUpDgradGemm::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
+      Gemms::SharedDx::Epilogue::apply(p.shared_dx_epilogue, task.tile, accum, active, ring, consumer);
     } else {
-      gemm::GateUpDgradToHomeGemm::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
+      Gemms::Dx::Epilogue::apply(p.dx_epilogue, task.tile, accum, active, ring, consumer);
       if (p.tiles.group_dx) {
         ring.plain_stores_issued();  // one release per warpgroup publishes its threads' row stores
         if (wg_thread == 0) comm::signal_ready_thread(p.dx_done + task.buffer_block());
@@ -153,17 +141,17 @@ __device__ void consume_backward_tiles(const comm::DeviceWorld& world, const Fus
 // One compute CTA (all kThreads threads) on the persistent task kernel's skeleton. Warpgroup 0's
 // warps 1-3, idle in the GEMMs, call idle_work(w) with w = 0, 1, 2 (the copies of
 // backward_local_rows.cuh, the dx sums).
-template <class IdleWork>
+template <class Gemms, class IdleWork>
 __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                   const FusedBackwardRankParams& p, gemm::KernelStorage<BackwardGemmPolicy>& smem,
-                                   IdleWork&& idle_work) {
+                                   const FusedBackwardRankParams<Gemms>& p,
+                                   gemm::KernelStorage<typename Gemms::Policy>& smem, IdleWork&& idle_work) {
   using namespace gemm;
-  using Mma = MmaConfigOf<DownDgradSwigluGemm>;
-  static_assert(std::is_same_v<Mma, MmaConfigOf<GateUpDgradGemm>> &&
-                std::is_same_v<Mma, MmaConfigOf<GateUpDgradToHomeGemm>>);
+  using Mma = MmaConfigOf<typename Gemms::Dgrad>;
+  static_assert(std::is_same_v<Mma, MmaConfigOf<typename Gemms::Dx>> &&
+                std::is_same_v<Mma, MmaConfigOf<typename Gemms::SharedDx>>);
   const int warpgroup = warpgroup_role();
 
-  const BackwardPipeline pipe(smem.mainloop.full, smem.mainloop.empty);
+  const BackwardPipeline<Gemms> pipe(smem.mainloop.full, smem.mainloop.empty);
   start_persistent_cta(
       [&] {
         pipe.init();
@@ -181,7 +169,7 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
       [] { __syncthreads(); });
 
   if (warpgroup == 0) {
-    run_producer_warpgroup<kBackwardRegisterSplit.producer>([&] {
+    run_producer_warpgroup<Gemms::kRegisterSplit.producer>([&] {
       const int warp = static_cast<int>(threadIdx.x) / 32;
       if (threadIdx.x == 0) {
         produce_backward_tiles(world, place, p, smem.mainloop, pipe);
@@ -190,7 +178,7 @@ __device__ void run_backward_tasks(const comm::DeviceWorld& world, const comm::C
       }
     });
   } else {
-    run_consumer_warpgroup<BackwardGemmPolicy, Mma, kBackwardRegisterSplit.consumer>(
+    run_consumer_warpgroup<typename Gemms::Policy, Mma, Gemms::kRegisterSplit.consumer>(
         smem, warpgroup,
         [&](auto& tiled_mma, const auto& tCrA, const auto& tCrB, const auto& scales, auto& accum,
             ChunkStoreRing& ring, int consumer, int wg_thread) {

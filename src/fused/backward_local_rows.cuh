@@ -37,8 +37,9 @@ inline constexpr int kPrologueBlocks = 16;
 inline constexpr int kPrologueRows = kPrologueBlocks * gemm::kBlockM;
 
 // One warp: dy rows [first, first + kLocalRowsPerItem) of the window that the idle warps copy.
+template <class Gemms>
 __device__ inline void copy_local_dy_item(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                          const BackwardKernelParams& p, const FusedBackwardRankParams& rank,
+                                          const BackwardKernelParams<Gemms>& p, const FusedBackwardRankParams<Gemms>& rank,
                                           int first, int end_row, int lane) {
   const ScheduleView& view = rank.tiles.dgrad.schedule;
   const transfer::PullRows& pull = p.dy_pull;
@@ -61,10 +62,11 @@ __device__ inline void copy_local_dy_item(const comm::DeviceWorld& world, const 
 }
 
 // Every warp of a CTA that is not a comm CTA, before its tiles: the first prologue rows.
-__device__ inline void copy_local_dy_prologue(const comm::DeviceWorld& world, const BackwardKernelParams& p) {
+template <class Gemms>
+__device__ inline void copy_local_dy_prologue(const comm::DeviceWorld& world, const BackwardKernelParams<Gemms>& p) {
   const comm::CtaPlace place = comm::role_place(world, p.comm_ctas, world.ctas_per_rank - p.comm_ctas);
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
-  const FusedBackwardRankParams& rank = p.ranks[place.local_rank];
+  const FusedBackwardRankParams<Gemms>& rank = p.ranks[place.local_rank];
   const ScheduleView& view = rank.tiles.dgrad.schedule;
   const int end_row = min(min(view.end_row, view.expert_offset[view.num_experts]), view.first_row + kPrologueRows);
   const int warps_per_cta = static_cast<int>(blockDim.x) / transfer::kWarpSize;
@@ -77,10 +79,12 @@ __device__ inline void copy_local_dy_prologue(const comm::DeviceWorld& world, co
 }
 
 // One idle warp (`idle_warp` in [0, kIdleWarpsPerCta)) of a CTA that is not a comm CTA.
-__device__ inline void copy_local_rows(const comm::DeviceWorld& world, const BackwardKernelParams& p, int idle_warp) {
+template <class Gemms>
+__device__ inline void copy_local_rows(const comm::DeviceWorld& world, const BackwardKernelParams<Gemms>& p,
+                                       int idle_warp) {
   const comm::CtaPlace place = comm::role_place(world, p.comm_ctas, world.ctas_per_rank - p.comm_ctas);
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
-  const FusedBackwardRankParams& rank = p.ranks[place.local_rank];
+  const FusedBackwardRankParams<Gemms>& rank = p.ranks[place.local_rank];
   const ScheduleView& view = rank.tiles.dgrad.schedule;
   const int end_row = min(view.end_row, view.expert_offset[view.num_experts]);
   // The rank's warps take items in row order, so the blocks fill in order.

@@ -1,41 +1,34 @@
 #pragma once
 // What the fused backward kernel reads: per local rank the two row-tile GEMMs of its routed
-// experts over one window of the ring (dgrad+SwiGLU, and dx with its rows stored home), those of
+// experts over one window of the ring in the backward's precision (`Gemms`, backward_gemms.cuh:
+// dgrad+SwiGLU, and dx with its rows stored home), those of
 // its shared expert (window 0), and its readiness counters; the exchange's schedule and the pulls of the window's dy rows (with g) and,
 // where asked, x rows. Passed as a __grid_constant__ so the TMA descriptors stay in parameter space.
 #include <cstdint>
-#include <type_traits>
 
-#include "device/gemm/expert_gemms/down_dgrad_swiglu.cuh"
-#include "device/gemm/expert_gemms/gate_up_dgrad.cuh"
-#include "device/gemm/expert_gemms/gate_up_dgrad_to_home.cuh"
 #include "device/gemm/mainloop.cuh"
 #include "device/transfer/device_params.hpp"
 #include "device/transfer/pull_rows.cuh"
+#include "fused/backward_gemms.cuh"
+#include "fused/backward_tasks.cuh"
 #include "fused/fused_forward.hpp"
 #include "fused/fused_launch.hpp"
-#include "fused/backward_tasks.cuh"
 
 namespace caracal::fused {
 
-// The GEMMs are the standalone kernels': gemm::DownDgradSwigluGemm, and for dx the routed experts'
-// gemm::GateUpDgradToHomeGemm and the shared expert's gemm::GateUpDgradGemm (its rows stored as
-// they are; the same operands by definition), hence the same bits. The producer loads each task's
-// operands as its GEMM does; the stages and the consumers' wgmmas serve both alike.
-static_assert(gemm::DownDgradSwigluGemm::OperandA::kMajor == gemm::GateUpDgradGemm::OperandA::kMajor &&
-                  gemm::DownDgradSwigluGemm::OperandB::kMajor == gemm::GateUpDgradGemm::OperandB::kMajor,
-              "the dgrad and dx tiles share the stages' layout");
-
+// The GEMMs are the standalone kernels' (backward_gemms.cuh), hence the same bits.
+template <class Gemms>
 struct FusedBackwardRankParams {
-  gemm::MainloopParams dgrad_mainloop;
-  gemm::DownDgradSwigluGemm::Epilogue::Params dgrad_epilogue;
-  gemm::MainloopParams dx_mainloop;
-  gemm::GateUpDgradToHomeGemm::Epilogue::Params dx_epilogue;
+  using MainloopParams = typename gemm::Mainloop<typename Gemms::Policy>::Params;
+  MainloopParams dgrad_mainloop;
+  typename Gemms::Dgrad::Epilogue::Params dgrad_epilogue;
+  MainloopParams dx_mainloop;
+  typename Gemms::Dx::Epilogue::Params dx_epilogue;
   // With tiles.has_shared: the shared expert's two GEMMs over its rows.
-  gemm::MainloopParams shared_dgrad_mainloop;
-  gemm::DownDgradSwigluGemm::Epilogue::Params shared_dgrad_epilogue;
-  gemm::MainloopParams shared_dx_mainloop;
-  gemm::GateUpDgradGemm::Epilogue::Params shared_dx_epilogue;
+  MainloopParams shared_dgrad_mainloop;
+  typename Gemms::Dgrad::Epilogue::Params shared_dgrad_epilogue;
+  MainloopParams shared_dx_mainloop;
+  typename Gemms::SharedDx::Epilogue::Params shared_dx_epilogue;
   BackwardTiles tiles;
   // Zeroed before the launch, one word per 128-row block of the window: its rows whose dy is in the
   // ring (kBlockM: all of them, backward_pull.cuh), its dgrad tiles' warpgroup slices whose
@@ -49,7 +42,7 @@ struct FusedBackwardRankParams {
   uint32_t* shared_dgrad_done;
   uint32_t* task_counter;        // the rank's next task (backward_tasks.cuh)
   uint32_t* sums_counter;        // with tiles.group_dx: the next rows to sum (dx_group_sums.cuh)
-  BackwardTaskSlot* task_slots;  // [CTAs of the rank][BackwardGemmPolicy::kStages]
+  BackwardTaskSlot* task_slots;  // [CTAs of the rank][Gemms::Policy::kStages]
 };
 
 // A rank's readiness counters, named spans of its ready_counters (FusedBackwardRank), zeroed before
@@ -78,10 +71,11 @@ struct BackwardCounters {
   }
 };
 
+template <class Gemms>
 struct BackwardKernelParams {
-  FusedBackwardRankParams ranks[kFusedMaxLocalRanks];
+  FusedBackwardRankParams<Gemms> ranks[Gemms::kMaxLocalRanks];
   transfer::ScheduleParams schedule;
-  transfer::PullRows dy_pull;  // home dy rows and gates into the ring's expert_dy rows and expert_gates
+  typename Gemms::Pull dy_pull;  // home dy rows and gates into the ring's expert_dy rows and expert_gates
   transfer::PullRows x_pull;   // home x rows into the ring's expert_x rows
   transfer::PullWindow x_window;  // the window's x rows, but those in place; unused without pull_x
   int comm_ctas;  // the first comm_ctas CTAs of every rank pull, then compute too
@@ -93,6 +87,6 @@ struct BackwardKernelParams {
   bool local_rows_in_launch;
   bool rows_per_route;  // ExchangeOptions::rows_per_route
 };
-static_assert(sizeof(BackwardKernelParams) <= 32764, "kernel parameters are limited to 32,764 bytes");
+static_assert(sizeof(BackwardKernelParams<Bf16BackwardGemms>) <= 32764, "kernel parameters are limited to 32,764 bytes");
 
 }  // namespace caracal::fused

@@ -33,7 +33,9 @@ namespace caracal::fused {
 // pull_all_rows), or the idle warps' copy (tokens on this GPU with local_rows_in_launch).
 enum class DyRowSource { kBeforeLaunch, kPull, kIdleWarps };
 
-__device__ inline DyRowSource dy_row_source(const comm::DeviceWorld& world, int2 entry, const BackwardKernelParams& p) {
+template <class Gemms>
+__device__ inline DyRowSource dy_row_source(const comm::DeviceWorld& world, int2 entry,
+                                            const BackwardKernelParams<Gemms>& p) {
   if (entry.x < 0) return DyRowSource::kBeforeLaunch;
   const bool on_this_gpu =
       static_cast<unsigned>(entry.x - world.first_local_rank) < static_cast<unsigned>(world.local_ranks);
@@ -52,8 +54,9 @@ __device__ inline void count_rows_into_blocks(uint32_t* counters, const Schedule
 }
 
 // All threads of a comm CTA of rank place.rank: its window's dy rows.
+template <class Gemms>
 __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                      const BackwardKernelParams& p, const FusedBackwardRankParams& rank) {
+                                      const BackwardKernelParams<Gemms>& p, const FusedBackwardRankParams<Gemms>& rank) {
   const int lane = static_cast<int>(threadIdx.x) % transfer::kWarpSize;
   const transfer::WarpWorkers warps = transfer::rank_warps(place);
   const ScheduleView& view = rank.tiles.dgrad.schedule;  // its window and ring
@@ -90,8 +93,9 @@ __device__ inline void pull_window_dy(const comm::DeviceWorld& world, const comm
 
 // All threads of a comm CTA. No world barrier: the reverse combine before the launch had the
 // pass's, if any (fused_backward.hpp).
+template <class Gemms>
 __device__ inline void pull_backward_rows(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                          const BackwardKernelParams& p) {
+                                          const BackwardKernelParams<Gemms>& p) {
   pull_window_dy(world, place, p, p.ranks[place.local_rank]);
   if (p.pull_x && !p.local_rows_in_launch) {
     // The comm warps of every local rank share all local ranks' x rows.

@@ -31,14 +31,16 @@ inline constexpr int kDxSumRowsPerItem = 8;
 
 // The count of a block's dx_done once its dx tiles' rows are stored: both consumer warpgroups of
 // each of its tiles raise it once.
-__device__ inline uint32_t dx_rows_stored(const FusedBackwardRankParams& p) {
+template <class Gemms>
+__device__ inline uint32_t dx_rows_stored(const FusedBackwardRankParams<Gemms>& p) {
   return static_cast<uint32_t>(2 * p.tiles.dx.n_blocks);
 }
 
 // One warp: the group led by schedule row `row`, if it leads one of a token of another rank.
 // Returns false when a wait failed (timeout or aborted world, recorded).
+template <class Gemms>
 __device__ inline bool sum_dx_group(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                    const FusedBackwardRankParams& p, const transfer::ScheduleParams& schedule,
+                                    const FusedBackwardRankParams<Gemms>& p, const transfer::ScheduleParams& schedule,
                                     const int32_t* route_rows, int row, int window_end, int lane) {
   const ScheduleView& view = p.tiles.dx.schedule;
   const gemm::HomeSlotsEpilogue::Params& dx = p.dx_epilogue;
@@ -64,8 +66,9 @@ __device__ inline bool sum_dx_group(const comm::DeviceWorld& world, const comm::
 
 // A sums warp of a compute CTA: items from the rank's sums counter until the window's rows run out
 // or a wait fails.
+template <class Gemms>
 __device__ inline void sum_dx_groups(const comm::DeviceWorld& world, const comm::CtaPlace& place,
-                                     const FusedBackwardRankParams& p, const transfer::ScheduleParams& schedule,
+                                     const FusedBackwardRankParams<Gemms>& p, const transfer::ScheduleParams& schedule,
                                      int lane) {
   const int blocks = gemm::RowTileScheduler(p.tiles.dx, 0, 1).num_tiles() / p.tiles.dx.n_blocks;
   const int first_row = p.tiles.dx.schedule.first_row;
