@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The fused FP8 forward of two builds side by side, on one GPU in one device call:
-# scripts/fused-fp8-ab.sh OLD NEW   (each holds caracal-bench and COMMIT; NEW also tests/ with
-# test_gpu_moe_layer_fp8 and, where staged, test_gpu_grouped_gemm_fp8: scripts/stage-variant.sh)
-#   1. NEW's tests, each bounded by TEST_TIMEOUT s (180): the FP8 layer's (its fused forward against
+# A fused FP8 pass of two builds side by side, on one GPU in one device call:
+# [PASS=forward|backward] scripts/fused-fp8-ab.sh OLD NEW   (each holds caracal-bench and COMMIT;
+# NEW also tests/ with test_gpu_moe_layer_fp8 and, where staged, test_gpu_grouped_gemm_fp8:
+# scripts/stage-variant.sh; OLD "-": NEW alone, for a pass OLD has not)
+#   PASS (forward): the fused FP8 forward (--fused-fp8-forward) or the fused FP8 backward
+#   (--fused-fp8-backward) is the one compared.
+#   1. NEW's tests, each bounded by TEST_TIMEOUT s (180): the FP8 layer's (its fused pass against
 #      the separate launches' bits at W = 1, 2, 4 among them), compute-sanitizer memcheck of that
 #      bitwise test, and the FP8 grouped GEMMs' where staged. A failure stops the check here, before
 #      the benchmarks spend the call's time;
 #   2. caracal-bench --precision fp8 --ep 1 --graph --rounds 1 on each of LAYERS
 #      (model:local experts:tokens; default Qwen3-30B-A3B 128 at T = 8192 and DeepSeek-V3 32 at
-#      T = 4096): NEW's separate launches, OLD's and NEW's fused FP8 forward (--fused-fp8-forward),
-#      alternated ROUNDS (2) times, each bounded by BENCH_TIMEOUT s (120);
-# then per layer the medians over the rounds (scripts/lib/fused_fp8_ab.py): each path's forward and
-# fwd+bwd ms, and each fused forward over the separate launches' (above 1: slower).
+#      T = 4096): NEW's separate launches, OLD's and NEW's fused pass, alternated ROUNDS (2) times,
+#      each bounded by BENCH_TIMEOUT s (120);
+# then per layer the medians over the rounds (scripts/lib/fused_fp8_ab.py): each path's pass and
+# fwd+bwd ms, and each fused pass over the separate launches' (above 1: slower).
 # Files go to $OUT if set, else /tmp/caracal-fused-fp8-ab: fused-fp8-ab.md (the table),
 # fused-fp8-ab.json (for docs/results/), each run's log and bench JSON. The last line is
 # "all passed" (exit 0) or "FAILED: <steps>" (exit 1). A bad setting exits 2 with one line naming it.
@@ -24,7 +27,12 @@ usage_error() {
   echo "fused-fp8-ab: $1" >&2
   exit 2
 }
-rounds=${ROUNDS:-2} test_limit=${TEST_TIMEOUT:-180} bench_limit=${BENCH_TIMEOUT:-120}
+rounds=${ROUNDS:-2} test_limit=${TEST_TIMEOUT:-180} bench_limit=${BENCH_TIMEOUT:-120} pass=${PASS:-forward}
+case "$pass" in
+  forward) fused_flag=--fused-fp8-forward bits_test=FusedForwardGivesTheSeparateLaunchesBits ;;
+  backward) fused_flag=--fused-fp8-backward bits_test=FusedBackwardGivesTheSeparateLaunchesBits ;;
+  *) usage_error "PASS: expected forward or backward, got '$pass'" ;;
+esac
 for v in rounds test_limit bench_limit; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || usage_error "$v: expected a whole number, got '${!v}'"
 done
@@ -32,7 +40,9 @@ layers=(${LAYERS:-qwen3-30b-a3b:128:8192 deepseek-v3:32:4096})
 for layer in "${layers[@]}"; do
   [[ "$layer" =~ ^[a-z0-9.-]+:[0-9]+:[0-9]+$ ]] || usage_error "LAYERS: expected model:experts:tokens, got '$layer'"
 done
-for b in "$old" "$new"; do
+paths=(separate new)
+[ "$old" = - ] || paths=(separate old new)
+for b in "$new" $([ "$old" = - ] || echo "$old"); do
   [ -x "$b/caracal-bench" ] || usage_error "$b/caracal-bench is missing"
 done
 [ -x "$new/tests/test_gpu_moe_layer_fp8" ] || usage_error "$new/tests/test_gpu_moe_layer_fp8 is missing"
@@ -56,7 +66,7 @@ run() {  # run NAME LIMIT CMD...: its output to NAME.log; a failure is recorded 
   return "$rc"
 }
 
-bits_filter='--gtest_filter=*FusedForwardGivesTheSeparateLaunchesBits*'
+bits_filter="--gtest_filter=*$bits_test*"
 tests_passed=1
 run test_gpu_moe_layer_fp8 "$test_limit" "$new/tests/test_gpu_moe_layer_fp8" || tests_passed=0
 if ((tests_passed)); then
@@ -72,8 +82,8 @@ if ((tests_passed)); then
   for ((round = 1; round <= rounds; ++round)); do
     for layer in "${layers[@]}"; do
       IFS=: read -r model experts tokens <<<"$layer"
-      for path in separate old new; do
-        b="$new" extra=(--fused-fp8-forward)
+      for path in "${paths[@]}"; do
+        b="$new" extra=("$fused_flag")
         [ "$path" = old ] && b="$old"
         [ "$path" = separate ] && extra=()
         name="bench_${model}_${experts}_${tokens}_${path}_$round"
@@ -88,7 +98,7 @@ else
 fi
 
 if ((${#runs[@]})); then
-  python3 "$root/scripts/lib/fused_fp8_ab.py" --old "$(cat "$old/COMMIT" 2>/dev/null || echo "?")" \
+  python3 "$root/scripts/lib/fused_fp8_ab.py" --pass "$pass" --old "$(cat "$old/COMMIT" 2>/dev/null || echo "-")" \
     --new "$(cat "$new/COMMIT" 2>/dev/null || echo "?")" --md "$out/fused-fp8-ab.md" \
     --json "$out/fused-fp8-ab.json" "${runs[@]}" || record_failed table "FAILED"
   cat "$out/fused-fp8-ab.md"

@@ -6,19 +6,20 @@
 # of it passed.
 source "$(dirname "$0")/script_test_lib.sh"
 
-make_build() {  # make_build DIR FUSED_MS TEST_RC: stub caracal-bench (FP8 forward: 1.0 ms separate, FUSED_MS fused) and tests
+make_build() {  # make_build DIR FUSED_MS TEST_RC: stub caracal-bench (FP8 forward 1.0 ms and backward 2.0 ms
+               # separate, FUSED_MS with --fused-fp8-forward, 2 x FUSED_MS with --fused-fp8-backward) and tests
   local dir=$1
   mkdir -p "$dir/tests"
   echo "stub-$(basename "$dir")" >"$dir/COMMIT"
   cat >"$dir/caracal-bench" <<STUB
 #!/usr/bin/env bash
 echo "\$*" >>"\$(dirname "\$0")/bench-args"
-ms=1.0
+ms=1.0 bwd=2.0
 while [ \$# -gt 0 ]; do
-  case "\$1" in --json) out=\$2 ;; --fused-fp8-forward) ms=$2 ;; esac
+  case "\$1" in --json) out=\$2 ;; --fused-fp8-forward) ms=$2 ;; --fused-fp8-backward) bwd=\$(python3 -c "print(2 * $2)") ;; esac
   shift
 done
-echo "{\"runs\": [{\"forward\": {\"ms\": \$ms}, \"backward\": {\"ms\": 2.0}, \"fwd_bwd\": {\"ms\": 3.0}}]}" >"\$out"
+echo "{\"runs\": [{\"forward\": {\"ms\": \$ms}, \"backward\": {\"ms\": \$bwd}, \"fwd_bwd\": {\"ms\": 3.0}}]}" >"\$out"
 STUB
   printf '#!/usr/bin/env bash\n%s\n' "$3" >"$dir/tests/test_gpu_moe_layer_fp8"
   chmod +x "$dir/caracal-bench" "$dir/tests/test_gpu_moe_layer_fp8"
@@ -52,5 +53,14 @@ ab "a failing test stops the check" 1 "FAILED: test_gpu_moe_layer_fp8, benchmark
 [ ! -e "$work/broken/bench-args" ] || fail "a failing test: the benchmarks ran"
 ab "a hanging test is bounded" 1 "FAILED: test_gpu_moe_layer_fp8, benchmarks" "FAILED \(rc 124\)" "$work/hang" TEST_TIMEOUT=1
 ab "one layer, one round" 0 "all passed" '^\| glm-5:32:4096 \|' "$work/new" LAYERS=glm-5:32:4096 ROUNDS=1
+# The backward, NEW alone (OLD "-"): its separate and fused backward, the backward bits test.
+rm -f "$work/new/bench-args"
+printf '#!/usr/bin/env bash\necho "$*" >>"$(dirname "$0")/../test-args"\n' >"$work/new/tests/test_gpu_moe_layer_fp8"
+run_and_expect "the backward, new alone" 0 "all passed" \
+  '^\| qwen3-30b-a3b:128:8192 \| 2\.000 \| - \(-\) \| 1\.800 \(0\.900\) \|' \
+  env -u OUT PATH="$work/bin:$PATH" OUT="$work/out-backward" PASS=backward bash "$root/scripts/fused-fp8-ab.sh" - "$work/new"
+[ "$(grep -c -- '--fused-fp8-backward' "$work/new/bench-args")" -eq 4 ] || fail "backward: 4 fused runs expected"
+grep -q -- '--gtest_filter=\*FusedBackwardGivesTheSeparateLaunchesBits\*' "$work/new/test-args" || fail "backward: its bits test under memcheck"
+ab "a bad pass" 2 "fused-fp8-ab: PASS: expected forward or backward, got 'sideways'" "" "$work/new" PASS=sideways
 ab "a bad layer" 2 "fused-fp8-ab: LAYERS: expected model:experts:tokens, got 'glm-5'" "" "$work/new" LAYERS=glm-5
 finish test_fused_fp8_ab
