@@ -40,9 +40,9 @@ layers=(${LAYERS:-qwen3-30b-a3b:128:8192 deepseek-v3:32:4096})
 for layer in "${layers[@]}"; do
   [[ "$layer" =~ ^[a-z0-9.-]+:[0-9]+:[0-9]+$ ]] || usage_error "LAYERS: expected model:experts:tokens, got '$layer'"
 done
-paths=(separate new)
-[ "$old" = - ] || paths=(separate old new)
-for b in "$new" $([ "$old" = - ] || echo "$old"); do
+paths=(separate old new) builds=("$old" "$new")
+if [ "$old" = - ]; then paths=(separate new) builds=("$new"); fi
+for b in "${builds[@]}"; do
   [ -x "$b/caracal-bench" ] || usage_error "$b/caracal-bench is missing"
 done
 [ -x "$new/tests/test_gpu_moe_layer_fp8" ] || usage_error "$new/tests/test_gpu_moe_layer_fp8 is missing"
