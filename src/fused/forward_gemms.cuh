@@ -174,7 +174,7 @@ struct Fp8ForwardGemms {
   };
   using GatheredTile = RowRefs;
   // The sources: 0 .. kMaxLocalRanks - 1 a local rank's home rows, the ring, or a padding row (its
-  // copies read nothing; its address the ring's base).
+  // copies zero-fill).
   static constexpr uint32_t kPaddingSource = 6, kRingSource = 7, kSourceMask = 7;
   static constexpr int kScaleSourceShift = 3 * gemm::kGatherRowsPerThread;
   static_assert(kMaxLocalRanks <= int(kPaddingSource) && kScaleSourceShift + 3 <= 32,
@@ -219,12 +219,13 @@ struct Fp8ForwardGemms {
     const int local = from.rank - from.world.first_local_rank;  // this rank's ring
     const uint32_t sources = opaque(rows.sources);
     const uint8_t* const ring = from.bases.ring_codes[local];
-    // Row j's copy, its source's base from `home_base(source)`.
-    const auto copy_with = [&](auto home_base) {
-      return [&, home_base](int j) {
+    // Row j's codes at the thread's unit (nullptr: a padding row), its source's base from
+    // `home_base(source)`.
+    const auto codes_with = [&](auto home_base) {
+      return [&, home_base](int j) -> const uint8_t* {
         const uint32_t source = (sources >> (3 * j)) & kSourceMask;
-        const uint8_t* const base = source >= kPaddingSource ? ring : home_base(source);
-        return gemm::UnitCopy{base + opaque(rows.offset[j]) + k_index, source == kPaddingSource ? 0u : 16u};
+        if (source == kPaddingSource) return nullptr;
+        return (source == kRingSource ? ring : home_base(source)) + opaque(rows.offset[j]);
       };
     };
     // Row `thread`'s block-0 scale and the distance between its K blocks' (nullptr: a padding row).
@@ -241,11 +242,11 @@ struct Fp8ForwardGemms {
     }
     if (from.world.local_ranks == 1) {  // a process driving one GPU: two bases, in registers
       const uint8_t* const home = from.bases.home_codes[0];
-      gemm::gather_fp8_stage<Policy::A>(copy_with([home](uint32_t) { return home; }), scale, scale_block_stride,
+      gemm::gather_fp8_stage<Policy::A>(codes_with([home](uint32_t) { return home; }), scale, scale_block_stride,
                                         any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
     } else {
       gemm::gather_fp8_stage<Policy::A>(
-          copy_with([&from](uint32_t source) { return from.bases.home_codes[source]; }), scale, scale_block_stride,
+          codes_with([&from](uint32_t source) { return from.bases.home_codes[source]; }), scale, scale_block_stride,
           any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
     }
   }
