@@ -219,13 +219,14 @@ struct Fp8ForwardGemms {
     const int local = from.rank - from.world.first_local_rank;  // this rank's ring
     const uint32_t sources = opaque(rows.sources);
     const uint8_t* const ring = from.bases.ring_codes[local];
-    // Row j's codes at the thread's unit (nullptr: a padding row), its source's base from
-    // `home_base(source)`.
-    const auto codes_with = [&](auto home_base) {
-      return [&, home_base](int j) -> const uint8_t* {
+    // Row j's copy of k tile `k_index`, its source's base from `home_base(source)`. A padding row's
+    // names the ring's base and reads nothing. The offset and k_index add in 32 bits (both within
+    // the buffer).
+    const auto copy_with = [&](auto home_base) {
+      return [&, home_base](int j) {
         const uint32_t source = (sources >> (3 * j)) & kSourceMask;
-        if (source == kPaddingSource) return nullptr;
-        return (source == kRingSource ? ring : home_base(source)) + opaque(rows.offset[j]);
+        const uint8_t* const base = source >= kPaddingSource ? ring : home_base(source);
+        return gemm::UnitCopy{base + (opaque(rows.offset[j]) + uint32_t(k_index)), source == kPaddingSource ? 0u : 16u};
       };
     };
     // Row `thread`'s block-0 scale and the distance between its K blocks' (nullptr: a padding row).
@@ -242,11 +243,11 @@ struct Fp8ForwardGemms {
     }
     if (from.world.local_ranks == 1) {  // a process driving one GPU: two bases, in registers
       const uint8_t* const home = from.bases.home_codes[0];
-      gemm::gather_fp8_stage<Policy::A>(codes_with([home](uint32_t) { return home; }), scale, scale_block_stride,
+      gemm::gather_fp8_stage<Policy::A>(copy_with([home](uint32_t) { return home; }), scale, scale_block_stride,
                                         any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
     } else {
       gemm::gather_fp8_stage<Policy::A>(
-          codes_with([&from](uint32_t source) { return from.bases.home_codes[source]; }), scale, scale_block_stride,
+          copy_with([&from](uint32_t source) { return from.bases.home_codes[source]; }), scale, scale_block_stride,
           any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
     }
   }
