@@ -73,6 +73,14 @@ void fused_forward(comm::World& world, const FusedForwardFp8Args& args, cudaStre
   const transfer::PullFp8Rows pull = transfer::fp8_pull_rows(exchange);
   CARACAL_CHECK(world.local_ranks() <= kFusedFp8MaxLocalRanks, kName, ": at most ", kFusedFp8MaxLocalRanks,
                 " local ranks, got ", world.local_ranks());
+  // The producer holds a gathered row as the 32-bit byte offset of its codes (Fp8ForwardGemms::RowRefs).
+  const uint64_t row_bytes = uint64_t(pull.hidden), offset_limit = uint64_t(1) << 32;
+  CARACAL_CHECK(uint64_t(pull.home_rows) * row_bytes < offset_limit, kName,
+                ": x's e4m3 rows at home must take less than 4 GiB (home rows x hidden), got ", pull.home_rows, " x ",
+                pull.hidden);
+  CARACAL_CHECK(uint64_t(pull.scale_stride) * row_bytes < offset_limit, kName,
+                ": the expert rows' e4m3 codes must take less than 4 GiB (buffer rows x hidden), got ",
+                pull.scale_stride, " x ", pull.hidden);
   Fp8RowBases bases{};
   for (int l = 0; l < world.local_ranks(); ++l) {
     bases.home_codes[l] = reinterpret_cast<const uint8_t*>(world.local_pointer(pull.home_codes, l));

@@ -162,35 +162,49 @@ struct Fp8ForwardGemms {
   // One macrobatch a launch (ring_rows 0, forward_fp8.cu): the consumers have no registers left for the sums.
   static constexpr bool kSumsGroupsInLaunch = false;
 
-  // A producer thread's rows of an up/gate tile: its eight rows and the row whose scales it copies
-  // (row `thread`), each by source and row there (32 bits each: the addresses would take twenty of
-  // the producer's 56 registers), turned into addresses at each stage.
+  // A producer thread's rows of an up/gate tile: for each of its eight rows the byte offset of the
+  // row's codes at the thread's unit in the row's source buffer, and for the row whose scales it
+  // copies (row `thread`) the row's index there, with every row's source in three bits of one word
+  // (the addresses would take twenty of the producer's 56 registers): a stage's address is an add to
+  // its source's base. The launch refuses code buffers of 4 GiB or more (forward_fp8.cu).
   struct RowRefs {
-    uint32_t row[gemm::kGatherRowsPerThread];  // kNoRow, or source << kSourceShift | row
-    uint32_t scale_row;                        // likewise
+    uint32_t offset[gemm::kGatherRowsPerThread];
+    uint32_t scale_row;
+    uint32_t sources;  // row j's source at bits [3j, 3j + 3), the scale row's at kScaleSourceShift
   };
   using GatheredTile = RowRefs;
-  static constexpr uint32_t kNoRow = ~0u;
-  static constexpr int kSourceShift = 29;                // the sources: the local ranks' home rows, the ring
-  static constexpr uint32_t kRingSource = 7;
-  static_assert(kMaxLocalRanks <= int(kRingSource), "a source number for each local rank's home rows");
+  // The sources: 0 .. kMaxLocalRanks - 1 a local rank's home rows, the ring, or a padding row (its
+  // copies zero-fill).
+  static constexpr uint32_t kPaddingSource = 6, kRingSource = 7, kSourceMask = 7;
+  static constexpr int kScaleSourceShift = 3 * gemm::kGatherRowsPerThread;
+  static_assert(kMaxLocalRanks <= int(kPaddingSource) && kScaleSourceShift + 3 <= 32,
+                "a source number for each local rank's home rows, every row's in one word");
 
-  // Row `row` of the schedule as a RowRefs entry.
-  __device__ static uint32_t row_ref(const Sources& from, const ScheduleView& schedule, int row,
-                                     bool& pulled) {
+  // Schedule row `row`'s source and its row there.
+  __device__ static uint32_t row_source(const Sources& from, const ScheduleView& schedule, int row, uint32_t& index,
+                                        bool& pulled) {
     const RowPlace at = row_place(from, schedule, row);
     pulled = at.real && at.pulled;
-    if (!at.real) return kNoRow;
-    if (!at.pulled) return uint32_t(at.home - from.world.first_local_rank) << kSourceShift | uint32_t(at.token);
-    return kRingSource << kSourceShift | uint32_t(schedule.buffer_row(row));
+    index = 0;
+    if (!at.real) return kPaddingSource;
+    if (!at.pulled) {
+      index = uint32_t(at.token);
+      return uint32_t(at.home - from.world.first_local_rank);
+    }
+    index = uint32_t(schedule.buffer_row(row));
+    return kRingSource;
   }
   __device__ static GatheredTile gather_tile(const Sources& from, const ScheduleView& schedule,
                                              const gemm::TileCoord& tile, int thread, bool& pulled) {
     GatheredTile rows;
-    rows.scale_row = row_ref(from, schedule, tile.m_begin + thread, pulled);
+    rows.sources = row_source(from, schedule, tile.m_begin + thread, rows.scale_row, pulled) << kScaleSourceShift;
+    const uint32_t unit_offset = uint32_t(thread % 8) * 16u;
     for (int j = 0; j < gemm::kGatherRowsPerThread; ++j) {
       bool unused;
-      rows.row[j] = row_ref(from, schedule, tile.m_begin + gemm::gather_row(thread, j), unused);
+      uint32_t index;
+      const uint32_t source = row_source(from, schedule, tile.m_begin + gemm::gather_row(thread, j), index, unused);
+      rows.sources |= source << (3 * j);
+      rows.offset[j] = index * uint32_t(from.pull.hidden) + unit_offset;
     }
     return rows;
   }
@@ -198,35 +212,44 @@ struct Fp8ForwardGemms {
   __device__ static void gather_stage(const Sources& from, const GatheredTile& rows,
                                       const void* any_address, int k_index, Storage& smem, int stage, uint64_t* full,
                                       int thread) {
-    const auto opaque = [](uint32_t ref) {
-      asm volatile("mov.b32 %0, %0;" : "+r"(ref));  // the address made here, each stage: not hoisted and held
-      return ref;
+    const auto opaque = [](uint32_t word) {
+      asm volatile("mov.b32 %0, %0;" : "+r"(word));  // the address made here, each stage: not hoisted and held
+      return word;
     };
-    const auto source_row = [](uint32_t ref) { return static_cast<int64_t>(ref & ((1u << kSourceShift) - 1)); };
     const int local = from.rank - from.world.first_local_rank;  // this rank's ring
-    const auto codes_of = [&](int j) -> const uint8_t* {
-      const uint32_t ref = opaque(rows.row[j]);
-      if (ref == kNoRow) return nullptr;
-      const uint32_t source = ref >> kSourceShift;
-      const uint8_t* base = source == kRingSource ? from.bases.ring_codes[local] : from.bases.home_codes[source];
-      return base + source_row(ref) * from.pull.hidden + (thread % 8) * 16;
+    const uint32_t sources = opaque(rows.sources);
+    const uint8_t* const ring = from.bases.ring_codes[local];
+    // Row j's copy of k tile `k_index`, its source's base from `home_base(source)`. A padding row's
+    // names the ring's base and reads nothing. The offset and k_index add in 32 bits (both within
+    // the buffer).
+    const auto copy_with = [&](auto home_base) {
+      return [&, home_base](int j) {
+        const uint32_t source = (sources >> (3 * j)) & kSourceMask;
+        const uint8_t* const base = source >= kPaddingSource ? ring : home_base(source);
+        return gemm::UnitCopy{base + (opaque(rows.offset[j]) + uint32_t(k_index)), source == kPaddingSource ? 0u : 16u};
+      };
     };
     // Row `thread`'s block-0 scale and the distance between its K blocks' (nullptr: a padding row).
-    const uint32_t scale_ref = opaque(rows.scale_row);
+    const uint32_t scale_source = sources >> kScaleSourceShift;
+    const int64_t scale_row = opaque(rows.scale_row);
     const float* scale = nullptr;
     int scale_block_stride = 0;
-    if (scale_ref != kNoRow) {
-      const uint32_t source = scale_ref >> kSourceShift;
-      if (source == kRingSource) {
-        scale = from.bases.ring_scales[local] + source_row(scale_ref);
-        scale_block_stride = from.pull.scale_stride;
-      } else {
-        scale = from.bases.home_scales[source] + source_row(scale_ref);
-        scale_block_stride = from.pull.home_rows;
-      }
+    if (scale_source == kRingSource) {
+      scale = from.bases.ring_scales[local] + scale_row;
+      scale_block_stride = from.pull.scale_stride;
+    } else if (scale_source != kPaddingSource) {
+      scale = from.bases.home_scales[scale_source] + scale_row;
+      scale_block_stride = from.pull.home_rows;
     }
-    gemm::gather_fp8_stage<Policy::A>(codes_of, scale, scale_block_stride, any_address, k_index, smem.a[stage],
-                                      smem.scales_a[stage], full, thread);
+    if (from.world.local_ranks == 1) {  // a process driving one GPU: two bases, in registers
+      const uint8_t* const home = from.bases.home_codes[0];
+      gemm::gather_fp8_stage<Policy::A>(copy_with([home](uint32_t) { return home; }), scale, scale_block_stride,
+                                        any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
+    } else {
+      gemm::gather_fp8_stage<Policy::A>(
+          copy_with([&from](uint32_t source) { return from.bases.home_codes[source]; }), scale, scale_block_stride,
+          any_address, k_index, smem.a[stage], smem.scales_a[stage], full, thread);
+    }
   }
 };
 

@@ -3,7 +3,8 @@
 // task counter; a precision's GEMMs name theirs (forward_gemms.cuh: Gemms::TaskHandOff):
 //   TaskThroughScratch  thread 0 alone walks the task cursor, in the CTA's ProducerScratch in global
 //                       memory, and hands each task to the others there (the FP8 forward's storage
-//                       fills the 227 KiB and its producer has 56 registers)
+//                       fills the 227 KiB and its producer has 56 registers); it claims each task a
+//                       round ahead, so that the counter's round trip runs under the tile before
 // next() meets every producer thread before thread 0 takes the next task; it returns false at the
 // end, with every thread alike. `previous`: the block whose ring rows the task takes over (-1: none).
 #include <new>
@@ -59,7 +60,10 @@ class TaskThroughScratch {
  public:
   template <class Rank>
   __device__ TaskThroughScratch(const Rank& p, const comm::DeviceWorld& world, int thread) {
-    if (thread == 0) new (&scratch(p, world).cursor) ForwardTaskCursor(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
+    if (thread == 0) {
+      new (&scratch(p, world).cursor) ForwardTaskCursor(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles);
+      claimed_ = static_cast<int>(atomicAdd(p.task_counter, 1u));
+    }
   }
 
   template <class Rank>
@@ -67,7 +71,11 @@ class TaskThroughScratch {
     const int buffer = round_ % 2;
     if (thread == 0) {  // the next task, or the end
       ForwardTaskCursor& tasks = scratch(p, world).cursor;
-      const int t = static_cast<int>(atomicAdd(p.task_counter, 1u));
+      // Claims stay in increasing order per CTA, so the smallest unfinished task is one its claimer
+      // runs (that CTA's task before it is smaller, hence done): forward_tasks.cuh's rule holds. A task
+      // claimed here waits behind this CTA's current tile; one past the end is claimed for nothing.
+      const int t = claimed_;
+      claimed_ = static_cast<int>(atomicAdd(p.task_counter, 1u));
       if (t >= tasks.shared_tasks() && !tasks.routed_counted()) {
         comm::wait_for_previous_grid();  // the schedule's launch (fused_forward.hpp)
         tasks.count_routed_tasks();
@@ -119,6 +127,7 @@ class TaskThroughScratch {
     return task;
   }
   int round_ = 0;
+  int claimed_ = 0;  // thread 0's: the task of the next round
   bool schedule_built_ = false;  // this thread has waited for the schedule's launch
 };
 

@@ -11,10 +11,11 @@
 // CTAs (x rows pulled) or by tasks of lower index (an M block's activation complete, the ring rows
 // it takes over released by the macrobatch walked before, a block's output rows stored, a
 // macrobatch's group sums done); the comm CTAs' pulls into the ring wait only on tasks of lower
-// index than those reading them. Tasks are taken in increasing order, only by running CTAs, and
-// every CTA of the launch becomes resident (the grid fits the device; the launch may start beside
-// the schedule's CTAs, and its last CTAs land as those exit, which wait on nothing of this
-// launch), so the smallest unfinished task can always run: no deadlock. Which CTA runs a task
+// index than those reading them. Each CTA takes tasks in increasing order (at most one ahead of the
+// one it runs, forward_task_handoff.cuh), only running CTAs take them, and every CTA of the launch
+// becomes resident (the grid fits the device; the launch may start beside the schedule's CTAs, and
+// its last CTAs land as those exit, which wait on nothing of this launch), so the smallest
+// unfinished task can always run (its CTA's task before it is smaller, hence done): no deadlock. Which CTA runs a task
 // changes nothing in its result (one CTA per tile, K in a fixed order; one warp per group sum).
 // Host code walks the same cursor (tests/unit/test_task_order.cpp checks the order and that rule).
 #include <climits>

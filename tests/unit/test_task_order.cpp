@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -344,6 +347,66 @@ TEST(ForwardTaskOrder, TheRuleCatchesAWrongOrder) {
   }
   for (const auto& [batch, effects] : by_batch) ascending.insert(ascending.end(), effects.begin(), effects.end());
   EXPECT_FALSE(rule_breaches(ascending).empty());
+}
+
+// A launch of `ctas` CTAs taking the tasks of `order` from one counter, each holding up to `ahead`
+// claimed tasks besides the one it runs (forward_task_handoff.cuh's TaskThroughScratch claims one
+// ahead), in an interleaving drawn from `seed`: a CTA runs its oldest claimed task once every counter
+// it waits on is raised (the comm role's always are), then claims the next. Whether every task ran.
+bool launch_completes(const std::vector<TaskEffects>& order, int ctas, int ahead, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::map<Counter, uint32_t> raised;
+  std::vector<std::deque<size_t>> claimed(static_cast<size_t>(ctas));
+  size_t counter = 0, ran = 0;
+  const auto claim = [&](std::deque<size_t>& tasks) {
+    if (counter < order.size()) tasks.push_back(counter);
+    ++counter;  // a claim past the end takes a number too, for nothing
+  };
+  for (int round = 0; round <= ahead; ++round) {
+    std::vector<size_t> ctas_in_turn(claimed.size());
+    std::iota(ctas_in_turn.begin(), ctas_in_turn.end(), size_t{0});
+    std::shuffle(ctas_in_turn.begin(), ctas_in_turn.end(), random);
+    for (size_t cta : ctas_in_turn) claim(claimed[cta]);
+  }
+  const auto can_run = [&](size_t task) {
+    for (const Wait& w : order[task].waits) {
+      if (!raised_by_comm(w.counter.first) && raised[w.counter] < w.target) return false;
+    }
+    return true;
+  };
+  while (ran < order.size()) {
+    std::vector<size_t> ready;
+    for (size_t cta = 0; cta < claimed.size(); ++cta) {
+      if (!claimed[cta].empty() && can_run(claimed[cta].front())) ready.push_back(cta);
+    }
+    if (ready.empty()) return false;
+    std::deque<size_t>& tasks = claimed[ready[random() % ready.size()]];
+    for (const auto& [c, count] : order[tasks.front()].raises) raised[c] += count;
+    tasks.pop_front();
+    ++ran;
+    claim(tasks);
+  }
+  return true;
+}
+
+// The no-deadlock rule with claims ahead: any number of CTAs, each claiming up to two tasks ahead,
+// finishes every forward order in any interleaving tried; the reversed order stops.
+TEST(ForwardTaskOrder, ALaunchClaimingAheadCompletes) {
+  for (const ForwardShape& s : kForwardShapes) {
+    SCOPED_TRACE(::testing::Message() << s);
+    const ForwardCase c(s);
+    for (int ctas : {1, 2, 5}) {
+      for (int ahead = 0; ahead <= 2; ++ahead) {
+        for (uint32_t seed = 0; seed < 20; ++seed) {
+          EXPECT_TRUE(launch_completes(c.effects, ctas, ahead, seed))
+              << ctas << " CTAs, " << ahead << " ahead, interleaving " << seed;
+        }
+      }
+    }
+  }
+  const ForwardCase c({{2, 3, 2}, 9, 2, 1});
+  const std::vector<TaskEffects> reversed(c.effects.rbegin(), c.effects.rend());
+  EXPECT_FALSE(launch_completes(reversed, 2, 1, 0));
 }
 
 // ---- The backward ----------------------------------------------------------------------------

@@ -69,14 +69,21 @@ __device__ inline GatheredFp8Tile gathered_fp8_tile(GatheredFp8RowsSource const&
   return t;
 }
 
+// One 16-byte copy of a gathered row's unit: from `at`, `bytes` of them (16, or 0: zero-filled, `at`
+// any valid global address, read for nothing).
+struct UnitCopy {
+  void const* at;
+  uint32_t bytes;
+};
+
 // One gathering thread (`thread` in [0, kGatherThreads)), for every k tile of a tile: copies its
-// units of k tile `k_index` (the codes [k_index, k_index + 128) of its rows; `codes_of(j)`: row
-// gather_row(thread, j)'s codes at the thread's unit, nullptr for a padding row) into `stage` and
-// its row's scale of that K block (`scale`: block 0's, the next blocks `scale_block_stride` apart;
-// nullptr: zero) into `scales` (the stage's ScaleTile), and arms `full` with them. `any_address`:
-// a valid global address, named by the zero-filling copies (which read nothing).
-template <class Tile, class CodesOf>
-__device__ void gather_fp8_stage(CodesOf&& codes_of, float const* scale, int scale_block_stride,
+// units of k tile `k_index` into `stage` (`copy_of(j)`: row gather_row(thread, j)'s UnitCopy at the
+// thread's unit of that k tile, the codes [k_index, k_index + 128) of the row) and its row's scale of
+// that K block (`scale`: block 0's, the next blocks `scale_block_stride` apart; nullptr: zero) into
+// `scales` (the stage's ScaleTile), and arms `full` with them. `any_address`: a valid global
+// address, named by the zero-filling scale copy (which reads nothing).
+template <class Tile, class CopyOf>
+__device__ void gather_fp8_stage(CopyOf&& copy_of, float const* scale, int scale_block_stride,
                                  void const* any_address, int k_index, typename Tile::Element* stage, float* scales,
                                  uint64_t* full, int thread) {
   static_assert(sizeof(typename Tile::Element) == 1 && Tile::kBlockK == kScaleBlock && Tile::kRows == kBlockM &&
@@ -87,11 +94,9 @@ __device__ void gather_fp8_stage(CodesOf&& codes_of, float const* scale, int sca
   CUTE_UNROLL
   for (int j = 0; j < kGatherRowsPerThread; ++j) {
     int const row = gather_row(thread, j);
-    const uint8_t* const from = codes_of(j);
-    void const* const at = from != nullptr ? static_cast<void const*>(from + k_index) : any_address;
+    UnitCopy const from = copy_of(j);
     uint32_t const to = base + uint32_t(row * 128 + ((unit ^ (row % 8)) << 4));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(at), "r"(from != nullptr ? 16u : 0u)
-                 : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(from.at), "r"(from.bytes) : "memory");
   }
   bool const scaled = scale != nullptr;
   void const* const scale_at =
@@ -108,8 +113,12 @@ __device__ void gather_fp8_stage(CodesOf&& codes_of, float const* scale, int sca
 template <class Tile>
 __device__ void gather_fp8_k_tile(GatheredFp8Tile const& tile, void const* any_address, int k_index,
                                   typename Tile::Element* stage, float* scales, uint64_t* full, int thread) {
-  gather_fp8_stage<Tile>([&](int j) { return tile.codes[j]; }, tile.scale, tile.scale_block_stride, any_address,
-                         k_index, stage, scales, full, thread);
+  gather_fp8_stage<Tile>(
+      [&](int j) {
+        uint8_t const* const codes = tile.codes[j];
+        return codes != nullptr ? UnitCopy{codes + k_index, 16u} : UnitCopy{any_address, 0u};
+      },
+      tile.scale, tile.scale_block_stride, any_address, k_index, stage, scales, full, thread);
 }
 
 }  // namespace caracal::gemm
