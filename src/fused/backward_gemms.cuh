@@ -60,20 +60,22 @@ struct Bf16BackwardGemms {
 
 // DeepSeek-V3's recipe (issue 47): dy in e4m3 rows with 1 x 128 scales, the weights' transposed
 // e4m3 copies with 128 x 128 scales, d_gate_up stored in e4m3 by the dgrad epilogue for dx; all in
-// 128 x 256 x 128 tiles (the dx GEMM's own; the standalone dgrad takes them where D >= 4096). The
-// exchange's FP8 rows have no ring: one window over the whole schedule, its dy rows and g pulled
-// before the launch (TokenExchange::reverse_combine_fp8), its dx rows stored per route.
+// 128 x 128 x 128 tiles (the standalone dgrad's where D < 4096; in 128 x 256 tiles, the standalone
+// dx's, the consumers spill at any split of the launch's registers). The exchange's FP8 rows have no
+// ring: one window over the whole schedule, its dy rows and g pulled before the launch
+// (TokenExchange::reverse_combine_fp8), its dx rows stored per route.
 struct Fp8BackwardGemms {
-  using Dgrad = gemm::Fp8DownDgradSwigluWideGemm;
-  using Dx = gemm::Fp8GateUpDgradToHomeGemm;
-  using SharedDx = gemm::Fp8GateUpDgradGemm;
+  using Dgrad = gemm::Fp8DownDgradSwigluGemm;
+  using Dx = gemm::Fp8GateUpDgradNarrowToHomeGemm;
+  using SharedDx = gemm::Fp8GateUpDgradNarrowGemm;
   using Policy = Dgrad::Policy;
   using Pull = transfer::PullFp8Rows;
   static constexpr bool kRowsInLaunch = false;
   // Four maps more a group of experts (the operands' scales), as the fused FP8 forward's.
   static constexpr int kMaxLocalRanks = kFusedFp8MaxLocalRanks;
-  // The producer warpgroup only takes tasks and loads (no idle work): 56 x 128 + 224 x 256 = 64512.
-  static constexpr gemm::RegisterSplit kRegisterSplit{56, 224};
+  // The producer thread takes tasks, waits on counters and loads (ptxas spills it at 56 registers);
+  // the consumers' narrow tiles hold 128 accumulators: 72 x 128 + 216 x 256 = 64512.
+  static constexpr gemm::RegisterSplit kRegisterSplit{72, 216};
 
   template <class Accum>
   __device__ static void apply_dgrad_epilogue(const Dgrad::Epilogue::Params& p, const gemm::TileCoord& tile,

@@ -231,15 +231,7 @@ void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cud
   grouped_down_proj(down_gemm_args(pass, weights), stream);
 }
 
-void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
-                     cudaStream_t stream) {
-  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
-                "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
-  if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
-  CARACAL_CHECK((pass.x != nullptr && pass.dy != nullptr) || pass.fp8_weight_grads(), "expert_backward (fp8): "
-                "pass.x and pass.dy may be null only with FP8 weight gradients (the bf16 weight-gradient GEMMs "
-                "read their bf16 rows)");
-  if (pass.dy != nullptr) quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);  // else given
+Fp8DownDgradSwigluArgs dgrad_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto dgrad = fp8_gemm_args<Fp8DownDgradSwigluArgs>(pass);
   dgrad.dy = operand(pass.dy_fp8);
   dgrad.w_down_t = weights.w_down_t;
@@ -250,12 +242,29 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   dgrad.scaled_activation_out = pass.activation;
   dgrad.d_gates_out = pass.dg;
   dgrad.workspace = pass.workspace;
-  grouped_down_dgrad_swiglu(dgrad, stream);
+  return dgrad;
+}
 
+Fp8GateUpDgradArgs dx_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto dx = fp8_gemm_args<Fp8GateUpDgradArgs>(pass);
   dx.d_gate_up = operand(pass.d_gate_up_fp8);
   dx.w_gate_up_t = weights.w_gate_up_t;
   dx.dx_out = pass.dx;
+  return dx;
+}
+
+void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
+  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
+                "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
+  CARACAL_CHECK((pass.x != nullptr && pass.dy != nullptr) || pass.fp8_weight_grads(), "expert_backward (fp8): "
+                "pass.x and pass.dy may be null only with FP8 weight gradients (the bf16 weight-gradient GEMMs "
+                "read their bf16 rows)");
+  if (pass.dy != nullptr) quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);  // else given
+  grouped_down_dgrad_swiglu(dgrad_gemm_args(pass, weights), stream);
+
+  const Fp8GateUpDgradArgs dx = dx_gemm_args(pass, weights);
   if (!pass.fp8_weight_grads()) {
     // The weight gradients on the bf16 rows, before dx may overwrite x.
     ExpertPass bf16_rows;
