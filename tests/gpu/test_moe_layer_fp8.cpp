@@ -273,6 +273,40 @@ TEST(GpuMoELayerFp8Steps, FusedForwardGivesTheSeparateLaunchesBits) {
   }
 }
 
+// The FP8 backward's dgrad and dx in one launch (layer::LayerExperiments::fused_fp8_backward: the
+// shared and routed experts' FP8 dgrad and dx tiles from one task counter over dy pulled before it,
+// the routed dx rows stored into their home slots) gives the separate launches' bits, alone and after
+// the fused FP8 forward, on every world size its kernel parameters hold.
+TEST(GpuMoELayerFp8Steps, FusedBackwardGivesTheSeparateLaunchesBits) {
+  CARACAL_REQUIRE_GPU();
+  const std::vector<LayerCase> cases = fp8_cases();
+  for (const LayerCase& c : {kRepeatCaseW1, kRepeatCase, cases[0], cases[2], cases[3]}) {
+    for (const bool fused_forward : {false, true}) {
+      SCOPED_TRACE(c.name + (fused_forward ? ", after the fused forward" : ""));
+      const SeededStep s(c, c.routing);
+      LayerSetup fused;
+      fused.experiments.fused_fp8_backward = true;
+      fused.experiments.fused_fp8_forward = fused_forward;
+      expect_same_bits(run_once(c, s), run_once(c, s, fused), "the fused FP8 backward against the separate launches");
+    }
+  }
+}
+
+// Without FP8 weight gradients the fused FP8 backward is refused by name at construction.
+TEST(GpuMoELayerFp8Steps, FusedBackwardNeedsFp8WeightGradients) {
+  CARACAL_REQUIRE_GPU();
+  const SeededStep s(kRepeatCaseW1, kRepeatCaseW1.routing);
+  LayerSetup setup;
+  setup.experiments.fused_fp8_backward = true;
+  setup.options.fp8_weight_gradients = false;
+  try {
+    LoopbackLayer l(kRepeatCaseW1, s.weights, setup);
+    ADD_FAILURE() << "a layer with bf16 weight gradients took the fused FP8 backward";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_weight_gradients"), std::string::npos) << e.what();
+  }
+}
+
 // MoEWeights::w_fp8 and quantize_weights belong to FP8 layers: a bf16 layer refuses them by name.
 TEST(GpuMoELayerFp8Steps, Bf16LayersRefuseQuantizedWeights) {
   CARACAL_REQUIRE_GPU();

@@ -151,4 +151,11 @@ Fp8GateUpDgradArgs dx_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeight
 void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
 
+// Two parts of expert_backward for a caller that runs its GEMMs apart (the fused FP8 backward):
+// pass.dy's bf16 rows into pass.dy_fp8 (what the dgrad reads); and, once the dgrad and dx have run
+// with dx not over x, the FP8 weight gradients (pass.fp8_weight_grads() required): x's, dy's,
+// g·activation's and d_gate_up's columns, then the GEMMs, the same bits as expert_backward's.
+void quantize_dy_rows(const Fp8ExpertPass& pass, cudaStream_t stream);
+void expert_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream);
+
 }  // namespace caracal::gemm
