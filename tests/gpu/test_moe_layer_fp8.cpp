@@ -215,9 +215,10 @@ TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
   EXPECT_NE(zeroed[0].y, own[0].y) << "the layer quantized the weights again over the block it was given";
 }
 
-void expect_graph_replays_give_the_eager_bits(const LayerCase& c) {
+// `setup`: the captured layer's (the eager steps it is held to run the default's).
+void expect_graph_replays_give_the_eager_bits(const LayerCase& c, const LayerSetup& setup = {}) {
   const SeededStep s(c, RoutingCase::kZipf);
-  LoopbackLayer l(c, s.weights);
+  LoopbackLayer l(c, s.weights, setup);
   const Stream stream;
   l.buffers.prepare(s.step, l.world);
   ASSERT_NO_THROW(run_step(l.layer, l.buffers, stream));  // an eager step first: every kernel's module loaded
@@ -289,6 +290,36 @@ TEST(GpuMoELayerFp8Steps, FusedBackwardGivesTheSeparateLaunchesBits) {
       fused.experiments.fused_fp8_forward = fused_forward;
       expect_same_bits(run_once(c, s), run_once(c, s, fused), "the fused FP8 backward against the separate launches");
     }
+  }
+}
+
+// Both fused FP8 passes in one CUDA graph replayed with new routing and inputs: each replay the
+// bits of an eager step of the separate launches.
+TEST(GpuMoELayerFp8Steps, FusedPassesReplayTheSeparateLaunchesBits) {
+  CARACAL_REQUIRE_GPU();
+  LayerSetup fused;
+  fused.experiments.fused_fp8_forward = true;
+  fused.experiments.fused_fp8_backward = true;
+  for (const LayerCase& c : {kRepeatCase, kRepeatCaseW1}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replays_give_the_eager_bits(c, fused));
+  }
+}
+
+// A world of more local ranks than the fused FP8 backward's kernel parameters hold is refused by
+// name at construction.
+TEST(GpuMoELayerFp8Steps, FusedBackwardRefusesMoreLocalRanksThanItHolds) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c = fp8_cases()[4];  // W = 8: twice the 4 it holds
+  ASSERT_EQ(c.world, 8);
+  const SeededStep s(c, c.routing);
+  LayerSetup setup;
+  setup.experiments.fused_fp8_backward = true;
+  try {
+    LoopbackLayer l(c, s.weights, setup);
+    ADD_FAILURE() << "a world of " << c.world << " local ranks took the fused FP8 backward";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local ranks"), std::string::npos) << e.what();
   }
 }
 
