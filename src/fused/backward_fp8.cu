@@ -46,7 +46,7 @@ GroupGemms group_gemms(const gemm::Fp8ExpertPass& pass, const gemm::Fp8ExpertWei
   dx.num_ctas = 0;
   dx.tile_queue = nullptr;
   if (!dx_stored) dx.dx_out = nullptr;
-  check_gate_up_dgrad_args(dx, dx_stored);
+  check_gate_up_dgrad_args(dx, dx_stored, Policy::kBlockN);
   const GemmParams<DgradTiles> d = fp8_down_dgrad_swiglu_params<DgradTiles>(dgrad);
   const GemmParams<Dx> x = fp8_row_gemm_params<Dx>(rows, dx.d_gate_up, dx.w_gate_up_t, uint64_t(pass.hidden),
                                                    2 * uint64_t(pass.intermediate), "d_gate_up", "w_gate_up_t", nullptr);
@@ -99,6 +99,8 @@ FusedBackwardRankParams<Gemms> rank_params(comm::World& world, const transfer::T
     const int buffer_rows = rank.shared.rows.buffer_rows();
     CARACAL_CHECK(rank.shared_dx_rows >= 1 && rank.shared_dx_rows <= buffer_rows, kName, ": ranks[", l,
                   "].shared_dx_rows must be in [1, ", buffer_rows, "], got ", rank.shared_dx_rows);
+    CARACAL_CHECK(rank.shared.dx != rank.shared.x, kName, ": ranks[", l,
+                  "].shared.dx must not be shared.x (the shared expert's weight gradients read x after the launch)");
     const GroupGemms shared =
         group_gemms<SharedDxTiles>(rank.shared, rank.shared_weights, whole_schedule(rank.shared, "shared", l),
                                    /*dx_stored=*/true);

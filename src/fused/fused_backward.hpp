@@ -64,7 +64,8 @@ struct FusedBackwardArgs {
 // (TokenExchange::reverse_combine_fp8), which pulls none. Output: the same bits as
 // gemm::grouped_down_dgrad_swiglu and gemm::grouped_gate_up_dgrad in FP8 with each dx row stored into
 // its route's home slot (DxSlots::kPerRoute: TokenExchange::reverse_dispatch_filled_dx_slots sums
-// them), whatever comm_ctas.
+// them), whatever comm_ctas; but dg where D >= 4096 (gemm::fp8_dgrad_wide_tiles): there the
+// standalone dgrad sums each row's dL/dg partials over 256 columns, this launch's tiles over 128.
 struct FusedBackwardFp8Rank {
   // rows = the exchange's schedule view of the rank (no ring; first_row and end_row 0: every row);
   // dy_fp8 and gates: the exchange's expert_dy codes and scales and expert_gates; gate_up,
@@ -77,7 +78,8 @@ struct FusedBackwardFp8Rank {
   uint32_t* ready_counters = nullptr;
   // The shared expert's dgrad+SwiGLU and dx tiles first, as FusedBackwardRank's: `shared` as
   // gemm::dgrad_gemm_args and dx_gemm_args read it, its dy_fp8 quantized before the launch, its dx
-  // rows stored into shared.dx's first shared_dx_rows rows only.
+  // rows stored into shared.dx's first shared_dx_rows rows only (shared.dx must not be shared.x:
+  // its weight gradients read x after the launch).
   bool has_shared = false;
   gemm::Fp8ExpertPass shared;
   gemm::Fp8ExpertWeights shared_weights;

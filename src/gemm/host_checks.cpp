@@ -187,7 +187,7 @@ void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& a) {
   check_tile_count(a.rows, a.intermediate, fn, kFp8BlockN);
 }
 
-void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a, bool dx_stored) {
+void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a, bool dx_stored, int block_n) {
   const char* fn = "grouped_gate_up_dgrad (fp8)";
   check_rows(a.rows, fn);
   check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
@@ -198,7 +198,7 @@ void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a, bool dx_stored) {
   check_pointer(a.dx_out, no_rows || !dx_stored, fn, "dx_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.hidden, fn, kFp8WideBlockN);
+  check_tile_count(a.rows, a.hidden, fn, block_n);
 }
 
 void check_weight_grads_args(const Fp8WeightGradArgs& a) {

@@ -29,7 +29,7 @@ struct LayerExperiments {
   // The FP8 layer's backward GEMMs in one launch (fused::fused_backward of FusedBackwardFp8Args: the
   // shared and routed experts' FP8 dgrad and dx tiles from one task counter over dy pulled before
   // it, the dx rows stored into their home slots), the weight gradients after it; the separate
-  // launches' bits. Needs FP8 weight gradients (MoELayerOptions::fp8_weight_gradients); a bf16
+  // launches' bits (d_topk_scores where D < 4096 only: fused/fused_backward.hpp). Needs FP8 weight gradients (MoELayerOptions::fp8_weight_gradients); a bf16
   // layer ignores it, as it ignores fused_fp8_forward.
   bool fused_fp8_backward = false;
 };
