@@ -1,24 +1,18 @@
-// The fused backward kernel over one window (src/fused/fused_backward.hpp): per rank, comm CTAs pull
-// the window's dy rows (then its x rows, where asked) while the other CTAs run the dgrad+SwiGLU and
-// dx tiles as their rows become ready (their idle warps copying the rows of tokens on this GPU,
-// where asked); the comm CTAs join them once their pulls are done.
+// The fused backward in bf16 over one window (src/fused/fused_backward.hpp):
+// fused_backward_kernel<Bf16BackwardGemms> (backward_launch.cuh), the only kernel instantiated in
+// this unit, on the standalone bf16 GEMMs' descriptors; its comm CTAs pull the window's dy rows
+// (then its x rows, where asked).
 #include <algorithm>
 
 #include "caracal/comm/cuda_check.hpp"
 #include "caracal/error.hpp"
-#include "comm/launch.cuh"
+#include "fused/backward_launch.cuh"
 #include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
 #include "fused/fused_launch.hpp"
 #include "gemm/backward_descriptors.cuh"
 #include "gemm/epilogue_params.hpp"
 #include "gemm/host_checks.hpp"
-#include "gemm/router_grad_reduce.hpp"
-#include "fused/backward_compute.cuh"
-#include "fused/backward_local_rows.cuh"
-#include "fused/backward_params.cuh"
-#include "fused/backward_pull.cuh"
-#include "fused/dx_group_sums.cuh"
 #include "transfer/exchange_internals.hpp"
 #include "transfer/exchange_launch.hpp"
 
@@ -28,35 +22,15 @@ namespace {
 using Gemms = Bf16BackwardGemms;
 using Policy = Gemms::Policy;
 
-__global__ void __launch_bounds__(gemm::kThreads, 1)
-    fused_backward_kernel(comm::DeviceWorld world, CUTE_GRID_CONSTANT BackwardKernelParams<Gemms> const p) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const bool comm_cta = comm::cta_of_rank(world) < p.comm_ctas;
-  if (comm_cta) pull_backward_rows(world, comm::role_place(world, 0, p.comm_ctas), p);
-  if (p.local_rows_in_launch && !comm_cta) copy_local_dy_prologue(world, p);
-  // Every CTA computes, comm CTAs once their pulls are done: tasks come from the rank's counter.
-  const comm::CtaPlace place = comm::whole_launch_place(world);
-  const FusedBackwardRankParams<Gemms>& rank = p.ranks[place.local_rank];
-  run_backward_tasks(world, place, rank, *reinterpret_cast<gemm::KernelStorage<Policy>*>(smem),
-                     [&](int idle_warp) {
-                       // The rows of tokens on this GPU before the dx sums: the dx tiles the sums
-                       // wait for need them.
-                       if (p.local_rows_in_launch && !comm_cta) copy_local_rows(world, p, idle_warp);
-                       if (rank.tiles.group_dx) {
-                         sum_dx_groups(world, place, rank, p.schedule, static_cast<int>(threadIdx.x) % 32);
-                       }
-                     });
-}
-
 constexpr const char* kName = "fused backward";
 
 // The shared expert's rows of a rank (0 without).
 int shared_rows_of(const FusedBackwardRank& rank) { return rank.has_shared ? rank.shared.rows.buffer_rows() : 0; }
 
-// Rank l's parameters: its GEMMs over the window and where its counters and task slots are.
+// Rank l's parameters: its GEMMs over the window and where its counters and task slots are (zeroed
+// on `stream`).
 FusedBackwardRankParams<Gemms> rank_params(comm::World& world, const transfer::TokenExchange& exchange, int l,
-                                    const FusedBackwardRank& rank) {
+                                           const FusedBackwardRank& rank, cudaStream_t stream) {
   using namespace gemm;
   const ExpertPass& pass = rank.pass;
   const ScheduleView& rows = pass.rows;
@@ -118,22 +92,14 @@ FusedBackwardRankParams<Gemms> rank_params(comm::World& world, const transfer::T
     r.tiles.shared_dgrad = sd.tiles;
     r.tiles.shared_dx = sx.tiles;
   }
-  const BackwardCounters counters(rank.ready_counters, rows.buffer_rows(), shared_rows_of(rank));
-  r.dy_ready = counters.dy_ready;
-  r.dgrad_done = counters.dgrad_done;
-  r.dx_done = counters.dx_done;
-  r.task_counter = counters.task_counter;
-  r.sums_counter = counters.sums_counter;
-  r.shared_dgrad_done = counters.shared_dgrad_done;
-  r.task_slots = task_slots_after<BackwardTaskSlot>(rank.ready_counters, counters.words);
+  place_backward_counters(r, rank.ready_counters, rows.buffer_rows(), shared_rows_of(rank), stream, kName);
   return r;
 }
 
 }  // namespace
 
 size_t backward_ready_counter_words(int buffer_rows, int shared_rows) {
-  return counters_and_task_slots_words<Policy>(BackwardCounters(nullptr, buffer_rows, shared_rows).words,
-                                                           sizeof(BackwardTaskSlot));
+  return backward_counter_words<Gemms>(buffer_rows, shared_rows);
 }
 
 bool groups_dx_rows(const transfer::TokenExchange& exchange) {
@@ -142,7 +108,7 @@ bool groups_dx_rows(const transfer::TokenExchange& exchange) {
 }
 
 int fused_backward_ctas_per_rank(const comm::World& world) {
-  return fused_kernel_ctas_per_rank<Policy>(world, fused_backward_kernel, kName);
+  return backward_ctas_per_rank<Gemms>(world, kName);
 }
 
 int default_backward_comm_ctas(const comm::World& world, bool local_rows_in_launch) {
@@ -178,10 +144,7 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
     CARACAL_CHECK(rank.pass.rows.first_row == window.first_row && rank.pass.rows.end_row == window.end_row, kName,
                   ": every rank's pass.rows must name the same window, got [", window.first_row, ", ", window.end_row,
                   ") for ranks[0] and [", rank.pass.rows.first_row, ", ", rank.pass.rows.end_row, ") for ranks[", l, "]");
-    p.ranks[l] = rank_params(world, exchange, l, rank);
-    const BackwardCounters counters(rank.ready_counters, rank.pass.rows.buffer_rows(), shared_rows_of(rank));
-    check_cuda(cudaMemsetAsync(rank.ready_counters, 0, counters.words * sizeof(uint32_t), stream),
-               "fused backward: cudaMemsetAsync(ready counters)");
+    p.ranks[l] = rank_params(world, exchange, l, rank, stream);
   }
   p.schedule = ex.schedule;
   p.dy_pull = transfer::PullRows{ex.backward.dy, ex.backward.expert_dy, ex.router.gates, ex.backward.expert_gates,
@@ -193,16 +156,7 @@ void fused_backward(comm::World& world, const FusedBackwardArgs& args, cudaStrea
   p.pull_all_rows = args.pull_all_rows;
   p.local_rows_in_launch = local_rows_in_launch;
   p.rows_per_route = ex.rows_per_route;
-  comm::launch(world, kName, shape, stream, fused_backward_kernel, p);
-  for (int l = 0; l < local_ranks; ++l) {
-    const FusedBackwardRank& rank = args.ranks[static_cast<size_t>(l)];
-    gemm::reduce_router_grad(rank.pass.workspace, p.ranks[l].tiles.dgrad.n_blocks, rank.pass.rows, rank.pass.dg, stream,
-                             kName);
-    if (rank.has_shared) {
-      gemm::reduce_router_grad(rank.shared.workspace, p.ranks[l].tiles.shared_dgrad.n_blocks, rank.shared.rows,
-                               rank.shared.dg, stream, kName);
-    }
-  }
+  launch_fused_backward(world, shape, p, args, stream, kName);
 }
 
 }  // namespace caracal::fused

@@ -46,7 +46,7 @@ __device__ inline void produce_backward_tiles(const comm::DeviceWorld& world, co
                                               typename gemm::Mainloop<typename Gemms::Policy>::Storage& smem,
                                               const BackwardPipeline<Gemms>& pipe) {
   constexpr int kStages = Gemms::Policy::kStages;
-  BackwardTaskCursor tasks(p.tiles);
+  BackwardTaskCursorOf<Gemms::Policy::kBlockN> tasks(p.tiles);
   typename BackwardPipeline<Gemms>::State st;
   for (;;) {
     // The task is taken once its first stage is free, so the tiles in flight stay consecutive.

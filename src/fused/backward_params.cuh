@@ -87,6 +87,7 @@ struct BackwardKernelParams {
   bool local_rows_in_launch;
   bool rows_per_route;  // ExchangeOptions::rows_per_route
 };
-static_assert(sizeof(BackwardKernelParams<Bf16BackwardGemms>) <= 32764, "kernel parameters are limited to 32,764 bytes");
+static_assert(sizeof(BackwardKernelParams<Bf16BackwardGemms>) <= 32764 &&
+                  sizeof(BackwardKernelParams<Fp8BackwardGemms>) <= 32764, "kernel parameters are limited to 32,764 bytes");
 
 }  // namespace caracal::fused

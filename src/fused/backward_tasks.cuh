@@ -62,11 +62,13 @@ struct BackwardTiles {
   }
 };
 
-// Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own).
-class BackwardTaskCursor {
+// Maps task indices, given in increasing order, to tiles (each role of a CTA keeps its own) of N
+// `BlockN` (the GEMMs' policy's kBlockN).
+template <int BlockN>
+class BackwardTaskCursorOf {
  public:
   // `tiles` must outlive the cursor (kernel parameters do).
-  CARACAL_HOST_DEVICE explicit BackwardTaskCursor(const BackwardTiles& tiles) : tiles_(&tiles) {
+  CARACAL_HOST_DEVICE explicit BackwardTaskCursorOf(const BackwardTiles& tiles) : tiles_(&tiles) {
     shared_dgrad_end_ = tiles.has_shared ? tiles_in(BackwardPhase::shared_dgrad) : 0;
     shared_dx_end_ = shared_dgrad_end_ + (tiles.has_shared ? tiles_in(BackwardPhase::shared_dx) : 0);
     dgrad_end_ = shared_dx_end_ + tiles_in(BackwardPhase::dgrad);
@@ -86,10 +88,10 @@ class BackwardTaskCursor {
                       : phase == BackwardPhase::shared_dx  ? shared_dgrad_end_
                       : phase == BackwardPhase::dgrad      ? shared_dx_end_
                                                            : dgrad_end_;
-    const gemm::RowTileScheduler::Params& params = tiles_->of(phase);
+    const gemm::RowTileParams& params = tiles_->of(phase);
     if (phase != phase_) {
       phase_ = phase;
-      current_ = gemm::RowTileScheduler(params, 0, 1);
+      current_ = Scheduler(params, 0, 1);
     }
     current_.seek(task - begin);
     gemm::TileCoord tile = current_.coord();
@@ -98,14 +100,15 @@ class BackwardTaskCursor {
   }
 
  private:
-  CARACAL_HOST_DEVICE int tiles_in(BackwardPhase phase) const {
-    return gemm::RowTileScheduler(tiles_->of(phase), 0, 1).num_tiles();
-  }
+  using Scheduler = gemm::RowTileSchedulerOf<BlockN>;
+  CARACAL_HOST_DEVICE int tiles_in(BackwardPhase phase) const { return Scheduler(tiles_->of(phase), 0, 1).num_tiles(); }
 
   const BackwardTiles* tiles_;
-  gemm::RowTileScheduler current_;  // the current phase's tiles
+  Scheduler current_;  // the current phase's tiles
   int shared_dgrad_end_, shared_dx_end_, dgrad_end_, dx_end_;  // one past each phase's last task
   BackwardPhase phase_ = BackwardPhase::end;
 };
+// The bf16 GEMMs' tiles.
+using BackwardTaskCursor = BackwardTaskCursorOf<gemm::kBlockN>;
 
 }  // namespace caracal::fused

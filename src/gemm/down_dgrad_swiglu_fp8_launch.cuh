@@ -1,7 +1,7 @@
 #pragma once
 // The FP8 dgrad's launch in either tile (src/gemm/down_dgrad_swiglu_fp8.cu, _wide.cu: one
 // instantiation each): the grouped GEMM, then the fixed-order reduction of the router-score partials
-// (one per row and N tile).
+// (one per row and N tile); and its parameters, which the fused FP8 backward's tiles take too.
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "device/gemm/grouped_gemm_kernel.cuh"
 #include "device/gemm/row_tile_scheduler.cuh"
@@ -13,10 +13,10 @@
 
 namespace caracal::gemm {
 
-// `args` checked by the caller.
-template <class DgradGemm>
-void launch_fp8_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream, const char* fn) {
-  using Gemm = Scheduled<DgradGemm, RowTileSchedulerOf<DgradGemm::Policy::kBlockN>>;
+// The grouped GEMM's parameters over `args` (checked by the caller): `Gemm` a Scheduled FP8 dgrad
+// (its tile queue args.tile_queue); the fused FP8 backward takes its mainloop, epilogue and tiles.
+template <class Gemm>
+GemmParams<Gemm> fp8_down_dgrad_swiglu_params(const Fp8DownDgradSwigluArgs& args) {
   const uint64_t rows = uint64_t(args.rows.buffer_rows());
   const uint64_t d = uint64_t(args.hidden), i = uint64_t(args.intermediate);
   GemmParams<Gemm> p = fp8_row_gemm_params<Gemm>(args.rows, args.dy, args.w_down_t, i, d, "dy", "w_down_t", args.tile_queue);
@@ -27,6 +27,14 @@ void launch_fp8_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream
                                                   kScaleBlock, "d_gate_up_fp8_out.codes", TensorElement::kE4m3);
   p.epilogue.d_gate_up_scales = args.d_gate_up_fp8_out.scales;
   p.epilogue.buffer_rows = int(rows);
+  return p;
+}
+
+// `args` checked by the caller.
+template <class DgradGemm>
+void launch_fp8_down_dgrad_swiglu(const Fp8DownDgradSwigluArgs& args, cudaStream_t stream, const char* fn) {
+  using Gemm = Scheduled<DgradGemm, RowTileSchedulerOf<DgradGemm::Policy::kBlockN>>;
+  const GemmParams<Gemm> p = fp8_down_dgrad_swiglu_params<Gemm>(args);
   launch_grouped_gemm<Gemm>(p, args.num_ctas, stream, fn);
   reduce_router_grad(args.workspace, p.scheduler.n_blocks, args.rows, args.d_gates_out, stream, fn);
 }

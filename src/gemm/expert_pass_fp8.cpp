@@ -92,6 +92,48 @@ void check_fp8_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients
                 "not take its memory");
 }
 
+
+// x's, dy's and g·activation's columns (from the bf16 rows where the pass gives them, else from the
+// e4m3 rows: the tokens' at home, or x_fp8 / dy_fp8).
+void quantize_columns_before_dx(const Fp8ExpertPass& pass, cudaStream_t stream) {
+  if (pass.x != nullptr) {
+    quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);
+  } else if (pass.x_tokens.codes != nullptr) {  // the tokens' rows in the schedule's order
+    const quant::QuantizeColumnsArgs q = pass_column_args(pass, pass.hidden, pass.x_columns);
+    quant::quantize_columns_of_e4m3(q, {pass.x_tokens.codes, pass.x_tokens.scales, pass.x_tokens.scale_block_stride,
+                                        pass.rows.rows, pass.top_k},
+                                    stream);
+  } else {
+    quantize_pass_columns_of_e4m3(pass, pass.x_fp8, pass.hidden, pass.x_columns, stream);
+  }
+  if (pass.dy != nullptr) {
+    quantize_pass_columns(pass, pass.dy, pass.hidden, pass.dy_columns, stream);
+  } else {
+    quantize_pass_columns_of_e4m3(pass, pass.dy_fp8, pass.hidden, pass.dy_columns, stream);
+  }
+  quantize_pass_columns(pass, pass.activation, pass.intermediate, pass.activation_columns, stream);
+}
+
+// d_gate_up's columns (after dx: they may take d_gate_up_fp8's memory), then the weight-gradient GEMMs.
+void fp8_weight_grads_after_dx(const Fp8ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream) {
+  quantize_pass_columns(pass, pass.d_gate_up, 2 * pass.intermediate, pass.d_gate_up_columns, stream);
+  Fp8WeightGradArgs w;
+  w.rows = pass.rows;
+  w.hidden = pass.hidden;
+  w.intermediate = pass.intermediate;
+  w.num_ctas = pass.num_ctas;
+  const auto columns = [](const Fp8ColumnOutput& c) { return Fp8ColumnOperand{c.codes_t, c.scales}; };
+  w.x = columns(pass.x_columns);
+  w.dy = columns(pass.dy_columns);
+  w.d_gate_up = columns(pass.d_gate_up_columns);
+  w.scaled_activation = columns(pass.activation_columns);
+  w.d_w_gate_up = grads.w_gate_up;
+  w.d_w_down = grads.w_down;
+  w.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
+  w.d_w_down_bf16 = grads.w_down_bf16;
+  grouped_weight_grads(w, stream);
+}
+
 }  // namespace
 
 Fp8ExpertWeightSizes fp8_expert_weight_sizes(int experts, int hidden, int intermediate) {
@@ -231,15 +273,7 @@ void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cud
   grouped_down_proj(down_gemm_args(pass, weights), stream);
 }
 
-void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
-                     cudaStream_t stream) {
-  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
-                "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
-  if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
-  CARACAL_CHECK((pass.x != nullptr && pass.dy != nullptr) || pass.fp8_weight_grads(), "expert_backward (fp8): "
-                "pass.x and pass.dy may be null only with FP8 weight gradients (the bf16 weight-gradient GEMMs "
-                "read their bf16 rows)");
-  if (pass.dy != nullptr) quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);  // else given
+Fp8DownDgradSwigluArgs dgrad_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto dgrad = fp8_gemm_args<Fp8DownDgradSwigluArgs>(pass);
   dgrad.dy = operand(pass.dy_fp8);
   dgrad.w_down_t = weights.w_down_t;
@@ -250,12 +284,29 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   dgrad.scaled_activation_out = pass.activation;
   dgrad.d_gates_out = pass.dg;
   dgrad.workspace = pass.workspace;
-  grouped_down_dgrad_swiglu(dgrad, stream);
+  return dgrad;
+}
 
+Fp8GateUpDgradArgs dx_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights) {
   auto dx = fp8_gemm_args<Fp8GateUpDgradArgs>(pass);
   dx.d_gate_up = operand(pass.d_gate_up_fp8);
   dx.w_gate_up_t = weights.w_gate_up_t;
   dx.dx_out = pass.dx;
+  return dx;
+}
+
+void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
+                     cudaStream_t stream) {
+  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
+                "expert_backward (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  if (pass.fp8_weight_grads()) check_fp8_weight_grads(pass, grads);  // before anything is overwritten
+  CARACAL_CHECK((pass.x != nullptr && pass.dy != nullptr) || pass.fp8_weight_grads(), "expert_backward (fp8): "
+                "pass.x and pass.dy may be null only with FP8 weight gradients (the bf16 weight-gradient GEMMs "
+                "read their bf16 rows)");
+  if (pass.dy != nullptr) quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);  // else given
+  grouped_down_dgrad_swiglu(dgrad_gemm_args(pass, weights), stream);
+
+  const Fp8GateUpDgradArgs dx = dx_gemm_args(pass, weights);
   if (!pass.fp8_weight_grads()) {
     // The weight gradients on the bf16 rows, before dx may overwrite x.
     ExpertPass bf16_rows;
@@ -274,39 +325,24 @@ void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights,
   }
   // x, dy and g·activation down their columns before dx may overwrite x; d_gate_up's after dx, which
   // reads the e4m3 rows its columns may take the place of.
-  if (pass.x != nullptr) {
-    quantize_pass_columns(pass, pass.x, pass.hidden, pass.x_columns, stream);
-  } else if (pass.x_tokens.codes != nullptr) {  // the tokens' rows in the schedule's order
-    const quant::QuantizeColumnsArgs q = pass_column_args(pass, pass.hidden, pass.x_columns);
-    quant::quantize_columns_of_e4m3(q, {pass.x_tokens.codes, pass.x_tokens.scales, pass.x_tokens.scale_block_stride,
-                                        pass.rows.rows, pass.top_k},
-                                    stream);
-  } else {
-    quantize_pass_columns_of_e4m3(pass, pass.x_fp8, pass.hidden, pass.x_columns, stream);
-  }
-  if (pass.dy != nullptr) {
-    quantize_pass_columns(pass, pass.dy, pass.hidden, pass.dy_columns, stream);
-  } else {
-    quantize_pass_columns_of_e4m3(pass, pass.dy_fp8, pass.hidden, pass.dy_columns, stream);
-  }
-  quantize_pass_columns(pass, pass.activation, pass.intermediate, pass.activation_columns, stream);
+  quantize_columns_before_dx(pass, stream);
   grouped_gate_up_dgrad(dx, stream);
-  quantize_pass_columns(pass, pass.d_gate_up, 2 * pass.intermediate, pass.d_gate_up_columns, stream);
-  Fp8WeightGradArgs w;
-  w.rows = pass.rows;
-  w.hidden = pass.hidden;
-  w.intermediate = pass.intermediate;
-  w.num_ctas = pass.num_ctas;
-  const auto columns = [](const Fp8ColumnOutput& c) { return Fp8ColumnOperand{c.codes_t, c.scales}; };
-  w.x = columns(pass.x_columns);
-  w.dy = columns(pass.dy_columns);
-  w.d_gate_up = columns(pass.d_gate_up_columns);
-  w.scaled_activation = columns(pass.activation_columns);
-  w.d_w_gate_up = grads.w_gate_up;
-  w.d_w_down = grads.w_down;
-  w.d_w_gate_up_bf16 = grads.w_gate_up_bf16;
-  w.d_w_down_bf16 = grads.w_down_bf16;
-  grouped_weight_grads(w, stream);
+  fp8_weight_grads_after_dx(pass, grads, stream);
+}
+
+void quantize_dy_rows(const Fp8ExpertPass& pass, cudaStream_t stream) {
+  CARACAL_CHECK(pass.dy != nullptr, "quantize_dy_rows (fp8): pass.dy must not be null");
+  quantize_pass_rows(pass, pass.dy, pass.hidden, pass.dy_fp8, stream);
+}
+
+void expert_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream) {
+  CARACAL_CHECK(pass.fp8_weight_grads(), "expert_weight_grads (fp8): the pass must give its column outputs "
+                "(x_columns, dy_columns, d_gate_up_columns, activation_columns)");
+  CARACAL_CHECK(grads.w_gate_up_layout == GateUpLayout::kInterleaved,
+                "expert_weight_grads (fp8): grads.w_gate_up_layout must be interleaved (the FP8 GEMMs' order)");
+  check_fp8_weight_grads(pass, grads);
+  quantize_columns_before_dx(pass, stream);
+  fp8_weight_grads_after_dx(pass, grads, stream);
 }
 
 }  // namespace caracal::gemm

@@ -187,7 +187,7 @@ void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& a) {
   check_tile_count(a.rows, a.intermediate, fn, kFp8BlockN);
 }
 
-void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
+void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a, bool dx_stored, int block_n) {
   const char* fn = "grouped_gate_up_dgrad (fp8)";
   check_rows(a.rows, fn);
   check_dim(a.hidden, fn, "hidden (D)", kFp8GroupedGemmDimAlignment);
@@ -195,10 +195,10 @@ void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& a) {
   bool const no_rows = a.rows.row_capacity == 0;
   check_fp8_pointers(a.d_gate_up.codes, a.d_gate_up.scales, no_rows, fn, "d_gate_up");
   check_fp8_pointers(a.w_gate_up_t.codes, a.w_gate_up_t.scales, false, fn, "w_gate_up_t");
-  check_pointer(a.dx_out, no_rows, fn, "dx_out");
+  check_pointer(a.dx_out, no_rows || !dx_stored, fn, "dx_out");
   check_num_ctas(a.num_ctas, fn);
   check_tile_queue(a.tile_queue, a.num_ctas, fn);
-  check_tile_count(a.rows, a.hidden, fn, kFp8WideBlockN);
+  check_tile_count(a.rows, a.hidden, fn, block_n);
 }
 
 void check_weight_grads_args(const Fp8WeightGradArgs& a) {

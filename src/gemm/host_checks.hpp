@@ -22,7 +22,8 @@ void check_weight_grads_args(const WeightGradArgs& args);
 void check_up_gate_swiglu_args(const Fp8UpGateSwigluArgs& args);
 void check_down_proj_args(const Fp8DownProjArgs& args);
 void check_down_dgrad_swiglu_args(const Fp8DownDgradSwigluArgs& args);
-void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& args);
+// block_n: the N of the launch's tile (the standalone FP8 dx's 256; the fused FP8 backward's 128).
+void check_gate_up_dgrad_args(const Fp8GateUpDgradArgs& args, bool dx_stored = true, int block_n = 256);
 void check_weight_grads_args(const Fp8WeightGradArgs& args);
 
 // Persistent grid size: num_ctas, or one CTA per SM of the current device when 0; never more

@@ -22,6 +22,7 @@
 // layer's weights in between).
 #include "caracal/error.hpp"
 #include "caracal/gemm/expert_pass_fp8.hpp"
+#include "fused/fused_backward.hpp"
 #include "fused/fused_forward.hpp"
 #include "layer/fp8_weights.hpp"
 #include "layer/layer_plan.hpp"
@@ -95,15 +96,14 @@ class Fp8LaunchesPlan final : public LayerPlan {
       state_.exchange->dispatch(stream, transfer::PullRange{0, 0, transfer::RowsInPlace::kNone, true});
     }
     const std::vector<Fp8Weights> weights = quantized_weights(forward, stream);
+    if (state_.experiments.fused_fp8_backward) {  // FP8 weight gradients (MoELayer's constructor)
+      fused_backward(ranks, forward, replayed, weights, stream);
+      return;
+    }
     for (size_t l = 0; l < ranks.size(); ++l) {
       // FP8 weight gradients quantize x's and dy's columns from their e4m3 rows (DeepSeek-V3's
       // requantization), dy's as pulled.
-      gemm::Fp8ExpertPass pass = routed_pass(l, replayed);
-      if (fp8_weight_grads) {
-        pass.x = nullptr;
-        pass.dy = nullptr;
-        pass.dy_fp8 = state_.ranks[l].expert_dy_fp8;
-      }
+      const gemm::Fp8ExpertPass pass = fp8_weight_grads ? routed_backward_pass(l, replayed) : routed_pass(l, replayed);
       gemm::expert_backward(pass, weights[l].routed, routed_gradients(ranks[l], forward[l].weights), stream);
     }
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
@@ -137,6 +137,15 @@ class Fp8LaunchesPlan final : public LayerPlan {
     return pass;
   }
 
+  // Its backward with FP8 weight gradients: dy pulled in e4m3 (reverse_combine_fp8), x's and dy's
+  // columns quantized from their e4m3 rows.
+  gemm::Fp8ExpertPass routed_backward_pass(size_t l, bool replayed) const {
+    gemm::Fp8ExpertPass pass = routed_pass(l, replayed);
+    pass.x = nullptr;
+    pass.dy = nullptr;
+    pass.dy_fp8 = state_.ranks[l].expert_dy_fp8;
+    return pass;
+  }
   // Before any launch: the FP8 GEMMs read W_gate_up interleaved.
   static void check_layouts(const std::vector<MoEForwardArgs>& ranks) {
     for (size_t l = 0; l < ranks.size(); ++l) {
@@ -210,6 +219,44 @@ class Fp8LaunchesPlan final : public LayerPlan {
     fused::zero_ready_counters(args, stream);
     state_.exchange->build_schedule(state_.config.router, stream);
     fused::fused_forward(world_, args, stream);  // right after the schedule: it starts early
+  }
+
+  // The experiment's backward (LayerExperiments::fused_fp8_backward), after reverse_combine_fp8: the
+  // shared expert's dy quantized, one launch of both experts' dgrad and dx tiles (the routed dx rows
+  // into their home slots, the shared ones into its dx slot), their weight gradients, the slots summed.
+  void fused_backward(const std::vector<MoEBackwardArgs>& ranks, const std::vector<MoEForwardArgs>& forward,
+                      bool replayed, const std::vector<Fp8Weights>& weights, cudaStream_t stream) {
+    const bool has_shared = state_.sizes.has_shared;
+    fused::FusedBackwardFp8Args args;
+    args.exchange = state_.exchange.get();
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      const RankState& rank = state_.ranks[l];
+      fused::FusedBackwardFp8Rank r;
+      r.pass = routed_backward_pass(l, replayed);
+      r.weights = weights[l].routed;
+      r.ready_counters = rank.local.buffers().ready_counters;
+      r.has_shared = has_shared;
+      if (has_shared) {
+        gemm::quantize_dy_rows(rank.shared_fp8, stream);
+        r.shared = rank.shared_fp8;
+        r.shared.dx = rank.shared_dx_slot;
+        r.shared_weights = weights[l].shared;
+        r.shared_dx_rows = state_.sizes.tokens;
+      }
+      args.ranks.push_back(r);
+    }
+    fused::fused_backward(world_, args, stream);
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      gemm::expert_weight_grads(args.ranks[l].pass, routed_gradients(ranks[l], forward[l].weights), stream);
+      if (!has_shared) continue;
+      const MoEBackwardArgs& a = ranks[l];
+      gemm::expert_weight_grads(state_.ranks[l].shared_fp8,
+                                {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16,
+                                 a.d_shared_w_down_bf16},
+                                stream);
+      copy_shared_scale_grad(state_, l, a, stream);
+    }
+    state_.exchange->reverse_dispatch_filled_dx_slots(state_.config.router, stream, transfer::DxSlots::kPerRoute);
   }
 
   LayerState& state_;

@@ -26,6 +26,12 @@ struct LayerExperiments {
   // its combine from expert_dy after it; the separate launches' bits. At W > 1 every row is pulled
   // (the backward reads x's dispatched rows).
   bool fused_fp8_forward = false;
+  // The FP8 layer's backward GEMMs in one launch (fused::fused_backward of FusedBackwardFp8Args: the
+  // shared and routed experts' FP8 dgrad and dx tiles from one task counter over dy pulled before
+  // it, the dx rows stored into their home slots), the weight gradients after it; the separate
+  // launches' bits (d_topk_scores where D < 4096 only: fused/fused_backward.hpp). Needs FP8 weight gradients (MoELayerOptions::fp8_weight_gradients); a bf16
+  // layer ignores it, as it ignores fused_fp8_forward.
+  bool fused_fp8_backward = false;
 };
 
 struct ExperimentalLayer {

@@ -93,7 +93,7 @@ std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const 
   // must be sorted into one or the other before this compiles.
   static_assert(field_count<MoELayerOptions>() == 8, "a new MoELayerOptions field: does it change the heap "
                                                      "or what crosses between ranks? (values_ranks_agree_on)");
-  static_assert(field_count<LayerExperiments>() == 4, "a new LayerExperiments field: does it change the heap "
+  static_assert(field_count<LayerExperiments>() == 5, "a new LayerExperiments field: does it change the heap "
                                                       "or what crosses between ranks? (values_ranks_agree_on)");
   int64_t scale_bits = 0;
   static_assert(sizeof(scale_bits) == sizeof(config.router.scale));
@@ -122,6 +122,7 @@ std::vector<AgreedValue> values_ranks_agree_on(const LayerConfig& config, const 
       {"dx_rows_per_route (as run: false without the fused path)", fused && experiments.dx_rows_per_route ? 1 : 0},
       {"rows_per_route", experiments.rows_per_route ? 1 : 0},
       {"fused_fp8_forward (where the routed rows wait for combine)", experiments.fused_fp8_forward ? 1 : 0},
+      {"fused_fp8_backward (where the dx rows go)", experiments.fused_fp8_backward ? 1 : 0},
       {"ring_rows (as run: the default follows the device's SMs; 0 without the fused forward)", ring_rows},
       {"symmetric heap bytes", heap_bytes},
   };

@@ -67,10 +67,13 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
     b.d_gate_up_fp8 = scaled_rows(2 * I);
     b.weights_fp8 = block.take<uint8_t>(static_cast<int64_t>(fp8_layer_weight_bytes(s)));
   }
-  // The fused forward's counters and task slots, and between forwards the fused backward's.
-  const size_t counters = std::max(fused::ready_counter_words(s.routed_rows, s.has_shared ? s.shared_rows : 0),
-                                   fused::backward_ready_counter_words(static_cast<int>(s.ring_rows),
-                                                                       s.has_shared ? s.shared_rows : 0));
+  // The fused forward's counters and task slots, and between forwards the fused backward's (in FP8
+  // over every row).
+  const int shared_rows = s.has_shared ? s.shared_rows : 0;
+  const size_t counters =
+      std::max({fused::ready_counter_words(s.routed_rows, shared_rows),
+                fused::backward_ready_counter_words(static_cast<int>(s.ring_rows), shared_rows),
+                s.fp8 ? fused::backward_fp8_ready_counter_words(s.routed_rows, shared_rows) : size_t(0)});
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
   b.tile_queue = block.take<uint32_t>(gemm::kTileQueueWords);
   if (!s.has_shared) return b;

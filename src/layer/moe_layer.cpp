@@ -100,6 +100,13 @@ MoELayer::MoELayer(const LayerConfig& config, comm::World& world, const MoELayer
   state.config = config;
   state.experiments = experiments;
   state.sizes = layer::layer_sizes(config, options, world.multiprocessors());
+  // The FP8 experiments' switches leave a bf16 layer as it is.
+  const bool fused_fp8_backward = experiments.fused_fp8_backward && state.sizes.fp8;
+  CARACAL_CHECK(!fused_fp8_backward || state.sizes.fp8_weight_grads,
+                "MoELayer: the fused FP8 backward needs FP8 weight gradients (options.fp8_weight_gradients)");
+  CARACAL_CHECK(!fused_fp8_backward || world.local_ranks() <= fused::kFusedFp8MaxLocalRanks,
+                "MoELayer: the fused FP8 backward drives at most ", fused::kFusedFp8MaxLocalRanks,
+                " local ranks (its kernel's parameters), got ", world.local_ranks());
   CARACAL_CHECK(options.gemm_ctas >= 0, "MoELayer: options.gemm_ctas must be >= 0 (0: one per SM), got ",
                 options.gemm_ctas);
   CARACAL_CHECK(options.exchange_sms >= 0 && options.exchange_sms <= world.multiprocessors(),

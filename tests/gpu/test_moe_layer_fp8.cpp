@@ -215,9 +215,10 @@ TEST(GpuMoELayerFp8Steps, WeightsGivenQuantizedGiveTheSameBits) {
   EXPECT_NE(zeroed[0].y, own[0].y) << "the layer quantized the weights again over the block it was given";
 }
 
-void expect_graph_replays_give_the_eager_bits(const LayerCase& c) {
+// `setup`: the captured layer's (the eager steps it is held to run the default's).
+void expect_graph_replays_give_the_eager_bits(const LayerCase& c, const LayerSetup& setup = {}) {
   const SeededStep s(c, RoutingCase::kZipf);
-  LoopbackLayer l(c, s.weights);
+  LoopbackLayer l(c, s.weights, setup);
   const Stream stream;
   l.buffers.prepare(s.step, l.world);
   ASSERT_NO_THROW(run_step(l.layer, l.buffers, stream));  // an eager step first: every kernel's module loaded
@@ -270,6 +271,74 @@ TEST(GpuMoELayerFp8Steps, FusedForwardGivesTheSeparateLaunchesBits) {
       fused.experiments.pull_all_rows = pull_all_rows;
       expect_same_bits(run_once(c, s), run_once(c, s, fused), "the fused FP8 forward against the separate launches");
     }
+  }
+}
+
+// The FP8 backward's dgrad and dx in one launch (layer::LayerExperiments::fused_fp8_backward: the
+// shared and routed experts' FP8 dgrad and dx tiles from one task counter over dy pulled before it,
+// the routed dx rows stored into their home slots) gives the separate launches' bits, alone and after
+// the fused FP8 forward, on every world size its kernel parameters hold (D = 256: below the wide
+// dgrad's D, where dg's partials would sum otherwise: fused/fused_backward.hpp).
+TEST(GpuMoELayerFp8Steps, FusedBackwardGivesTheSeparateLaunchesBits) {
+  CARACAL_REQUIRE_GPU();
+  const std::vector<LayerCase> cases = fp8_cases();
+  // T a multiple of 128: the shared expert reads its rows in place.
+  const LayerCase shared_in_place{"W2_shared_in_place_k2", 2, 128, 8, 2, true, false, kNormalized,
+                                  RoutingCase::kZipf, Precision::kFP8};
+  for (const LayerCase& c : {kRepeatCaseW1, kRepeatCase, cases[0], cases[2], cases[3], shared_in_place}) {
+    for (const bool fused_forward : {false, true}) {
+      SCOPED_TRACE(c.name + (fused_forward ? ", after the fused forward" : ""));
+      const SeededStep s(c, c.routing);
+      LayerSetup fused;
+      fused.experiments.fused_fp8_backward = true;
+      fused.experiments.fused_fp8_forward = fused_forward;
+      expect_same_bits(run_once(c, s), run_once(c, s, fused), "the fused FP8 backward against the separate launches");
+    }
+  }
+}
+
+// Both fused FP8 passes in one CUDA graph replayed with new routing and inputs: each replay the
+// bits of an eager step of the separate launches.
+TEST(GpuMoELayerFp8Steps, FusedPassesReplayTheSeparateLaunchesBits) {
+  CARACAL_REQUIRE_GPU();
+  LayerSetup fused;
+  fused.experiments.fused_fp8_forward = true;
+  fused.experiments.fused_fp8_backward = true;
+  for (const LayerCase& c : {kRepeatCase, kRepeatCaseW1}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replays_give_the_eager_bits(c, fused));
+  }
+}
+
+// A world of more local ranks than the fused FP8 backward's kernel parameters hold is refused by
+// name at construction.
+TEST(GpuMoELayerFp8Steps, FusedBackwardRefusesMoreLocalRanksThanItHolds) {
+  CARACAL_REQUIRE_GPU();
+  const LayerCase c = fp8_cases()[4];  // W = 8: twice the 4 it holds
+  ASSERT_EQ(c.world, 8);
+  const SeededStep s(c, c.routing);
+  LayerSetup setup;
+  setup.experiments.fused_fp8_backward = true;
+  try {
+    LoopbackLayer l(c, s.weights, setup);
+    ADD_FAILURE() << "a world of " << c.world << " local ranks took the fused FP8 backward";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused FP8 backward drives at most"), std::string::npos) << e.what();
+  }
+}
+
+// Without FP8 weight gradients the fused FP8 backward is refused by name at construction.
+TEST(GpuMoELayerFp8Steps, FusedBackwardNeedsFp8WeightGradients) {
+  CARACAL_REQUIRE_GPU();
+  const SeededStep s(kRepeatCaseW1, kRepeatCaseW1.routing);
+  LayerSetup setup;
+  setup.experiments.fused_fp8_backward = true;
+  setup.options.fp8_weight_gradients = false;
+  try {
+    LoopbackLayer l(kRepeatCaseW1, s.weights, setup);
+    ADD_FAILURE() << "a layer with bf16 weight gradients took the fused FP8 backward";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_weight_gradients"), std::string::npos) << e.what();
   }
 }
 

@@ -372,6 +372,9 @@ void add_options(CLI::App& app, BenchOptions& a) {
   app.add_flag("--fused-fp8-forward", a.fused_fp8_forward,
                "Experiment: with --precision fp8, the forward in one fused launch (one macrobatch; at W > 1 every "
                "row pulled)");
+  app.add_flag("--fused-fp8-backward", a.fused_fp8_backward,
+               "Experiment: with --precision fp8 (and FP8 weight gradients), the backward's dgrad and dx in one "
+               "fused launch");
   app.add_flag("--profile-step", a.profile_step,
                "No timing: after two warm-up steps, one forward and backward of the layer (FP8: its weights "
                "quantized once first, as a step does) between cudaProfilerStart and cudaProfilerStop (ncu "

@@ -30,6 +30,7 @@ struct BenchOptions {
   bool rows_per_route = false;       // layer::LayerExperiments::rows_per_route
   bool dx_rows_per_route = false;    // layer::LayerExperiments::dx_rows_per_route
   bool fused_fp8_forward = false;    // layer::LayerExperiments::fused_fp8_forward
+  bool fused_fp8_backward = false;   // layer::LayerExperiments::fused_fp8_backward
   int ring_rows = 0;        // MoELayerOptions::ring_rows
   bool graph = false;       // time replays of CUDA graphs captured from the layer's calls
   bool profile_step = false;  // no timing: one forward and backward for a profiler (profile_layer)

@@ -14,6 +14,7 @@ LayerSetup layer_setup(const BenchOptions& a, bool fused_forward) {
   s.experiments.rows_per_route = a.rows_per_route;
   s.experiments.dx_rows_per_route = a.dx_rows_per_route;
   s.experiments.fused_fp8_forward = a.fused_fp8_forward;
+  s.experiments.fused_fp8_backward = a.fused_fp8_backward;
   return s;
 }
 
@@ -31,7 +32,8 @@ nlohmann::json setup_json(const LayerSetup& s) {
            {{"pull_all_rows", e.pull_all_rows},
             {"rows_per_route", e.rows_per_route},
             {"dx_rows_per_route", e.dx_rows_per_route},
-            {"fused_fp8_forward", e.fused_fp8_forward}}}};
+            {"fused_fp8_forward", e.fused_fp8_forward},
+            {"fused_fp8_backward", e.fused_fp8_backward}}}};
 }
 
 }  // namespace caracal::bench_tool

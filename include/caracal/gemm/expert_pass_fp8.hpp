@@ -137,6 +137,11 @@ void expert_down(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, cud
 // pass.activation_fp8, gate_up_out = pass.gate_up; activation = pass.activation_fp8, y_out = pass.out.
 Fp8UpGateSwigluArgs up_gate_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
 Fp8DownProjArgs down_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
+// The backward's GEMMs' arguments as expert_backward runs them, dy read from pass.dy_fp8:
+// d_gate_up_out = pass.d_gate_up, d_gate_up_fp8_out = pass.d_gate_up_fp8, scaled_activation_out =
+// pass.activation, d_gates_out = pass.dg; then d_gate_up = pass.d_gate_up_fp8, dx_out = pass.dx.
+Fp8DownDgradSwigluArgs dgrad_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
+Fp8GateUpDgradArgs dx_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights);
 // dy quantized, dg, d_gate_up (bf16 and e4m3) and g·activation (B1, B2), dx (B3) from the e4m3
 // d_gate_up and the weight gradients (B5: x, dy, d_gate_up, g·activation), in FP8 from their
 // column quantizations (pass.fp8_weight_grads(): x, dy and g·activation quantized before dx,
@@ -145,5 +150,12 @@ Fp8DownProjArgs down_gemm_args(const Fp8ExpertPass& pass, const Fp8ExpertWeights
 // grads.w_gate_up_layout must be kInterleaved.
 void expert_backward(const Fp8ExpertPass& pass, const Fp8ExpertWeights& weights, const ExpertPassGradients& grads,
                      cudaStream_t stream);
+
+// Two parts of expert_backward for a caller that runs its GEMMs apart (the fused FP8 backward):
+// pass.dy's bf16 rows into pass.dy_fp8 (what the dgrad reads); and, once the dgrad and dx have run
+// with dx not over x, the FP8 weight gradients (pass.fp8_weight_grads() required): x's, dy's,
+// g·activation's and d_gate_up's columns, then the GEMMs, the same bits as expert_backward's.
+void quantize_dy_rows(const Fp8ExpertPass& pass, cudaStream_t stream);
+void expert_weight_grads(const Fp8ExpertPass& pass, const ExpertPassGradients& grads, cudaStream_t stream);
 
 }  // namespace caracal::gemm
