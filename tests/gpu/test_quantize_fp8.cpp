@@ -260,24 +260,24 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, TokenRowsThroughRoutesGiveTheRowsBits) {
   std::mt19937_64 rng(seed.value());
   constexpr int kTopK = 3;
   Fp8Matrix rows = quantize_rows(to_floats(random_bf16_bits(rng, c.rows, c.cols)), c.rows, c.cols);
-  const int64_t blocks = rows.scale_cols();
+  const int64_t row_blocks = rows.scale_cols();  // the rows' 1 x 128 blocks
   std::vector<int64_t> token_of(static_cast<size_t>(c.rows));
   std::iota(token_of.begin(), token_of.end(), 0);
   std::shuffle(token_of.begin(), token_of.end(), rng);
   std::vector<int2> routes(static_cast<size_t>(c.rows));
   std::vector<uint8_t> token_codes(static_cast<size_t>(c.rows * c.cols), 0);
-  std::vector<float> token_scales(static_cast<size_t>(blocks * c.rows), 0.0f);
-  std::vector<float> row_scales(static_cast<size_t>(blocks * c.rows), 0.0f);  // schedule order, MN-major
+  std::vector<float> token_scales(static_cast<size_t>(row_blocks * c.rows), 0.0f);
+  std::vector<float> row_scales(static_cast<size_t>(row_blocks * c.rows), 0.0f);  // schedule order, MN-major
   for (int64_t r = 0; r < c.rows; ++r) {
     const bool padding = r % 5 == 4;
     routes[r] = padding ? int2{-1, -1} : int2{0, int(token_of[r] * kTopK + r % kTopK)};
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = 0; b < row_blocks; ++b) {
       if (padding) {
-        rows.scales[r * blocks + b] = 0.0f;
+        rows.scales[r * row_blocks + b] = 0.0f;
       } else {
-        token_scales[b * c.rows + token_of[r]] = rows.scales[r * blocks + b];
+        token_scales[b * c.rows + token_of[r]] = rows.scales[r * row_blocks + b];
       }
-      row_scales[b * c.rows + r] = rows.scales[r * blocks + b];
+      row_scales[b * c.rows + r] = rows.scales[r * row_blocks + b];
     }
     for (int64_t j = 0; j < c.cols; ++j) {
       uint8_t& code = rows.codes[r * c.cols + j];
@@ -294,9 +294,10 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, TokenRowsThroughRoutesGiveTheRowsBits) {
   ASSERT_NO_FATAL_FAILURE(d_token_scales.upload(token_scales));
   ASSERT_NO_FATAL_FAILURE(d_routes.upload(routes));
   const auto fp8 = [](const DeviceBuffer<uint8_t>& b) { return reinterpret_cast<const __nv_fp8_e4m3*>(b.get()); };
+  const int64_t column_blocks = (c.rows + 127) / 128;  // the outputs' scales: a column's 128-row blocks
   const auto run = [&](const quant::E4m3Rows& source, std::vector<uint8_t>& codes, std::vector<float>& scales) {
     ColumnOutputs out;
-    ASSERT_NO_FATAL_FAILURE(allocate_column_outputs(c, blocks, out));
+    ASSERT_NO_FATAL_FAILURE(allocate_column_outputs(c, column_blocks, out));
     quant::quantize_columns_of_e4m3(out.args, source, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_NO_FATAL_FAILURE(out.codes.download(codes));
