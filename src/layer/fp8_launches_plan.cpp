@@ -109,9 +109,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
     for (size_t l = 0; l < ranks.size() && state_.sizes.has_shared; ++l) {
       const MoEBackwardArgs& a = ranks[l];
       const RankState& rank = state_.ranks[l];
-      gemm::expert_backward(rank.shared_fp8, weights[l].shared,
-                            {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16},
-                            stream);
+      gemm::expert_backward(rank.shared_fp8, weights[l].shared, shared_gradients(a), stream);
       copy_unless_same(rank.shared_dx_slot, rank.shared_fp8.dx, int64_t(state_.sizes.tokens) * state_.sizes.hidden,
                        stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
       copy_shared_scale_grad(state_, l, a, stream);
@@ -250,10 +248,7 @@ class Fp8LaunchesPlan final : public LayerPlan {
       gemm::expert_weight_grads(args.ranks[l].pass, routed_gradients(ranks[l], forward[l].weights), stream);
       if (!has_shared) continue;
       const MoEBackwardArgs& a = ranks[l];
-      gemm::expert_weight_grads(state_.ranks[l].shared_fp8,
-                                {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16,
-                                 a.d_shared_w_down_bf16},
-                                stream);
+      gemm::expert_weight_grads(state_.ranks[l].shared_fp8, shared_gradients(a), stream);
       copy_shared_scale_grad(state_, l, a, stream);
     }
     state_.exchange->reverse_dispatch_filled_dx_slots(state_.config.router, stream, transfer::DxSlots::kPerRoute);

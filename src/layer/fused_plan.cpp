@@ -72,10 +72,7 @@ class FusedPlan final : public LayerPlan {
     }
     for (size_t l = 0; l < ranks.size() && sizes.has_shared; ++l) {  // their dx already in the slots
       const MoEBackwardArgs& a = ranks[l];
-      gemm::expert_weight_grads(state_.ranks[l].shared,
-                                {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16,
-                                 a.d_shared_w_down_bf16},
-                                stream);
+      gemm::expert_weight_grads(state_.ranks[l].shared, shared_gradients(a), stream);
       copy_shared_scale_grad(state_, l, a, stream);
     }
     if (dx_sums_ride) {

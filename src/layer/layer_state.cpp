@@ -181,9 +181,7 @@ void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, 
   const RankState& rank = state.ranks[l];
   const int64_t rows = static_cast<int64_t>(state.sizes.tokens) * state.sizes.hidden;
   gemm::expert_backward(rank.shared, {weights.shared_w_gate_up, weights.shared_w_down},
-                        {grads.d_shared_w_gate_up, grads.d_shared_w_down, grads.d_shared_w_gate_up_bf16,
-                         grads.d_shared_w_down_bf16},
-                        stream);
+                        shared_gradients(grads), stream);
   copy_unless_same(rank.shared_dx_slot, rank.shared.dx, rows, stream, "MoELayer::backward: cudaMemcpyAsync(shared dx)");
 }
 

@@ -75,6 +75,10 @@ void shared_forward_and_schedule(LayerState& state, const std::vector<MoEForward
 // The shared expert's backward in launches of its own, its dx copied into the exchange's slot.
 void shared_backward(LayerState& state, size_t l, const MoEBackwardArgs& grads, const MoEWeights& weights,
                      cudaStream_t stream);
+// Where the shared expert's weight gradients go.
+inline gemm::ExpertPassGradients shared_gradients(const MoEBackwardArgs& a) {
+  return {a.d_shared_w_gate_up, a.d_shared_w_down, a.d_shared_w_gate_up_bf16, a.d_shared_w_down_bf16};
+}
 // d_shared_scale out, where the forward was given a shared_scale.
 void copy_shared_scale_grad(LayerState& state, size_t l, const MoEBackwardArgs& grads, cudaStream_t stream);
 
