@@ -6,6 +6,7 @@
 
 #include "caracal/gemm/grouped_gemm_backward_fp8.hpp"
 #include "caracal/gemm/grouped_gemm_fp8.hpp"
+#include "gemm_bench_cutlass.hpp"
 #include "quant/quantize_fp8.hpp"
 
 namespace caracal::bench {
@@ -21,9 +22,10 @@ const __nv_fp8_e4m3* fp8(const DeviceArray<uint8_t>& codes) {
 Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
                    const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
                    const __nv_bfloat16* d_gate_up, const __nv_bfloat16* scaled_activation, const ScheduleView& rows,
-                   uint32_t* tile_queue)
+                   uint32_t* tile_queue, float* cutlass_d_w_gate_up, float* cutlass_d_w_down)
     : c_(c), inputs_(sets), offsets_(offsets), rows_(rows), tile_queue_(tile_queue), sets_(sets.size()), saved_gate_up_(gate_up),
-      gates_(gates), bf16_d_gate_up_(d_gate_up), bf16_scaled_activation_(scaled_activation) {
+      gates_(gates), bf16_d_gate_up_(d_gate_up), bf16_scaled_activation_(scaled_activation),
+      cutlass_d_w_gate_up_(cutlass_d_w_gate_up), cutlass_d_w_down_(cutlass_d_w_down) {
   const int D = c.hidden, I = c.intermediate;
   const size_t capacity = size_t(offsets.back());
   for (size_t s = 0; s < sets.size(); ++s) {
@@ -79,6 +81,28 @@ Fp8Gemms::Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std
     cutlass_row_scales(set.x, D, x_sfa, x_offsets);
     add_cutlass(2 * I, D, set.x, x_sfa, x_offsets, set.w_gate_up, cutlass_up_out_);
     add_cutlass(D, I, activation_, activation_sfa, activation_offsets, set.w_down, cutlass_down_out_);
+  }
+  // The weight gradients: dW_gate_up = d_gate_up^T x, dW_down = dy^T (g·activation) on the column
+  // operands ours read.
+  const CutlassExpertRows experts{problem.row_begin, problem.rows};
+  const auto wgrad_problem = [&](const Rows& lhs, int m, const Rows& rhs, int n, float* d) {
+    return CutlassFp8WeightGradProblem{experts,
+                                       m,
+                                       n,
+                                       int64_t(capacity),
+                                       fp8(lhs.codes),
+                                       lhs.scales.get(),
+                                       fp8(rhs.codes),
+                                       rhs.scales.get(),
+                                       d};
+  };
+  for (const Set& set : sets_) {
+    for (CutlassBackwardSchedule schedule : kCutlassBackwardSchedules) {
+      cutlass_wgrad_.push_back(make_cutlass_fp8_weight_grads(
+          schedule, wgrad_problem(d_gate_up_columns_, 2 * I, set.x_columns, D, cutlass_d_w_gate_up_)));
+      cutlass_wgrad_.push_back(make_cutlass_fp8_weight_grads(
+          schedule, wgrad_problem(set.dy_columns, D, scaled_activation_columns_, I, cutlass_d_w_down_)));
+    }
   }
   BENCH_CUDA(cudaDeviceSynchronize());
 }
@@ -267,6 +291,12 @@ void Fp8Gemms::wgrad(int iter, bool bf16_grads) const {
 double Fp8Gemms::up_difference() const { return difference(cutlass_up_out_, gate_up_, 2 * c_.intermediate); }
 
 double Fp8Gemms::down_difference() const { return difference(cutlass_down_out_, y_, c_.hidden); }
+
+double Fp8Gemms::wgrad_difference() const {
+  const int D = c_.hidden, I = c_.intermediate;
+  return std::fmax(weight_grad_difference(cutlass_d_w_gate_up_, d_w_gate_up_.get(), c_.counts, 2 * I, D),
+                   weight_grad_difference(cutlass_d_w_down_, d_w_down_.get(), c_.counts, D, I));
+}
 
 uint64_t Fp8Gemms::output_digest() const {
   uint64_t h = 0xcbf29ce484222325ull;

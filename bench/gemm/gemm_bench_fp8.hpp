@@ -5,13 +5,16 @@
 // (caracal/gemm/grouped_gemm_fp8.hpp), our FP8 dgrad and dx (caracal/gemm/grouped_gemm_backward_fp8.hpp,
 // over the gate_up our bf16 up/gate kernel saved; dx on the dgrad's e4m3 d_gate_up), our FP8 weight
 // gradients (x, dy and our bf16 dgrad's d_gate_up and g·activation quantized down their columns) and CUTLASS's
-// blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp) on them, CUTLASS's outputs
-// compared with ours. Cases whose D and I are multiples of 128 only.
+// blockwise-scaled FP8 grouped GEMM (cutlass_fp8_grouped_gemm.hpp; the weight gradients'
+// cutlass_backward_gemms.hpp, both schedules) on them, CUTLASS's outputs compared with ours. Cases
+// whose D and I are multiples of 128 only.
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <vector>
 
 #include "caracal/schedule_view.hpp"
+#include "cutlass_backward_gemms.hpp"
 #include "cutlass_fp8_grouped_gemm.hpp"
 #include "gemm_bench_support.hpp"
 
@@ -23,11 +26,13 @@ class Fp8Gemms {
 
   // `activation`, `gate_up`: our bf16 up/gate's [capacity][I] and [capacity][2I] outputs (the down
   // GEMMs' A, quantized once; the dgrad's saved gate_up); `gates`: g per row; `d_gate_up`,
-  // `scaled_activation`: our bf16 dgrad's outputs (the weight gradients' operands).
+  // `scaled_activation`: our bf16 dgrad's outputs (the weight gradients' operands);
+  // `cutlass_d_w_gate_up`, `cutlass_d_w_down`: where CUTLASS's FP8 weight gradients go (fp32
+  // [L][2I][D], [L][D][I]; the bf16 baseline's, to keep one copy in memory).
   Fp8Gemms(const Case& c, const std::vector<int32_t>& offsets, const std::vector<InputSet>& sets,
            const __nv_bfloat16* activation, const __nv_bfloat16* gate_up, const float* gates,
            const __nv_bfloat16* d_gate_up, const __nv_bfloat16* scaled_activation, const ScheduleView& rows,
-           uint32_t* tile_queue);
+           uint32_t* tile_queue, float* cutlass_d_w_gate_up, float* cutlass_d_w_down);
 
   void up(int iter) const;     // ours, storing gate_up and the activation
   // Ours as the layer runs it: gate_up, and the activation in e4m3 only, into the down GEMM's rows
@@ -45,11 +50,18 @@ class Fp8Gemms {
   void wgrad(int iter, bool bf16_grads = false) const;  // ours, fp32 (or bf16) gradients
   void cutlass_up(int iter) const { cutlass_[set_of(iter) * 2]->run(nullptr); }
   void cutlass_down(int iter) const { cutlass_[set_of(iter) * 2 + 1]->run(nullptr); }
+  void cutlass_wgrad(CutlassBackwardSchedule schedule, int iter) const {
+    const size_t first = (set_of(iter) * std::size(kCutlassBackwardSchedules) + size_t(schedule)) * 2;
+    cutlass_wgrad_[first]->run(nullptr);
+    cutlass_wgrad_[first + 1]->run(nullptr);
+  }
 
   // Relative Frobenius difference of CUTLASS's last up (down) output from ours, over the case's real
   // rows (every 7th row of each expert).
   double up_difference() const;
   double down_difference() const;
+  // CUTLASS's last FP8 weight gradients against our last fp32 ones (sampled rows, the worse of the two).
+  double wgrad_difference() const;
   // FNV-1a (64-bit) over the bits of the real rows of our last up (gate_up and the activation), down,
   // dgrad (d_gate_up, g·activation) and dx outputs: two builds with equal digests computed the same bits.
   uint64_t output_digest() const;
@@ -101,6 +113,9 @@ class Fp8Gemms {
   DeviceArray<float> dg_, workspace_;
   std::vector<DeviceArray<float>> cutlass_sfa_;                    // per set: x's; then the activation's
   std::vector<std::unique_ptr<CutlassGroupedGemm>> cutlass_;  // [set][up, down]
+  float* cutlass_d_w_gate_up_;
+  float* cutlass_d_w_down_;
+  std::vector<std::unique_ptr<CutlassGroupedGemm>> cutlass_wgrad_;  // [set][schedule][gate_up, down]
 };
 
 }  // namespace caracal::bench

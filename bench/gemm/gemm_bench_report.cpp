@@ -7,6 +7,7 @@
 
 #include "cutlass_grouped_gemm.hpp"
 #include "gemm_bench_cases.hpp"
+#include "gemm_bench_cutlass.hpp"
 
 namespace caracal::bench {
 
@@ -75,20 +76,28 @@ constexpr RowOf kRows[] = {
     {"CUTLASS FP8 down", "cutlass_fp8_down", "cublas_down", "fp8_up_gate_swiglu"},
     {"dgrad+swiglu bwd", "dgrad_swiglu", "cublas_dgrad"},
     {"dgrad fixed-stride", "dgrad_swiglu_fixed_stride", "cublas_dgrad"},
+    {"CUTLASS dgrad 128x256", "cutlass_cooperative_128x256_dgrad", "cublas_dgrad", "cutlass_cooperative_up"},
+    {"CUTLASS dgrad pingpong", "cutlass_pingpong_dgrad", "cublas_dgrad", "cutlass_cooperative_up"},
     {"dx", "dx", "cublas_dx"},
     {"dx fixed-stride", "dx_fixed_stride", "cublas_dx"},
+    {"CUTLASS dx 128x256", "cutlass_cooperative_128x256_dx", "cublas_dx", "cutlass_cooperative_up"},
+    {"CUTLASS dx pingpong", "cutlass_pingpong_dx", "cublas_dx", "cutlass_cooperative_up"},
     {"FP8 dgrad+swiglu bwd", "fp8_dgrad_swiglu", "cublas_dgrad", "fp8_dgrad_swiglu"},
     {"FP8 dx", "fp8_dx", "cublas_dx", "fp8_dgrad_swiglu"},
     {"wgrad (fp32)", "wgrad", "cublas_wgrad"},
+    {"CUTLASS wgrad 128x256", "cutlass_cooperative_128x256_wgrad", "cublas_wgrad", "cutlass_cooperative_up"},
+    {"CUTLASS wgrad pingpong", "cutlass_pingpong_wgrad", "cublas_wgrad", "cutlass_cooperative_up"},
     {"FP8 wgrad (fp32)", "fp8_wgrad", "cublas_wgrad", "fp8_dgrad_swiglu"},
     {"FP8 wgrad (bf16)", "fp8_wgrad_bf16", "cublas_wgrad", "fp8_dgrad_swiglu"},
+    {"CUTLASS FP8 wgrad coop", "cutlass_fp8_wgrad_cooperative", "cublas_wgrad", "fp8_dgrad_swiglu"},
+    {"CUTLASS FP8 wgrad pp", "cutlass_fp8_wgrad_pingpong", "cublas_wgrad", "fp8_dgrad_swiglu"},
     {"FP8 wgrad operands quantize", "fp8_quantize_wgrad_operands", "", "fp8_dgrad_swiglu"},
     {"wgrad (bf16)", "wgrad_bf16", "cublas_wgrad"},
     {"backward", "backward", "cublas_backward"},
 };
 
 // Ours against the fastest CUTLASS configuration of the same GEMM (ours: the up kernel that stores
-// only the activation, CUTLASS's the plain product).
+// only the activation, the dgrad with its SwiGLU epilogue; CUTLASS's the plain product).
 void print_cutlass_line(const CaseResult& r) {
   const auto best = [&](const char* gemm) {
     double tflops = 0.0;
@@ -97,21 +106,35 @@ void print_cutlass_line(const CaseResult& r) {
     }
     return tflops;
   };
-  std::printf("%-31s vs CUTLASS's best configuration: up %.3f, down %.3f\n", "",
-              r.timings.at("up_gate_swiglu_hidden_only").tflops / best("up"), r.timings.at("down").tflops / best("down"));
+  const auto best_backward = [&](const char* gemm) {
+    double tflops = 0.0;
+    for (CutlassBackwardSchedule s : kCutlassBackwardSchedules) {
+      tflops = std::max(tflops, r.timings.at("cutlass_" + cutlass_bf16_backward_name(s) + "_" + gemm).tflops);
+    }
+    return tflops;
+  };
+  const auto ours = [&](const char* kernel) { return r.timings.at(kernel).tflops; };
+  std::printf("%-31s vs CUTLASS's best configuration: up %.3f, down %.3f, dgrad+SwiGLU over the plain product %.3f, "
+              "dx %.3f, wgrad %.3f\n",
+              "", ours("up_gate_swiglu_hidden_only") / best("up"), ours("down") / best("down"),
+              ours("dgrad_swiglu") / best_backward("dgrad"), ours("dx") / best_backward("dx"),
+              ours("wgrad") / best_backward("wgrad"));
 }
 
 // Our FP8 GEMMs against our bf16 ones (the up kernels both storing gate_up; the dgrads both storing
-// bf16 d_gate_up, the FP8 one its e4m3 copy too) and against CUTLASS's blockwise FP8 grouped GEMM
-// (plain product).
+// bf16 d_gate_up, the FP8 one its e4m3 copy too) and against CUTLASS's blockwise FP8 grouped GEMMs
+// (plain product; the weight gradients' faster schedule).
 void print_fp8_line(const CaseResult& r) {
   const auto tflops = [&](const char* kernel) { return r.timings.at(kernel).tflops; };
+  const double cutlass_wgrad =
+      std::max(tflops("cutlass_fp8_wgrad_cooperative"), tflops("cutlass_fp8_wgrad_pingpong"));
   std::printf("%-31s FP8 over our bf16: up %.3f, down %.3f, dgrad %.3f, dx %.3f, wgrad %.3f; over CUTLASS FP8: up %.3f, "
-              "down %.3f\n",
+              "down %.3f, wgrad %.3f\n",
               "", tflops("fp8_up_gate_swiglu") / tflops("up_gate_swiglu"), tflops("fp8_down") / tflops("down"),
               tflops("fp8_dgrad_swiglu") / tflops("dgrad_swiglu"), tflops("fp8_dx") / tflops("dx"),
               tflops("fp8_wgrad") / tflops("wgrad"),
-              tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"));
+              tflops("fp8_up_gate_swiglu") / tflops("cutlass_fp8_up"), tflops("fp8_down") / tflops("cutlass_fp8_down"),
+              tflops("fp8_wgrad") / cutlass_wgrad);
   std::printf("%-31s FP8 outputs' digest %016llx\n", "", static_cast<unsigned long long>(r.fp8_output_digest));
 }
 
@@ -157,12 +180,15 @@ bool print_case(const Case& c, const CaseResult& r) {
   if (r.cutlass_up_rel_diff < 0.0) return forward_ok && backward_ok;
   print_cutlass_line(r);
   const bool cutlass_ok = print_agreement("CUTLASS up", r.cutlass_up_rel_diff) &&
-                          print_agreement("CUTLASS down", r.cutlass_down_rel_diff);
+                          print_agreement("CUTLASS down", r.cutlass_down_rel_diff) &&
+                          print_agreement("CUTLASS dx", r.cutlass_dx_rel_diff) &&
+                          print_agreement("CUTLASS wgrad", r.cutlass_wgrad_rel_diff);
   bool fp8_ok = true;
   if (r.cutlass_fp8_up_rel_diff >= 0.0) {
     print_fp8_line(r);
     fp8_ok = print_agreement("CUTLASS FP8 up", r.cutlass_fp8_up_rel_diff) &&
-             print_agreement("CUTLASS FP8 down", r.cutlass_fp8_down_rel_diff);
+             print_agreement("CUTLASS FP8 down", r.cutlass_fp8_down_rel_diff) &&
+             print_agreement("CUTLASS FP8 wgrad", r.cutlass_fp8_wgrad_rel_diff);
   }
   return forward_ok && backward_ok && cutlass_ok && fp8_ok;
 }
@@ -186,10 +212,13 @@ nlohmann::json case_json(const Case& c, const CaseResult& r) {
   if (r.cutlass_up_rel_diff >= 0.0) {
     j["cutlass_up_rel_diff"] = r.cutlass_up_rel_diff;
     j["cutlass_down_rel_diff"] = r.cutlass_down_rel_diff;
+    j["cutlass_dx_rel_diff"] = r.cutlass_dx_rel_diff;
+    j["cutlass_wgrad_rel_diff"] = r.cutlass_wgrad_rel_diff;
   }
   if (r.cutlass_fp8_up_rel_diff >= 0.0) {
     j["cutlass_fp8_up_rel_diff"] = r.cutlass_fp8_up_rel_diff;
     j["cutlass_fp8_down_rel_diff"] = r.cutlass_fp8_down_rel_diff;
+    j["cutlass_fp8_wgrad_rel_diff"] = r.cutlass_fp8_wgrad_rel_diff;
     char digest[17];
     std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(r.fp8_output_digest));
     j["fp8_output_digest"] = digest;

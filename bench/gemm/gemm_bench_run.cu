@@ -320,6 +320,12 @@ void time_cutlass(const CutlassBaseline& g, const Flops& f, const TimeIt& time_i
     time_it((name + "_up").c_str(), [&g, schedule](int i) { g.up(schedule, i); }, f.up, f.up);
     time_it((name + "_down").c_str(), [&g, schedule](int i) { g.down(schedule, i); }, f.down, f.down);
   }
+  for (CutlassBackwardSchedule schedule : kCutlassBackwardSchedules) {
+    const std::string name = "cutlass_" + cutlass_bf16_backward_name(schedule);
+    time_it((name + "_dgrad").c_str(), [&g, schedule](int i) { g.dgrad(schedule, i); }, f.dgrad, f.dgrad);
+    time_it((name + "_dx").c_str(), [&g, schedule](int i) { g.dx(schedule, i); }, f.dx, f.dx);
+    time_it((name + "_wgrad").c_str(), [&g, schedule](int i) { g.wgrad(schedule, i); }, f.wgrad, f.wgrad);
+  }
 }
 
 // `pad`: padded rows over real rows.
@@ -341,17 +347,32 @@ void time_fp8(const Fp8Gemms& g, const Flops& f, double pad, const TimeIt& time_
   time_it("fp8_quantize_wgrad_operands", [&](int i) { g.quantize_wgrad_operands(i); }, 0.0, 0.0);
   time_it("cutlass_fp8_up", [&](int i) { g.cutlass_up(i); }, f.up, f.up);
   time_it("cutlass_fp8_down", [&](int i) { g.cutlass_down(i); }, f.down, f.down);
+  // CUTLASS's K is each expert's rows rounded up to the scaling block, as ours.
+  for (CutlassBackwardSchedule schedule : kCutlassBackwardSchedules) {
+    time_it((std::string("cutlass_fp8_wgrad_") + cutlass_backward_schedule_name(schedule)).c_str(),
+            [&g, schedule](int i) { g.cutlass_wgrad(schedule, i); }, f.wgrad, f.wgrad * pad);
+  }
 }
 
-// CUTLASS's outputs of input set 0 against ours (the last forward ran on set 0), every configuration.
+// CUTLASS's outputs of input set 0 against ours (the last forward and backward ran on set 0), every
+// configuration. The dgrad's product has no counterpart among ours (its SwiGLU epilogue stores what
+// follows from it), so it is timed, not compared.
 void compare_cutlass(const CutlassBaseline& g, const OurKernels& k, CaseResult& r) {
-  r.cutlass_up_rel_diff = r.cutlass_down_rel_diff = 0.0;
+  r.cutlass_up_rel_diff = r.cutlass_down_rel_diff = r.cutlass_dx_rel_diff = r.cutlass_wgrad_rel_diff = 0.0;
   for (CutlassSchedule schedule : kCutlassSchedules) {
     g.up(schedule, 0);
     g.down(schedule, 0);
     BENCH_CUDA(cudaDeviceSynchronize());
     r.cutlass_up_rel_diff = std::max(r.cutlass_up_rel_diff, g.up_difference(k.gate_up.get()));
     r.cutlass_down_rel_diff = std::max(r.cutlass_down_rel_diff, g.down_difference(k.y.get()));
+  }
+  for (CutlassBackwardSchedule schedule : kCutlassBackwardSchedules) {
+    g.dx(schedule, 0);
+    g.wgrad(schedule, 0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    r.cutlass_dx_rel_diff = std::max(r.cutlass_dx_rel_diff, g.dx_difference(k.dx.get()));
+    r.cutlass_wgrad_rel_diff =
+        std::max(r.cutlass_wgrad_rel_diff, g.wgrad_difference(k.d_w_gate_up.get(), k.d_w_down.get()));
   }
 }
 
@@ -388,7 +409,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
   std::optional<Fp8Gemms> fp8;
   if (c.rows() > 0) {
     time_dense(dense.emplace(k, cublas), flops, time_it);
-    cutlass.emplace(c, offsets, in, k.hidden.get());
+    cutlass.emplace(c, offsets, in, k.hidden.get(), k.d_gate_up.get(), k.scaled_activation.get());
     compare_cutlass(*cutlass, k, r);
     time_cutlass(*cutlass, flops, time_it);
   }
@@ -396,7 +417,7 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     // k.hidden holds set 0's activation (the first forward): the FP8 down GEMMs' A, quantized;
     // k.gate_up its gate_up, which the FP8 dgrad reads as the bf16 one does.
     fp8.emplace(c, offsets, in, k.hidden.get(), k.gate_up.get(), k.gates.get(), k.d_gate_up.get(),
-                k.scaled_activation.get(), k.rows, k.tile_queue.get());
+                k.scaled_activation.get(), k.rows, k.tile_queue.get(), cutlass->d_w_gate_up(), cutlass->d_w_down());
     fp8->up(0);
     fp8->down(0);
     fp8->dgrad(0);
@@ -407,6 +428,12 @@ CaseResult run_case(const Case& c, cublasHandle_t cublas, int warmup, int reps, 
     BENCH_CUDA(cudaDeviceSynchronize());
     r.cutlass_fp8_up_rel_diff = fp8->up_difference();
     r.cutlass_fp8_down_rel_diff = fp8->down_difference();
+    r.cutlass_fp8_wgrad_rel_diff = 0.0;
+    for (CutlassBackwardSchedule schedule : kCutlassBackwardSchedules) {
+      fp8->cutlass_wgrad(schedule, 0);
+      BENCH_CUDA(cudaDeviceSynchronize());
+      r.cutlass_fp8_wgrad_rel_diff = std::max(r.cutlass_fp8_wgrad_rel_diff, fp8->wgrad_difference());
+    }
     r.fp8_output_digest = fp8->output_digest();
     time_fp8(*fp8, flops, pad, time_it);
   }

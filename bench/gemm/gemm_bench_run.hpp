@@ -3,10 +3,10 @@
 // sit in L2), one forward and one backward spot-checked against fp64 (gemm_spot_checks.hpp), then
 // each of our kernels and its cuBLAS dense counterpart timed (the median of `reps` CUDA-event-
 // bracketed runs after `warmup`, event_timer.hpp, spread over rounds in which every kernel runs
-// in turn); and CUTLASS's own grouped GEMM on the
-// forward's two GEMMs (gemm_bench_cutlass.hpp), its outputs first compared with ours; where D and I
-// are multiples of 128, our FP8 forward GEMMs and CUTLASS's blockwise FP8 grouped GEMM on the
-// same inputs quantized (gemm_bench_fp8.hpp).
+// in turn); and CUTLASS's own grouped GEMMs on the
+// forward's and the backward's GEMMs (gemm_bench_cutlass.hpp), their outputs first compared with
+// ours; where D and I are multiples of 128, our FP8 GEMMs and CUTLASS's blockwise FP8 grouped GEMMs
+// (forward, weight gradients) on the same inputs quantized (gemm_bench_fp8.hpp).
 #include <cublas_v2.h>
 
 #include <cstddef>
@@ -29,12 +29,15 @@ struct CaseResult {
   std::map<std::string, Timing> timings;  // by kernel: ours, and cublas_* / cutlass_* where the case has rows
   double check_rel_err = 0.0;             // forward spot check
   double check_rel_err_backward = 0.0;    // backward spot check (worst of its parts)
-  // CUTLASS's outputs against ours (both schedules, the worse), relative Frobenius: -1 = not run.
+  // CUTLASS's outputs against ours (every schedule, the worst), relative Frobenius: -1 = not run.
   double cutlass_up_rel_diff = -1.0;
   double cutlass_down_rel_diff = -1.0;
+  double cutlass_dx_rel_diff = -1.0;
+  double cutlass_wgrad_rel_diff = -1.0;  // fp32 weight gradients
   // CUTLASS's blockwise FP8 outputs against our FP8 GEMMs' (gemm_bench_fp8.hpp): -1 = not run.
   double cutlass_fp8_up_rel_diff = -1.0;
   double cutlass_fp8_down_rel_diff = -1.0;
+  double cutlass_fp8_wgrad_rel_diff = -1.0;
   uint64_t fp8_output_digest = 0;  // Fp8Gemms::output_digest after the first run of each; 0 = not run
 };
 
