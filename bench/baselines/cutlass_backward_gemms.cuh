@@ -111,17 +111,17 @@ struct GroupArrays {
       sd.push_back(strided<StrideD>(g.m, g.n, g.ldd));
     }
     shapes_device = upload(shapes, "CUTLASS backward baseline: problem shapes");
-    a_ = upload(a, "CUTLASS backward baseline: A pointers");
-    b_ = upload(b, "CUTLASS backward baseline: B pointers");
-    d_ = upload(d, "CUTLASS backward baseline: D pointers");
+    a_pointers = upload(a, "CUTLASS backward baseline: A pointers");
+    b_pointers = upload(b, "CUTLASS backward baseline: B pointers");
+    d_pointers = upload(d, "CUTLASS backward baseline: D pointers");
     stride_a = upload(sa, "CUTLASS backward baseline: A strides");
     stride_b = upload(sb, "CUTLASS backward baseline: B strides");
     stride_d = upload(sd, "CUTLASS backward baseline: D strides");
   }
   std::vector<Shape3> shapes;  // host copy: CUTLASS reads it when setting up
   comm::DeviceMemory<Shape3> shapes_device;
-  comm::DeviceMemory<const ElementAB*> a_, b_;
-  comm::DeviceMemory<ElementD*> d_;
+  comm::DeviceMemory<const ElementAB*> a_pointers, b_pointers;
+  comm::DeviceMemory<ElementD*> d_pointers;
   comm::DeviceMemory<StrideA> stride_a;
   comm::DeviceMemory<StrideB> stride_b;
   comm::DeviceMemory<StrideD> stride_d;
@@ -153,12 +153,12 @@ class Bf16Runner final : public CutlassGroupedGemm {
   using GroupOf = Group<Element, ElementD>;
 
   explicit Bf16Runner(const std::vector<GroupOf>& groups) : arrays_(groups) {
-    const ElementD** c = const_cast<const ElementD**>(arrays_.d_.get());
+    const ElementD** c = const_cast<const ElementD**>(arrays_.d_pointers.get());
     const typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {static_cast<int>(groups.size()), arrays_.shapes_device.get(), arrays_.shapes.data()},
-        {arrays_.a_.get(), arrays_.stride_a.get(), arrays_.b_.get(), arrays_.stride_b.get()},
-        {Adapter::plain_product(), c, arrays_.stride_d.get(), arrays_.d_.get(), arrays_.stride_d.get()},
+        {arrays_.a_pointers.get(), arrays_.stride_a.get(), arrays_.b_pointers.get(), arrays_.stride_b.get()},
+        {Adapter::plain_product(), c, arrays_.stride_d.get(), arrays_.d_pointers.get(), arrays_.stride_d.get()},
         Adapter::hardware()};
     gemm_.initialize(args, groups.empty() ? 0 : groups[0].n, groups.empty() ? 0 : groups[0].k,
                      "CUTLASS backward baseline");
@@ -217,13 +217,13 @@ class Fp8WeightGradRunner final : public CutlassGroupedGemm {
     sfb_ = upload(sfb, "CUTLASS FP8 weight gradients: SFB pointers");
     layout_sfa_ = upload(layout_sfa, "CUTLASS FP8 weight gradients: SFA layouts");
     layout_sfb_ = upload(layout_sfb, "CUTLASS FP8 weight gradients: SFB layouts");
-    const float** c = const_cast<const float**>(arrays_.d_.get());
+    const float** c = const_cast<const float**>(arrays_.d_pointers.get());
     const typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {static_cast<int>(groups.size()), arrays_.shapes_device.get(), arrays_.shapes.data()},
-        {arrays_.a_.get(), arrays_.stride_a.get(), arrays_.b_.get(), arrays_.stride_b.get(), sfa_.get(),
+        {arrays_.a_pointers.get(), arrays_.stride_a.get(), arrays_.b_pointers.get(), arrays_.stride_b.get(), sfa_.get(),
          layout_sfa_.get(), sfb_.get(), layout_sfb_.get()},
-        {Adapter::plain_product(), c, arrays_.stride_d.get(), arrays_.d_.get(), arrays_.stride_d.get()},
+        {Adapter::plain_product(), c, arrays_.stride_d.get(), arrays_.d_pointers.get(), arrays_.stride_d.get()},
         Adapter::hardware()};
     gemm_.initialize(args, groups.empty() ? 0 : groups[0].n, groups.empty() ? 0 : groups[0].k,
                      "CUTLASS FP8 weight gradients");
