@@ -22,6 +22,7 @@
 #include "caracal/error.hpp"
 #include "cutlass_adapter.cuh"
 #include "cutlass_backward_gemms.hpp"
+#include "cutlass_grouped_gemm.cuh"
 
 namespace caracal::bench::cutlass_backward {
 
@@ -31,20 +32,11 @@ using cutlass_baseline::upload;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 
-// 16-bit operands (K tile 64: one 128-byte swizzle row). Cooperative at Caracal's row-tile shape
-// (128 x 256, no cluster); ping-pong as example 57's (128 x 128 a warpgroup, clusters of 2 x 1).
-struct Bf16Cooperative {
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-  using TileShape = Shape<_128, _256, _64>;
-  using ClusterShape = Shape<_1, _1, _1>;
-};
-struct Bf16Pingpong {
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  using TileShape = Shape<_128, _128, _64>;
-  using ClusterShape = Shape<_2, _1, _1>;
-};
+// 16-bit operands: the forward baselines' schedules (cutlass_grouped_gemm.cuh), cooperative at
+// Caracal's row-tile shape (128 x 256, no cluster) and example 57's ping-pong (128 x 128 a
+// warpgroup, clusters of 2 x 1).
+using Bf16Cooperative = cutlass_baseline::CooperativeOurTileSchedule;
+using Bf16Pingpong = cutlass_baseline::PingpongSchedule;
 // 8-bit operands with blockwise scales: example 68's cooperative (128 x 128 x 128, clusters of
 // 1 x 2) and ping-pong at 64 x 128 x 128 a warpgroup, no cluster (its sparse-groups variant's
 // 128 x 128 spills 1,260 bytes a thread: the promotion keeps a second set of accumulators).
