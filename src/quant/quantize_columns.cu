@@ -25,7 +25,8 @@ int column_blocks(const QuantizeColumnsArgs& args, const char* where) {
 
 namespace {
 
-// rows and cols as the kernel needs them (square_tile.cuh): whole squares of columns, rows by 4.
+// rows and cols as the kernel needs them (quantize_columns_kernel.cuh): whole units of columns (8 bf16
+// values), rows by 4.
 void check_shape(const QuantizeColumnsArgs& args, const char* where) {
   CARACAL_CHECK(args.rows >= 0 && args.rows % 4 == 0, where, ": rows must be a non-negative multiple of 4, got ",
                 args.rows);
@@ -41,7 +42,7 @@ void quantize_columns(const QuantizeColumnsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   check_operands(kWhere, {{args.values, "values", 16}, {args.codes_t, "codes_t", 4}, {args.scales, "scales", 4}});
   const int blocks = column_blocks(args, kWhere);
-  quantize_columns_kernel<<<blocks, kSquareThreads, 0, stream>>>(args, Bf16ColumnValues{args.values, args.cols});
+  quantize_columns_kernel<<<blocks, kColumnThreads<Bf16ColumnValues>, 0, stream>>>(args, Bf16ColumnValues{args.values, args.cols});
   check_cuda(cudaGetLastError(), "quantize_columns_kernel launch");
 }
 

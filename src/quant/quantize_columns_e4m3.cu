@@ -17,7 +17,7 @@ void quantize_columns_of_e4m3(const QuantizeColumnsArgs& args, const E4m3Rows& r
   CARACAL_CHECK(args.cols > 0 && args.cols % kFp8Block == 0, kWhere, ": cols must be a positive multiple of ",
                 kFp8Block, " (whole scaling blocks), got ", args.cols);
   if (args.rows == 0) return;
-  check_operands(kWhere, {{rows.codes, "rows.codes", 8}, {rows.scales, "rows.scales", 4}, {args.codes_t, "codes_t", 4},
+  check_operands(kWhere, {{rows.codes, "rows.codes", 16}, {rows.scales, "rows.scales", 4}, {args.codes_t, "codes_t", 4},
                           {args.scales, "scales", 4}});
   if (rows.routes != nullptr) {  // tokens' rows read in place
     CARACAL_CHECK(rows.top_k >= 1, kWhere, ": rows.top_k must be >= 1 with rows.routes, got ", rows.top_k);
@@ -29,7 +29,7 @@ void quantize_columns_of_e4m3(const QuantizeColumnsArgs& args, const E4m3Rows& r
   CARACAL_CHECK(rows.scale_block_stride >= args.rows, kWhere, ": rows.scale_block_stride must be at least rows (",
                 args.rows, "), got ", rows.scale_block_stride);
   const int blocks = column_blocks(args, kWhere);
-  quantize_columns_kernel<<<blocks, kSquareThreads, 0, stream>>>(
+  quantize_columns_kernel<<<blocks, kColumnThreads<E4m3ColumnValues>, 0, stream>>>(
       args, E4m3ColumnValues{rows.codes, rows.scales, rows.scale_block_stride, args.cols});
   check_cuda(cudaGetLastError(), "quantize_columns_kernel (e4m3) launch");
 }

@@ -76,7 +76,7 @@ struct QuantizeColumnsArgs {
 // scales[b * scale_block_stride + r] (the FP8 GEMMs' MN-major layout): the source of
 // quantize_columns_of_e4m3.
 struct E4m3Rows {
-  const __nv_fp8_e4m3* codes = nullptr;
+  const __nv_fp8_e4m3* codes = nullptr;  // 16-byte aligned
   const float* scales = nullptr;
   int64_t scale_block_stride = 0;  // at least rows (with routes: at least the tokens)
   // Optional: the rows are tokens' rows read in place, row r being token routes[r].y / top_k's (a

@@ -331,6 +331,7 @@ TEST_P(QuantizeColumnsOfE4m3OnGpu, TokenRowsThroughRoutesGiveTheRowsBits) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeColumnsOfE4m3OnGpu,
                          ::testing::Values(ColumnsCase{260, 256, 260, ScaleRounding::kExact},
+                                           ColumnsCase{260, 384, 516, ScaleRounding::kPowerOfTwo},
                                            ColumnsCase{4, 128, 4, ScaleRounding::kExact},
                                            ColumnsCase{1024, 2048, 1024, ScaleRounding::kExact}),
                          columns_case_name);
@@ -496,6 +497,9 @@ TEST(QuantizeFp8Args, RefuseWhatTheKernelsCannotDo) {
                {"quantize_columns_of_e4m3", "rows.top_k must be >= 1 with rows.routes", "got 0"});
   expect_error([&] { quant::quantize_columns_of_e4m3(cols, {e4m3.codes, scales, 0, routes, 2}, nullptr); },
                {"quantize_columns_of_e4m3", "rows.scale_block_stride must be >= 1", "got 0"});
+  const auto* const codes_off_16 = reinterpret_cast<const __nv_fp8_e4m3*>(codes + 8);  // a thread loads 16 codes
+  expect_error([&] { quant::quantize_columns_of_e4m3(cols, {codes_off_16, scales, 4}, nullptr); },
+               {"quantize_columns_of_e4m3", "rows.codes must be 16-byte aligned"});
 }
 
 }  // namespace
