@@ -153,8 +153,9 @@ __global__ void __launch_bounds__(kColumnThreads<Source>, kColumnCtasPerSm<Sourc
   static_assert(kColumnThreads<Source> >= kSide && kColumnThreads<Source> % 32 == 0, "a thread per column's scale");
   __shared__ __align__(16) float partial_amax[kRowGroups][kPartialStride];
   __shared__ __align__(16) float column_inverse[kSide];
-  const int64_t col_blocks = (args.cols + kSide - 1) / kSide;
-  const int64_t rb = blockIdx.x / col_blocks, cb = blockIdx.x % col_blocks;
+  // Row blocks first: the CTAs resident at once write each of their columns' codes as one run.
+  const int64_t row_blocks = (args.rows + kSide - 1) / kSide;
+  const int64_t rb = blockIdx.x % row_blocks, cb = blockIdx.x / row_blocks;
   const int thread = static_cast<int>(threadIdx.x), lane = thread % 32;
   constexpr int kWarpUnits = 8, kUnits = kSide / kCols;  // a warp: 4 row groups x 8 units
   static_assert(kUnits % kWarpUnits == 0, "whole warps across a block's units");
