@@ -48,7 +48,7 @@ struct MemoryPlan {
   int64_t ring = 0;       // ring_rows rows of the routed experts' x, dy, gate/up and activation
                           // (and at W > 1 of dx, summed per (token, rank) before going home)
   int64_t schedule = 0;   // for the worst case: schedule rows, offsets, counts, inverse view, per-row
-                          // g, dL/dg and router-gradient partials
+                          // g, dL/dg and router-gradient partials, the fused forward's task table
   int64_t saved = 0;      // the shared expert's rows (x, out, dy, gate/up, activation)
   int64_t partials = 0;   // fp32 sums of bf16 weight gradients between macrobatches (ring < rows)
   int64_t weights = 0;    // local routed experts + shared expert, in the layer's precision

@@ -49,13 +49,14 @@ GroupGemms<Bf16ForwardGemms> expert_gemms(const gemm::ExpertPass& pass, const ge
 
 }  // namespace
 
-size_t ready_counter_words(int row_capacity, int shared_rows) {
+size_t ready_counter_words(int row_capacity, int shared_rows, int hidden, int intermediate) {
   static_assert(Bf16ForwardGemms::Policy::kStages == Fp8ForwardGemms::Policy::kStages,
                 "one count of task slots for both precisions' launches");
-  static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0 && alignof(ProducerScratch) <= sizeof(TaskSlot));
-  return counters_and_task_slots_words<Bf16ForwardGemms::Policy>(
-             ForwardCounters(nullptr, row_capacity, shared_rows).words, sizeof(TaskSlot)) +
-         size_t(kFusedMaxCtasPerRank) * sizeof(ProducerScratch) / sizeof(uint32_t);
+  static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0);
+  return ForwardRankWords<Bf16ForwardGemms::Policy::kStages>(
+             nullptr, ForwardCounters(nullptr, row_capacity, shared_rows).words,
+             forward_task_table_entries_of_shape(row_capacity, hidden, intermediate))
+      .words;
 }
 
 int fused_ctas_per_rank(const comm::World& world) { return forward_ctas_per_rank<Bf16ForwardGemms>(world, kName); }

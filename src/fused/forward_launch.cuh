@@ -14,6 +14,7 @@
 #include "fused/forward_compute.cuh"
 #include "fused/forward_params.cuh"
 #include "fused/forward_pull.cuh"
+#include "fused/forward_task_table.cuh"
 #include "fused/fused_forward.hpp"
 #include "fused/fused_launch.hpp"
 #include "transfer/exchange_internals.hpp"
@@ -58,6 +59,30 @@ void check_forward_pass(const Pass& pass, const char* name) {
                 schedule.first_row, " and ", schedule.end_row);
 }
 
+// Where a rank's task slots (kStages a CTA), producer scratch and task table (table_entries) lie
+// after its `counter_words` ready counters at `base`, each from a 32-byte boundary; with a null base
+// only `words` (all of them) is counted.
+template <int kStages>
+struct ForwardRankWords {
+  TaskSlot* task_slots;
+  ProducerScratch* producer_scratch;
+  ForwardTask* task_table;
+  size_t words;
+
+  ForwardRankWords(uint32_t* base, size_t counter_words, size_t table_entries) {
+    constexpr size_t kBoundary = sizeof(TaskSlot) / sizeof(uint32_t);
+    static_assert(sizeof(TaskSlot) == sizeof(ForwardTask) && alignof(ProducerScratch) <= sizeof(TaskSlot));
+    const auto aligned = [](size_t w) { return (w + kBoundary - 1) / kBoundary * kBoundary; };
+    CounterArena arena(base);
+    arena.take(aligned(counter_words));
+    task_slots = reinterpret_cast<TaskSlot*>(arena.take(size_t(kFusedMaxCtasPerRank) * kStages * kBoundary));
+    producer_scratch = reinterpret_cast<ProducerScratch*>(
+        arena.take(aligned(size_t(kFusedMaxCtasPerRank) * sizeof(ProducerScratch) / sizeof(uint32_t))));
+    task_table = reinterpret_cast<ForwardTask*>(arena.take(table_entries * kBoundary));
+    words = arena.words();
+  }
+};
+
 // Rank `rank`'s parameters (a FusedForwardRank or FusedForwardFp8Rank): its GEMMs by `expert_gemms`
 // (pass, weights, activation_ready) and where its counters and task slots are.
 template <class Gemms, class Rank, class ExpertGemmsOf>
@@ -85,9 +110,31 @@ FusedForwardRankParams<Gemms> forward_rank_params(const Rank& rank, ExpertGemmsO
     r.shared_out = shared.out;
   }
   r.task_counter = counters.task_counter;
-  r.task_slots = task_slots_after<TaskSlot>(rank.ready_counters, counters.words);
-  r.producer_scratch = reinterpret_cast<ProducerScratch*>(r.task_slots + kFusedMaxCtasPerRank * Gemms::Policy::kStages);
+  const ForwardRankWords<Gemms::Policy::kStages> words(rank.ready_counters, counters.words, 0);
+  r.task_slots = words.task_slots;
+  r.producer_scratch = words.producer_scratch;
+  r.task_table = words.task_table;
+  if constexpr (Gemms::TaskHandOff::kReadsTaskTable) {
+    const size_t tasks = forward_task_table_entries(rank.pass.rows.row_capacity, r.routed.tiles.up.n_blocks,
+                                                    r.routed.tiles.down.n_blocks);
+    const size_t room =
+        forward_task_table_entries_of_shape(rank.pass.rows.row_capacity, rank.pass.hidden, rank.pass.intermediate);
+    CARACAL_CHECK(tasks <= room, name, ": the task table needs ", tasks, " entries, ready_counter_words left ", room,
+                  " (its GEMMs' N blocks are not those of D = ", rank.pass.hidden, " and I = ", rank.pass.intermediate, ")");
+  }
   return r;
+}
+
+// The task table's launch (forward_task_table.cuh) for `p`'s ranks, right before the fused kernel's.
+template <class Gemms>
+void launch_forward_task_table(comm::World& world, const ForwardKernelParams<Gemms>& p, cudaStream_t stream,
+                               const char* name) {
+  ForwardTaskTableParams t{};
+  for (int l = 0; l < world.local_ranks(); ++l) {
+    const FusedForwardRankParams<Gemms>& r = p.ranks[l];
+    t.ranks[l] = {r.shared.tiles, r.routed.tiles, r.has_shared, const_cast<ForwardTask*>(r.task_table)};
+  }
+  launch_forward_task_table(world, t, stream, name);
 }
 
 // CTAs per rank of the precision's launch.
@@ -155,7 +202,8 @@ void launch_fused_forward(comm::World& world, const Args& args, const typename G
   p.zero_padding_rows = zero_padding_rows;
   p.rows_per_route = exchange.rows_per_route;
   p.row_bases = row_bases;
-  shape.starts_early = true;  // while build_schedule runs (fused_forward.hpp)
+  if constexpr (Gemms::TaskHandOff::kReadsTaskTable) launch_forward_task_table(world, p, stream, name);
+  shape.starts_early = true;  // while build_schedule (and the task table's launch) run (fused_forward.hpp)
   comm::launch(world, name, shape, stream, fused_forward_kernel<Gemms>, p);
 }
 

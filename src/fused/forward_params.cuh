@@ -61,6 +61,7 @@ struct FusedForwardRankParams {
   uint32_t* task_counter;  // the rank's next task (forward_tasks.cuh)
   TaskSlot* task_slots;    // [CTAs of the rank][Gemms::Policy::kStages] (forward_tasks.cuh)
   ProducerScratch* producer_scratch;  // [CTAs of the rank], after the task slots
+  const ForwardTask* task_table;      // the routed tasks, after the scratch (forward_task_table.cuh)
 };
 
 // A rank's readiness counters, named spans of its ready_counters (FusedForwardRank), zeroed before

@@ -1,10 +1,13 @@
 #pragma once
 // How the fused forward's producer threads learn their tasks (forward_compute.cuh) from the rank's
 // task counter; a precision's GEMMs name theirs (forward_gemms.cuh: Gemms::TaskHandOff):
-//   TaskThroughScratch  thread 0 alone walks the task cursor, in the CTA's ProducerScratch in global
-//                       memory, and hands each task to the others there (the FP8 forward's storage
-//                       fills the 227 KiB and its producer has 56 registers); it claims each task a
-//                       round ahead, so that the counter's round trip runs under the tile before
+//   TaskPerThread       every producer thread walks the task cursor in its registers
+//   TaskThroughScratch  thread 0 alone takes each task, and hands it to the others through the
+//                       CTA's ProducerScratch in global memory (the FP8 forward's storage fills the
+//                       227 KiB and its producer has 56 registers): a routed task from the task
+//                       table (forward_task_table.cuh: one load), a shared expert's from the task
+//                       cursor in the scratch; it claims each task a round ahead, so that the
+//                       counter's round trip runs under the tile before
 // next() meets every producer thread before thread 0 takes the next task; it returns false at the
 // end, with every thread alike. `previous`: the block whose ring rows the task takes over (-1: none).
 #include <new>
@@ -12,6 +15,7 @@
 #include "device/comm/device_world.cuh"
 #include "device/comm/grid_dependency.cuh"
 #include "device/gemm/gathered_rows.cuh"
+#include "fused/forward_task_table.cuh"
 #include "fused/forward_tasks.cuh"
 #include "fused/task_slots.cuh"
 
@@ -19,6 +23,8 @@ namespace caracal::fused {
 
 class TaskPerThread {
  public:
+  static constexpr bool kReadsTaskTable = false;
+
   template <class Rank>
   __device__ TaskPerThread(const Rank& p, const comm::DeviceWorld&, int)
       : tasks_(p.has_shared ? &p.shared.tiles : nullptr, p.routed.tiles) {}
@@ -58,6 +64,8 @@ class TaskPerThread {
 
 class TaskThroughScratch {
  public:
+  static constexpr bool kReadsTaskTable = true;  // the launch writes the table first (forward_launch.cuh)
+
   template <class Rank>
   __device__ TaskThroughScratch(const Rank& p, const comm::DeviceWorld& world, int thread) {
     if (thread == 0) {
@@ -83,7 +91,7 @@ class TaskThroughScratch {
       ForwardTask next{ForwardPhase::end, {}};
       int next_previous = -1;
       if (t < tasks.num_tasks()) {
-        next = tasks.at(t);
+        next = t < tasks.shared_tasks() ? tasks.at(t) : table_task(p.task_table, t - tasks.shared_tasks());
         if (!next.shared()) next_previous = tasks.macrobatches().previous_in_ring(next.m_block());
       }
       scratch(p, world).task[buffer] = next;

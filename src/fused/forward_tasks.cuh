@@ -127,7 +127,17 @@ class ForwardTaskCursor {
   CARACAL_HOST_DEVICE const Macrobatches& macrobatches() const { return batches_; }
 
   // Task `task` (in [0, num_tasks()), at or past the last one asked for).
-  CARACAL_HOST_DEVICE ForwardTask at(int task) {
+  CARACAL_HOST_DEVICE ForwardTask at(int task) { return find(task, /*jump=*/false); }
+  // Task `task` (in [0, num_tasks())), in any order: the phase's tiles set afresh and its tile's
+  // expert found by bisection (RowTileScheduler::jump), for a thread that resolves a few tasks
+  // anywhere in the order (forward_task_table.cuh). The same task as at().
+  CARACAL_HOST_DEVICE ForwardTask at_any(int task) {
+    batch_ = -1;
+    return find(task, /*jump=*/true);
+  }
+
+ private:
+  CARACAL_HOST_DEVICE ForwardTask find(int task, bool jump) {
     ForwardPhase phase;
     int first;  // the phase's first task
     int batch = 0;
@@ -173,13 +183,16 @@ class ForwardTaskCursor {
         default: tiles_ = gemm::RowTileScheduler(routed_->down, 0, 1, begin, end); break;
       }
     }
-    tiles_.seek(task - first);
+    if (jump) {
+      tiles_.jump(task - first);
+    } else {
+      tiles_.seek(task - first);
+    }
     gemm::TileCoord tile = tiles_.coord();
     if (phase == ForwardPhase::up_gate || phase == ForwardPhase::down) gemm::RowTileScheduler::locate(routed_->up, tile);
     return ForwardTask{phase, tile};
   }
 
- private:
   // A routed block's tasks: its tiles and, but in macrobatch 0 (walked last: combine sums it), its
   // group sums. From the kernel parameters: no register held.
   CARACAL_HOST_DEVICE int per_block() const { return routed_->up.n_blocks + routed_->down.n_blocks + 1; }

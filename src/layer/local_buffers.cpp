@@ -71,7 +71,7 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   // over every row).
   const int shared_rows = s.has_shared ? s.shared_rows : 0;
   const size_t counters =
-      std::max({fused::ready_counter_words(s.routed_rows, shared_rows),
+      std::max({fused::ready_counter_words(s.routed_rows, shared_rows, static_cast<int>(D), static_cast<int>(I)),
                 fused::backward_ready_counter_words(static_cast<int>(s.ring_rows), shared_rows),
                 s.fp8 ? fused::backward_fp8_ready_counter_words(s.routed_rows, shared_rows) : size_t(0)});
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));

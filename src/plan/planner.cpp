@@ -106,12 +106,14 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   m.symmetric = 2 * T * x_row + 2 * T * D * 2 + (Is > 0 ? 2 * T * D * 2 : 0) + routes * D * 2 + 5 * routes * 4;
   m.ring = ring * (ring_heap_row + ring_local_row);
   // The schedule's rows, offsets, counts, inverse view and workspaces (heap), and the per-row g,
-  // dL/dg (heap) and router-gradient partials (local), all for the worst case.
+  // dL/dg (heap), router-gradient partials and the fused forward's task table (local: 32 bytes a
+  // task, every row block's 256-wide up/gate and down tiles and its group sums), all for the worst case.
   const int64_t chunks = ceil_div(routes, transfer::kScheduleChunkRoutes);
   const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4 +
                                 W * (chunks + ceil_div(chunks, transfer::kScheduleBlockChunks)) * L * 4 +
                                 2 * capacity * 4;
-  m.schedule = schedule_heap + dgrad_workspace(routed_rows, I);
+  const int64_t task_table = routed_rows / tile_m * (ceil_div(2 * I, 256) + ceil_div(D, 256) + 1) * 32;
+  m.schedule = schedule_heap + dgrad_workspace(routed_rows, I) + task_table;
   // The shared expert's gate_up and activation, gates and dg, and, where T is not a multiple of the
   // tile (its rows padded with zeros), its own x (its dx over it), out and dy.
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;

@@ -329,6 +329,62 @@ TEST(ForwardTaskOrder, TasksWaitOnlyOnTheCommRoleOrEarlierTasks) {
   }
 }
 
+bool same_task(const ForwardTask& a, const ForwardTask& b) {
+  return a.phase == b.phase && a.tile.expert == b.tile.expert && a.tile.m_begin == b.tile.m_begin &&
+         a.tile.m_buffer == b.tile.m_buffer && a.tile.n_begin == b.tile.n_begin && a.tile.k_begin == b.tile.k_begin &&
+         a.tile.k_tiles == b.tile.k_tiles && a.tile.active_end == b.tile.active_end;
+}
+
+// The task table's threads (forward_task_table.cu) resolve runs of routed tasks anywhere in the
+// order, each run's first placed by bisection over the experts: every task is the one the walk in
+// order gives, over empty experts, macrobatches and many experts. A wrong task (the walk's
+// neighbour) is told apart.
+TEST(ForwardTaskOrder, AnyOrderGivesTheTasksOfTheWalk) {
+  std::vector<ForwardShape> shapes = kForwardShapes;
+  std::mt19937 rng(7);
+  for (int experts : {17, 64, 130}) {
+    ForwardShape s{{}, 0, 0, experts % 2, 3, 2};
+    int blocks = 0;
+    for (int e = 0; e < experts; ++e) {
+      s.expert_blocks.push_back(static_cast<int>(rng() % 4));  // a quarter of them empty
+      blocks += s.expert_blocks.back();
+    }
+    s.capacity_blocks = blocks + 2;
+    s.ring_blocks = experts == 64 ? 5 : 0;
+    shapes.push_back(s);
+  }
+  for (const ForwardShape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << s);
+    const ForwardCase c(s);
+    ForwardTaskCursor tasks(c.has_shared ? &c.shared : nullptr, c.routed);
+    tasks.count_routed_tasks();
+    ASSERT_EQ(tasks.num_tasks(), static_cast<int>(c.order.size()));
+    std::vector<int> any_order(c.order.size());
+    std::iota(any_order.begin(), any_order.end(), 0);
+    std::shuffle(any_order.begin(), any_order.end(), rng);
+    int compared = 0;
+    for (int t : any_order) {
+      if (t < tasks.shared_tasks()) continue;
+      const ForwardTask task = tasks.at_any(t);
+      EXPECT_TRUE(same_task(task, c.order[static_cast<size_t>(t)])) << "task " << t;
+      if (t + 1 < tasks.num_tasks()) {
+        EXPECT_FALSE(same_task(task, c.order[static_cast<size_t>(t) + 1])) << "task " << t;
+      }
+      ++compared;
+    }
+    EXPECT_EQ(compared, tasks.num_tasks() - tasks.shared_tasks());
+    // As the table's threads take them: a run of consecutive tasks, the first anywhere, the others
+    // by the walk from it.
+    for (int run = 0; run < 20 && tasks.num_tasks() > tasks.shared_tasks(); ++run) {
+      const int begin = tasks.shared_tasks() + static_cast<int>(rng() % static_cast<unsigned>(tasks.num_tasks() - tasks.shared_tasks()));
+      for (int t = begin; t < std::min(begin + 7, tasks.num_tasks()); ++t) {
+        const ForwardTask task = t == begin ? tasks.at_any(t) : tasks.at(t);
+        EXPECT_TRUE(same_task(task, c.order[static_cast<size_t>(t)])) << "task " << t << " of the run from " << begin;
+      }
+    }
+  }
+}
+
 // The checks can fail: the order walked from the other end, or macrobatch 0 walked first, breaks
 // the rule.
 TEST(ForwardTaskOrder, TheRuleCatchesAWrongOrder) {

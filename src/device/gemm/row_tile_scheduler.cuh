@@ -78,6 +78,27 @@ class RowTileSchedulerOf {
   CARACAL_HOST_DEVICE void advance() { tile_ += stride_; }
   CARACAL_HOST_DEVICE int tile() const { return tile_; }            // the current tile's index
   CARACAL_HOST_DEVICE void seek(int tile) { tile_ = tile; }         // any tile at or past the current one
+  // Any tile at or past the current one, its expert found by bisection over the offsets (log2 of
+  // the experts' count in loads, where seek's walk takes one per expert crossed): for a thread that
+  // takes one tile anywhere (the fused forward's task table). coord() then finds what a walk would.
+  CARACAL_HOST_DEVICE void jump(int tile) {
+    tile_ = tile;
+    int const t = tile + window_begin_ * n_blocks_;  // numbered from block 0
+    // The first expert from expert_ on whose blocks end past t (coord's walk stops there), else the last.
+    int lo = expert_, hi = num_experts_ - 1;
+    while (lo < hi) {
+      int const mid = (lo + hi) / 2;
+      if (load_read_only(offsets_ + mid + 1) / kBlockM * n_blocks_ > t) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (lo == expert_) return;
+    expert_ = lo;
+    expert_begin_ = begin_block_ = load_read_only(offsets_ + lo) / kBlockM;
+    end_block_ = load_read_only(offsets_ + lo + 1) / kBlockM;
+  }
   CARACAL_HOST_DEVICE int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
 
   // Sets c.m_buffer, where c's rows lie in the row buffers (ScheduleView::buffer_row): read from
