@@ -16,7 +16,8 @@
 # then per layer the medians over the rounds (scripts/lib/fused_fp8_ab.py): each path's pass and
 # fwd+bwd ms, and each fused pass over the separate launches' (above 1: slower).
 # Files go to $OUT if set, else /tmp/caracal-fused-fp8-ab: fused-fp8-ab.md (the table),
-# fused-fp8-ab.json (for docs/results/), each run's log and bench JSON. The last line is
+# fused-fp8-ab.json (for docs/results/) and details.tgz (each run's log and bench JSON, packed at
+# exit: the device tool brings back at most 8 files). The last line is
 # "all passed" (exit 0) or "FAILED: <steps>" (exit 1). A bad setting exits 2 with one line naming it.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +48,8 @@ for b in "${builds[@]}"; do
 done
 [ -x "$new/tests/test_gpu_moe_layer_fp8" ] || usage_error "$new/tests/test_gpu_moe_layer_fp8 is missing"
 mkdir -p "$out"
+source "$root/scripts/lib/pack-details.sh"
+trap 'pack_details "$out" fused-fp8-ab.md fused-fp8-ab.json' EXIT
 build="$new"
 source "$root/scripts/lib/nccl-env.sh"
 summary_width=40

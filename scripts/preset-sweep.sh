@@ -31,7 +31,9 @@
 # seconds are in the summary and the JSON, to check this against.
 # Files go to $OUT if set, else /tmp/caracal-preset-sweep: preset-sweep.md (the table),
 # preset-sweep.json (every row: its figures, verdict and bench JSON; for docs/results/),
-# bench_<row>.json, models.json, preset-sweep.log (every command's output). The last line is
+# preset-sweep.log (every command's output) and details.tgz (bench_<row>.json, clock_<row>.json,
+# models.json and the report's inputs, packed at exit: the device tool brings back at most 8
+# files). The last line is
 # "all passed" (exit 0) or "FAILED: <rows and steps>" (exit 1): a bench that fails or times out, a
 # row not run, and a row that MISSes a target are each named there. A bad setting exits 2 with one
 # line naming it.
@@ -62,6 +64,8 @@ for v in max_v1 max_gemms; do
   [[ "${!v}" =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage_error "${v}: expected a number such as 1.06, got '${!v}'"
 done
 mkdir -p "$out"
+source "$root/scripts/lib/pack-details.sh"
+trap 'pack_details "$out" preset-sweep.md preset-sweep.json preset-sweep.log' EXIT
 source "$root/scripts/lib/nccl-env.sh"
 log="$out/preset-sweep.log"
 manifest="$out/manifest.tsv"

@@ -48,6 +48,9 @@ grep -q '^| deepseek-v3:32:4096 |' "$work/out-passes/fused-fp8-ab.md" || fail "p
 grep -- '--precision fp8' "$work/old/bench-args" | grep -q -- '--fused-fp8-forward' || fail "old: fused FP8 runs expected"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["layers"]["deepseek-v3:32:4096"]["new"]["forward_median_ms"] == 0.9' \
   "$work/out-passes/fused-fp8-ab.json" || fail "passes: the JSON's medians"
+# At most 8 files come back from a device call: the table, the JSON and every run's files packed.
+[ "$(cd "$work/out-passes" && find . -type f | sort | tr '\n' ' ')" = "./details.tgz ./fused-fp8-ab.json ./fused-fp8-ab.md " ] ||
+  fail "passes: the output folder: $(cd "$work/out-passes" && find . -type f | sort | tr '\n' ' ')"
 ab "a failing test stops the check" 1 "FAILED: test_gpu_moe_layer_fp8, benchmarks" "not run: a test of the new build failed" \
   "$work/broken"
 [ ! -e "$work/broken/bench-args" ] || fail "a failing test: the benchmarks ran"

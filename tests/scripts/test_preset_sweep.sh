@@ -93,6 +93,10 @@ want_args="--model qwen3-30b-a3b --experts 128 --tokens 8192 --ep 1 --graph --bf
 --model qwen3-30b-a3b --experts 16 --tokens 4096 --ep 1 --graph --bf16-weight-grads --rounds 3 --reps 20 --warmup 5 --json $work/out/bench_qwen3-30b-a3b_E16_T4096.json"
 [ "$(cat "$build/bench-args" 2>/dev/null)" = "$want_args" ] ||
   fail "the benches' arguments:"$'\n'"$(cat "$build/bench-args" 2>/dev/null)"$'\n'"want:"$'\n'"$want_args"
+# What comes back from a device call (at most 8 files): the table, the JSON, the log and the rest packed.
+[ "$(cd "$work/out" && find . -type f | sort | tr '\n' ' ')" = "./details.tgz ./preset-sweep.json ./preset-sweep.log ./preset-sweep.md " ] ||
+  fail "the output folder: $(cd "$work/out" && find . -type f | sort | tr '\n' ' ')"
+tar -tzf "$work/out/details.tgz" | grep -qx bench_alpha_E8_T4096.json || fail "details.tgz lacks bench_alpha_E8_T4096.json"
 # The combined JSON: every row, its verdict and its bench's JSON; the table beside it.
 python3 - "$work/out/preset-sweep.json" <<'PY' || fail "the combined JSON: $(head -c 2000 "$work/out/preset-sweep.json" 2>&1)"
 import json, sys
