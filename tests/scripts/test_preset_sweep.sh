@@ -96,7 +96,7 @@ want_args="--model qwen3-30b-a3b --experts 128 --tokens 8192 --ep 1 --graph --bf
 # What comes back from a device call (at most 8 files): the table, the JSON, the log and the rest packed.
 [ "$(cd "$work/out" && find . -type f | sort | tr '\n' ' ')" = "./details.tgz ./preset-sweep.json ./preset-sweep.log ./preset-sweep.md " ] ||
   fail "the output folder: $(cd "$work/out" && find . -type f | sort | tr '\n' ' ')"
-tar -tzf "$work/out/details.tgz" | grep -qx bench_alpha_E8_T4096.json || fail "details.tgz lacks bench_alpha_E8_T4096.json"
+tar -tzf "$work/out/details.tgz" | grep -x bench_alpha_E8_T4096.json >/dev/null || fail "details.tgz lacks bench_alpha_E8_T4096.json"
 # The combined JSON: every row, its verdict and its bench's JSON; the table beside it.
 python3 - "$work/out/preset-sweep.json" <<'PY' || fail "the combined JSON: $(head -c 2000 "$work/out/preset-sweep.json" 2>&1)"
 import json, sys
