@@ -1,9 +1,8 @@
 #pragma once
-// The fused forward's routed tasks as a table in global memory (TaskThroughScratch reads it,
-// forward_task_handoff.cuh):
-// a small launch between the schedule's and the fused kernel's resolves every routed task of the
-// order (forward_tasks.cuh) once, so that a producer takes each with one load instead of walking
-// the task cursor through the schedule's offsets. Entry i is task shared_tasks() + i; the entries
+// The fused forward's routed tasks as a table in global memory, read by TaskThroughScratch
+// (forward_task_handoff.cuh): a small launch between the schedule's and the fused kernel's resolves
+// every routed task of the order (forward_tasks.cuh) once, so that a producer takes each with one
+// load instead of walking the task cursor through the schedule's offsets. Entry i is task shared_tasks() + i; the entries
 // past the last task are not written. The shared expert's tasks need no schedule and stay with the
 // cursor (the fused kernel runs them while this launch waits for the schedule).
 //
