@@ -9,6 +9,7 @@
 # failed or matched no launch.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/lib/sass-digest.sh"
 build="${1:?usage: scripts/gemm-stalls.sh BUILD REGEX CASE}"
 regex="${2:?usage: scripts/gemm-stalls.sh BUILD REGEX CASE}"
 case_name="${3:?usage: scripts/gemm-stalls.sh BUILD REGEX CASE}"
@@ -26,9 +27,4 @@ if ! ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" --l
   tail -5 "$stem.log"
   exit 1
 fi
-ncu -i "$stem.ncu-rep" --page details >"$stem.details.txt" 2>&1
-ncu -i "$stem.ncu-rep" --page source --csv --print-source sass >"$out/$name.sass.csv" 2>&1
-{
-  grep -E "Duration|Elapsed Cycles|SM Active Cycles|DRAM Throughput|L2 Cache Throughput|SM Frequency" "$stem.details.txt" | head -8
-  python3 "$root/scripts/lib/sass_stalls.py" "$out/$name.sass.csv"
-} | tee "$out/$name.txt"
+sass_digest "$stem" "$out" "$name"

@@ -14,6 +14,7 @@
 # status 1 when ncu failed or matched no launch.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/lib/sass-digest.sh"
 build="${1:?usage: scripts/layer-stalls.sh BUILD REGEX}"
 regex="${2:?usage: scripts/layer-stalls.sh BUILD REGEX}"
 source "$root/scripts/lib/profile-step.sh"
@@ -37,10 +38,4 @@ if [ ! -f "$stem.ncu-rep" ]; then
   echo "FAILED: no launch matched '$regex' (see $stem.log)"
   exit 1
 fi
-ncu -i "$stem.ncu-rep" --page details >"$stem.details.txt" 2>&1
-ncu -i "$stem.ncu-rep" --page source --csv --print-source sass >"$out/$name.sass.csv" 2>&1
-{
-  figures="Duration|Elapsed Cycles|SM Active Cycles|DRAM Throughput|L2 Cache Throughput|SM Frequency"
-  grep -E "$figures|Executed Instructions" "$stem.details.txt" | head -8
-  python3 "$root/scripts/lib/sass_stalls.py" "$out/$name.sass.csv" "${TOP:-40}"
-} | tee "$out/$name.txt"
+sass_digest "$stem" "$out" "$name" "${TOP:-40}"
