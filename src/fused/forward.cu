@@ -49,13 +49,11 @@ GroupGemms<Bf16ForwardGemms> expert_gemms(const gemm::ExpertPass& pass, const ge
 
 }  // namespace
 
-size_t ready_counter_words(int row_capacity, int shared_rows, int hidden, int intermediate) {
-  static_assert(Bf16ForwardGemms::Policy::kStages == Fp8ForwardGemms::Policy::kStages,
-                "one count of task slots for both precisions' launches");
+size_t ready_counter_words(int row_capacity, int shared_rows) {
+  static_assert(!Bf16ForwardGemms::TaskHandOff::kReadsTaskTable, "the bf16 launch reads no task table");
   static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0);
   return ForwardRankWords<Bf16ForwardGemms::Policy::kStages>(
-             nullptr, ForwardCounters(nullptr, row_capacity, shared_rows).words,
-             forward_task_table_entries_of_shape(row_capacity, hidden, intermediate))
+             nullptr, ForwardCounters(nullptr, row_capacity, shared_rows).words, 0)
       .words;
 }
 

@@ -119,7 +119,7 @@ FusedForwardRankParams<Gemms> forward_rank_params(const Rank& rank, ExpertGemmsO
                                                     r.routed.tiles.down.n_blocks);
     const size_t room =
         forward_task_table_entries_of_shape(rank.pass.rows.row_capacity, rank.pass.hidden, rank.pass.intermediate);
-    CARACAL_CHECK(tasks <= room, name, ": the task table needs ", tasks, " entries, ready_counter_words left ", room,
+    CARACAL_CHECK(tasks <= room, name, ": the task table needs ", tasks, " entries, fp8_ready_counter_words left ", room,
                   " (its GEMMs' N blocks are not those of D = ", rank.pass.hidden, " and I = ", rank.pass.intermediate, ")");
   }
   return r;

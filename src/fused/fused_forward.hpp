@@ -40,8 +40,7 @@ struct FusedForwardRank {
   bool has_shared = false;
   gemm::ExpertPass shared;
   gemm::ExpertPassWeights shared_weights;
-  // ready_counter_words(pass.rows.row_capacity, shared.rows.row_capacity or 0, pass.hidden,
-  // pass.intermediate) device words.
+  // ready_counter_words(pass.rows.row_capacity, shared.rows.row_capacity or 0) device words.
   uint32_t* ready_counters = nullptr;
 };
 
@@ -71,7 +70,9 @@ struct FusedForwardFp8Rank {
   bool has_shared = false;
   gemm::Fp8ExpertPass shared;
   gemm::Fp8ExpertWeights shared_weights;
-  uint32_t* ready_counters = nullptr;  // as FusedForwardRank's
+  // fp8_ready_counter_words(pass.rows.row_capacity, shared.rows.row_capacity or 0, pass.hidden,
+  // pass.intermediate) device words.
+  uint32_t* ready_counters = nullptr;
 };
 
 struct FusedForwardFp8Args {
@@ -84,11 +85,14 @@ struct FusedForwardFp8Args {
   bool pull_all_rows = false;
 };
 
-// Device words a rank needs for `row_capacity` schedule rows of experts of hidden size `hidden`
-// and intermediate size `intermediate`, and `shared_rows` rows of a shared expert (0: none): its
-// readiness counters, the CTAs' task slots and producer scratch, and the routed tasks' table
-// (forward_task_table.cuh); 32-byte aligned.
-size_t ready_counter_words(int row_capacity, int shared_rows, int hidden, int intermediate);
+// Device words a rank needs for `row_capacity` schedule rows and `shared_rows` rows of a shared
+// expert (0: none): its readiness counters, the CTAs' task slots and producer scratch; 32-byte
+// aligned.
+size_t ready_counter_words(int row_capacity, int shared_rows);
+
+// The same for the FP8 launch, whose routed tasks come from a table (forward_task_table.cuh) after
+// those, sized for experts of hidden size `hidden` and intermediate size `intermediate`.
+size_t fp8_ready_counter_words(int row_capacity, int shared_rows, int hidden, int intermediate);
 
 // CTAs per rank of the fused launch on `world`'s device (one per SM, shared by the local ranks).
 int fused_ctas_per_rank(const comm::World& world);

@@ -70,9 +70,11 @@ LocalBuffers lay_out(BlockLayout& block, const LayerSizes& s) {
   // The fused forward's counters and task slots, and between forwards the fused backward's (in FP8
   // over every row).
   const int shared_rows = s.has_shared ? s.shared_rows : 0;
+  const int d = static_cast<int>(D), i = static_cast<int>(I);
+  const size_t forward_words = s.fp8 ? fused::fp8_ready_counter_words(s.routed_rows, shared_rows, d, i)
+                                     : fused::ready_counter_words(s.routed_rows, shared_rows);
   const size_t counters =
-      std::max({fused::ready_counter_words(s.routed_rows, shared_rows, static_cast<int>(D), static_cast<int>(I)),
-                fused::backward_ready_counter_words(static_cast<int>(s.ring_rows), shared_rows),
+      std::max({forward_words, fused::backward_ready_counter_words(static_cast<int>(s.ring_rows), shared_rows),
                 s.fp8 ? fused::backward_fp8_ready_counter_words(s.routed_rows, shared_rows) : size_t(0)});
   b.ready_counters = block.take<uint32_t>(static_cast<int64_t>(counters));
   b.tile_queue = block.take<uint32_t>(gemm::kTileQueueWords);

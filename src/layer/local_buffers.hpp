@@ -28,8 +28,11 @@ struct LocalBuffers {
   // With LayerSizes::weight_grad_partials: bf16 weight gradients' fp32 sums between two
   // macrobatches, gemm::weight_grad_partial_floats(D, I) each, used in turn (gemm::WeightGradArgs).
   float* weight_grad_partials[2] = {nullptr, nullptr};
-  // The fused kernels' counters and task slots: fused::ready_counter_words(routed_rows, shared_rows, D, I)
-  // or fused::backward_ready_counter_words(ring_rows), whichever is more (the passes take turns).
+  // The fused kernels' counters and task slots: the forward's (fused::ready_counter_words(routed_rows,
+  // shared_rows); FP8: fused::fp8_ready_counter_words(routed_rows, shared_rows, D, I), its task table
+  // too) or the backward's (fused::backward_ready_counter_words(ring_rows, shared_rows); FP8 also
+  // fused::backward_fp8_ready_counter_words(routed_rows, shared_rows)), whichever is more (the passes
+  // take turns).
   uint32_t* ready_counters = nullptr;
   // The row-tile GEMMs' tile queue (gemm::kTileQueueWords words): the routed and the shared
   // experts' GEMMs take turns on the layer's one stream, so they share it.

@@ -172,8 +172,14 @@ TEST(MoELayerMemory, Fp8AddsItsScaledRowsAndWeights) {
                          aligned_bytes(w.w_down_scales, 4) + aligned_bytes(w.w_down_scales_t, 4);
   const size_t workspace = aligned_bytes(gemm::fp8_down_dgrad_workspace_floats(int(rows), 128), 4) -
                            aligned_bytes(gemm::down_dgrad_workspace_floats(int(rows), 128), 4);
+  // The fused FP8 forward's task table after its counters: 35 row blocks' up/gate tile (2I = 256),
+  // down tile (D = 256) and group sums, 8 words a task. bf16's forward reads none.
+  const size_t bf16_words = fused::ready_counter_words(int(rows), 0);
+  const size_t fp8_words = fused::fp8_ready_counter_words(int(rows), 0, 256, 128);
+  EXPECT_EQ(fp8_words - bf16_words, 35 * 3 * 8);
+  const size_t table = aligned_bytes(fp8_words, 4) - aligned_bytes(bf16_words, 4);
   // The activation, dy and d_gate_up in e4m3 (x's are in the heap: TokenExchange::dispatch_fp8).
-  EXPECT_EQ(f.local - b.local, scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace);
+  EXPECT_EQ(f.local - b.local, scaled(128) + scaled(256) + scaled(2 * 128) + weights + workspace + table);
 }
 
 // With a shared expert (Is = 384) the FP8 layer also holds its rows in e4m3 (x, the activation, dy,
@@ -202,7 +208,9 @@ TEST(MoELayerMemory, Fp8SharedExpertAddsItsScaledRowsAndWeights) {
                         weights(gemm::fp8_expert_weight_sizes(int(L), int(D), int(I))) + workspace(rows, I);
   const size_t shared = 2 * scaled(shared_rows, D) + scaled(shared_rows, Is) + scaled(shared_rows, 2 * Is) +
                         weights(gemm::fp8_expert_weight_sizes(1, int(D), int(Is))) + workspace(shared_rows, Is);
-  EXPECT_EQ(f.local - b.local, routed + shared);
+  const size_t table = aligned_bytes(fused::fp8_ready_counter_words(int(rows), int(shared_rows), int(D), int(I)), 4) -
+                       aligned_bytes(fused::ready_counter_words(int(rows), int(shared_rows)), 4);  // as above
+  EXPECT_EQ(f.local - b.local, routed + shared + table);
 }
 
 TEST(MoELayerMemory, RefusesConfigurationsTheLayerCannotRun) {
