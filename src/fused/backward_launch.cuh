@@ -55,8 +55,9 @@ int backward_ctas_per_rank(const comm::World& world, const char* name) {
 // Device words a rank of the precision's launch needs (backward_ready_counter_words).
 template <class Gemms>
 size_t backward_counter_words(int buffer_rows, int shared_rows) {
-  return counters_and_task_slots_words<typename Gemms::Policy>(
-      BackwardCounters(nullptr, buffer_rows, shared_rows).words, sizeof(BackwardTaskSlot));
+  RankWords words(nullptr, BackwardCounters(nullptr, buffer_rows, shared_rows).words);
+  take_task_slots<BackwardTaskSlot, Gemms::Policy::kStages>(words);
+  return words.words();
 }
 
 // A rank's counters and task slots in its parameters, its counters zeroed on `stream`.
@@ -71,7 +72,8 @@ void place_backward_counters(FusedBackwardRankParams<Gemms>& r, uint32_t* ready_
   r.task_counter = counters.task_counter;
   r.sums_counter = counters.sums_counter;
   r.shared_dgrad_done = counters.shared_dgrad_done;
-  r.task_slots = task_slots_after<BackwardTaskSlot>(ready_counters, counters.words);
+  RankWords words(ready_counters, counters.words);
+  r.task_slots = take_task_slots<BackwardTaskSlot, Gemms::Policy::kStages>(words);
   check_cuda(cudaMemsetAsync(ready_counters, 0, counters.words * sizeof(uint32_t), stream),
              "fused backward: cudaMemsetAsync(ready counters)");
 }

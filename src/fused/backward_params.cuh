@@ -48,7 +48,8 @@ struct FusedBackwardRankParams {
 // A rank's readiness counters, named spans of its ready_counters (FusedBackwardRank), zeroed before
 // each launch: per 128-row block of the window's buffer rows dy_ready, dgrad_done and dx_done; the
 // task counter; the dx sums' counter; the shared expert's dgrad_done per block of its rows. The
-// rank's task slots follow them (task_slots_after). Host code: with a null base only `words` is set.
+// rank's task slots follow them (RankWords, fused_launch.hpp). Host code: with a null base only
+// `words` is set.
 struct BackwardCounters {
   uint32_t* dy_ready;
   uint32_t* dgrad_done;

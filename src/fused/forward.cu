@@ -51,7 +51,6 @@ GroupGemms<Bf16ForwardGemms> expert_gemms(const gemm::ExpertPass& pass, const ge
 
 size_t ready_counter_words(int row_capacity, int shared_rows) {
   static_assert(!Bf16ForwardGemms::TaskHandOff::kReadsTaskTable, "the bf16 launch reads no task table");
-  static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0);
   return ForwardRankWords<Bf16ForwardGemms::Policy::kStages>(
              nullptr, ForwardCounters(nullptr, row_capacity, shared_rows).words, 0)
       .words;

@@ -61,7 +61,6 @@ GroupGemms<Fp8ForwardGemms> expert_gemms(const gemm::Fp8ExpertPass& pass, const 
 
 size_t fp8_ready_counter_words(int row_capacity, int shared_rows, int hidden, int intermediate) {
   static_assert(Fp8ForwardGemms::TaskHandOff::kReadsTaskTable, "the FP8 launch reads the task table");
-  static_assert(sizeof(ProducerScratch) % sizeof(uint32_t) == 0);
   return ForwardRankWords<Policy::kStages>(nullptr, ForwardCounters(nullptr, row_capacity, shared_rows).words,
                                            forward_task_table_entries_of_shape(row_capacity, hidden, intermediate))
       .words;

@@ -59,9 +59,8 @@ void check_forward_pass(const Pass& pass, const char* name) {
                 schedule.first_row, " and ", schedule.end_row);
 }
 
-// Where a rank's task slots (kStages a CTA), producer scratch and task table (table_entries) lie
-// after its `counter_words` ready counters at `base`, each from a 32-byte boundary; with a null base
-// only `words` (all of them) is counted.
+// Where a rank's task slots, producer scratch (a CTA's each) and task table (table_entries) lie after
+// its `counter_words` ready counters at `base` (RankWords); with a null base only `words` is counted.
 template <int kStages>
 struct ForwardRankWords {
   TaskSlot* task_slots;
@@ -70,16 +69,11 @@ struct ForwardRankWords {
   size_t words;
 
   ForwardRankWords(uint32_t* base, size_t counter_words, size_t table_entries) {
-    constexpr size_t kBoundary = sizeof(TaskSlot) / sizeof(uint32_t);
-    static_assert(sizeof(TaskSlot) == sizeof(ForwardTask) && alignof(ProducerScratch) <= sizeof(TaskSlot));
-    const auto aligned = [](size_t w) { return (w + kBoundary - 1) / kBoundary * kBoundary; };
-    CounterArena arena(base);
-    arena.take(aligned(counter_words));
-    task_slots = reinterpret_cast<TaskSlot*>(arena.take(size_t(kFusedMaxCtasPerRank) * kStages * kBoundary));
-    producer_scratch = reinterpret_cast<ProducerScratch*>(
-        arena.take(aligned(size_t(kFusedMaxCtasPerRank) * sizeof(ProducerScratch) / sizeof(uint32_t))));
-    task_table = reinterpret_cast<ForwardTask*>(arena.take(table_entries * kBoundary));
-    words = arena.words();
+    RankWords w(base, counter_words);
+    task_slots = take_task_slots<TaskSlot, kStages>(w);
+    producer_scratch = w.take<ProducerScratch>(kFusedMaxCtasPerRank);
+    task_table = w.take<ForwardTask>(table_entries);
+    words = w.words();
   }
 };
 

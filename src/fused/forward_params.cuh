@@ -68,7 +68,7 @@ struct FusedForwardRankParams {
 // each launch: per 128-row block of the schedule x_ready, the routed activation_ready, down_done
 // and out_stored; sums_done per macrobatch (at most one a block); the shared expert's
 // activation_ready per block of its rows; the task counter. The rank's task slots follow them
-// (task_slots_after). Host code: with a null base only `words` is set.
+// (RankWords, fused_launch.hpp). Host code: with a null base only `words` is set.
 struct ForwardCounters {
   uint32_t* x_ready;
   uint32_t* activation_ready;

@@ -31,21 +31,31 @@ class CounterArena {
   size_t used_ = 0;
 };
 
-// A rank's task slots after its `counter_words` counters at `base`, from the first slot boundary
-// (as counters_and_task_slots_words counts them).
-template <class Slot>
-Slot* task_slots_after(uint32_t* base, size_t counter_words) {
-  constexpr size_t kSlotWords = sizeof(Slot) / sizeof(uint32_t);
-  return reinterpret_cast<Slot*>(base + (counter_words + kSlotWords - 1) / kSlotWords * kSlotWords);
-}
+// What follows a rank's `counter_words` readiness counters at `base` in its ready_counters: spans
+// cut one after another, each from a 32-byte boundary (a task slot's size), the task slots first;
+// with a null base only words() counts them (up to the boundary after the last span).
+class RankWords {
+ public:
+  RankWords(uint32_t* base, size_t counter_words) : arena_(base) { arena_.take(counter_words); }
+  template <class T>
+  T* take(size_t count) {
+    static_assert(sizeof(T) % sizeof(uint32_t) == 0 && alignof(T) <= kBoundaryWords * sizeof(uint32_t));
+    arena_.take(padding());
+    return reinterpret_cast<T*>(arena_.take(count * (sizeof(T) / sizeof(uint32_t))));
+  }
+  size_t words() const { return arena_.words() + padding(); }
 
-// Device words of a rank's ready counters (`counter_words`) followed, from a 32-byte boundary, by
-// the task slots (`slot_bytes` each, one per stage of Policy's ring) of kFusedMaxCtasPerRank CTAs.
-template <class Policy>
-size_t counters_and_task_slots_words(size_t counter_words, size_t slot_bytes) {
-  const size_t slot_words = slot_bytes / sizeof(uint32_t);
-  return (counter_words + slot_words - 1) / slot_words * slot_words +
-         kFusedMaxCtasPerRank * Policy::kStages * slot_words;
+ private:
+  static constexpr size_t kBoundaryWords = 8;
+  size_t padding() const { return (kBoundaryWords - arena_.words() % kBoundaryWords) % kBoundaryWords; }
+  CounterArena arena_;
+};
+
+// Task slots of a launch: one per stage of its GEMMs' ring (`Stages`) for each of kFusedMaxCtasPerRank CTAs.
+template <class Slot, int Stages>
+Slot* take_task_slots(RankWords& words) {
+  static_assert(sizeof(Slot) == 32, "a slot per 32-byte boundary");
+  return words.take<Slot>(size_t(kFusedMaxCtasPerRank) * Stages);
 }
 
 // CTAs per rank of a launch of `kernel` on `world`'s device (one per SM, shared by the local ranks),
