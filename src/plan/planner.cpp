@@ -106,12 +106,15 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
   m.symmetric = 2 * T * x_row + 2 * T * D * 2 + (Is > 0 ? 2 * T * D * 2 : 0) + routes * D * 2 + 5 * routes * 4;
   m.ring = ring * (ring_heap_row + ring_local_row);
   // The schedule's rows, offsets, counts, inverse view and workspaces (heap), and the per-row g,
-  // dL/dg (heap) and router-gradient partials (local), all for the worst case.
+  // dL/dg (heap), router-gradient partials and, in FP8, the fused forward's task table (local: 32
+  // bytes a task, every row block's 256-wide up/gate and down tiles and its group sums), all for
+  // the worst case.
   const int64_t chunks = ceil_div(routes, transfer::kScheduleChunkRoutes);
   const int64_t schedule_heap = capacity * 8 + (2 * L + 2 + L * W) * 4 + routes * 8 + W * routes * 4 +
                                 W * (chunks + ceil_div(chunks, transfer::kScheduleBlockChunks)) * L * 4 +
                                 2 * capacity * 4;
-  m.schedule = schedule_heap + dgrad_workspace(routed_rows, I);
+  const int64_t fp8_task_table = routed_rows / tile_m * (ceil_div(2 * I, 256) + ceil_div(D, 256) + 1) * 32;
+  m.schedule = schedule_heap + dgrad_workspace(routed_rows, I) + (c.precision == Precision::kFP8 ? fp8_task_table : 0);
   // The shared expert's gate_up and activation, gates and dg, and, where T is not a multiple of the
   // tile (its rows padded with zeros), its own x (its dx over it), out and dy.
   const int64_t shared_rows = Is > 0 ? ceil_div(T, tile_m) * tile_m : 0;
@@ -154,9 +157,7 @@ MemoryPlan plan_memory(const LayerConfig& c, int64_t ring_rows, int64_t tile_m, 
     m.fp8_layer_local = b.v1_layer_local + scaled_rows(I) + scaled_rows(D) + scaled_rows(2 * I) +
                         L * (quantized(2 * I, D) + quantized(D, I)) +
                         routed_rows * (ceil_div(I, block) - ceil_div(I, 256)) * 4;
-    // The fused FP8 forward's task table: 32 bytes a task, every row block's 256-wide up/gate and
-    // down tiles and its group sums.
-    m.fp8_layer_local += routed_rows / tile_m * (ceil_div(2 * I, 256) + ceil_div(D, 256) + 1) * 32;
+    m.fp8_layer_local += fp8_task_table;  // the bf16 plan's schedule has none
     if (Is > 0) {
       m.fp8_layer_local += 2 * shared_scaled(D) + shared_scaled(Is) + shared_scaled(2 * Is) + quantized(2 * Is, D) +
                            quantized(D, Is) + shared_rows * (ceil_div(Is, block) - ceil_div(Is, 256)) * 4;

@@ -183,6 +183,18 @@ TEST(Planner, MemoryOfATinyLayerByHand) {
   EXPECT_EQ(p.memory.v1_layer_local - p.memory.layer_local, (rows - ring) * 3 * I * 2 - p.memory.partials);
 }
 
+// Only an FP8 layer's fused forward reads a task table (src/fused/forward_task_table.cuh): 32 bytes a
+// task, every row block's up/gate tiles (2I / 256), down tiles (D / 256) and group sums.
+TEST(Planner, OnlyTheFp8PlanHoldsTheForwardTaskTable) {
+  const LayerConfig bf16 = config_for("deepseek-v3", 8, 4096);
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::kFP8;
+  const Plan b = plan_with(bf16, RoutingKind::kUniform), f = plan_with(fp8, RoutingKind::kUniform);
+  const int64_t blocks = (8 * 4096 * 8 + 32 * 127) / 128;  // every route here, L = 32 experts padded
+  const int64_t table = blocks * (2 * 2048 / 256 + 7168 / 256 + 1) * 32;
+  EXPECT_EQ(f.memory.schedule - b.memory.schedule, table);
+}
+
 TEST(Planner, TraceAndGeneratedRoutingGiveTheSamePlan) {
   const LayerConfig c = config_for("qwen3.5-397b", 4, 333);
   RoutingSpec spec;
