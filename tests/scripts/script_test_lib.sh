@@ -127,3 +127,31 @@ def nvmlDeviceGetTemperature(handle, sensor): return 55
 def nvmlDeviceGetCurrentClocksEventReasons(handle): return 0x4
 STUB
 }
+
+# stub_ncu_sampling KERNEL: an ncu stub first on PATH for the PC-sampling scripts (gemm-stalls.sh,
+# layer-stalls.sh; scripts/lib/sass-digest.sh): each call's arguments appended to $STUB_ARGS (set
+# it); a profiling run (-o STEM) writes STEM.ncu-rep, none with STUB_NO_LAUNCH=1; the details page
+# reads a duration of 1.03 ms; the SASS page, of kernel KERNEL, holds 100 samples over three
+# instructions: an HGMMA 30 (not issued 10), WARPGROUP.DEPBAR 50 (barrier) and a branch 20
+# (long_sb). STUB_FAIL=1: every call exits 3.
+stub_ncu_sampling() {
+  mkdir -p "$work/bin"
+  cat >"$work/bin/ncu" <<STUB
+#!/usr/bin/env bash
+[ "\${STUB_FAIL:-0}" = 1 ] && exit 3
+echo "\$*" >>"\$STUB_ARGS"
+case " \$* " in
+  *" -o "*) [ "\${STUB_NO_LAUNCH:-0}" = 1 ] ||
+    while [ \$# -gt 0 ]; do [ "\$1" = -o ] && touch "\$2.ncu-rep"; shift; done ;;
+  *"--page details"*) echo "    Duration                         ms         1.03" ;;
+  *"--page source"*)
+    echo '"Kernel Name","void $1(P)",'
+    echo '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","stall_barrier","stall_barrier (Not Issued)","stall_long_sb","stall_long_sb (Not Issued)"'
+    echo '"0x10","HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], R24","30","10","0","0","0","0"'
+    echo '"0x20","WARPGROUP.DEPBAR.LE gsb0, 0x1","50","50","50","50","0","0"'
+    echo '"0x30","@!P0  BRA 0x7f00","20","20","0","0","20","20"' ;;
+esac
+STUB
+  chmod +x "$work/bin/ncu"
+  export PATH="$work/bin:$PATH"
+}

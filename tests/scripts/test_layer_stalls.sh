@@ -9,24 +9,8 @@ source "$(dirname "$0")/script_test_lib.sh"
 mkdir -p "$work/bin" "$work/build" "$work/out"
 echo build-commit >"$work/build/COMMIT"
 echo 2.28.9 >"$work/build/NCCL_VERSION"
-cat >"$work/bin/ncu" <<'STUB'
-#!/usr/bin/env bash
-[ "${STUB_FAIL:-0}" = 1 ] && exit 3
-echo "$*" >>"$STUB_ARGS"
-case " $* " in
-  *" -o "*) [ "${STUB_NO_LAUNCH:-0}" = 1 ] ||
-    while [ $# -gt 0 ]; do [ "$1" = -o ] && touch "$2.ncu-rep"; shift; done ;;
-  *"--page details"*) echo "    Duration                         ms         1.03" ;;
-  *"--page source"*)
-    echo '"Kernel Name","void caracal::fused::fused_forward_kernel<X>(P)",'
-    echo '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","stall_barrier","stall_barrier (Not Issued)","stall_long_sb","stall_long_sb (Not Issued)"'
-    echo '"0x10","HGMMA.64x256x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24","30","10","0","0","0","0"'
-    echo '"0x20","BAR.SYNC.DEFER_BLOCKING R2, 0x80","50","50","50","50","0","0"'
-    echo '"0x30","@!P0  BRA 0x7f00","20","20","0","0","20","20"' ;;
-esac
-STUB
-chmod +x "$work/bin/ncu"
-export PATH="$work/bin:$PATH" STUB_ARGS="$work/args"
+stub_ncu_sampling "caracal::fused::fused_forward_kernel<X>"
+export STUB_ARGS="$work/args"
 
 expect_status 0 "" env OUT="$work/out" WORK="$work/rep" BENCH_ARGS="--model qwen3-30b-a3b --precision fp8" \
   bash "$root/scripts/layer-stalls.sh" "$work/build" 'fused_forward_kernel'
@@ -41,7 +25,7 @@ grep -q "build-commit" <<<"$out" || fail "the header names the build"
 grep -q "Duration .* 1.03" <<<"$out" || fail "the kernel's duration"
 grep -q "warp samples: 100 over 3 SASS instructions" <<<"$out" || fail "the samples counted"
 grep -q "by reason: barrier 50.0%, long_sb 20.0%$" <<<"$out" || fail "the reasons, largest first"
-grep -Eq "1 +50 +50.0% +BAR.SYNC.DEFER_BLOCKING R2, 0x80 .*barrier 50" <<<"$out" || fail "the instruction rows"
+grep -Eq "1 +50 +50.0% +WARPGROUP.DEPBAR.LE gsb0, 0x1 .*barrier 50" <<<"$out" || fail "the instruction rows"
 
 : >"$work/args"
 expect_status 0 "" env OUT="$work/out" WORK="$work/rep" PROFILE_PATH=v1 bash "$root/scripts/layer-stalls.sh" "$work/build" combine
