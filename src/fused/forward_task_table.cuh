@@ -50,6 +50,16 @@ __device__ inline ForwardTask table_task(const ForwardTask* table, int i) {
   return task;
 }
 
+// Writes entry `i` (the table's launch).
+__device__ inline void store_table_task(ForwardTask* table, int i, const ForwardTask& task) {
+  int4 lo, hi;
+  memcpy(&lo, &task, sizeof(lo));
+  memcpy(&hi, reinterpret_cast<const char*>(&task) + sizeof(lo), sizeof(hi));
+  int4* entry = reinterpret_cast<int4*>(table + i);
+  entry[0] = lo;
+  entry[1] = hi;
+}
+
 struct ForwardTaskTableRank {
   ExpertTiles shared;  // only with has_shared
   ExpertTiles routed;

@@ -100,14 +100,16 @@ struct Macrobatches {
 //
 // The shared expert's tasks need no schedule, so the launch may start while the schedule is still
 // being built (fused_forward.hpp): the routed tasks are counted only once a task past the shared
-// expert's is taken, after the wait for the schedule's launch.
-class ForwardTaskCursor {
+// expert's is taken, after the wait for the schedule's launch. `Loads`: how the tiles read the
+// schedules' offsets and counts (row_tile_scheduler.cuh).
+template <class Loads = gemm::ReadOnlyLoads>
+class ForwardTaskCursorOf {
  public:
   // `shared` (null without a shared expert) and `routed` must outlive the cursor (kernel
   // parameters do).
-  CARACAL_HOST_DEVICE ForwardTaskCursor(const ExpertTiles* shared, const ExpertTiles& routed)
+  CARACAL_HOST_DEVICE ForwardTaskCursorOf(const ExpertTiles* shared, const ExpertTiles& routed)
       : shared_(shared), routed_(&routed) {
-    const int shared_up = shared != nullptr ? gemm::RowTileScheduler(shared->up, 0, 1).num_tiles() : 0;
+    const int shared_up = shared != nullptr ? Tiles(shared->up, 0, 1).num_tiles() : 0;
     end_shared_up_ = shared_up;
     end_shared_down_ = end_shared_up_ + (shared != nullptr ? down_tasks(*shared, shared_up / shared->up.n_blocks) : 0);
   }
@@ -177,10 +179,10 @@ class ForwardTaskCursor {
       batch_ = batch;
       const int begin = batch * batches_.ring_blocks, end = begin + batches_.ring_blocks;
       switch (phase) {
-        case ForwardPhase::shared_up_gate: tiles_ = gemm::RowTileScheduler(shared_->up, 0, 1); break;
-        case ForwardPhase::shared_down: tiles_ = gemm::RowTileScheduler(shared_->down, 0, 1); break;
-        case ForwardPhase::up_gate: tiles_ = gemm::RowTileScheduler(routed_->up, 0, 1, begin, end); break;
-        default: tiles_ = gemm::RowTileScheduler(routed_->down, 0, 1, begin, end); break;
+        case ForwardPhase::shared_up_gate: tiles_ = Tiles(shared_->up, 0, 1); break;
+        case ForwardPhase::shared_down: tiles_ = Tiles(shared_->down, 0, 1); break;
+        case ForwardPhase::up_gate: tiles_ = Tiles(routed_->up, 0, 1, begin, end); break;
+        default: tiles_ = Tiles(routed_->down, 0, 1, begin, end); break;
       }
     }
     if (jump) {
@@ -189,7 +191,7 @@ class ForwardTaskCursor {
       tiles_.seek(task - first);
     }
     gemm::TileCoord tile = tiles_.coord();
-    if (phase == ForwardPhase::up_gate || phase == ForwardPhase::down) gemm::RowTileScheduler::locate(routed_->up, tile);
+    if (phase == ForwardPhase::up_gate || phase == ForwardPhase::down) Tiles::locate(routed_->up, tile);
     return ForwardTask{phase, tile};
   }
 
@@ -199,17 +201,20 @@ class ForwardTaskCursor {
   // A group's down tiles over `blocks` row blocks.
   CARACAL_HOST_DEVICE static int down_tasks(const ExpertTiles& t, int blocks) { return blocks * t.down.n_blocks; }
 
+  using Tiles = gemm::RowTileSchedulerOf<gemm::kBlockN, Loads>;
   static constexpr int kUncounted = INT_MAX;
 
   const ExpertTiles* shared_;
   const ExpertTiles* routed_;
   Macrobatches batches_;
-  gemm::RowTileScheduler tiles_;  // the current phase's tiles: set by the first at() (batch_ = -1)
+  Tiles tiles_;  // the current phase's tiles: set by the first at() (batch_ = -1)
   int end_shared_up_, end_shared_down_;  // one past each group's last task
   int end_ = kUncounted;                 // one past the last task
   ForwardPhase phase_ = ForwardPhase::up_gate;
   int batch_ = -1;  // no macrobatch yet
 };
+
+using ForwardTaskCursor = ForwardTaskCursorOf<>;
 
 // A CTA's producer scratch, in global memory after its rank's task slots (forward_params.cuh): the
 // task cursor, and the task thread 0 hands the other producer threads each round, in two buffers by

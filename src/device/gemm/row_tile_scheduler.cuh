@@ -33,8 +33,18 @@ struct RowTileParams {
                           // are handed out in order from it (tile_queue.cuh)
 };
 
+// How a scheduler reads the schedule's offsets and counts: the GEMM kernels through the read-only
+// data cache; a launch that copied them into shared memory first with plain loads, which take
+// shared and global addresses alike (forward_task_table.cu).
+struct ReadOnlyLoads {
+  CARACAL_HOST_DEVICE static int32_t load(const int32_t* p) { return load_read_only(p); }
+};
+struct PlainLoads {
+  CARACAL_HOST_DEVICE static int32_t load(const int32_t* p) { return *p; }
+};
+
 // `BlockN`: the N of the GEMM's tile (its policy's kBlockN).
-template <int BlockN>
+template <int BlockN, class Loads = ReadOnlyLoads>
 class RowTileSchedulerOf {
  public:
   using Params = RowTileParams;
@@ -59,17 +69,17 @@ class RowTileSchedulerOf {
         tile_(first_tile),
         stride_(tile_stride) {
     // Never past the row buffers, whatever the offsets say.
-    int const total_blocks = min(load_read_only(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
+    int const total_blocks = min(Loads::load(offsets_ + num_experts_) / kBlockM, p.schedule.row_capacity / kBlockM);
     window_begin_ = max(begin_block, p.schedule.first_row / kBlockM);
     window_end_ = min(min(end_block, total_blocks), p.schedule.end_row > 0 ? p.schedule.end_row / kBlockM : INT_MAX);
     num_tiles_ = max(window_end_ - window_begin_, 0) * n_blocks_;
     // The expert holding the window's first block (experts before it may be empty).
-    expert_begin_ = load_read_only(offsets_) / kBlockM;
-    end_block_ = load_read_only(offsets_ + 1) / kBlockM;
+    expert_begin_ = Loads::load(offsets_) / kBlockM;
+    end_block_ = Loads::load(offsets_ + 1) / kBlockM;
     while (end_block_ <= window_begin_ && expert_ + 1 < num_experts_) {
       ++expert_;
       expert_begin_ = end_block_;
-      end_block_ = load_read_only(offsets_ + expert_ + 1) / kBlockM;
+      end_block_ = Loads::load(offsets_ + expert_ + 1) / kBlockM;
     }
     begin_block_ = max(expert_begin_, window_begin_);
   }
@@ -88,7 +98,7 @@ class RowTileSchedulerOf {
     int lo = expert_, hi = num_experts_ - 1;
     while (lo < hi) {
       int const mid = (lo + hi) / 2;
-      if (load_read_only(offsets_ + mid + 1) / kBlockM * n_blocks_ > t) {
+      if (Loads::load(offsets_ + mid + 1) / kBlockM * n_blocks_ > t) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -96,8 +106,8 @@ class RowTileSchedulerOf {
     }
     if (lo == expert_) return;
     expert_ = lo;
-    expert_begin_ = begin_block_ = load_read_only(offsets_ + lo) / kBlockM;
-    end_block_ = load_read_only(offsets_ + lo + 1) / kBlockM;
+    expert_begin_ = begin_block_ = Loads::load(offsets_ + lo) / kBlockM;
+    end_block_ = Loads::load(offsets_ + lo + 1) / kBlockM;
   }
   CARACAL_HOST_DEVICE int num_tiles() const { return num_tiles_; }  // tiles of this launch's schedule
 
@@ -111,7 +121,7 @@ class RowTileSchedulerOf {
     while (t >= end_block_ * n_blocks_ && expert_ + 1 < num_experts_) {
       ++expert_;
       expert_begin_ = begin_block_ = end_block_;
-      end_block_ = load_read_only(offsets_ + expert_ + 1) / kBlockM;
+      end_block_ = Loads::load(offsets_ + expert_ + 1) / kBlockM;
     }
     int const local = t - begin_block_ * n_blocks_;
     int const blocks = min(end_block_, window_end_) - begin_block_;
@@ -124,7 +134,7 @@ class RowTileSchedulerOf {
     c.k_begin = 0;
     c.k_tiles = k_tiles_;
     // The end of the expert's real rows (its padded end when counts are not given).
-    c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + load_read_only(counts_ + expert_)
+    c.active_end = counts_ != nullptr ? expert_begin_ * kBlockM + Loads::load(counts_ + expert_)
                                       : end_block_ * kBlockM;
     return c;
   }
