@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +53,8 @@ struct TableCase {
   int ring_blocks;  // 0: no ring (one macrobatch)
   bool has_shared;
 };
+
+void PrintTo(const TableCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<TableCase> table_cases() {
   std::mt19937 rng(11);
